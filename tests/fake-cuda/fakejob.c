@@ -1,0 +1,203 @@
+/* Workloads for the fake CUDA with known call counts and planted bottlenecks.
+ *
+ * The CUDA libraries are dlopen'ed (before the gate by default, after it with
+ * --load-after-gate), so one binary covers "CUDA already loaded when we attach" and
+ * "CUDA loaded after we attach". Every step of every thread does the same calls, so the
+ * expected counts are the per-step counts times steps times threads (times 2 with --fork).
+ *
+ *   --gate                 print "ready PID" and wait for a line on stdin before working
+ *   --threads T --steps S  T worker threads, S steps each
+ *   --runtime-launches N   cudaLaunchKernel per step        --driver-launches N  cuLaunchKernel
+ *   --ex-launches N        cuLaunchKernelEx per step        --graphs N           cudaGraphLaunch
+ *   --kernel-us U          device time of each kernel (graphs: 10 × U)
+ *   --pageable-h2d B       per step: B bytes cudaMemcpyAsync H2D from malloc'ed memory, then
+ *                          cudaStreamSynchronize (what non_blocking=False does)
+ *   --pinned-h2d B         per step: B bytes async H2D from cudaHostAlloc'ed memory
+ *   --pin-after-gate       allocate that pinned buffer after the gate (default: before)
+ *   --item N               per step: N × (4-byte D2H async + cudaStreamSynchronize) (.item())
+ *   --sync                 per step: cudaDeviceSynchronize at the end
+ *   --alloc-churn N        per step: N × (cudaMalloc 1 MiB + cudaFree)
+ *   --host-us U            per step: U µs of host work (spinning)
+ *   --fork                 fork once after the gate; parent and child both run the workload
+ *   --lib-dir DIR          where libcuda.so.1 and libcudart.so.13 are (default: beside the binary)
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct { unsigned x, y, z; } dim3;
+struct fake_kernel { uint64_t duration_ns; };
+typedef struct {
+    unsigned gx, gy, gz, bx, by, bz, shmem;
+    void *stream, *attrs;
+    unsigned nattrs;
+} launch_config;
+
+static int (*rt_launch)(const void *, dim3, dim3, void **, size_t, void *);
+static int (*rt_graph)(void *, void *);
+static int (*rt_memcpy_async)(void *, const void *, size_t, int, void *);
+static int (*rt_stream_sync)(void *);
+static int (*rt_device_sync)(void);
+static int (*rt_malloc)(void **, size_t);
+static int (*rt_free)(void *);
+static int (*rt_host_alloc)(void **, size_t, unsigned);
+static int (*drv_launch)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **, void **);
+static int (*drv_launch_ex)(const launch_config *, void *, void **, void **);
+
+static struct {
+    int gate, threads, steps, runtime_launches, driver_launches, ex_launches, graphs, item, sync, alloc_churn, fork;
+    int load_after_gate, pin_after_gate;
+    long kernel_us, host_us;
+    size_t pageable_h2d, pinned_h2d;
+    char lib_dir[PATH_MAX];
+} opt = {.threads = 1, .steps = 1, .kernel_us = 5};
+
+static struct fake_kernel kernel, graph;
+static void *pinned_buf;
+static void *device_buf;
+
+static void die(const char *what) {
+    fprintf(stderr, "fakejob: %s\n", what);
+    exit(2);
+}
+
+static void *sym(void *lib, const char *name) {
+    void *p = dlsym(lib, name);
+    if (!p) die(dlerror());
+    return p;
+}
+
+static void load_cuda(void) {
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/libcuda.so.1", opt.lib_dir);
+    void *drv = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    if (!drv) die(dlerror());
+    snprintf(path, sizeof path, "%s/libcudart.so.13", opt.lib_dir);
+    void *rt = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    if (!rt) die(dlerror());
+    rt_launch = sym(rt, "cudaLaunchKernel");
+    rt_graph = sym(rt, "cudaGraphLaunch");
+    rt_memcpy_async = sym(rt, "cudaMemcpyAsync");
+    rt_stream_sync = sym(rt, "cudaStreamSynchronize");
+    rt_device_sync = sym(rt, "cudaDeviceSynchronize");
+    rt_malloc = sym(rt, "cudaMalloc");
+    rt_free = sym(rt, "cudaFree");
+    rt_host_alloc = sym(rt, "cudaHostAlloc");
+    drv_launch = sym(drv, "cuLaunchKernel");
+    drv_launch_ex = sym(drv, "cuLaunchKernelEx");
+}
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void pin_buffer(void) {
+    if (opt.pinned_h2d && rt_host_alloc(&pinned_buf, opt.pinned_h2d, 0)) die("cudaHostAlloc failed");
+}
+
+static void *worker(void *arg) {
+    (void)arg;
+    dim3 one = {1, 1, 1};
+    launch_config cfg = {1, 1, 1, 1, 1, 1, 0, 0, 0, 0};
+    char *pageable = opt.pageable_h2d ? malloc(opt.pageable_h2d) : NULL;
+    if (pageable) memset(pageable, 1, opt.pageable_h2d);
+    int scalar;
+    for (int s = 0; s < opt.steps; s++) {
+        if (opt.host_us) {
+            uint64_t until = now_ns() + (uint64_t)opt.host_us * 1000;
+            while (now_ns() < until) {
+            }
+        }
+        if (pageable) {
+            rt_memcpy_async(device_buf, pageable, opt.pageable_h2d, 1, 0);
+            rt_stream_sync(0);
+        }
+        if (pinned_buf) rt_memcpy_async(device_buf, pinned_buf, opt.pinned_h2d, 1, 0);
+        for (int i = 0; i < opt.runtime_launches; i++) rt_launch(&kernel, one, one, 0, 0, 0);
+        for (int i = 0; i < opt.driver_launches; i++) drv_launch(&kernel, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0);
+        for (int i = 0; i < opt.ex_launches; i++) drv_launch_ex(&cfg, &kernel, 0, 0);
+        for (int i = 0; i < opt.graphs; i++) rt_graph(&graph, 0);
+        for (int i = 0; i < opt.item; i++) {
+            rt_memcpy_async(&scalar, device_buf, sizeof scalar, 2, 0);
+            rt_stream_sync(0);
+        }
+        for (int i = 0; i < opt.alloc_churn; i++) {
+            void *p;
+            if (rt_malloc(&p, 1 << 20) == 0) rt_free(p);
+        }
+        if (opt.sync) rt_device_sync();
+    }
+    free(pageable);
+    return NULL;
+}
+
+static void run_workload(void) {
+    pthread_t tids[64];
+    int n = opt.threads > 64 ? 64 : opt.threads;
+    for (int i = 0; i < n; i++)
+        if (pthread_create(&tids[i], NULL, worker, NULL)) die("pthread_create failed");
+    for (int i = 0; i < n; i++) pthread_join(tids[i], NULL);
+}
+
+static long num(const char *s) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*s == 0 || *end != 0 || v < 0) die("bad number");
+    return v;
+}
+
+int main(int argc, char **argv) {
+    ssize_t len = readlink("/proc/self/exe", opt.lib_dir, sizeof opt.lib_dir - 1);
+    if (len > 0) {
+        opt.lib_dir[len] = 0;
+        char *slash = strrchr(opt.lib_dir, '/');
+        if (slash) *slash = 0;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : "";
+#define FLAG(name, field) if (!strcmp(a, name)) { opt.field = 1; continue; }
+#define NUM(name, field) if (!strcmp(a, name)) { opt.field = num(v); i++; continue; }
+        FLAG("--gate", gate) FLAG("--sync", sync) FLAG("--fork", fork) FLAG("--load-after-gate", load_after_gate)
+        FLAG("--pin-after-gate", pin_after_gate)
+        NUM("--threads", threads) NUM("--steps", steps) NUM("--runtime-launches", runtime_launches)
+        NUM("--driver-launches", driver_launches) NUM("--ex-launches", ex_launches) NUM("--graphs", graphs)
+        NUM("--kernel-us", kernel_us) NUM("--host-us", host_us) NUM("--pageable-h2d", pageable_h2d)
+        NUM("--pinned-h2d", pinned_h2d) NUM("--item", item) NUM("--alloc-churn", alloc_churn)
+        if (!strcmp(a, "--lib-dir")) { snprintf(opt.lib_dir, sizeof opt.lib_dir, "%s", v); i++; continue; }
+        fprintf(stderr, "fakejob: unknown argument %s\n", a);
+        return 2;
+    }
+    kernel.duration_ns = (uint64_t)opt.kernel_us * 1000;
+    graph.duration_ns = kernel.duration_ns * 10;
+
+    if (!opt.load_after_gate) {
+        load_cuda();
+        if (!opt.pin_after_gate) pin_buffer();
+    }
+    if (opt.gate) {
+        printf("ready %d\n", getpid());
+        fflush(stdout);
+        char line[16];
+        if (!fgets(line, sizeof line, stdin)) die("gate closed");
+    }
+    if (opt.load_after_gate) load_cuda();
+    if (opt.load_after_gate || opt.pin_after_gate) pin_buffer();
+    if (rt_malloc(&device_buf, 64 << 20)) die("cudaMalloc failed");
+    pid_t child = opt.fork ? fork() : 0;
+    run_workload();
+    rt_free(device_buf);
+    if (opt.fork && child > 0) waitpid(child, NULL, 0);
+    if (opt.gate || child > 0 || !opt.fork) printf("done %d\n", getpid());
+    return 0;
+}

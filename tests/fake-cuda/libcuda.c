@@ -1,0 +1,211 @@
+/* A fake CUDA driver (libcuda.so.1) with a simulated GPU timeline.
+ *
+ * One queue per process stands for the device: a launch or async copy appends work and
+ * returns at once; synchronize calls sleep until the queue drains; copies from pageable
+ * host memory are staged by the host, which blocks for the copy time, as the real driver
+ * does. Pinned memory is memory this library allocated (MAP_SHARED|MAP_ANONYMOUS, which
+ * /proc/PID/maps shows as "/dev/zero (deleted)", like the real driver's) or registered. */
+#define _GNU_SOURCE
+#include "fake_cuda.h"
+
+#include <pthread.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#define NOINLINE __attribute__((noinline, visibility("default")))
+
+static const uint64_t LAUNCH_HOST_NS = 2000;         /* host cost of one launch call */
+static const uint64_t PCIE_BYTES_PER_US = 25000;      /* 25 GB/s for DMA from pinned memory */
+static const uint64_t STAGING_BYTES_PER_US = 8000;    /* 8 GB/s host staging of pageable copies */
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t queue_end_ns;            /* when the device finishes all queued work */
+static uint64_t next_device_ptr = 0x500000000000ull; /* never mapped in the process */
+static uint64_t memory_limit = 1ull << 40, memory_used;
+
+struct range { uint64_t start, len; };
+#define MAX_PINNED 256
+static struct range pinned[MAX_PINNED];
+#define MAX_ALLOCS 4096
+static struct range allocs[MAX_ALLOCS];
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void spin_until(uint64_t t) {
+    while (now_ns() < t) {
+    }
+}
+
+static void sleep_until(uint64_t t) {
+    uint64_t n = now_ns();
+    if (t > n + 200000) { /* sleep most of a long wait, spin the rest */
+        struct timespec d = {(time_t)((t - n - 100000) / 1000000000ull), (long)((t - n - 100000) % 1000000000ull)};
+        nanosleep(&d, NULL);
+    }
+    spin_until(t);
+}
+
+/* Append `ns` of device work; returns when it will be done. */
+static uint64_t enqueue(uint64_t ns) {
+    pthread_mutex_lock(&lock);
+    uint64_t n = now_ns();
+    if (queue_end_ns < n) queue_end_ns = n;
+    queue_end_ns += ns;
+    uint64_t end = queue_end_ns;
+    pthread_mutex_unlock(&lock);
+    return end;
+}
+
+static uint64_t queue_end(void) {
+    pthread_mutex_lock(&lock);
+    uint64_t end = queue_end_ns;
+    pthread_mutex_unlock(&lock);
+    return end;
+}
+
+static int is_pinned(const void *p) {
+    uint64_t a = (uint64_t)p;
+    pthread_mutex_lock(&lock);
+    int found = 0;
+    for (int i = 0; i < MAX_PINNED && !found; i++)
+        found = pinned[i].len && a >= pinned[i].start && a < pinned[i].start + pinned[i].len;
+    pthread_mutex_unlock(&lock);
+    return found;
+}
+
+static void remember(struct range *table, int cap, uint64_t start, uint64_t len) {
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < cap; i++)
+        if (!table[i].len) { table[i].start = start; table[i].len = len; break; }
+    pthread_mutex_unlock(&lock);
+}
+
+static uint64_t forget(struct range *table, int cap, uint64_t start) {
+    uint64_t len = 0;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < cap; i++)
+        if (table[i].len && table[i].start == start) { len = table[i].len; table[i].len = 0; break; }
+    pthread_mutex_unlock(&lock);
+    return len;
+}
+
+static uint64_t transfer_ns(size_t n, uint64_t bytes_per_us) { return (uint64_t)n * 1000ull / bytes_per_us + 1000; }
+
+void fake_cuda_set_memory_limit(uint64_t bytes) { memory_limit = bytes; }
+
+NOINLINE CUresult cuInit(unsigned flags) { (void)flags; return CUDA_SUCCESS; }
+NOINLINE CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) { *ctx = (CUcontext)(uintptr_t)(0x1000 + dev); return CUDA_SUCCESS; }
+NOINLINE CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) { (void)dev; return CUDA_SUCCESS; }
+NOINLINE CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned flags, CUdevice dev) { (void)flags; *ctx = (CUcontext)(uintptr_t)(0x2000 + dev); return CUDA_SUCCESS; }
+NOINLINE CUresult cuCtxDestroy_v2(CUcontext ctx) { (void)ctx; return CUDA_SUCCESS; }
+
+static CUresult launch(CUfunction f) {
+    uint64_t start = now_ns();
+    enqueue(f ? f->duration_ns : 1000);
+    spin_until(start + LAUNCH_HOST_NS);
+    return CUDA_SUCCESS;
+}
+
+NOINLINE CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                                 unsigned shmem, CUstream s, void **params, void **extra) {
+    (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)s; (void)params; (void)extra;
+    return launch(f);
+}
+
+NOINLINE CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra) {
+    (void)config; (void)params; (void)extra;
+    return launch(f);
+}
+
+/* In the fake, a graph exec handle is a kernel descriptor for the whole graph. */
+NOINLINE CUresult cuGraphLaunch(CUgraphExec g, CUstream s) { (void)s; return launch((CUfunction)(void *)g); }
+
+static CUresult copy_h2d(const void *src, size_t n, int async) {
+    if (async && is_pinned(src)) { enqueue(transfer_ns(n, PCIE_BYTES_PER_US)); return CUDA_SUCCESS; }
+    /* Pageable (or synchronous): the host stages the data and waits for the transfer. */
+    sleep_until(queue_end());
+    sleep_until(enqueue(transfer_ns(n, is_pinned(src) ? PCIE_BYTES_PER_US : STAGING_BYTES_PER_US)));
+    return CUDA_SUCCESS;
+}
+
+static CUresult copy_d2h(void *dst, size_t n, int async) {
+    if (async && is_pinned(dst)) { enqueue(transfer_ns(n, PCIE_BYTES_PER_US)); return CUDA_SUCCESS; }
+    sleep_until(enqueue(transfer_ns(n, is_pinned(dst) ? PCIE_BYTES_PER_US : STAGING_BYTES_PER_US)));
+    return CUDA_SUCCESS;
+}
+
+NOINLINE CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) { (void)dst; return copy_h2d(src, n, 0); }
+NOINLINE CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { (void)src; return copy_d2h(dst, n, 0); }
+NOINLINE CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) { (void)dst; (void)src; sleep_until(enqueue(transfer_ns(n, 1000000))); return CUDA_SUCCESS; }
+NOINLINE CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s) { (void)dst; (void)s; return copy_h2d(src, n, 1); }
+NOINLINE CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s) { (void)src; (void)s; return copy_d2h(dst, n, 1); }
+NOINLINE CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { (void)dst; (void)src; (void)s; enqueue(transfer_ns(n, 1000000)); return CUDA_SUCCESS; }
+
+static int is_device(CUdeviceptr p) { return p >= 0x500000000000ull && p < next_device_ptr; }
+
+NOINLINE CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+    if (is_device(dst) && !is_device(src)) return copy_h2d((const void *)src, n, 0);
+    if (!is_device(dst) && is_device(src)) return copy_d2h((void *)dst, n, 0);
+    return cuMemcpyDtoD_v2(dst, src, n);
+}
+
+NOINLINE CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+    (void)s;
+    if (is_device(dst) && !is_device(src)) return copy_h2d((const void *)src, n, 1);
+    if (!is_device(dst) && is_device(src)) return copy_d2h((void *)dst, n, 1);
+    enqueue(transfer_ns(n, 1000000));
+    return CUDA_SUCCESS;
+}
+
+NOINLINE CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char v, size_t n) { (void)dst; (void)v; sleep_until(enqueue(transfer_ns(n, 1000000))); return CUDA_SUCCESS; }
+
+NOINLINE CUresult cuStreamSynchronize(CUstream s) { (void)s; sleep_until(queue_end()); return CUDA_SUCCESS; }
+NOINLINE CUresult cuCtxSynchronize(void) { sleep_until(queue_end()); return CUDA_SUCCESS; }
+NOINLINE CUresult cuEventSynchronize(CUevent e) { (void)e; sleep_until(queue_end()); return CUDA_SUCCESS; }
+
+NOINLINE CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
+    /* A real cudaMalloc costs tens of microseconds of host time. */
+    spin_until(now_ns() + 20000);
+    pthread_mutex_lock(&lock);
+    if (memory_used + n > memory_limit) { pthread_mutex_unlock(&lock); return CUDA_ERROR_OUT_OF_MEMORY; }
+    memory_used += n;
+    *p = next_device_ptr;
+    next_device_ptr += (n + 0xfff) & ~0xfffull;
+    pthread_mutex_unlock(&lock);
+    remember(allocs, MAX_ALLOCS, *p, n);
+    return CUDA_SUCCESS;
+}
+
+NOINLINE CUresult cuMemFree_v2(CUdeviceptr p) {
+    uint64_t n = forget(allocs, MAX_ALLOCS, p);
+    pthread_mutex_lock(&lock);
+    memory_used -= n;
+    pthread_mutex_unlock(&lock);
+    spin_until(now_ns() + 10000);
+    return CUDA_SUCCESS;
+}
+
+NOINLINE CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags) {
+    (void)flags;
+    void *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    remember(pinned, MAX_PINNED, (uint64_t)m, n);
+    *p = m;
+    return CUDA_SUCCESS;
+}
+
+NOINLINE CUresult cuMemAllocHost_v2(void **p, size_t n) { return cuMemHostAlloc(p, n, 0); }
+
+NOINLINE CUresult cuMemFreeHost(void *p) {
+    uint64_t n = forget(pinned, MAX_PINNED, (uint64_t)p);
+    if (n) munmap(p, n);
+    return CUDA_SUCCESS;
+}
+
+NOINLINE CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags) { (void)flags; remember(pinned, MAX_PINNED, (uint64_t)p, n); return CUDA_SUCCESS; }
+NOINLINE CUresult cuMemHostUnregister(void *p) { forget(pinned, MAX_PINNED, (uint64_t)p); return CUDA_SUCCESS; }

@@ -1,0 +1,79 @@
+//! Wire types shared by the kernel programs (`tracer-ebpf`) and user space (`tracer`).
+//!
+//! Everything here is `#[repr(C)]`, has no `bool` and no implicit padding, and has its size
+//! pinned by a `const` assertion, so both sides read the same bytes. Event kinds and probe
+//! ids are stable numbers: a recording written by one version is read by the next.
+#![no_std]
+
+pub mod event;
+pub mod probe;
+
+pub use event::*;
+pub use probe::*;
+
+/// Capacity of the per-thread counter map. A thread's entry is folded into user-space totals
+/// and deleted when the thread exits, so this bounds live threads, not threads ever seen.
+pub const MAX_THREADS: u32 = 16_384;
+/// Capacity of the traced-process set.
+pub const MAX_PROCESSES: u32 = 8_192;
+/// Capacity of the in-flight call table (one entry per thread inside a probed call).
+pub const MAX_INFLIGHT: u32 = 16_384;
+/// Ring buffer size in bytes (a power of two, as the kernel requires).
+pub const RING_BYTES: u32 = 4 << 20;
+
+/// Indexes into the kernel's `LOSS` per-CPU array: each place where the kernel side can lose
+/// something counts it, so the report can say exactly what is missing.
+pub mod loss {
+    /// `bpf_ringbuf_reserve` failed: the ring buffer was full, an event was dropped.
+    pub const RING_FULL: u32 = 0;
+    /// A thread could not get a counter slot (the thread map was full): its hits are lost.
+    pub const THREAD_MAP_FULL: u32 = 1;
+    /// A call's entry could not be remembered, so its return produced no event.
+    pub const INFLIGHT_FULL: u32 = 2;
+    /// A return probe fired without a matching entry (attached mid-call, or evicted).
+    pub const UNMATCHED_RETURN: u32 = 3;
+    /// A traced child process could not be added to the traced set.
+    pub const PROCESS_MAP_FULL: u32 = 4;
+    pub const COUNT: u32 = 5;
+}
+
+/// Per-thread counters kept in the kernel: one hit count per probe, plus the state the launch
+/// probe needs to notice the first launch after the GPU queue was drained.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ThreadCounters {
+    /// Process (thread group) the thread belongs to.
+    pub tgid: u32,
+    pub _reserved: u32,
+    /// Monotonic time a queue-draining call (synchronize, synchronous D→H copy) returned;
+    /// 0 when a launch has happened since.
+    pub drained_at_ns: u64,
+    /// Hits per probe id.
+    pub hits: [u64; probe::PROBE_SLOTS],
+}
+const _: () = assert!(core::mem::size_of::<ThreadCounters>() == 16 + 8 * probe::PROBE_SLOTS);
+
+/// What the kernel remembers between a call's entry and its return.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct InflightCall {
+    pub start_ns: u64,
+    pub args: [u64; CALL_ARGS],
+}
+const _: () = assert!(core::mem::size_of::<InflightCall>() == 8 + 8 * CALL_ARGS);
+
+/// Load-time settings written into the eBPF object's globals before it is loaded.
+pub mod globals {
+    /// Byte offset of `pid` in the `task:task_newtask` tracepoint record.
+    pub const NEWTASK_PID_OFFSET: &str = "NEWTASK_PID_OFFSET";
+    /// Byte offset of `clone_flags` in the `task:task_newtask` tracepoint record.
+    pub const NEWTASK_FLAGS_OFFSET: &str = "NEWTASK_FLAGS_OFFSET";
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: plain `#[repr(C)]` integers with no padding (sizes asserted above).
+    unsafe impl aya::Pod for super::ThreadCounters {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::InflightCall {}
+}

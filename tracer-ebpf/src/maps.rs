@@ -1,0 +1,78 @@
+//! The maps shared with user space, and the small helpers every probe uses on them.
+
+use aya_ebpf::{
+    helpers::bpf_get_current_pid_tgid,
+    macros::map,
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+};
+use gputrace_common::{loss, InflightCall, ThreadCounters, MAX_INFLIGHT, MAX_PROCESSES, MAX_THREADS, RING_BYTES};
+
+/// Processes (thread-group ids) being traced. User space seeds it; the task tracepoints add
+/// children of traced processes.
+#[map]
+pub static TRACED: HashMap<u32, u32> = HashMap::with_max_entries(MAX_PROCESSES, 0);
+
+/// Per-thread counters, keyed by thread id.
+#[map]
+pub static THREADS: HashMap<u32, ThreadCounters> = HashMap::with_max_entries(MAX_THREADS, 0);
+
+/// One all-zero `ThreadCounters`, the template for new entries: the struct is larger than the
+/// 512-byte eBPF stack, so it cannot be built there.
+#[map]
+static ZERO_COUNTERS: Array<ThreadCounters> = Array::with_max_entries(1, 0);
+
+/// Calls between entry and return, keyed by `tid << 32 | probe id`. LRU so that calls that
+/// never return (a thread killed inside one) cannot fill it.
+#[map]
+pub static INFLIGHT: LruHashMap<u64, InflightCall> = LruHashMap::with_max_entries(MAX_INFLIGHT, 0);
+
+/// Records for user space.
+#[map]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(RING_BYTES, 0);
+
+/// Loss counters, indexed by `gputrace_common::loss`.
+#[map]
+static LOSS: PerCpuArray<u64> = PerCpuArray::with_max_entries(loss::COUNT, 0);
+
+pub struct Current {
+    pub tgid: u32,
+    pub tid: u32,
+}
+
+/// The calling thread, if its process is traced.
+#[inline(always)]
+pub fn traced_current() -> Option<Current> {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    // SAFETY: the value is only tested for presence, never read through.
+    unsafe { TRACED.get(&tgid) }?;
+    Some(Current { tgid, tid: pid_tgid as u32 })
+}
+
+/// Count one loss of the given kind.
+#[inline(always)]
+pub fn count_loss(kind: u32) {
+    if let Some(slot) = LOSS.get_ptr_mut(kind) {
+        // SAFETY: a per-CPU slot is only touched by this CPU, with preemption disabled.
+        unsafe { *slot += 1 };
+    }
+}
+
+/// The calling thread's counters, created on first use.
+#[inline(always)]
+pub fn thread_counters(cur: &Current) -> Option<*mut ThreadCounters> {
+    if let Some(c) = THREADS.get_ptr_mut(&cur.tid) {
+        return Some(c);
+    }
+    let zero = ZERO_COUNTERS.get(0)?;
+    // BPF_NOEXIST: a racing insert for the same tid cannot happen (one thread runs on one CPU
+    // at a time), but NOEXIST keeps an existing entry if it ever did.
+    if THREADS.insert(&cur.tid, zero, 1).is_err() {
+        count_loss(loss::THREAD_MAP_FULL);
+        return None;
+    }
+    let c = THREADS.get_ptr_mut(&cur.tid)?;
+    // SAFETY: the entry was just created and only this thread writes it.
+    unsafe { (*c).tgid = cur.tgid };
+    Some(c)
+}

@@ -1,0 +1,152 @@
+#![expect(non_snake_case, reason = "each program is named after the CUDA symbol it hooks")]
+//! Call probes: the entry remembers the arguments and the time; the return writes one
+//! `CallEvent` with the duration, the result and, for allocations, the address returned.
+//! These calls are rare next to launches (copies, syncs, allocations), so a record each is
+//! affordable and keeps the decoding in user space, where it can be tested.
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user},
+    macros::{uprobe, uretprobe},
+    programs::{ProbeContext, RetProbeContext},
+};
+use gputrace_common::{drains_queue, loss, out_arg, CallEvent, EventHeader, InflightCall, CALL_ARGS, KIND_CALL};
+
+use crate::maps::{count_loss, thread_counters, traced_current, EVENTS, INFLIGHT, THREADS};
+
+#[inline(always)]
+fn inflight_key(tid: u32, probe: u32) -> u64 {
+    (u64::from(tid) << 32) | u64::from(probe)
+}
+
+#[inline(always)]
+fn on_enter(ctx: &ProbeContext, probe: u32) -> u32 {
+    let Some(cur) = traced_current() else { return 0 };
+    if let Some(counters) = thread_counters(&cur) {
+        // SAFETY: this thread's own entry; no other CPU writes it.
+        unsafe { (*counters).hits[probe as usize] += 1 };
+    }
+    let mut call = InflightCall {
+        // SAFETY: reading the monotonic clock has no preconditions.
+        start_ns: unsafe { bpf_ktime_get_ns() },
+        args: [0; CALL_ARGS],
+    };
+    let mut i = 0;
+    while i < CALL_ARGS {
+        call.args[i] = ctx.arg::<u64>(i).unwrap_or(0);
+        i += 1;
+    }
+    if INFLIGHT.insert(&inflight_key(cur.tid, probe), &call, 0).is_err() {
+        count_loss(loss::INFLIGHT_FULL);
+    }
+    0
+}
+
+#[inline(always)]
+fn on_return(ctx: &RetProbeContext, probe: u32) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    let key = inflight_key(tid, probe);
+    // Only calls whose entry passed the traced-process filter have an entry here.
+    // SAFETY: the value is copied out before the entry is removed.
+    let Some(call) = (unsafe { INFLIGHT.get(&key) }).copied() else {
+        // Untraced processes also land here; only count it for traced ones.
+        if traced_current().is_some() {
+            count_loss(loss::UNMATCHED_RETURN);
+        }
+        return 0;
+    };
+    let _ = INFLIGHT.remove(&key);
+    // SAFETY: reading the monotonic clock has no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+
+    let out_index = out_arg(probe);
+    let out = if (out_index as usize) < CALL_ARGS {
+        let ptr = call.args[out_index as usize] as *const u64;
+        // SAFETY: bpf_probe_read_user checks the address; a bad pointer just fails.
+        unsafe { bpf_probe_read_user(ptr) }.unwrap_or(0)
+    } else {
+        0
+    };
+
+    if drains_queue(probe) {
+        if let Some(counters) = THREADS.get_ptr_mut(&tid) {
+            // SAFETY: this thread's own entry.
+            unsafe { (*counters).drained_at_ns = now };
+        }
+    }
+
+    let Some(mut entry) = EVENTS.reserve::<CallEvent>(0) else {
+        count_loss(loss::RING_FULL);
+        return 0;
+    };
+    entry.write(CallEvent {
+        header: EventHeader { kind: KIND_CALL, probe, tgid, tid, ts_ns: now },
+        start_ns: call.start_ns,
+        args: call.args,
+        ret: ctx.ret::<u64>().unwrap_or(u64::MAX),
+        out,
+    });
+    entry.submit(0);
+    0
+}
+
+/// An entry program named after the symbol and a return program named `<symbol>_ret`.
+macro_rules! call_probes {
+    ($($symbol:ident / $ret:ident = $id:literal;)*) => {$(
+        #[uprobe]
+        pub fn $symbol(ctx: ProbeContext) -> u32 {
+            on_enter(&ctx, $id)
+        }
+
+        #[uretprobe]
+        pub fn $ret(ctx: RetProbeContext) -> u32 {
+            on_return(&ctx, $id)
+        }
+    )*};
+}
+
+// Ids and symbols: gputrace_common::probe::PROBES (a user-space test checks they agree).
+call_probes! {
+    cuMemcpyHtoD_v2 / cuMemcpyHtoD_v2_ret = 16;
+    cuMemcpyDtoH_v2 / cuMemcpyDtoH_v2_ret = 17;
+    cuMemcpyDtoD_v2 / cuMemcpyDtoD_v2_ret = 18;
+    cuMemcpyHtoDAsync_v2 / cuMemcpyHtoDAsync_v2_ret = 19;
+    cuMemcpyHtoDAsync_v2_ptsz / cuMemcpyHtoDAsync_v2_ptsz_ret = 20;
+    cuMemcpyDtoHAsync_v2 / cuMemcpyDtoHAsync_v2_ret = 21;
+    cuMemcpyDtoHAsync_v2_ptsz / cuMemcpyDtoHAsync_v2_ptsz_ret = 22;
+    cuMemcpyDtoDAsync_v2 / cuMemcpyDtoDAsync_v2_ret = 23;
+    cuMemcpyDtoDAsync_v2_ptsz / cuMemcpyDtoDAsync_v2_ptsz_ret = 24;
+    cuMemcpy / cuMemcpy_ret = 25;
+    cuMemcpyAsync / cuMemcpyAsync_ret = 26;
+    cuMemcpyAsync_ptsz / cuMemcpyAsync_ptsz_ret = 27;
+    cuMemcpyPeer / cuMemcpyPeer_ret = 28;
+    cuMemcpyPeerAsync / cuMemcpyPeerAsync_ret = 29;
+    cuMemcpyHtoD_v2_ptds / cuMemcpyHtoD_v2_ptds_ret = 30;
+    cuMemcpyDtoH_v2_ptds / cuMemcpyDtoH_v2_ptds_ret = 31;
+    cuMemsetD8_v2 / cuMemsetD8_v2_ret = 32;
+    cuMemsetD32_v2 / cuMemsetD32_v2_ret = 33;
+    cuMemsetD8Async / cuMemsetD8Async_ret = 34;
+    cuMemsetD32Async / cuMemsetD32Async_ret = 35;
+    cuStreamSynchronize / cuStreamSynchronize_ret = 40;
+    cuStreamSynchronize_ptsz / cuStreamSynchronize_ptsz_ret = 41;
+    cuCtxSynchronize / cuCtxSynchronize_ret = 42;
+    cuEventSynchronize / cuEventSynchronize_ret = 43;
+    cuMemAlloc_v2 / cuMemAlloc_v2_ret = 44;
+    cuMemFree_v2 / cuMemFree_v2_ret = 45;
+    cuMemAllocAsync / cuMemAllocAsync_ret = 46;
+    cuMemFreeAsync / cuMemFreeAsync_ret = 47;
+    cuMemAllocFromPoolAsync / cuMemAllocFromPoolAsync_ret = 48;
+    cuMemCreate / cuMemCreate_ret = 49;
+    cuMemRelease / cuMemRelease_ret = 50;
+    cuMemAllocManaged / cuMemAllocManaged_ret = 51;
+    cuMemHostAlloc / cuMemHostAlloc_ret = 52;
+    cuMemAllocHost_v2 / cuMemAllocHost_v2_ret = 53;
+    cuMemFreeHost / cuMemFreeHost_ret = 54;
+    cuMemHostRegister_v2 / cuMemHostRegister_v2_ret = 55;
+    cuMemHostUnregister / cuMemHostUnregister_ret = 56;
+    cuCtxCreate_v2 / cuCtxCreate_v2_ret = 58;
+    cuDevicePrimaryCtxRetain / cuDevicePrimaryCtxRetain_ret = 59;
+    cuDevicePrimaryCtxRelease_v2 / cuDevicePrimaryCtxRelease_v2_ret = 60;
+    cuCtxDestroy_v2 / cuCtxDestroy_v2_ret = 61;
+    cuCtxCreate_v4 / cuCtxCreate_v4_ret = 62;
+}

@@ -1,0 +1,55 @@
+#![expect(non_snake_case, reason = "each program is named after the CUDA symbol it hooks")]
+//! Launch probes: the hottest path of a traced job, so each hit is one map lookup in
+//! `TRACED`, one in `THREADS` and an increment — no event, no return probe. The only record
+//! written is the rare "first launch after the queue was drained" (see `IdleEndEvent`).
+
+use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::uprobe, programs::ProbeContext};
+use gputrace_common::{loss, EventHeader, IdleEndEvent, KIND_IDLE_END};
+
+use crate::maps::{count_loss, thread_counters, traced_current, EVENTS};
+
+#[inline(always)]
+fn on_launch(probe: u32) -> u32 {
+    let Some(cur) = traced_current() else { return 0 };
+    let Some(counters) = thread_counters(&cur) else { return 0 };
+    // SAFETY: `counters` points at this thread's own map entry; no other CPU writes it.
+    let drained_at_ns = unsafe {
+        (*counters).hits[probe as usize] += 1;
+        core::mem::replace(&mut (*counters).drained_at_ns, 0)
+    };
+    if drained_at_ns != 0 {
+        let Some(mut entry) = EVENTS.reserve::<IdleEndEvent>(0) else {
+            count_loss(loss::RING_FULL);
+            return 0;
+        };
+        entry.write(IdleEndEvent {
+            // SAFETY: reading the monotonic clock has no preconditions.
+            header: EventHeader { kind: KIND_IDLE_END, probe, tgid: cur.tgid, tid: cur.tid, ts_ns: unsafe { bpf_ktime_get_ns() } },
+            drained_at_ns,
+        });
+        entry.submit(0);
+    }
+    0
+}
+
+/// One entry program per launch symbol; the id is a constant so the verifier sees a fixed
+/// array index.
+macro_rules! launch_probes {
+    ($($symbol:ident = $id:literal;)*) => {$(
+        #[uprobe]
+        pub fn $symbol(_ctx: ProbeContext) -> u32 {
+            on_launch($id)
+        }
+    )*};
+}
+
+launch_probes! {
+    cuLaunchKernel = 1;
+    cuLaunchKernel_ptsz = 2;
+    cuLaunchKernelEx = 3;
+    cuLaunchKernelEx_ptsz = 4;
+    cuLaunchCooperativeKernel = 5;
+    cuLaunchCooperativeKernel_ptsz = 6;
+    cuGraphLaunch = 8;
+    cuGraphLaunch_ptsz = 9;
+}

@@ -1,0 +1,75 @@
+//! Task tracepoints: keep `TRACED` equal to the traced process tree and tell user space when
+//! tasks appear, exec and exit. Classic tracepoints (not kprobes: our kernels have none);
+//! field offsets of `task:task_newtask` come from its tracefs format at load time.
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    macros::tracepoint,
+    programs::TracePointContext,
+};
+use gputrace_common::{loss, EventHeader, TaskEvent, CLONE_THREAD, KIND_TASK_EXEC, KIND_TASK_EXIT, KIND_TASK_NEW};
+
+use crate::maps::{count_loss, traced_current, Current, EVENTS, TRACED};
+
+/// Set by user space from `events/task/task_newtask/format` before loading.
+#[unsafe(no_mangle)]
+static NEWTASK_PID_OFFSET: u32 = 8;
+#[unsafe(no_mangle)]
+static NEWTASK_FLAGS_OFFSET: u32 = 32;
+
+#[inline(always)]
+fn emit(kind: u32, cur: &Current, child_tid: u32, flags: u64) {
+    let Some(mut entry) = EVENTS.reserve::<TaskEvent>(0) else {
+        count_loss(loss::RING_FULL);
+        return;
+    };
+    entry.write(TaskEvent {
+        // SAFETY: reading the monotonic clock has no preconditions.
+        header: EventHeader { kind, probe: 0, tgid: cur.tgid, tid: cur.tid, ts_ns: unsafe { bpf_ktime_get_ns() } },
+        child_tid,
+        _reserved: 0,
+        flags,
+    });
+    entry.submit(0);
+}
+
+/// Runs in the parent, inside `copy_process`, before the child can run: a child process of a
+/// traced one is traced from its first instruction.
+#[tracepoint]
+pub fn task_newtask(ctx: TracePointContext) -> u32 {
+    let Some(cur) = traced_current() else { return 0 };
+    // SAFETY: read_volatile keeps the compiler from folding the load-time constant.
+    let (pid_off, flags_off) = unsafe {
+        (core::ptr::read_volatile(&NEWTASK_PID_OFFSET), core::ptr::read_volatile(&NEWTASK_FLAGS_OFFSET))
+    };
+    // SAFETY: the offsets come from the tracepoint's own format; bpf_probe_read checks bounds.
+    let child = unsafe { ctx.read_at::<i32>(pid_off as usize) }.unwrap_or(0) as u32;
+    // SAFETY: as above.
+    let flags = unsafe { ctx.read_at::<u64>(flags_off as usize) }.unwrap_or(0);
+    if child != 0 && flags & CLONE_THREAD == 0 && TRACED.insert(&child, &cur.tgid, 0).is_err() {
+        count_loss(loss::PROCESS_MAP_FULL);
+    }
+    emit(KIND_TASK_NEW, &cur, child, flags);
+    0
+}
+
+#[tracepoint]
+pub fn sched_process_exec(_ctx: TracePointContext) -> u32 {
+    if let Some(cur) = traced_current() {
+        emit(KIND_TASK_EXEC, &cur, 0, 0);
+    }
+    0
+}
+
+/// Runs in the exiting task. The process leaves `TRACED` when its last thread is gone,
+/// which user space decides; here the event is only reported.
+#[tracepoint]
+pub fn sched_process_exit(_ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    // SAFETY: presence test only.
+    if unsafe { TRACED.get(&tgid) }.is_some() {
+        emit(KIND_TASK_EXIT, &Current { tgid, tid: pid_tgid as u32 }, 0, 0);
+    }
+    0
+}

@@ -1,0 +1,132 @@
+//! The command line (../shared/CONTRACT.md, docs/cli.md): raw flags are parsed by clap and
+//! turned once into a validated [`Job`]; nothing downstream sees clap types.
+
+use std::{
+    io::{self, IsTerminal as _, Write as _},
+    time::Duration,
+};
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::{
+    error::{exit, TraceError},
+    gpu,
+    report::{self, Report},
+    session::{self, Target},
+};
+
+#[derive(Debug, Parser)]
+#[command(name = "gputrace", version, about = "Tells you why your GPU sits idle: traces a CUDA job with eBPF, no code change")]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    /// More logging on stderr (-v info, -vv debug); RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Trace a running process, its threads and its child processes.
+    Attach {
+        /// The process to trace.
+        #[arg(long)]
+        pid: u32,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Start a command traced from its first CUDA call.
+    Run {
+        #[command(flatten)]
+        common: Common,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        argv: Vec<String>,
+    },
+}
+
+#[derive(Debug, Args)]
+struct Common {
+    /// Stop after this many seconds (default: when the target exits or on Ctrl-C).
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    duration: Option<Duration>,
+    /// Print the report as one JSON document on stdout; logs, and the output of a command
+    /// started by `run`, go to stderr.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_seconds(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s.parse().map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    if !(secs.is_finite() && secs > 0.0 && secs < 1e9) {
+        return Err(format!("the duration must be a positive number of seconds, got `{s}`"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// A validated job.
+#[derive(Debug)]
+pub struct Job {
+    target: Target,
+    duration: Option<Duration>,
+    json: bool,
+}
+
+impl Cli {
+    #[must_use]
+    pub fn job(self) -> Job {
+        match self.command {
+            Command::Attach { pid, common } => Job { target: Target::Attach { pid }, duration: common.duration, json: common.json },
+            Command::Run { common, argv } => Job { target: Target::Run { argv, quiet_stdout: common.json }, duration: common.duration, json: common.json },
+        }
+    }
+}
+
+/// Run a job to its report; returns the process exit code.
+pub async fn execute(job: Job) -> i32 {
+    let outcome = match session::trace(job.target, job.duration).await {
+        Ok(o) => o,
+        Err(e) => return fail(&e),
+    };
+    let mut pids: Vec<u32> = outcome.evidence.processes.keys().copied().collect();
+    pids.push(outcome.target_pid);
+    let gpu = match gpu::snapshot(pids).await {
+        Ok(g) => Some(g),
+        Err(why) => {
+            log::warn!("{why}");
+            None
+        }
+    };
+    let report = report::build::build(&outcome, gpu);
+    print_report(&report, job.json)
+}
+
+fn fail(e: &TraceError) -> i32 {
+    let mut msg = format!("gputrace: {e}");
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        msg.push_str(&format!("\n  caused by: {s}"));
+        source = s.source();
+    }
+    eprintln!("{msg}");
+    e.exit_code()
+}
+
+fn print_report(report: &Report, json: bool) -> i32 {
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    let written = if json {
+        serde_json::to_writer_pretty(&mut out, report).map_err(io::Error::from).and_then(|()| writeln!(out))
+    } else {
+        out.write_all(report::text::render(report, io::stdout().is_terminal()).as_bytes())
+    };
+    match written.and_then(|()| out.flush()) {
+        Ok(()) => exit::OK,
+        // A closed pipe (`gputrace ... | head`) is the reader's choice, not an error.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => exit::OK,
+        Err(e) => {
+            eprintln!("gputrace: writing the report: {e}");
+            exit::FAILURE
+        }
+    }
+}

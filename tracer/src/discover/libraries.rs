@@ -1,0 +1,132 @@
+//! Which CUDA driver libraries a process maps, identified by the inode it really maps.
+//!
+//! A path in `/proc/PID/maps` is only a name: in a container it is relative to another root,
+//! the file may have been replaced on disk since it was mapped, or a hostile process may map
+//! something called `libcuda.so.1` anywhere. So a library is opened through
+//! `/proc/PID/map_files/START-END`, which reaches the mapped inode itself, and the inode is
+//! checked against the one maps reports.
+
+use std::{
+    collections::BTreeMap,
+    env, fs,
+    os::unix::fs::MetadataExt as _,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use super::maps::{self, Mapping};
+
+/// A library file identified by device and inode.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Library {
+    pub dev: u64,
+    pub inode: u64,
+    /// Path used to read and probe the file (may be a `/proc/.../map_files/...` link).
+    pub open_path: PathBuf,
+    /// Path as the process names it, for humans.
+    pub name: String,
+}
+
+/// Is this file name the CUDA driver library (`libcuda.so`, `libcuda.so.1`,
+/// `libcuda.so.580.159.04`) — and not libcudart, libcudnn or a stub?
+#[must_use]
+pub fn is_driver_library(file_name: &str) -> bool {
+    file_name == "libcuda.so" || file_name.strip_prefix("libcuda.so.").is_some_and(|v| !v.is_empty())
+}
+
+fn dev_of(m: &Mapping) -> u64 {
+    libc::makedev(m.dev_major, m.dev_minor)
+}
+
+/// CUDA driver libraries mapped by `pid`, one per inode.
+#[must_use]
+pub fn mapped_by(pid: u32) -> Vec<Library> {
+    let Ok(text) = fs::read_to_string(format!("/proc/{pid}/maps")) else { return Vec::new() };
+    let (mappings, _) = maps::parse(&text);
+    let mut found: BTreeMap<(u64, u64), Library> = BTreeMap::new();
+    for m in mappings.iter().filter(|m| m.inode != 0 && is_driver_library(m.file_name())) {
+        let key = (dev_of(m), m.inode);
+        if found.contains_key(&key) {
+            continue;
+        }
+        let via_map_files = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
+        let via_root = Path::new(&format!("/proc/{pid}/root")).join(m.path.trim_start_matches('/'));
+        let Some(open_path) = [via_map_files, via_root].into_iter().find(|p| same_inode(p, key)) else {
+            log::warn!("pid {pid} maps {} but it cannot be opened with the same inode; skipped", m.path);
+            continue;
+        };
+        found.insert(key, Library { dev: key.0, inode: key.1, open_path, name: m.path.clone() });
+    }
+    found.into_values().collect()
+}
+
+fn same_inode(path: &Path, (dev, inode): (u64, u64)) -> bool {
+    fs::metadata(path).is_ok_and(|md| md.dev() == dev && md.ino() == inode)
+}
+
+/// The driver libraries a command about to start would load: `libcuda.so.1` looked up the
+/// way the dynamic loader does (its `LD_LIBRARY_PATH`, then the ld.so cache, then the
+/// default directories), plus every other candidate found, since a program may also
+/// `dlopen` by full path. Probing them before the command runs means its first CUDA call is
+/// seen.
+#[must_use]
+pub fn predicted_for_command(ld_library_path: Option<&str>) -> Vec<Library> {
+    let mut dirs: Vec<PathBuf> = ld_library_path.unwrap_or_default().split(':').filter(|d| !d.is_empty()).map(PathBuf::from).collect();
+    dirs.extend(ld_cache_dirs());
+    dirs.extend(
+        ["/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/usr/lib", "/lib", "/usr/local/nvidia/lib64", "/usr/lib/wsl/lib"]
+            .map(PathBuf::from),
+    );
+    let mut found: BTreeMap<(u64, u64), Library> = BTreeMap::new();
+    for dir in dirs {
+        for name in ["libcuda.so.1", "libcuda.so"] {
+            let candidate = dir.join(name);
+            let Ok(real) = fs::canonicalize(&candidate) else { continue };
+            let Ok(md) = fs::metadata(&real) else { continue };
+            found.entry((md.dev(), md.ino())).or_insert_with(|| Library {
+                dev: md.dev(),
+                inode: md.ino(),
+                name: real.display().to_string(),
+                open_path: real,
+            });
+        }
+    }
+    found.into_values().collect()
+}
+
+/// Directories holding a libcuda according to the ld.so cache (`ldconfig -p`).
+fn ld_cache_dirs() -> Vec<PathBuf> {
+    let ldconfig = ["/sbin/ldconfig", "/usr/sbin/ldconfig"].into_iter().find(|p| Path::new(p).exists());
+    let Some(out) = ldconfig.and_then(|l| Command::new(l).arg("-p").output().ok()) else { return Vec::new() };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.trim_start().starts_with("libcuda.so"))
+        .filter_map(|l| Some(Path::new(l.rsplit_once("=> ")?.1.trim()).parent()?.to_path_buf()))
+        .collect()
+}
+
+/// `LD_LIBRARY_PATH` as the command will see it.
+#[must_use]
+pub fn inherited_ld_library_path() -> Option<String> {
+    env::var("LD_LIBRARY_PATH").ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tells_the_driver_from_other_cuda_libraries() {
+        for yes in ["libcuda.so", "libcuda.so.1", "libcuda.so.580.159.04"] {
+            assert!(is_driver_library(yes), "{yes}");
+        }
+        for no in ["libcudart.so.13", "libcudnn.so.9", "libcuda.so.", "libcuda_stub.so", "xlibcuda.so.1", "libcuda.sox"] {
+            assert!(!is_driver_library(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn a_process_without_cuda_maps_none() {
+        assert!(mapped_by(std::process::id()).is_empty());
+    }
+}

@@ -1,0 +1,60 @@
+//! File offsets of exported symbols, read once per library. (aya can resolve a symbol per
+//! attach, but it re-reads the whole file each time; libcuda is ~100 MB and we probe ~60
+//! symbols, so we read it once.)
+
+use std::{collections::HashMap, fs, path::Path};
+
+use object::{Object as _, ObjectSegment as _, ObjectSymbol as _};
+
+use crate::error::{Result, TraceError};
+
+/// Map each wanted symbol that the library exports to its file offset.
+pub fn file_offsets(path: &Path, wanted: &[&str]) -> Result<HashMap<String, u64>> {
+    let data = fs::read(path).map_err(|e| TraceError::io("reading library", path, e))?;
+    offsets_in(&data, wanted).map_err(|source| TraceError::Elf { path: path.to_owned(), source })
+}
+
+/// Pure part of [`file_offsets`], over the file's bytes.
+pub fn offsets_in(data: &[u8], wanted: &[&str]) -> Result<HashMap<String, u64>, object::read::Error> {
+    let file = object::File::parse(data)?;
+    let segments: Vec<(u64, u64, u64)> = file
+        .segments()
+        .map(|s| (s.address(), s.size(), s.file_range().0))
+        .collect();
+    let mut out = HashMap::new();
+    for sym in file.dynamic_symbols().chain(file.symbols()) {
+        if !sym.is_definition() {
+            continue;
+        }
+        let Ok(name) = sym.name() else { continue };
+        if !wanted.contains(&name) || out.contains_key(name) {
+            continue;
+        }
+        let addr = sym.address();
+        // Uprobes take a file offset; translate the virtual address through its segment.
+        if let Some((vaddr, _, off)) = segments.iter().find(|(v, size, _)| (*v..v + size).contains(&addr)) {
+            out.insert(name.to_owned(), addr - vaddr + off);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        assert!(offsets_in(b"not an elf", &["x"]).is_err());
+        assert!(offsets_in(&[0x7f, b'E', b'L', b'F', 2, 1, 1], &["x"]).is_err());
+    }
+
+    #[test]
+    fn finds_a_libc_symbol() {
+        // The test binary itself is an ELF that defines `main`.
+        let me = std::env::current_exe().expect("own path");
+        let found = file_offsets(&me, &["main", "no_such_symbol_here"]).expect("reads own ELF");
+        assert!(found.contains_key("main"));
+        assert!(!found.contains_key("no_such_symbol_here"));
+    }
+}

@@ -1,0 +1,128 @@
+//! Errors that reach the user, each with what to do about it, and the exit code it maps to.
+//! Exit codes are part of the command-line contract (docs/cli.md).
+
+use std::{io, path::PathBuf};
+
+/// Exit codes, documented in docs/cli.md.
+pub mod exit {
+    pub const OK: i32 = 0;
+    /// Something failed that has no more specific code.
+    pub const FAILURE: i32 = 1;
+    /// Bad command line (clap's own code).
+    pub const USAGE: i32 = 2;
+    /// The target pid does not exist or exited before tracing began.
+    pub const NO_TARGET: i32 = 3;
+    /// Not root and missing a capability gputrace needs.
+    pub const PERMISSION: i32 = 4;
+    /// The kernel lacks a feature gputrace needs (BPF, uprobes, tracepoints, ring buffer).
+    pub const KERNEL: i32 = 5;
+    /// A recording file is damaged or not a recording.
+    pub const BAD_RECORDING: i32 = 6;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("no process with pid {pid}; check it with `ps -p {pid}`")]
+    NoSuchProcess { pid: u32 },
+
+    #[error("process {pid} exited before tracing could start")]
+    TargetExited { pid: u32 },
+
+    #[error("process {pid} was replaced by another process with the same pid while attaching; nothing was traced")]
+    PidReused { pid: u32 },
+
+    #[error(
+        "gputrace needs root, or the capabilities {missing}; run it with sudo \
+         (or grant them: setcap cap_bpf,cap_perfmon,cap_sys_ptrace,cap_dac_read_search+ep gputrace)"
+    )]
+    Permission { missing: String },
+
+    #[error("this kernel cannot run gputrace: {what}")]
+    Kernel { what: String },
+
+    #[error(
+        "this gputrace binary was built without its eBPF programs (GPUTRACE_EBPF_STUB was set); \
+         run `cargo xtask setup` and rebuild"
+    )]
+    NoEbpfObject,
+
+    #[error("loading the eBPF object: {source}")]
+    LoadObject {
+        #[source]
+        source: aya::EbpfError,
+    },
+
+    #[error("loading eBPF program `{program}`: {source}{}", verifier_hint(.source))]
+    LoadProgram {
+        program: String,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+
+    #[error("attaching to `{symbol}` in {}: {source}", .library.display())]
+    AttachUprobe {
+        symbol: String,
+        library: PathBuf,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+
+    #[error("attaching tracepoint {category}:{name}: {source}")]
+    AttachTracepoint {
+        category: String,
+        name: String,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+
+    #[error("eBPF map `{name}` is missing from the object or has the wrong type")]
+    Map { name: String },
+
+    #[error("reading the ELF symbols of {}: {source}", .path.display())]
+    Elf {
+        path: PathBuf,
+        #[source]
+        source: object::read::Error,
+    },
+
+    #[error("{what} {}: {source}", .path.display())]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+
+    #[error("starting `{command}`: {source}")]
+    Spawn {
+        command: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn verifier_hint(e: &aya::programs::ProgramError) -> String {
+    match e {
+        aya::programs::ProgramError::LoadError { verifier_log, .. } => format!("\nverifier log:\n{verifier_log}"),
+        _ => String::new(),
+    }
+}
+
+impl TraceError {
+    /// The process exit code for this error.
+    #[must_use]
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Self::NoSuchProcess { .. } | Self::TargetExited { .. } | Self::PidReused { .. } => exit::NO_TARGET,
+            Self::Permission { .. } => exit::PERMISSION,
+            Self::Kernel { .. } => exit::KERNEL,
+            _ => exit::FAILURE,
+        }
+    }
+
+    pub(crate) fn io(what: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        Self::Io { what, path: path.into(), source }
+    }
+}
+
+pub type Result<T, E = TraceError> = std::result::Result<T, E>;

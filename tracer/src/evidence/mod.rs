@@ -1,0 +1,163 @@
+//! Evidence: everything the probes said, folded into totals per kind of call and per thread.
+//! Pure over decoded events plus a [`HostMemory`] lookup (so tests can give synthetic memory
+//! maps); no I/O happens here.
+
+mod copies;
+mod memory;
+mod threads;
+
+use std::collections::BTreeMap;
+
+use gputrace_common::{spec_of, CallEvent, Family, ThreadCounters, KIND_TASK_NEW, CLONE_THREAD};
+
+pub use copies::{CopyClass, CopyStats, DirStats, Direction, HostClass, HostMemory};
+pub use memory::{AllocStats, ContextCall, HostPinStats};
+pub use threads::ThreadStats;
+
+use crate::decode::Event;
+
+/// Totals for one kind of synchronize call.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SyncStats {
+    pub count: u64,
+    pub wait_ns: u64,
+    /// Per symbol: calls and wait.
+    pub by_symbol: BTreeMap<&'static str, (u64, u64)>,
+}
+
+/// A process of the traced tree as the task events saw it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcessSeen {
+    pub parent: Option<u32>,
+    pub execs: u32,
+    pub exited: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct Evidence {
+    pub copies: CopyStats,
+    pub memsets: (u64, u64),
+    pub syncs: SyncStats,
+    pub allocs: AllocStats,
+    pub host_pins: HostPinStats,
+    pub contexts: Vec<ContextCall>,
+    pub threads: BTreeMap<u32, ThreadStats>,
+    pub processes: BTreeMap<u32, ProcessSeen>,
+    /// Records that failed to decode (a kernel/user version mismatch or a damaged recording).
+    pub decode_errors: u64,
+    /// Events whose probe id we do not know.
+    pub unknown_probes: u64,
+}
+
+impl Evidence {
+    /// Fold one event in.
+    pub fn apply(&mut self, event: &Event, host: &mut dyn HostMemory) {
+        match event {
+            Event::Call(call) => self.apply_call(call, host),
+            Event::IdleEnd(e) => {
+                let t = self.thread(e.header.tid, e.header.tgid);
+                t.queue_idle_ns += e.header.ts_ns.saturating_sub(e.drained_at_ns);
+                t.idle_periods += 1;
+            }
+            Event::TaskNew(e) => {
+                debug_assert_eq!(e.header.kind, KIND_TASK_NEW);
+                if e.flags & CLONE_THREAD == 0 && e.child_tid != 0 {
+                    self.processes.entry(e.child_tid).or_default().parent = Some(e.header.tgid);
+                }
+            }
+            Event::TaskExec(e) => self.processes.entry(e.header.tgid).or_default().execs += 1,
+            Event::TaskExit(e) => {
+                if e.header.tid == e.header.tgid {
+                    self.processes.entry(e.header.tgid).or_default().exited = true;
+                }
+            }
+        }
+    }
+
+    fn thread(&mut self, tid: u32, pid: u32) -> &mut ThreadStats {
+        self.threads.entry(tid).or_insert_with(|| ThreadStats::new(pid))
+    }
+
+    fn apply_call(&mut self, call: &CallEvent, host: &mut dyn HostMemory) {
+        let Some(spec) = spec_of(call.header.probe) else {
+            self.unknown_probes += 1;
+            return;
+        };
+        let duration = call.header.ts_ns.saturating_sub(call.start_ns);
+        let (tid, pid) = (call.header.tid, call.header.tgid);
+        match spec.family {
+            Family::Copy => {
+                let dir = self.copies.record(spec, call, duration, &self.allocs, &self.host_pins, host);
+                let t = self.thread(tid, pid);
+                t.copies += 1;
+                t.copy_ns += duration;
+                t.last_async_copy = (!spec.drains_queue).then_some(dir);
+            }
+            Family::Memset => {
+                self.memsets.0 += 1;
+                self.memsets.1 += spec.size_arg.map_or(0, |i| call.args[usize::from(i)]);
+            }
+            Family::Sync => {
+                self.syncs.count += 1;
+                self.syncs.wait_ns += duration;
+                let e = self.syncs.by_symbol.entry(spec.symbol).or_default();
+                e.0 += 1;
+                e.1 += duration;
+                let t = self.thread(tid, pid);
+                t.syncs += 1;
+                t.sync_wait_ns += duration;
+                // An async copy then a sync on the same thread is how a copy with
+                // non_blocking=False (and .item()/.cpu()) looks at the driver (FACTS.md).
+                if let Some(dir) = t.last_async_copy.take() {
+                    self.copies.dir_mut(dir).then_synced += 1;
+                    self.copies.dir_mut(dir).then_synced_wait_ns += duration;
+                }
+            }
+            Family::Alloc | Family::Free => self.allocs.record(spec, call),
+            Family::HostPin | Family::HostUnpin => self.host_pins.record(spec, call),
+            Family::Context => self.contexts.push(ContextCall {
+                symbol: spec.symbol,
+                pid,
+                tid,
+                ts_ns: call.header.ts_ns,
+                duration_ns: duration,
+                result: call.ret as u32,
+            }),
+            Family::Launch | Family::GraphLaunch => {}
+        }
+        let t = self.thread(tid, pid);
+        t.first_ns = if t.first_ns == 0 { call.start_ns } else { t.first_ns.min(call.start_ns) };
+        t.last_ns = t.last_ns.max(call.header.ts_ns);
+    }
+
+    /// Fold in a thread's kernel counters (when it exited, or at the end of the trace).
+    pub fn add_counters(&mut self, tid: u32, counters: &ThreadCounters) {
+        let t = self.thread(tid, counters.tgid);
+        for (sum, hit) in t.hits.iter_mut().zip(counters.hits.iter()) {
+            *sum += hit;
+        }
+    }
+
+    /// Hits per probe id over all threads.
+    #[must_use]
+    pub fn hits(&self) -> BTreeMap<u32, u64> {
+        let mut out = BTreeMap::new();
+        for t in self.threads.values() {
+            for (id, &n) in t.hits.iter().enumerate() {
+                if n > 0 {
+                    *out.entry(id as u32).or_default() += n;
+                }
+            }
+        }
+        out
+    }
+
+    /// The thread that launched the most kernels (the "main" thread of the contract).
+    #[must_use]
+    pub fn main_thread(&self) -> Option<(u32, &ThreadStats)> {
+        self.threads
+            .iter()
+            .max_by_key(|(tid, t)| (t.kernel_launches() + t.graph_launches(), t.syncs, std::cmp::Reverse(**tid)))
+            .map(|(tid, t)| (*tid, t))
+    }
+}

@@ -1,0 +1,57 @@
+//! Per-thread evidence.
+
+use gputrace_common::{Family, PROBES, PROBE_SLOTS};
+
+use super::Direction;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadStats {
+    pub pid: u32,
+    /// Probe hits, by probe id (from the kernel's per-thread counters).
+    pub hits: [u64; PROBE_SLOTS],
+    pub copies: u64,
+    pub copy_ns: u64,
+    pub syncs: u64,
+    pub sync_wait_ns: u64,
+    /// Time between a queue-draining call's return and this thread's next launch: the
+    /// device queue was empty then (a lower bound on GPU idle time).
+    pub queue_idle_ns: u64,
+    pub idle_periods: u64,
+    pub first_ns: u64,
+    pub last_ns: u64,
+    /// The direction of this thread's last call if it was an async copy (cleared by a sync).
+    pub(super) last_async_copy: Option<Direction>,
+}
+
+impl ThreadStats {
+    pub(super) fn new(pid: u32) -> Self {
+        Self {
+            pid,
+            hits: [0; PROBE_SLOTS],
+            copies: 0,
+            copy_ns: 0,
+            syncs: 0,
+            sync_wait_ns: 0,
+            queue_idle_ns: 0,
+            idle_periods: 0,
+            first_ns: 0,
+            last_ns: 0,
+            last_async_copy: None,
+        }
+    }
+
+    fn family_hits(&self, family: Family) -> u64 {
+        PROBES.iter().filter(|p| p.family == family).map(|p| self.hits[p.id as usize]).sum()
+    }
+
+    /// Kernel launches, each counted once (only the driver layer counts launches).
+    #[must_use]
+    pub fn kernel_launches(&self) -> u64 {
+        self.family_hits(Family::Launch)
+    }
+
+    #[must_use]
+    pub fn graph_launches(&self) -> u64 {
+        self.family_hits(Family::GraphLaunch)
+    }
+}

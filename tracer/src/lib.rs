@@ -1,0 +1,21 @@
+//! gputrace: tells an ML engineer why their GPU sits idle.
+//!
+//! Data flows one way through modules named for their stage:
+//! `discover` (processes, libraries, symbols) → `probes` (load and attach eBPF) →
+//! `collect` (ring buffer, memory maps) → `decode` (bytes → events) → `evidence` (totals) →
+//! `detect` (diagnoses) → `report` (model, JSON, text). `session` sequences them; `cli`
+//! is the command line; `gpu` is the NVML view.
+
+pub mod cli;
+pub mod clock;
+pub mod collect;
+pub mod decode;
+pub mod detect;
+pub mod discover;
+pub mod error;
+pub mod evidence;
+pub mod gpu;
+mod preflight;
+pub mod probes;
+pub mod report;
+pub mod session;

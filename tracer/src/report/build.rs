@@ -1,0 +1,184 @@
+//! Building the report model from a finished session.
+
+use gputrace_common::{loss, spec_of, Family, PROBES};
+
+use super::model::{
+    Allocs, ContextCall, CopyClassified, CopyDir, Copies, Count, Cpu, Cuda, Gpu, HostPinned, Launches, LibraryEntry, Loss,
+    MainThread, ProbeHits, ProcessEntry, Report, SymbolWait, Syncs, Target, ThreadEntry, Tool, Tracer, Window, SCHEMA,
+};
+use crate::{
+    detect,
+    discover::process,
+    evidence::{DirStats, Evidence},
+    session::Outcome,
+};
+
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// Assemble the report for `outcome`, with the GPU view if NVML answered.
+#[must_use]
+pub fn build(outcome: &Outcome, gpu: Option<Gpu>) -> Report {
+    let ev = &outcome.evidence;
+    let window_ns = outcome.end_ns.saturating_sub(outcome.start_ns);
+    let cuda = cuda(ev, outcome, window_ns);
+    let losses = &outcome.losses;
+    let loss = Loss {
+        ring_full: losses[loss::RING_FULL as usize],
+        thread_map_full: losses[loss::THREAD_MAP_FULL as usize],
+        inflight_full: losses[loss::INFLIGHT_FULL as usize],
+        unmatched_return: losses[loss::UNMATCHED_RETURN as usize],
+        process_map_full: losses[loss::PROCESS_MAP_FULL as usize],
+        undecodable: ev.decode_errors,
+    };
+    // A return without its entry is a call that started before we attached: not a loss.
+    let lost_events = loss.ring_full + loss.thread_map_full + loss.inflight_full + loss.process_map_full + loss.undecodable;
+    let (verdict, diagnoses) = detect::diagnose(&detect::Inputs { window_ns, evidence: ev });
+    let mut processes: Vec<ProcessEntry> = ev
+        .processes
+        .iter()
+        .map(|(&pid, p)| ProcessEntry { pid, parent: p.parent, execs: p.execs, exited: p.exited })
+        .collect();
+    if !ev.processes.contains_key(&outcome.target_pid) {
+        processes.insert(0, ProcessEntry { pid: outcome.target_pid, parent: None, execs: 0, exited: false });
+    }
+    Report {
+        schema: SCHEMA.into(),
+        tool: Tool { name: "gputrace".into(), version: env!("CARGO_PKG_VERSION").into() },
+        target: Target {
+            pid: outcome.target_pid,
+            command: outcome.command.clone(),
+            exit_code: outcome.exit_status,
+            processes,
+            cuda_loaded: !outcome.libraries.is_empty(),
+        },
+        window: Window {
+            duration_s: secs(window_ns),
+            stopped_by: serde_json::to_value(outcome.stopped_by).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
+        },
+        cpu: Cpu {
+            main_thread: ev.main_thread().map(|(tid, _)| MainThread { tid, on_cpu_s: None, runqueue_s: None, io_wait_s: None, sleep_s: None }),
+        },
+        cuda,
+        io: None,
+        gpu,
+        verdict,
+        diagnoses,
+        tracer: Tracer {
+            lost_events,
+            complete: lost_events == 0,
+            loss,
+            probes: probe_hits(ev, outcome),
+            libraries: outcome
+                .libraries
+                .iter()
+                .map(|l| LibraryEntry { path: l.library.name.clone(), inode: l.library.inode, symbols: l.symbols.len() })
+                .collect(),
+            attach_ms: outcome.attach_ms,
+            maps_reads: outcome.maps_reads,
+            notes: outcome.notes.clone(),
+        },
+    }
+}
+
+fn copy_dir(d: &DirStats) -> CopyDir {
+    CopyDir {
+        count: d.count,
+        bytes: d.bytes,
+        pageable: d.pageable,
+        pageable_bytes: d.pageable_bytes,
+        blocking_s: secs(d.call_ns),
+        classified: CopyClassified {
+            pinned_traced: d.pinned_traced,
+            pinned_by_map: d.pinned_by_map,
+            pageable: d.pageable,
+            unknown: d.unknown_host,
+        },
+        sync_api: d.sync_api,
+        then_synced: d.then_synced,
+        then_synced_wait_s: secs(d.then_synced_wait_ns),
+    }
+}
+
+fn cuda(ev: &Evidence, outcome: &Outcome, window_ns: u64) -> Cuda {
+    let hits = ev.hits();
+    let family = |f: Family| -> u64 { PROBES.iter().filter(|p| p.family == f).map(|p| hits.get(&p.id).copied().unwrap_or(0)).sum() };
+    let cooperative: u64 = ["cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz"]
+        .iter()
+        .filter_map(|s| PROBES.iter().find(|p| p.symbol == *s))
+        .map(|p| hits.get(&p.id).copied().unwrap_or(0))
+        .sum();
+    let kernels = family(Family::Launch);
+    let mut threads: Vec<ThreadEntry> = ev
+        .threads
+        .iter()
+        .map(|(&tid, t)| ThreadEntry {
+            tid,
+            pid: t.pid,
+            kernels: t.kernel_launches(),
+            graphs: t.graph_launches(),
+            copies: t.copies,
+            copy_s: secs(t.copy_ns),
+            syncs: t.syncs,
+            sync_wait_s: secs(t.sync_wait_ns),
+            queue_idle_s: secs(t.queue_idle_ns),
+        })
+        .collect();
+    threads.sort_by_key(|t| std::cmp::Reverse((t.kernels + t.graphs, t.syncs)));
+    let mut uids = std::collections::HashMap::new();
+    Cuda {
+        launches: Launches {
+            kernels,
+            graphs: family(Family::GraphLaunch),
+            cooperative,
+            per_second: if window_ns == 0 { 0.0 } else { kernels as f64 / secs(window_ns) },
+        },
+        copies: Copies { h2d: copy_dir(&ev.copies.h2d), d2h: copy_dir(&ev.copies.d2h), d2d: copy_dir(&ev.copies.d2d), peer: copy_dir(&ev.copies.peer) },
+        memsets: Count { count: ev.memsets.0, bytes: ev.memsets.1 },
+        syncs: Syncs {
+            count: ev.syncs.count,
+            wait_s: secs(ev.syncs.wait_ns),
+            by_symbol: ev.syncs.by_symbol.iter().map(|(s, (n, w))| SymbolWait { symbol: (*s).into(), count: *n, wait_s: secs(*w) }).collect(),
+        },
+        allocs: Allocs {
+            count: ev.allocs.count,
+            frees: ev.allocs.frees,
+            bytes: ev.allocs.bytes,
+            freed_bytes: ev.allocs.freed_bytes,
+            failures: ev.allocs.failures,
+            out_of_memory: ev.allocs.out_of_memory,
+            live_bytes: ev.allocs.live_bytes,
+            peak_live_bytes: ev.allocs.peak_live_bytes,
+        },
+        host_pinned: HostPinned { count: ev.host_pins.count, bytes: ev.host_pins.bytes, frees: ev.host_pins.frees, failures: ev.host_pins.failures },
+        contexts: ev
+            .contexts
+            .iter()
+            .map(|c| ContextCall {
+                symbol: c.symbol.into(),
+                pid: c.pid,
+                tid: c.tid,
+                uid: *uids.entry(c.pid).or_insert_with(|| process::uid(c.pid)),
+                at_s: secs(c.ts_ns.saturating_sub(outcome.start_ns)),
+                duration_s: secs(c.duration_ns),
+                result: c.result,
+            })
+            .collect(),
+        queue_idle_s: secs(ev.threads.values().map(|t| t.queue_idle_ns).sum()),
+        threads,
+    }
+}
+
+fn probe_hits(ev: &Evidence, outcome: &Outcome) -> Vec<ProbeHits> {
+    let mut out = Vec::new();
+    for lib in &outcome.libraries {
+        for symbol in &lib.symbols {
+            let Some(spec) = PROBES.iter().find(|p| p.symbol == *symbol) else { continue };
+            let hits = ev.threads.values().map(|t| t.hits[spec.id as usize]).sum();
+            out.push(ProbeHits { symbol: (*symbol).into(), library: lib.library.name.clone(), hits });
+        }
+    }
+    debug_assert!(out.iter().all(|p| PROBES.iter().any(|s| s.symbol == p.symbol && spec_of(s.id).is_some())));
+    out
+}

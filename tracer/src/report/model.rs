@@ -1,0 +1,279 @@
+//! The report's JSON shape, `gputrace.report/1` (docs/report.md). Field names are a contract
+//! (../shared/CONTRACT.md): add freely, rename nothing.
+
+use serde::{Deserialize, Serialize};
+
+pub const SCHEMA: &str = "gputrace.report/1";
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Report {
+    pub schema: String,
+    pub tool: Tool,
+    pub target: Target,
+    pub window: Window,
+    pub cuda: Cuda,
+    pub cpu: Cpu,
+    /// Block I/O of the traced tree; null until scheduler and block tracing are enabled.
+    pub io: Option<Io>,
+    /// NVML view; null where NVML is unavailable.
+    pub gpu: Option<Gpu>,
+    pub verdict: String,
+    pub diagnoses: Vec<Diagnosis>,
+    pub tracer: Tracer,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Tool {
+    pub name: String,
+    pub version: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Target {
+    pub pid: u32,
+    pub command: String,
+    /// Exit code of a command started by `gputrace run` (128+signal if killed), else null.
+    pub exit_code: Option<i32>,
+    /// Processes of the traced tree that were seen (the root and children it created).
+    pub processes: Vec<ProcessEntry>,
+    /// Whether any traced process had the CUDA driver loaded while we traced.
+    pub cuda_loaded: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ProcessEntry {
+    pub pid: u32,
+    pub parent: Option<u32>,
+    pub execs: u32,
+    pub exited: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Window {
+    pub duration_s: f64,
+    /// `duration`, `signal` or `target-exited`.
+    pub stopped_by: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Cuda {
+    pub launches: Launches,
+    pub copies: Copies,
+    pub memsets: Count,
+    pub syncs: Syncs,
+    pub allocs: Allocs,
+    pub host_pinned: HostPinned,
+    pub contexts: Vec<ContextCall>,
+    /// Sum over threads of time between a queue-draining call's return and that thread's
+    /// next launch: the GPU queue was empty then. A lower bound on GPU idle time.
+    pub queue_idle_s: f64,
+    pub threads: Vec<ThreadEntry>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Launches {
+    /// Kernel launch calls, each counted once (driver layer).
+    pub kernels: u64,
+    pub graphs: u64,
+    pub cooperative: u64,
+    pub per_second: f64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Copies {
+    pub h2d: CopyDir,
+    pub d2h: CopyDir,
+    pub d2d: CopyDir,
+    pub peer: CopyDir,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CopyDir {
+    pub count: u64,
+    pub bytes: u64,
+    /// Copies whose host memory is pageable (not pinned).
+    pub pageable: u64,
+    pub pageable_bytes: u64,
+    /// Host time spent blocked inside the copy calls.
+    pub blocking_s: f64,
+    /// How the host side of each copy was classified.
+    pub classified: CopyClassified,
+    /// Calls to synchronous copy APIs.
+    pub sync_api: u64,
+    /// Async copies followed by a synchronize on the same thread, and that wait.
+    pub then_synced: u64,
+    pub then_synced_wait_s: f64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CopyClassified {
+    /// Pinned by a host-allocation or registration call we traced.
+    pub pinned_traced: u64,
+    /// In a shared `/dev/zero (deleted)` mapping: pinned before we attached.
+    pub pinned_by_map: u64,
+    /// In ordinary process memory and not pinned by any call we saw.
+    pub pageable: u64,
+    /// Not mapped when we looked.
+    pub unknown: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Count {
+    pub count: u64,
+    pub bytes: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Syncs {
+    pub count: u64,
+    pub wait_s: f64,
+    pub by_symbol: Vec<SymbolWait>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SymbolWait {
+    pub symbol: String,
+    pub count: u64,
+    pub wait_s: f64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Allocs {
+    pub count: u64,
+    pub frees: u64,
+    pub bytes: u64,
+    pub freed_bytes: u64,
+    pub failures: u64,
+    pub out_of_memory: u64,
+    /// Bytes allocated while tracing and not freed by its end.
+    pub live_bytes: u64,
+    pub peak_live_bytes: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HostPinned {
+    pub count: u64,
+    pub bytes: u64,
+    pub frees: u64,
+    pub failures: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ContextCall {
+    pub symbol: String,
+    pub pid: u32,
+    pub tid: u32,
+    pub uid: Option<u32>,
+    /// Seconds from the start of the window.
+    pub at_s: f64,
+    pub duration_s: f64,
+    pub result: u32,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ThreadEntry {
+    pub tid: u32,
+    pub pid: u32,
+    pub kernels: u64,
+    pub graphs: u64,
+    pub copies: u64,
+    pub copy_s: f64,
+    pub syncs: u64,
+    pub sync_wait_s: f64,
+    pub queue_idle_s: f64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Cpu {
+    pub main_thread: Option<MainThread>,
+}
+
+/// The thread that launches the most kernels. Scheduler figures are null until scheduler
+/// tracing is enabled.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MainThread {
+    pub tid: u32,
+    pub on_cpu_s: Option<f64>,
+    pub runqueue_s: Option<f64>,
+    pub io_wait_s: Option<f64>,
+    pub sleep_s: Option<f64>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Io {
+    pub reads: u64,
+    pub read_bytes: u64,
+    pub writes: u64,
+    pub write_bytes: u64,
+    pub wait_s: f64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Gpu {
+    pub available: bool,
+    pub driver_version: Option<String>,
+    pub devices: Vec<GpuDevice>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GpuDevice {
+    pub index: u32,
+    pub uuid: String,
+    pub name: String,
+    pub memory_used_bytes: u64,
+    pub memory_total_bytes: u64,
+    pub utilization_gpu_pct: Option<u32>,
+    /// GPU memory the traced processes hold on this device.
+    pub target_memory_bytes: Option<u64>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Diagnosis {
+    pub id: String,
+    /// `high`, `medium`, `low` or `info`.
+    pub severity: String,
+    /// Fraction of the window's wall time this costs (0..1).
+    pub impact: f64,
+    pub summary: String,
+    pub evidence: Vec<String>,
+    pub fix: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Tracer {
+    /// Events lost anywhere (sum of `loss`); 0 means the counts are complete.
+    pub lost_events: u64,
+    pub complete: bool,
+    pub loss: Loss,
+    pub probes: Vec<ProbeHits>,
+    pub libraries: Vec<LibraryEntry>,
+    /// Milliseconds from start to all probes armed.
+    pub attach_ms: f64,
+    /// Times a process memory map was read to classify copies.
+    pub maps_reads: u64,
+    pub notes: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Loss {
+    pub ring_full: u64,
+    pub thread_map_full: u64,
+    pub inflight_full: u64,
+    pub unmatched_return: u64,
+    pub process_map_full: u64,
+    pub undecodable: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ProbeHits {
+    pub symbol: String,
+    pub library: String,
+    pub hits: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LibraryEntry {
+    pub path: String,
+    pub inode: u64,
+    pub symbols: usize,
+}

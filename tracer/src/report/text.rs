@@ -1,0 +1,168 @@
+//! The report for a person: verdict first, then the diagnoses with numbers and fixes, then
+//! the tables. Fits 80 columns; colour only when writing to a terminal.
+
+use std::fmt::Write as _;
+
+use super::model::{CopyDir, Report};
+
+struct Style {
+    color: bool,
+}
+
+impl Style {
+    fn paint(&self, code: &str, s: &str) -> String {
+        if self.color { format!("\x1b[{code}m{s}\x1b[0m") } else { s.to_owned() }
+    }
+}
+
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[u]) }
+}
+
+/// Make a string from the traced process safe to print: no control characters reach the
+/// terminal (a hostile command name could otherwise move the cursor or recolour output).
+fn clean(s: &str) -> String {
+    s.chars().map(|c| if c.is_control() { '?' } else { c }).collect()
+}
+
+/// Word-wrap `text` to 78 columns; the first line starts with `lead`, the others are
+/// indented to line up under it.
+fn wrap(out: &mut String, lead: &str, text: &str) {
+    let hang = " ".repeat(lead.chars().count());
+    let mut indent = lead;
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && hang.len() + line.chars().count() + 1 + word.chars().count() > 78 {
+            let _ = writeln!(out, "{indent}{line}");
+            indent = &hang;
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        let _ = writeln!(out, "{indent}{line}");
+    }
+}
+
+#[must_use]
+pub fn render(r: &Report, color: bool) -> String {
+    let st = Style { color };
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", st.paint("1", &format!("gputrace: pid {} — {}", r.target.pid, clean(&r.target.command))));
+    let _ = writeln!(out, "traced {:.2} s, stopped by {}", r.window.duration_s, r.window.stopped_by);
+    let _ = writeln!(out);
+    let _ = writeln!(out, "{} {}", st.paint("1", "VERDICT:"), st.paint("1;33", &r.verdict));
+    for d in &r.diagnoses {
+        let sev = match d.severity.as_str() {
+            "high" => st.paint("1;31", "HIGH"),
+            "medium" => st.paint("33", "MEDIUM"),
+            "low" => "low".to_owned(),
+            _ => "info".to_owned(),
+        };
+        let _ = writeln!(out, "\n[{sev}] {} — costs {:.0}% of the time", d.id, d.impact * 100.0);
+        wrap(&mut out, "  ", &d.summary);
+        for e in &d.evidence {
+            wrap(&mut out, "  · ", e);
+        }
+        wrap(&mut out, "  fix: ", &d.fix);
+    }
+    if r.diagnoses.is_empty() {
+        let _ = writeln!(out, "  no problem found in the CUDA calls seen");
+    }
+
+    let c = &r.cuda;
+    let _ = writeln!(out, "\n{}", st.paint("1", "CUDA"));
+    let _ = writeln!(out, "  launches   {} kernels ({:.0}/s), {} graphs", c.launches.kernels, c.launches.per_second, c.launches.graphs);
+    let _ = writeln!(out, "  syncs      {} calls, {:.3} s waiting", c.syncs.count, c.syncs.wait_s);
+    let _ = writeln!(out, "  queue idle {:.3} s after syncs (lower bound on GPU idle)", c.queue_idle_s);
+    for (name, d) in [("H2D", &c.copies.h2d), ("D2H", &c.copies.d2h), ("D2D", &c.copies.d2d)] {
+        copy_line(&mut out, name, d);
+    }
+    let _ = writeln!(
+        out,
+        "  device mem {} allocs ({}), {} frees, {} failed",
+        c.allocs.count,
+        bytes(c.allocs.bytes),
+        c.allocs.frees,
+        c.allocs.failures
+    );
+    let _ = writeln!(out, "  pinned     {} host allocations ({})", c.host_pinned.count, bytes(c.host_pinned.bytes));
+    if !c.threads.is_empty() {
+        let _ = writeln!(out, "\n  {:>8} {:>8} {:>10} {:>7} {:>7} {:>9} {:>9}", "tid", "pid", "kernels", "graphs", "syncs", "wait s", "idle s");
+        for t in c.threads.iter().take(8) {
+            let _ = writeln!(
+                out,
+                "  {:>8} {:>8} {:>10} {:>7} {:>7} {:>9.3} {:>9.3}",
+                t.tid, t.pid, t.kernels, t.graphs, t.syncs, t.sync_wait_s, t.queue_idle_s
+            );
+        }
+    }
+    if let Some(g) = &r.gpu {
+        let _ = writeln!(out, "\n{}", st.paint("1", "GPU"));
+        for d in &g.devices {
+            let util = d.utilization_gpu_pct.map_or("?".into(), |u| format!("{u}%"));
+            let _ = writeln!(
+                out,
+                "  {} {}: {} of {} used, utilization {util}",
+                d.index,
+                clean(&d.name),
+                bytes(d.memory_used_bytes),
+                bytes(d.memory_total_bytes)
+            );
+        }
+    }
+    let t = &r.tracer;
+    let _ = writeln!(out, "\n{}", st.paint("1", "TRACER"));
+    let _ = writeln!(
+        out,
+        "  {} probes in {} libraries, armed in {:.0} ms; {}",
+        t.probes.len(),
+        t.libraries.len(),
+        t.attach_ms,
+        if t.complete { "no events lost".to_owned() } else { st.paint("31", &format!("{} events LOST: counts are incomplete", t.lost_events)) }
+    );
+    for n in &t.notes {
+        wrap(&mut out, "  note: ", &clean(n));
+    }
+    out
+}
+
+fn copy_line(out: &mut String, name: &str, d: &CopyDir) {
+    if d.count == 0 {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "  {name}        {} copies, {}, {} pageable, {:.3} s in calls",
+        d.count,
+        bytes(d.bytes),
+        d.pageable,
+        d.blocking_s
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_never_reach_the_terminal() {
+        assert_eq!(clean("a\x1b[2Jb\nc"), "a?[2Jb?c");
+    }
+
+    #[test]
+    fn sizes_read_well() {
+        assert_eq!(bytes(12), "12 B");
+        assert_eq!(bytes(4 << 20), "4.0 MiB");
+    }
+}

@@ -1,0 +1,185 @@
+//! A tracing session: pick the target, load and attach the probes, follow the process tree,
+//! collect until a stop condition, and hand the evidence to the report. This is the only
+//! place that sequences the stages; each stage lives in its own module.
+
+mod target;
+
+use std::time::{Duration, Instant};
+
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::{
+    clock,
+    collect::{host_memory::ProcMaps, ring::RingReader},
+    decode::Event,
+    discover::{libraries, process},
+    error::{Result, TraceError},
+    evidence::Evidence,
+    probes::Kernel,
+};
+
+pub use target::{gate_then_exec, Target, GATE_ARG};
+use target::{forward_sigterm, wait_child};
+
+/// How often the traced processes' memory maps are rescanned for CUDA libraries loaded
+/// after attach (dlopen) and for processes that exited unseen.
+const RESCAN_EVERY: Duration = Duration::from_millis(200);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StopReason {
+    Duration,
+    Signal,
+    TargetExited,
+}
+
+/// Everything a report needs from a finished session.
+#[derive(Debug)]
+pub struct Outcome {
+    pub evidence: Evidence,
+    pub target_pid: u32,
+    pub command: String,
+    pub exit_status: Option<i32>,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub stopped_by: StopReason,
+    pub libraries: Vec<crate::probes::AttachedLibrary>,
+    pub losses: [u64; gputrace_common::loss::COUNT as usize],
+    pub attach_ms: f64,
+    pub notes: Vec<String>,
+    pub maps_reads: u64,
+}
+
+/// Trace `target` until `duration`, a signal, or the end of the traced process tree.
+pub async fn trace(target: Target, duration: Option<Duration>) -> Result<Outcome> {
+    let began = Instant::now();
+    let mut notes = Vec::new();
+    let (mut kernel, ring) = Kernel::load()?;
+    if let Some(e) = &kernel.task_tracking_error {
+        notes.push(format!("child processes are not followed: {e}"));
+    }
+    let mut ring = RingReader::new(ring).map_err(|e| TraceError::io("watching the ring buffer", "EVENTS", e))?;
+    let started = target.start(&mut kernel)?;
+    let mut child = started.child;
+    let mut exit_status = None;
+    let attach_ms = began.elapsed().as_secs_f64() * 1e3;
+    let start_ns = clock::monotonic_ns();
+    let pid = started.pid;
+
+    if kernel.attached_libraries().is_empty() {
+        let note = format!("process {pid} has not loaded the CUDA driver (libcuda) yet; waiting for it to be loaded");
+        log::warn!("{note}");
+        notes.push(note);
+    }
+
+    let mut evidence = Evidence::default();
+    let mut host = ProcMaps::default();
+    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| TraceError::io("installing", "SIGINT handler", e))?;
+    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| TraceError::io("installing", "SIGTERM handler", e))?;
+    let deadline = tokio::time::sleep(duration.unwrap_or(Duration::from_secs(u64::MAX / 4)));
+    tokio::pin!(deadline);
+    let mut rescan = tokio::time::interval(RESCAN_EVERY);
+
+    let stopped_by = loop {
+        tokio::select! {
+            r = ring.readable() => {
+                r.map_err(|e| TraceError::io("reading", "the ring buffer", e))?;
+                drain(&mut ring, &mut kernel, &mut evidence, &mut host);
+            }
+            () = &mut deadline => break StopReason::Duration,
+            _ = sigint.recv() => break StopReason::Signal,
+            _ = sigterm.recv() => {
+                forward_sigterm(child.as_ref());
+                break StopReason::Signal;
+            }
+            status = wait_child(&mut child) => {
+                exit_status = status;
+                drain(&mut ring, &mut kernel, &mut evidence, &mut host);
+                reap_gone(&mut kernel);
+                if kernel.traced_processes().is_empty() { break StopReason::TargetExited; }
+            }
+            _ = rescan.tick() => {
+                drain(&mut ring, &mut kernel, &mut evidence, &mut host);
+                rescan_libraries(&mut kernel);
+                reap_gone(&mut kernel);
+                if kernel.traced_processes().is_empty() { break StopReason::TargetExited; }
+            }
+        }
+    };
+    let end_ns = clock::monotonic_ns();
+    drain(&mut ring, &mut kernel, &mut evidence, &mut host);
+    for (tid, counters) in kernel.thread_counters() {
+        if evidence.processes.contains_key(&counters.tgid) || kernel_traced_or_root(&kernel, counters.tgid, pid) {
+            evidence.add_counters(tid, &counters);
+        }
+    }
+    Ok(Outcome {
+        evidence,
+        target_pid: pid,
+        command: started.command,
+        exit_status,
+        start_ns,
+        end_ns,
+        stopped_by,
+        libraries: kernel.attached_libraries(),
+        losses: kernel.losses(),
+        attach_ms,
+        notes,
+        maps_reads: host.reads,
+    })
+}
+
+fn kernel_traced_or_root(kernel: &Kernel, tgid: u32, root: u32) -> bool {
+    tgid == root || kernel.traced_processes().contains(&tgid)
+}
+
+fn drain(ring: &mut RingReader, kernel: &mut Kernel, evidence: &mut Evidence, host: &mut ProcMaps) {
+    ring.drain(|decoded| match decoded {
+        Ok(event) => {
+            evidence.apply(&event, host);
+            match event {
+                Event::TaskExit(e) => {
+                    // The thread is gone: fold its counters in and free its map slot.
+                    if let Some(c) = kernel.take_thread(e.header.tid) {
+                        evidence.add_counters(e.header.tid, &c);
+                    }
+                    if e.header.tid == e.header.tgid {
+                        kernel.untrace_process(e.header.tgid);
+                    }
+                }
+                Event::TaskExec(e) => attach_mapped(kernel, e.header.tgid),
+                _ => {}
+            }
+        }
+        Err(e) => {
+            log::debug!("undecodable record: {e}");
+            evidence.decode_errors += 1;
+        }
+    });
+}
+
+/// Probe any CUDA driver library a traced process maps that is not probed yet.
+fn attach_mapped(kernel: &mut Kernel, pid: u32) {
+    for lib in libraries::mapped_by(pid) {
+        match kernel.attach_library(&lib) {
+            Ok(true) => log::info!("process {pid} loaded {}; probes attached", lib.name),
+            Ok(false) => {}
+            Err(e) => log::warn!("{e}"),
+        }
+    }
+}
+
+fn rescan_libraries(kernel: &mut Kernel) {
+    for pid in kernel.traced_processes() {
+        attach_mapped(kernel, pid);
+    }
+}
+
+/// Drop processes that are gone without an exit event (tracepoints unavailable).
+fn reap_gone(kernel: &mut Kernel) {
+    for pid in kernel.traced_processes() {
+        if process::stat(pid).is_none_or(|s| s.state == 'Z' || s.state == 'X') {
+            kernel.untrace_process(pid);
+        }
+    }
+}

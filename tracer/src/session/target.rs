@@ -1,0 +1,150 @@
+//! The two ways to get a target: attach to a running process tree, or start a command with
+//! the probes armed before its first instruction.
+
+use std::{
+    io,
+    os::{fd::AsRawFd as _, unix::process::CommandExt as _},
+};
+
+use crate::{
+    discover::{libraries, process},
+    error::{Result, TraceError},
+    probes::Kernel,
+};
+
+#[derive(Clone, Debug)]
+pub enum Target {
+    Attach { pid: u32 },
+    /// `quiet_stdout`: send the command's stdout to our stderr, so that with `--json`
+    /// stdout holds the report alone.
+    Run { argv: Vec<String>, quiet_stdout: bool },
+}
+
+/// A target that is being traced.
+#[derive(Debug)]
+pub struct Started {
+    pub pid: u32,
+    pub command: String,
+    /// The command we started (run mode), until it is reaped.
+    pub child: Option<tokio::process::Child>,
+}
+
+impl Target {
+    pub(super) fn start(self, kernel: &mut Kernel) -> Result<Started> {
+        match self {
+            Self::Attach { pid } => attach(pid, kernel),
+            Self::Run { argv, quiet_stdout } => run(argv, quiet_stdout, kernel),
+        }
+    }
+}
+
+fn attach(pid: u32, kernel: &mut Kernel) -> Result<Started> {
+    let before = process::require(pid)?;
+    let tree = process::tree(pid);
+    for &p in &tree {
+        kernel.trace_process(p)?;
+    }
+    // The pid must still name the same process: otherwise we would trace a stranger.
+    match process::stat(pid) {
+        Some(now) if now.start_ticks == before.start_ticks => {}
+        Some(_) => return Err(TraceError::PidReused { pid }),
+        None => return Err(TraceError::TargetExited { pid }),
+    }
+    for &p in &tree {
+        for lib in libraries::mapped_by(p) {
+            kernel.attach_library(&lib)?;
+        }
+    }
+    Ok(Started { pid, command: process::command_line(pid), child: None })
+}
+
+/// Spawn the command held just before `exec`, put it in the traced set, probe the driver
+/// libraries it would load, then let it go.
+///
+/// The hold is a re-exec of gputrace itself as `gputrace __gate FD -- CMD...`, which waits
+/// for one byte on FD and then execs CMD, keeping the pid. (Blocking in `pre_exec` instead
+/// would deadlock: spawning waits for the child's exec to report success.)
+fn run(argv: Vec<String>, quiet_stdout: bool, kernel: &mut Kernel) -> Result<Started> {
+    let command = argv.join(" ");
+    let spawn_err = |source| TraceError::Spawn { command: command.clone(), source };
+    let (gate_read, gate_write) = pipe().map_err(spawn_err)?;
+    let me = std::env::current_exe().map_err(spawn_err)?;
+    let mut cmd = std::process::Command::new(me);
+    cmd.arg(GATE_ARG).arg(gate_read.as_raw_fd().to_string()).arg("--").args(&argv);
+    if quiet_stdout {
+        cmd.stdout(std::io::stderr());
+    }
+    let read_fd = gate_read.as_raw_fd();
+    // SAFETY: fcntl is async-signal-safe; it only makes the read end survive the exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::fcntl(read_fd, libc::F_SETFD, 0) == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+        });
+    }
+    let child = tokio::process::Command::from(cmd).spawn().map_err(spawn_err)?;
+    drop(gate_read);
+    let pid = child.id().ok_or(TraceError::TargetExited { pid: 0 })?;
+    kernel.trace_process(pid)?;
+    for lib in libraries::predicted_for_command(libraries::inherited_ld_library_path().as_deref()) {
+        kernel.attach_library(&lib)?;
+    }
+    write_byte(&gate_write).map_err(spawn_err)?;
+    Ok(Started { pid, command, child: Some(child) })
+}
+
+/// The hidden first argument that turns gputrace into the gate of `run`.
+pub const GATE_ARG: &str = "__gate";
+
+/// The gate side: wait for the go byte on `fd`, then exec `argv` (never returns on success).
+/// If gputrace dies before saying go, the pipe closes and the command is not started.
+#[must_use]
+pub fn gate_then_exec(fd: i32, argv: &[String]) -> i32 {
+    use std::os::unix::process::CommandExt as _;
+    let mut byte = 0u8;
+    // SAFETY: reads one byte into a valid buffer.
+    let n = unsafe { libc::read(fd, (&raw mut byte).cast(), 1) };
+    // SAFETY: closing our own descriptor.
+    unsafe { libc::close(fd) };
+    if n != 1 {
+        eprintln!("gputrace: tracing did not start; not running the command");
+        return crate::error::exit::FAILURE;
+    }
+    let Some((program, args)) = argv.split_first() else { return crate::error::exit::USAGE };
+    let err = std::process::Command::new(program).args(args).exec();
+    eprintln!("gputrace: cannot run `{program}`: {err}");
+    // The shell's convention: 127 for not found, 126 for found but not executable.
+    if err.kind() == io::ErrorKind::NotFound { 127 } else { 126 }
+}
+
+fn pipe() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: fds has room for two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    Ok(unsafe { (std::os::fd::FromRawFd::from_raw_fd(fds[0]), std::os::fd::FromRawFd::from_raw_fd(fds[1])) })
+}
+
+fn write_byte(fd: &std::os::fd::OwnedFd) -> io::Result<()> {
+    // SAFETY: writes one byte from a valid buffer to an open descriptor.
+    if unsafe { libc::write(fd.as_raw_fd(), [1u8].as_ptr().cast(), 1) } == 1 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+/// Wait for a command we started to exit; never resolves when there is none (attach mode)
+/// or once it has been reaped.
+pub async fn wait_child(child: &mut Option<tokio::process::Child>) -> Option<i32> {
+    use std::os::unix::process::ExitStatusExt as _;
+    let Some(c) = child else { return std::future::pending().await };
+    let status = c.wait().await.ok();
+    *child = None;
+    status.map(|s| s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)))
+}
+
+/// Pass a SIGTERM on to a command we started, so that it ends with us.
+pub fn forward_sigterm(child: Option<&tokio::process::Child>) {
+    if let Some(pid) = child.and_then(tokio::process::Child::id) {
+        // SAFETY: sending a signal has no memory-safety preconditions.
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    }
+}
