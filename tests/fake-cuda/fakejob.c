@@ -19,6 +19,7 @@
  *   --alloc-churn N        per step: N × (cudaMalloc 1 MiB + cudaFree)
  *   --host-us U            per step: U µs of host work (spinning)
  *   --fork                 fork once after the gate; parent and child both run the workload
+ *   --settle-ms M          sleep M ms after loading CUDA, before working
  *   --lib-dir DIR          where libcuda.so.1 and libcudart.so.13 are (default: beside the binary)
  */
 #define _GNU_SOURCE
@@ -55,7 +56,7 @@ static int (*drv_launch_ex)(const launch_config *, void *, void **, void **);
 static struct {
     int gate, threads, steps, runtime_launches, driver_launches, ex_launches, graphs, item, sync, alloc_churn, fork;
     int load_after_gate, pin_after_gate;
-    long kernel_us, host_us;
+    long kernel_us, host_us, settle_ms;
     size_t pageable_h2d, pinned_h2d;
     char lib_dir[PATH_MAX];
 } opt = {.threads = 1, .steps = 1, .kernel_us = 5};
@@ -174,6 +175,7 @@ int main(int argc, char **argv) {
         NUM("--driver-launches", driver_launches) NUM("--ex-launches", ex_launches) NUM("--graphs", graphs)
         NUM("--kernel-us", kernel_us) NUM("--host-us", host_us) NUM("--pageable-h2d", pageable_h2d)
         NUM("--pinned-h2d", pinned_h2d) NUM("--item", item) NUM("--alloc-churn", alloc_churn)
+        NUM("--settle-ms", settle_ms)
         if (!strcmp(a, "--lib-dir")) { snprintf(opt.lib_dir, sizeof opt.lib_dir, "%s", v); i++; continue; }
         fprintf(stderr, "fakejob: unknown argument %s\n", a);
         return 2;
@@ -192,6 +194,7 @@ int main(int argc, char **argv) {
         if (!fgets(line, sizeof line, stdin)) die("gate closed");
     }
     if (opt.load_after_gate) load_cuda();
+    if (opt.settle_ms) usleep((useconds_t)opt.settle_ms * 1000);
     if (opt.load_after_gate || opt.pin_after_gate) pin_buffer();
     if (rt_malloc(&device_buf, 64 << 20)) die("cudaMalloc failed");
     pid_t child = opt.fork ? fork() : 0;

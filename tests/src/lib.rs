@@ -1,1 +1,162 @@
+//! Helpers for the privileged integration tests: the gputrace binary, the fake CUDA built by
+//! `build.rs`, and workloads held at a gate until the tracer is armed.
+#![expect(clippy::missing_panics_doc, reason = "test helpers panic by design")]
 
+use std::{
+    io::{BufRead as _, BufReader, Read as _, Write as _},
+    path::PathBuf,
+    process::{Child, ChildStderr, Command, Stdio},
+    sync::mpsc,
+    time::Duration,
+};
+
+use serde_json::Value;
+
+/// The gputrace binary under test (`cargo xtask test` sets GPUTRACE_BIN).
+#[must_use]
+pub fn gputrace() -> PathBuf {
+    let path = std::env::var_os("GPUTRACE_BIN")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/gputrace"), PathBuf::from);
+    assert!(path.exists(), "{} does not exist: run the tests with `cargo xtask test`", path.display());
+    path
+}
+
+/// The folder holding the fake libcuda.so.1, libcudart.so.13 and fakejob.
+#[must_use]
+pub fn fake_cuda_dir() -> PathBuf {
+    PathBuf::from(env!("FAKE_CUDA_DIR"))
+}
+
+#[must_use]
+pub fn fakejob() -> PathBuf {
+    fake_cuda_dir().join("fakejob")
+}
+
+/// These tests load eBPF programs: they need root. Not being root fails them, loudly.
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(euid, 0, "the integration tests load eBPF programs and must run as root");
+}
+
+/// A fakejob that has loaded its libraries and waits at its gate.
+#[derive(Debug)]
+pub struct Gated {
+    pub child: Child,
+    pub pid: u32,
+}
+
+impl Gated {
+    #[must_use]
+    pub fn start(args: &[&str]) -> Self {
+        let mut child = Command::new(fakejob())
+            .arg("--gate")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("fakejob starts");
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().expect("piped")).read_line(&mut line).expect("fakejob says ready");
+        let pid = line.trim().strip_prefix("ready ").and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("unexpected: {line:?}"));
+        Self { child, pid }
+    }
+
+    /// Let the workload run.
+    pub fn release(&mut self) {
+        self.child.stdin.as_mut().expect("piped").write_all(b"go\n").expect("gate opens");
+    }
+
+    /// Wait for the workload to finish; asserts success.
+    pub fn finish(mut self) {
+        let status = self.child.wait().expect("fakejob waits");
+        assert!(status.success(), "fakejob failed: {status}");
+    }
+}
+
+/// A running `gputrace attach`, armed (its "armed" log line was seen).
+#[derive(Debug)]
+pub struct Tracer {
+    pub child: Child,
+    stderr_rest: mpsc::Receiver<String>,
+}
+
+impl Tracer {
+    #[must_use]
+    pub fn attach(pid: u32, extra: &[&str]) -> Self {
+        let mut child = Command::new(gputrace())
+            .args(["-v", "attach", "--json", "--pid", &pid.to_string()])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("gputrace starts");
+        let stderr = child.stderr.take().expect("piped");
+        let (armed_tx, armed_rx) = mpsc::channel();
+        let (rest_tx, rest_rx) = mpsc::channel();
+        std::thread::spawn(move || forward_stderr(stderr, &armed_tx, &rest_tx));
+        armed_rx.recv_timeout(Duration::from_secs(30)).expect("gputrace arms its probes within 30 s");
+        Self { child, stderr_rest: rest_rx }
+    }
+
+    /// Wait for the report; returns it with gputrace's exit code and stderr.
+    #[must_use]
+    pub fn report(mut self) -> (Value, i32, String) {
+        let mut out = String::new();
+        self.child.stdout.take().expect("piped").read_to_string(&mut out).expect("report read");
+        let status = self.child.wait().expect("gputrace exits");
+        let stderr: String = self.stderr_rest.try_iter().collect();
+        let report = serde_json::from_str(&out).unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{out}\nstderr:\n{stderr}"));
+        (report, status.code().unwrap_or(-1), stderr)
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: sending a signal has no memory-safety preconditions.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+}
+
+fn forward_stderr(stderr: ChildStderr, armed: &mpsc::Sender<()>, rest: &mpsc::Sender<String>) {
+    for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+        if line.contains("armed: tracing pid") {
+            let _ = armed.send(());
+        }
+        let _ = rest.send(line + "\n");
+    }
+}
+
+/// `gputrace run --json -- fakejob ARGS`: the report, exit code and stderr.
+#[must_use]
+pub fn run_fakejob(args: &[&str]) -> (Value, i32, String) {
+    // As on a real machine, the driver is found through the loader path, which is how `run`
+    // predicts it and arms the probes before the command starts.
+    let out = Command::new(gputrace())
+        .env("LD_LIBRARY_PATH", fake_cuda_dir())
+        .args(["run", "--json", "--"])
+        .arg(fakejob())
+        .args(args)
+        .output()
+        .expect("gputrace runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let report = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{stdout}\nstderr:\n{stderr}"));
+    (report, out.status.code().unwrap_or(-1), stderr)
+}
+
+/// A number at a JSON pointer (`/cuda/launches/kernels`); panics with the report if absent.
+#[must_use]
+pub fn num(report: &Value, pointer: &str) -> u64 {
+    report.pointer(pointer).and_then(Value::as_u64).unwrap_or_else(|| panic!("{pointer} missing in {report:#}"))
+}
+
+/// Hits of one probe symbol in `tracer.probes`.
+#[must_use]
+pub fn hits(report: &Value, symbol: &str) -> u64 {
+    report["tracer"]["probes"]
+        .as_array()
+        .expect("probes is a list")
+        .iter()
+        .filter(|p| p["symbol"] == symbol)
+        .map(|p| p["hits"].as_u64().expect("hits"))
+        .sum()
+}

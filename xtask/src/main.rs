@@ -1,1 +1,96 @@
-fn main() {}
+//! Project tasks: `cargo xtask setup | build | demo | test | ci`.
+//!
+//! `setup` installs what the eBPF build needs and is idempotent; every other task runs it
+//! first, so the README's two commands work on a fresh machine.
+
+mod toolchain;
+
+#[path = "../../tests/fake-cuda/builder.rs"]
+mod builder;
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{bail, Context as _, Result};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install the nightly's rust-src and the pinned bpf-linker (idempotent).
+    Setup,
+    /// Setup, then build target/release/gputrace.
+    Build,
+    /// Build everything and trace the built-in demo workloads (fake CUDA; no GPU needed).
+    Demo,
+    /// Build everything and run every test, privileged integration tests included.
+    Test,
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    eprintln!("+ {cmd:?}");
+    let status = cmd.status().with_context(|| format!("starting {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok(())
+}
+
+fn build() -> Result<PathBuf> {
+    toolchain::setup()?;
+    run(Command::new("cargo").current_dir(root()).args(["build", "--release", "--package", "gputrace"]))?;
+    Ok(root().join("target/release/gputrace"))
+}
+
+/// The demo: a planted bottleneck per run, each traced by `gputrace run` on the fake CUDA.
+fn demo() -> Result<()> {
+    let gputrace = build()?;
+    let fake = root().join("target/fake-cuda");
+    builder::build_fake_cuda(&root().join("tests/fake-cuda"), &fake).map_err(anyhow::Error::msg)?;
+    let job = fake.join("fakejob").display().to_string();
+    let scenarios: [(&str, &[&str]); 3] = [
+        ("many tiny kernels, launched one by one", &["--steps", "300", "--driver-launches", "200", "--kernel-us", "1", "--sync"]),
+        ("a training step that copies from pageable memory and reads a scalar back", &[
+            "--steps", "200", "--driver-launches", "20", "--kernel-us", "20", "--pageable-h2d", "4194304", "--item", "1", "--host-us", "300",
+        ]),
+        ("a healthy job: large kernels keep the GPU busy", &["--steps", "100", "--driver-launches", "10", "--kernel-us", "500", "--sync"]),
+    ];
+    for (what, args) in scenarios {
+        eprintln!("\n=== demo: {what} ===");
+        run(Command::new(&gputrace).arg("run").arg("--").arg(&job).args(args))?;
+    }
+    Ok(())
+}
+
+fn test() -> Result<()> {
+    let gputrace = build()?;
+    run(Command::new("cargo")
+        .current_dir(root())
+        .env("GPUTRACE_BIN", &gputrace)
+        .args(["test", "--release", "--workspace", "--exclude", "gputrace-tests", "--exclude", "gputrace-ebpf"]))?;
+    // The privileged tests load eBPF into the one kernel: one at a time.
+    run(Command::new("cargo")
+        .current_dir(root())
+        .env("GPUTRACE_BIN", &gputrace)
+        .args(["test", "--release", "--package", "gputrace-tests", "--", "--test-threads=1"]))
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().task {
+        Task::Setup => toolchain::setup(),
+        Task::Build => build().map(|_| ()),
+        Task::Demo => demo(),
+        Task::Test => test(),
+    }
+}

@@ -47,6 +47,8 @@ pub struct Evidence {
     pub decode_errors: u64,
     /// Events whose probe id we do not know.
     pub unknown_probes: u64,
+    /// Owner (real uid) of each process seen, looked up while it was alive.
+    pub uids: BTreeMap<u32, Option<u32>>,
 }
 
 impl Evidence {

@@ -8,7 +8,6 @@ use super::model::{
 };
 use crate::{
     detect,
-    discover::process,
     evidence::{DirStats, Evidence},
     session::Outcome,
 };
@@ -126,7 +125,6 @@ fn cuda(ev: &Evidence, outcome: &Outcome, window_ns: u64) -> Cuda {
         })
         .collect();
     threads.sort_by_key(|t| std::cmp::Reverse((t.kernels + t.graphs, t.syncs)));
-    let mut uids = std::collections::HashMap::new();
     Cuda {
         launches: Launches {
             kernels,
@@ -159,7 +157,7 @@ fn cuda(ev: &Evidence, outcome: &Outcome, window_ns: u64) -> Cuda {
                 symbol: c.symbol.into(),
                 pid: c.pid,
                 tid: c.tid,
-                uid: *uids.entry(c.pid).or_insert_with(|| process::uid(c.pid)),
+                uid: ev.uids.get(&c.pid).copied().flatten(),
                 at_s: secs(c.ts_ns.saturating_sub(outcome.start_ns)),
                 duration_s: secs(c.duration_ns),
                 result: c.result,

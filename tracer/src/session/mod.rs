@@ -65,6 +65,8 @@ pub async fn trace(target: Target, duration: Option<Duration>) -> Result<Outcome
     let attach_ms = began.elapsed().as_secs_f64() * 1e3;
     let start_ns = clock::monotonic_ns();
     let pid = started.pid;
+    // Tests and scripts wait for this line (with -v) before starting the traced work.
+    log::info!("armed: tracing pid {pid} with probes in {} libraries after {attach_ms:.0} ms", kernel.attached_libraries().len());
 
     if kernel.attached_libraries().is_empty() {
         let note = format!("process {pid} has not loaded the CUDA driver (libcuda) yet; waiting for it to be loaded");
@@ -107,6 +109,10 @@ pub async fn trace(target: Target, duration: Option<Duration>) -> Result<Outcome
         }
     };
     let end_ns = clock::monotonic_ns();
+    if exit_status.is_none() && stopped_by == StopReason::TargetExited {
+        // The tree is gone; reap the command we started for its exit code.
+        exit_status = tokio::time::timeout(Duration::from_secs(1), wait_child(&mut child)).await.ok().flatten();
+    }
     drain(&mut ring, &mut kernel, &mut evidence, &mut host);
     for (tid, counters) in kernel.thread_counters() {
         if evidence.processes.contains_key(&counters.tgid) || kernel_traced_or_root(&kernel, counters.tgid, pid) {
@@ -136,6 +142,9 @@ fn kernel_traced_or_root(kernel: &Kernel, tgid: u32, root: u32) -> bool {
 fn drain(ring: &mut RingReader, kernel: &mut Kernel, evidence: &mut Evidence, host: &mut ProcMaps) {
     ring.drain(|decoded| match decoded {
         Ok(event) => {
+            let pid = event.header().tgid;
+            // Enrichment: who owns the process, read while it is still alive.
+            evidence.uids.entry(pid).or_insert_with(|| process::uid(pid));
             evidence.apply(&event, host);
             match event {
                 Event::TaskExit(e) => {

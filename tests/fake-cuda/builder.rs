@@ -1,0 +1,28 @@
+//! Builds the fake CUDA (libcuda.so.1, libcudart.so.13) and the `fakejob` workload with the
+//! system C compiler. Shared by `tests/build.rs` and `cargo xtask demo` through `#[path]`,
+//! so there is one recipe.
+
+use std::{path::Path, process::Command};
+
+/// Compile everything from `src` (this folder) into `out`.
+pub fn build_fake_cuda(src: &Path, out: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(out).map_err(|e| format!("creating {}: {e}", out.display()))?;
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let o = |name: &str| out.join(name).display().to_string();
+    let s = |name: &str| src.join(name).display().to_string();
+    let steps: [Vec<String>; 3] = [
+        vec!["-O2".into(), "-shared".into(), "-fPIC".into(), "-Wl,-soname,libcuda.so.1".into(), "-o".into(), o("libcuda.so.1"), s("libcuda.c"), "-lpthread".into()],
+        vec![
+            "-O2".into(), "-shared".into(), "-fPIC".into(), "-Wl,-soname,libcudart.so.13".into(), "-o".into(), o("libcudart.so.13"), s("libcudart.c"),
+            format!("-L{}", out.display()), "-l:libcuda.so.1".into(), "-Wl,-rpath,$ORIGIN".into(),
+        ],
+        vec!["-O2".into(), "-o".into(), o("fakejob"), s("fakejob.c"), "-ldl".into(), "-lpthread".into()],
+    ];
+    for args in steps {
+        let status = Command::new(&cc).args(&args).status().map_err(|e| format!("running {cc}: {e} (install a C compiler)"))?;
+        if !status.success() {
+            return Err(format!("{cc} {} failed: {status}", args.join(" ")));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# For each planted job: start it, attach gputrace once it is warm, trace 6 s, keep the report.
+# Usage: planted.sh GPUTRACE OUT_DIR [MODE...]
+set -u
+BIN=$1
+OUT=$2
+shift 2
+HERE=$(cd "$(dirname "$0")" && pwd)
+MODES=${*:-launch_bound pageable item alloc_churn healthy_gemm healthy_train}
+mkdir -p "$OUT"
+for mode in $MODES; do
+  coproc JOB { PYTHONUNBUFFERED=1 python3 "$HERE/planted.py" "$mode" --seconds 7 2>"$OUT/$mode.py.err"; }
+  pid=$JOB_PID
+  read -r -u "${JOB[0]}" ready
+  if [ "$ready" != ready ]; then echo "$mode did not start: $ready"; continue; fi
+  "$BIN" -v attach --pid "$pid" --duration 6 --json >"$OUT/$mode.json" 2>"$OUT/$mode.err" &
+  gp=$!
+  for _ in $(seq 1 300); do grep -q "armed: tracing" "$OUT/$mode.err" && break; sleep 0.05; done
+  echo go >&"${JOB[1]}"
+  wait $gp
+  read -r -u "${JOB[0]}" done_line
+  wait "$pid" 2>/dev/null
+  echo "$mode: $done_line, verdict $(python3 -c "import json;print(json.load(open('$OUT/$mode.json'))['verdict'])" 2>/dev/null)" | tee -a "$OUT/planted.txt"
+done

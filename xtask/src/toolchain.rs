@@ -1,0 +1,79 @@
+//! The eBPF toolchain, pinned in one place.
+//!
+//! Why these move together: aya-ebpf programs are compiled by the **nightly** toolchain
+//! (`-Z build-std=core` for `bpfel-unknown-none` needs its `rust-src`), which emits LLVM
+//! bitcode of the nightly's LLVM (22 here); **bpf-linker** links that bitcode with its own
+//! LLVM, so it must be built against the very same LLVM — the nightly's `libLLVM.so`.
+//! Change the nightly and bpf-linker must be rebuilt (and `BPF_LINKER_LLVM_FEATURE` may
+//! change); change bpf-linker's version and check it supports that LLVM.
+//! The aya crate versions that go with them are pinned in the workspace Cargo.toml.
+
+use std::{
+    env, fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{bail, Context as _, Result};
+
+const BPF_LINKER_VERSION: &str = "0.13.0";
+/// The cargo feature of bpf-linker that selects the nightly's LLVM major version.
+const BPF_LINKER_LLVM_FEATURE: &str = "llvm-22";
+const NIGHTLY: &str = "nightly";
+
+fn output(cmd: &mut Command) -> Option<String> {
+    let out = cmd.output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn home() -> PathBuf {
+    env::var_os("HOME").map_or_else(|| PathBuf::from("/root"), PathBuf::from)
+}
+
+/// Where the link to the nightly's LLVM lives; bpf-linker's rpath points here, so it lasts.
+fn llvm_prefix() -> PathBuf {
+    home().join(".local/share/gputrace/llvm")
+}
+
+pub fn setup() -> Result<()> {
+    let sysroot = output(Command::new("rustc").args([&format!("+{NIGHTLY}"), "--print", "sysroot"]))
+        .context("the nightly toolchain is missing: install it with `rustup toolchain install nightly`")?;
+    let sysroot = PathBuf::from(sysroot.trim());
+    if !sysroot.join("lib/rustlib/src/rust/library/core").exists() {
+        eprintln!("setup: adding rust-src to the nightly toolchain");
+        let status = Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", NIGHTLY]).status()?;
+        if !status.success() {
+            bail!("`rustup component add rust-src --toolchain {NIGHTLY}` failed");
+        }
+    }
+    let installed = output(Command::new("bpf-linker").arg("--version")).unwrap_or_default();
+    if installed.contains(BPF_LINKER_VERSION) {
+        return Ok(());
+    }
+    let llvm = find_llvm(&sysroot)?;
+    let prefix = llvm_prefix();
+    fs::create_dir_all(prefix.join("lib"))?;
+    let name = llvm.file_name().context("LLVM library has a name")?;
+    for link in [prefix.join("lib/libLLVM.so"), prefix.join("lib").join(name)] {
+        let _ = fs::remove_file(&link);
+        std::os::unix::fs::symlink(&llvm, &link).with_context(|| format!("linking {}", link.display()))?;
+    }
+    eprintln!("setup: building bpf-linker {BPF_LINKER_VERSION} against {} (about a minute)", llvm.display());
+    let status = Command::new("cargo")
+        .env("LLVM_PREFIX", &prefix)
+        .args(["install", &format!("bpf-linker@{BPF_LINKER_VERSION}"), "--locked", "--no-default-features", "--features", BPF_LINKER_LLVM_FEATURE])
+        .status()?;
+    if !status.success() {
+        bail!("building bpf-linker failed");
+    }
+    Ok(())
+}
+
+/// The nightly's own `libLLVM.so.*`.
+fn find_llvm(sysroot: &Path) -> Result<PathBuf> {
+    let lib = sysroot.join("lib");
+    fs::read_dir(&lib)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libLLVM") && n.contains(".so")))
+        .with_context(|| format!("no libLLVM in {}: is the nightly complete?", lib.display()))
+}
