@@ -166,6 +166,7 @@ NOINLINE CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char v, size_t n) { (v
 
 NOINLINE CUresult cuStreamSynchronize(CUstream s) { (void)s; sleep_until(queue_end()); return CUDA_SUCCESS; }
 NOINLINE CUresult cuCtxSynchronize(void) { sleep_until(queue_end()); return CUDA_SUCCESS; }
+NOINLINE CUresult cuCtxSynchronize_v2(CUcontext ctx) { (void)ctx; sleep_until(queue_end()); return CUDA_SUCCESS; }
 NOINLINE CUresult cuEventSynchronize(CUevent e) { (void)e; sleep_until(queue_end()); return CUDA_SUCCESS; }
 
 NOINLINE CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {

@@ -49,7 +49,8 @@ NOINLINE cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum 
 }
 
 NOINLINE cudaError_t cudaStreamSynchronize(CUstream s) { return cuStreamSynchronize(s); }
-NOINLINE cudaError_t cudaDeviceSynchronize(void) { return cuCtxSynchronize(); }
+/* CUDA 13's runtime reaches the _v2 entry point (seen with PyTorch on driver 580). */
+NOINLINE cudaError_t cudaDeviceSynchronize(void) { return cuCtxSynchronize_v2(0); }
 NOINLINE cudaError_t cudaMalloc(void **p, size_t n) { ensure_context(); return cuMemAlloc_v2((CUdeviceptr *)p, n); }
 NOINLINE cudaError_t cudaFree(void *p) { return cuMemFree_v2((CUdeviceptr)p); }
 NOINLINE cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags) { ensure_context(); return cuMemHostAlloc(p, n, flags); }

@@ -187,7 +187,9 @@ pub const PROBES: &[ProbeSpec] = &[
     memset(33, "cuMemsetD32_v2"),
     memset(34, "cuMemsetD8Async"),
     memset(35, "cuMemsetD32Async"),
-    // Synchronization.
+    // Synchronization. PyTorch's torch.cuda.synchronize() reaches cuCtxSynchronize_v2
+    // (CUDA 13, driver 580: seen on the GPU machine, docs/validation.md), not cuCtxSynchronize.
+    sync(37, "cuCtxSynchronize_v2"),
     sync(40, "cuStreamSynchronize"),
     sync(41, "cuStreamSynchronize_ptsz"),
     sync(42, "cuCtxSynchronize"),

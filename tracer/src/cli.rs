@@ -10,7 +10,6 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::{
     error::{exit, TraceError},
-    gpu,
     report::{self, Report},
     session::{self, Target},
 };
@@ -50,6 +49,9 @@ struct Common {
     /// Stop after this many seconds (default: when the target exits or on Ctrl-C).
     #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
     duration: Option<Duration>,
+    /// NVML samples per second (utilization, memory, Hopper GPM); 0 turns NVML off.
+    #[arg(long, value_name = "HZ", default_value_t = 10.0, value_parser = parse_hz)]
+    nvml_hz: f64,
     /// Print the report as one JSON document on stdout; logs, and the output of a command
     /// started by `run`, go to stderr.
     #[arg(long)]
@@ -64,40 +66,54 @@ fn parse_seconds(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+fn parse_hz(s: &str) -> Result<f64, String> {
+    let hz: f64 = s.parse().map_err(|_| format!("`{s}` is not a rate in Hz"))?;
+    if !(0.0..=100.0).contains(&hz) {
+        return Err(format!("the NVML rate must be between 0 and 100 Hz, got `{s}`"));
+    }
+    Ok(hz)
+}
+
 /// A validated job.
 #[derive(Debug)]
 pub struct Job {
     target: Target,
     duration: Option<Duration>,
     json: bool,
+    /// Zero: NVML off.
+    nvml_interval: Duration,
+}
+
+impl Common {
+    fn nvml_interval(&self) -> Duration {
+        if self.nvml_hz == 0.0 { Duration::ZERO } else { Duration::from_secs_f64(1.0 / self.nvml_hz) }
+    }
 }
 
 impl Cli {
     #[must_use]
     pub fn job(self) -> Job {
         match self.command {
-            Command::Attach { pid, common } => Job { target: Target::Attach { pid }, duration: common.duration, json: common.json },
-            Command::Run { common, argv } => Job { target: Target::Run { argv, quiet_stdout: common.json }, duration: common.duration, json: common.json },
+            Command::Attach { pid, common } => {
+                Job { target: Target::Attach { pid }, duration: common.duration, json: common.json, nvml_interval: common.nvml_interval() }
+            }
+            Command::Run { common, argv } => Job {
+                target: Target::Run { argv, quiet_stdout: common.json },
+                duration: common.duration,
+                json: common.json,
+                nvml_interval: common.nvml_interval(),
+            },
         }
     }
 }
 
 /// Run a job to its report; returns the process exit code.
 pub async fn execute(job: Job) -> i32 {
-    let outcome = match session::trace(job.target, job.duration).await {
+    let outcome = match session::trace(job.target, job.duration, job.nvml_interval).await {
         Ok(o) => o,
         Err(e) => return fail(&e),
     };
-    let mut pids: Vec<u32> = outcome.evidence.processes.keys().copied().collect();
-    pids.push(outcome.target_pid);
-    let gpu = match gpu::snapshot(pids).await {
-        Ok(g) => Some(g),
-        Err(why) => {
-            log::warn!("{why}");
-            None
-        }
-    };
-    let report = report::build::build(&outcome, gpu);
+    let report = report::build::build(&outcome);
     print_report(&report, job.json)
 }
 

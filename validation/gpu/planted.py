@@ -3,10 +3,11 @@
 
   launch_bound  deep narrow MLP, batch 8, eager: thousands of tiny kernels per step
   pageable      each step copies a 64 MiB batch from pageable memory (no pin_memory)
-  item          each step reads the loss with .item() and then does host work
+  item          each step (~10 ms of GPU work) reads the loss with .item(), then does 5 ms
+                of host work while the GPU has nothing queued
   alloc_churn   each step empties the cache and allocates fresh, differently sized buffers
   healthy_gemm  chains of 8192² bf16 matmuls: the GPU is the limiter
-  healthy_train a bf16 MLP training step on pinned, non-blocking input, loss logged every 50 steps
+  healthy_train the same bf16 step on pinned, non-blocking input, loss read every 50 steps
 """
 import argparse
 import sys
@@ -45,17 +46,19 @@ elif args.mode == "pageable":
         xb = host.to(dev)
         model(xb[:512]).sum()
 elif args.mode == "item":
-    model = mlp(2048, 8)
+    # ~10 ms of GPU work per step, then .item() and 5 ms of host work (logging, data prep)
+    # during which the GPU has nothing queued.
+    model = mlp(8192, 4, torch.bfloat16)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    x = torch.randn(256, 2048, device=dev)
+    x = torch.randn(4096, 8192, device=dev, dtype=torch.bfloat16)
 
     def step(i):
         opt.zero_grad(set_to_none=True)
-        loss = model(x).square().mean()
+        loss = model(x).float().square().mean()
         loss.backward()
         opt.step()
         v = loss.item()
-        t = time.perf_counter() + 0.002  # host work between steps (logging, data prep)
+        t = time.perf_counter() + 0.005
         while time.perf_counter() < t:
             pass
         return v
@@ -75,9 +78,10 @@ elif args.mode == "healthy_gemm":
             b = b @ a
         torch.cuda.synchronize()
 elif args.mode == "healthy_train":
-    model = mlp(4096, 8, torch.bfloat16)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    host = torch.randn(1024, 4096).to(torch.bfloat16).pin_memory()
+    # The same ~10 ms step as `item`, fed from pinned memory, loss read every 50 steps.
+    model = mlp(8192, 4, torch.bfloat16)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    host = torch.randn(4096, 8192).to(torch.bfloat16).pin_memory()
 
     def step(i):
         xb = host.to(dev, non_blocking=True)

@@ -11,14 +11,17 @@ mkdir -p "$OUT"
 for mode in $MODES; do
   coproc JOB { PYTHONUNBUFFERED=1 python3 "$HERE/planted.py" "$mode" --seconds 7 2>"$OUT/$mode.py.err"; }
   pid=$JOB_PID
-  read -r -u "${JOB[0]}" ready
+  # Keep our own copies of the pipes: bash drops JOB[] as soon as the job exits.
+  exec {from_job}<&"${JOB[0]}" {to_job}>&"${JOB[1]}"
+  read -r -u "$from_job" ready
   if [ "$ready" != ready ]; then echo "$mode did not start: $ready"; continue; fi
   "$BIN" -v attach --pid "$pid" --duration 6 --json >"$OUT/$mode.json" 2>"$OUT/$mode.err" &
   gp=$!
   for _ in $(seq 1 300); do grep -q "armed: tracing" "$OUT/$mode.err" && break; sleep 0.05; done
-  echo go >&"${JOB[1]}"
+  echo go >&"$to_job"
   wait $gp
-  read -r -u "${JOB[0]}" done_line
+  read -r -u "$from_job" done_line
+  exec {from_job}<&- {to_job}>&-
   wait "$pid" 2>/dev/null
   echo "$mode: $done_line, verdict $(python3 -c "import json;print(json.load(open('$OUT/$mode.json'))['verdict'])" 2>/dev/null)" | tee -a "$OUT/planted.txt"
 done

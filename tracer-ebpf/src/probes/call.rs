@@ -127,6 +127,7 @@ call_probes! {
     cuMemsetD32_v2 / cuMemsetD32_v2_ret = 33;
     cuMemsetD8Async / cuMemsetD8Async_ret = 34;
     cuMemsetD32Async / cuMemsetD32Async_ret = 35;
+    cuCtxSynchronize_v2 / cuCtxSynchronize_v2_ret = 37;
     cuStreamSynchronize / cuStreamSynchronize_ret = 40;
     cuStreamSynchronize_ptsz / cuStreamSynchronize_ptsz_ret = 41;
     cuCtxSynchronize / cuCtxSynchronize_ret = 42;

@@ -1,19 +1,22 @@
-//! From evidence to diagnoses. Each detector is a pure function of the evidence that returns
-//! a diagnosis with its impact (the fraction of the window's wall time it costs), the
-//! evidence in numbers, and the fix. Thresholds are named constants with their origin.
-//!
-//! This first set works from the CUDA call evidence of the launching ("main") thread alone;
-//! scheduler, block I/O and NVML evidence refine it as they arrive.
+//! From evidence to diagnoses. Each detector is a pure function of the evidence and the time
+//! account that returns a diagnosis with its impact (the fraction of the window's wall time it
+//! costs), the evidence in numbers, and the fix. Thresholds are named constants with their
+//! origin. NVML, where present, is the referee between "the GPU waits for the host" and
+//! "the GPU is busy".
 
+mod account;
 mod rules;
 
-use crate::{evidence::Evidence, report::model::Diagnosis};
+pub use account::Account;
+
+use crate::{evidence::Evidence, report::model::{Diagnosis, GpuDevice}};
 
 /// What the detectors look at.
 #[derive(Debug)]
 pub struct Inputs<'a> {
     pub window_ns: u64,
     pub evidence: &'a Evidence,
+    pub gpu: Option<&'a [GpuDevice]>,
 }
 
 /// Impact at or above which a problem is `high`, `medium`, `low`.
@@ -23,6 +26,8 @@ pub const LOW: f64 = 0.03;
 
 /// Verdict when no CUDA work was seen at all.
 pub const NO_CUDA_WORK: &str = "no-cuda-work";
+/// Verdict when CUDA work was seen, no detector fired, and nothing says the GPU is the limiter.
+pub const NO_BOTTLENECK_FOUND: &str = "no-bottleneck-found";
 
 #[must_use]
 pub fn severity(impact: f64) -> &'static str {
@@ -41,17 +46,24 @@ pub fn severity(impact: f64) -> &'static str {
 /// `medium`, else `gpu-bound` when the GPU keeps the host waiting, else the largest found.
 #[must_use]
 pub fn diagnose(inputs: &Inputs<'_>) -> (String, Vec<Diagnosis>) {
-    let mut found: Vec<Diagnosis> = rules::ALL.iter().filter_map(|rule| rule(inputs)).collect();
+    let account = Account::new(inputs.evidence, inputs.window_ns, inputs.gpu);
+    let mut found: Vec<Diagnosis> = rules::ALL.iter().filter_map(|rule| rule(inputs.evidence, &account)).collect();
     found.sort_by(|a, b| b.impact.total_cmp(&a.impact));
     let problems = || found.iter().filter(|d| d.id != rules::GPU_BOUND);
+    let saw_cuda = inputs.evidence.threads.values().any(|t| t.hits.iter().any(|&h| h > 0));
     let verdict = if let Some(top) = problems().find(|d| d.impact >= MEDIUM) {
         top.id.clone()
     } else if let Some(g) = found.iter().find(|d| d.id == rules::GPU_BOUND) {
         g.id.clone()
     } else if let Some(top) = problems().next() {
         top.id.clone()
+    } else if saw_cuda {
+        NO_BOTTLENECK_FOUND.to_owned()
     } else {
         NO_CUDA_WORK.to_owned()
     };
     (verdict, found)
 }
+
+#[cfg(test)]
+mod tests;

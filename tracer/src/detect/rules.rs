@@ -1,94 +1,101 @@
 //! The detectors. Each returns `None` when its pattern is absent.
 
-use super::{severity, Inputs, LOW};
-use crate::{evidence::ThreadStats, report::model::Diagnosis};
+use super::{severity, Account, LOW};
+use crate::{evidence::Evidence, report::model::Diagnosis};
 
 pub const GPU_BOUND: &str = "gpu-bound";
 
-pub type Rule = fn(&Inputs<'_>) -> Option<Diagnosis>;
+pub type Rule = fn(&Evidence, &Account) -> Option<Diagnosis>;
 pub const ALL: &[Rule] = &[launch_bound, host_sync, pageable_copy, blocking_copy, alloc_churn, gpu_bound];
 
-/// A launch rate the host path can only sustain with tiny kernels. FACTS.md: one eager
-/// PyTorch `add_` costs ~6.8 µs of host time (≈150 k launches/s at best); GEMM-sized work
-/// launches hundreds to a few thousand kernels per second.
+/// A launch rate the host path sustains only with tiny kernels. FACTS.md: one eager PyTorch
+/// `add_` costs ~6.8 µs of host time (≈150 k launches/s at best); the launch-bound MLP on the
+/// GPU machine ran 15–25 k/s, GEMM-bound jobs a few hundred to a few thousand.
 const LAUNCH_BOUND_RATE: f64 = 5_000.0;
-/// Below this fraction of the window waiting on the GPU, the host is not GPU-limited.
-const GPU_WAIT_LOW: f64 = 0.30;
-/// At or above this fraction waiting on the GPU, the GPU is the limiter (healthy).
-const GPU_WAIT_HIGH: f64 = 0.50;
+/// Below this fraction of the window blocked on the GPU, the host is not GPU-limited.
+const HOST_WAIT_LOW: f64 = 0.30;
+/// At or above this fraction blocked on the GPU, the GPU is the limiter (healthy).
+const HOST_WAIT_HIGH: f64 = 0.50;
+/// NVML `utilization.gpu` at or above which the GPU counts as busy. FACTS.md: 91–100 % for
+/// GPU-bound jobs, 3–11 % for launch-bound or starved ones.
+const GPU_BUSY: f64 = 0.85;
 /// Syncs per second that amount to "every step" for a training loop (≥ 10 steps/s).
 const SYNCS_PER_S: f64 = 10.0;
 /// Alloc + free calls per second that mean the caching allocator is not caching.
 const ALLOCS_PER_S: f64 = 20.0;
 
-fn fraction(ns: u64, window_ns: u64) -> f64 {
-    if window_ns == 0 { 0.0 } else { (ns as f64 / window_ns as f64).clamp(0.0, 1.0) }
-}
-
-fn per_s(n: u64, window_ns: u64) -> f64 {
-    if window_ns == 0 { 0.0 } else { n as f64 * 1e9 / window_ns as f64 }
-}
-
-fn main_thread<'a>(i: &Inputs<'a>) -> Option<(u32, &'a ThreadStats)> {
-    i.evidence.main_thread()
-}
-
 fn diagnosis(id: &str, impact: f64, summary: String, evidence: Vec<String>, fix: &str) -> Option<Diagnosis> {
+    let impact = impact.clamp(0.0, 1.0);
     Some(Diagnosis { id: id.into(), severity: severity(impact).into(), impact, summary, evidence, fix: fix.into() })
 }
 
-fn launch_bound(i: &Inputs<'_>) -> Option<Diagnosis> {
-    let (tid, t) = main_thread(i)?;
-    let launches = t.kernel_launches();
-    let rate = per_s(launches, i.window_ns);
-    let waiting = fraction(t.sync_wait_ns + t.copy_ns, i.window_ns);
-    if rate < LAUNCH_BOUND_RATE || waiting >= GPU_WAIT_LOW {
+fn pct(f: f64) -> String {
+    format!("{:.0}%", f * 100.0)
+}
+
+fn gpu_line(a: &Account) -> Option<String> {
+    let busy = a.gpu_busy?;
+    Some(match a.sm_active {
+        Some(sm) => format!("NVML: a kernel was running {} of the time, SMs busy {} (GPM)", pct(busy), pct(sm)),
+        None => format!("NVML: a kernel was running {} of the time", pct(busy)),
+    })
+}
+
+fn launch_bound(_: &Evidence, a: &Account) -> Option<Diagnosis> {
+    if a.launch_rate < LAUNCH_BOUND_RATE || a.waiting >= HOST_WAIT_LOW || a.gpu_busy.is_some_and(|b| b >= GPU_BUSY) {
         return None;
     }
-    // The host is busy the rest of the time: launching and the Python around it.
-    let impact = 1.0 - waiting;
+    // The GPU waits for the host while it launches: measured by NVML where present, else the
+    // time the host is neither waiting, allocating, nor idle after a sync.
+    let host_share = 1.0 - a.waiting - a.allocating - a.idle_after_sync;
+    let impact = a.gpu_busy.map_or(host_share, |busy| (1.0 - busy).min(host_share.max(0.0) + 0.2));
+    let mut evidence = vec![
+        format!("{:.0} kernel launches/s over {:.2} s", a.launch_rate, a.window_s),
+        format!("host threads blocked on the GPU at most {} of the time", pct(a.waiting)),
+    ];
+    evidence.extend(gpu_line(a));
     diagnosis(
         "launch-bound",
         impact,
-        format!("the launching thread issues {rate:.0} kernels/s and waits on the GPU only {:.0}% of the time: the GPU waits for the host", waiting * 100.0),
-        vec![
-            format!("thread {tid}: {launches} kernel launches in {:.2} s", i.window_ns as f64 / 1e9),
-            format!("time blocked in syncs and copies: {:.1}% of the window", waiting * 100.0),
-        ],
+        format!("the host launches {:.0} small kernels per second and the GPU waits for it", a.launch_rate),
+        evidence,
         "launch fewer, larger kernels: a larger batch, CUDA graphs (torch.compile(mode=\"reduce-overhead\") or torch.cuda.graphs), or fused ops",
     )
 }
 
-fn host_sync(i: &Inputs<'_>) -> Option<Diagnosis> {
-    let (tid, t) = main_thread(i)?;
-    let rate = per_s(t.syncs, i.window_ns);
-    let idle = fraction(t.queue_idle_ns, i.window_ns);
-    if rate < SYNCS_PER_S || idle < LOW {
+fn host_sync(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
+    if a.sync_rate < SYNCS_PER_S || a.idle_after_sync < LOW {
         return None;
     }
+    let (count, wait): (u64, u64) = ev.threads.values().fold((0, 0), |(c, w), t| (c + t.syncs, w + t.sync_wait_ns));
+    let periods: u64 = ev.threads.values().map(|t| t.idle_periods).sum();
     diagnosis(
         "host-sync",
-        idle,
-        format!("the host synchronizes {rate:.0} times/s and the GPU queue then sits empty {:.0}% of the time until the next launch", idle * 100.0),
+        a.idle_after_sync,
+        format!(
+            "the host synchronizes {:.0} times/s; after each, the GPU queue sits empty until the host launches again ({} of the time)",
+            a.sync_rate,
+            pct(a.idle_after_sync)
+        ),
         vec![
-            format!("thread {tid}: {} synchronizing calls waited {:.3} s in total", t.syncs, t.sync_wait_ns as f64 / 1e9),
-            format!("{} periods with an empty GPU queue, {:.3} s in total (lower bound)", t.idle_periods, t.queue_idle_ns as f64 / 1e9),
+            format!("{count} synchronizing calls waited {:.3} s in total", wait as f64 / 1e9),
+            format!("{periods} periods with an empty GPU queue, {} of the window on the worst thread (lower bound)", pct(a.idle_after_sync)),
         ],
         "synchronize less: avoid .item()/.cpu()/torch.cuda.synchronize() every step, log metrics every N steps, keep values on the GPU",
     )
 }
 
-fn pageable_copy(i: &Inputs<'_>) -> Option<Diagnosis> {
-    let c = &i.evidence.copies;
+fn pageable_copy(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
+    let c = &ev.copies;
     let pageable = c.h2d.pageable + c.d2h.pageable;
-    if pageable == 0 {
+    if pageable == 0 || a.window_s == 0.0 {
         return None;
     }
     let copies = c.h2d.count + c.d2h.count;
     // Pageable copies are staged through a driver buffer while the host waits, so their
     // host time is the cost (FACTS.md: 4 MiB pageable H2D 0.34 ms vs pinned 0.08 ms).
     let share = pageable as f64 / copies.max(1) as f64;
-    let impact = fraction(((c.h2d.call_ns + c.d2h.call_ns) as f64 * share) as u64, i.window_ns);
+    let impact = (c.h2d.call_ns + c.d2h.call_ns) as f64 * share / 1e9 / a.window_s;
     diagnosis(
         "pageable-copy",
         impact,
@@ -102,15 +109,15 @@ fn pageable_copy(i: &Inputs<'_>) -> Option<Diagnosis> {
     )
 }
 
-fn blocking_copy(i: &Inputs<'_>) -> Option<Diagnosis> {
-    let c = &i.evidence.copies;
-    let waited = c.h2d.then_synced_wait_ns + c.d2h.then_synced_wait_ns;
+fn blocking_copy(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
+    let c = &ev.copies;
     let then_synced = c.h2d.then_synced + c.d2h.then_synced;
     let sync_api = c.h2d.sync_api + c.d2h.sync_api;
-    if then_synced + sync_api == 0 {
+    if then_synced + sync_api == 0 || a.window_s == 0.0 {
         return None;
     }
-    let impact = fraction(waited + c.d2h.call_ns, i.window_ns);
+    let waited = c.h2d.then_synced_wait_ns + c.d2h.then_synced_wait_ns + c.d2h.call_ns;
+    let impact = waited as f64 / 1e9 / a.window_s;
     if impact < LOW {
         return None;
     }
@@ -126,38 +133,37 @@ fn blocking_copy(i: &Inputs<'_>) -> Option<Diagnosis> {
     )
 }
 
-fn alloc_churn(i: &Inputs<'_>) -> Option<Diagnosis> {
-    let a = &i.evidence.allocs;
-    let calls = a.count + a.frees;
-    let rate = per_s(calls, i.window_ns);
+fn alloc_churn(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
+    let m = &ev.allocs;
+    let rate = if a.window_s == 0.0 { 0.0 } else { (m.count + m.frees) as f64 / a.window_s };
     if rate < ALLOCS_PER_S {
         return None;
     }
-    let impact = fraction(a.call_ns, i.window_ns);
     diagnosis(
         "alloc-churn",
-        impact.max(LOW),
+        a.allocating.max(LOW),
         format!("device memory is allocated and freed {rate:.0} times/s: the caching allocator is being bypassed or emptied"),
         vec![
-            format!("{} allocations ({} bytes), {} frees, {} failed", a.count, a.bytes, a.frees, a.failures),
-            format!("{:.3} s of host time inside allocation calls", a.call_ns as f64 / 1e9),
+            format!("{} allocations ({} bytes), {} frees, {} failed", m.count, m.bytes, m.frees, m.failures),
+            format!("a thread spent {} of the window inside allocation calls", pct(a.allocating)),
         ],
         "keep memory cached: drop torch.cuda.empty_cache() from the loop, keep tensor shapes stable, or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
     )
 }
 
-fn gpu_bound(i: &Inputs<'_>) -> Option<Diagnosis> {
-    let (tid, t) = main_thread(i)?;
-    let waiting = fraction(t.sync_wait_ns, i.window_ns);
-    if waiting < GPU_WAIT_HIGH {
+fn gpu_bound(_: &Evidence, a: &Account) -> Option<Diagnosis> {
+    let busy = a.gpu_busy.unwrap_or(0.0);
+    if a.waiting < HOST_WAIT_HIGH && busy < GPU_BUSY {
         return None;
     }
+    let mut evidence = vec![format!("host threads blocked on the GPU {} of the time", pct(a.waiting))];
+    evidence.extend(gpu_line(a));
     Some(Diagnosis {
         id: GPU_BOUND.into(),
         severity: "info".into(),
-        impact: waiting,
-        summary: format!("the GPU is the limiter: the launching thread waits for it {:.0}% of the time — healthy", waiting * 100.0),
-        evidence: vec![format!("thread {tid}: {} synchronizing calls waited {:.3} s", t.syncs, t.sync_wait_ns as f64 / 1e9)],
-        fix: "nothing on the host side; to go faster, make the GPU work cheaper (mixed precision, better kernels)".into(),
+        impact: a.waiting.max(busy),
+        summary: "the GPU is the limiter: the host keeps it fed — healthy".into(),
+        evidence,
+        fix: "nothing on the host side; to go faster, make the GPU work cheaper (mixed precision, better kernels, larger tiles)".into(),
     })
 }

@@ -115,7 +115,12 @@ impl Evidence {
                     self.copies.dir_mut(dir).then_synced_wait_ns += duration;
                 }
             }
-            Family::Alloc | Family::Free => self.allocs.record(spec, call),
+            Family::Alloc | Family::Free => {
+                self.allocs.record(spec, call);
+                let t = self.thread(tid, pid);
+                t.allocs += 1;
+                t.alloc_ns += duration;
+            }
             Family::HostPin | Family::HostUnpin => self.host_pins.record(spec, call),
             Family::Context => self.contexts.push(ContextCall {
                 symbol: spec.symbol,

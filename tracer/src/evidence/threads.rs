@@ -13,6 +13,9 @@ pub struct ThreadStats {
     pub copy_ns: u64,
     pub syncs: u64,
     pub sync_wait_ns: u64,
+    /// Host time inside device allocation and free calls.
+    pub alloc_ns: u64,
+    pub allocs: u64,
     /// Time between a queue-draining call's return and this thread's next launch: the
     /// device queue was empty then (a lower bound on GPU idle time).
     pub queue_idle_ns: u64,
@@ -32,6 +35,8 @@ impl ThreadStats {
             copy_ns: 0,
             syncs: 0,
             sync_wait_ns: 0,
+            alloc_ns: 0,
+            allocs: 0,
             queue_idle_ns: 0,
             idle_periods: 0,
             first_ns: 0,

@@ -18,9 +18,15 @@ fn secs(ns: u64) -> f64 {
 
 /// Assemble the report for `outcome`, with the GPU view if NVML answered.
 #[must_use]
-pub fn build(outcome: &Outcome, gpu: Option<Gpu>) -> Report {
+pub fn build(outcome: &Outcome) -> Report {
     let ev = &outcome.evidence;
     let window_ns = outcome.end_ns.saturating_sub(outcome.start_ns);
+    let gpu = outcome.gpu.as_ref().map(|(samples, interval)| Gpu {
+        available: true,
+        driver_version: samples.driver_version.clone(),
+        sample_hz: 1.0 / interval.as_secs_f64(),
+        devices: crate::gpu::summarize(&samples.devices, &samples.samples, outcome.start_ns, outcome.end_ns),
+    });
     let cuda = cuda(ev, outcome, window_ns);
     let losses = &outcome.losses;
     let loss = Loss {
@@ -33,7 +39,7 @@ pub fn build(outcome: &Outcome, gpu: Option<Gpu>) -> Report {
     };
     // A return without its entry is a call that started before we attached: not a loss.
     let lost_events = loss.ring_full + loss.thread_map_full + loss.inflight_full + loss.process_map_full + loss.undecodable;
-    let (verdict, diagnoses) = detect::diagnose(&detect::Inputs { window_ns, evidence: ev });
+    let (verdict, diagnoses) = detect::diagnose(&detect::Inputs { window_ns, evidence: ev, gpu: gpu.as_ref().map(|g| g.devices.as_slice()) });
     let mut processes: Vec<ProcessEntry> = ev
         .processes
         .iter()

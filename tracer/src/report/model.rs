@@ -212,19 +212,37 @@ pub struct Io {
 pub struct Gpu {
     pub available: bool,
     pub driver_version: Option<String>,
+    /// NVML sampling rate.
+    pub sample_hz: f64,
     pub devices: Vec<GpuDevice>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct GpuDevice {
+    /// NVML's index (CUDA may number devices differently; match by `uuid`).
     pub index: u32,
     pub uuid: String,
     pub name: String,
+    /// Highest memory use seen in the window.
     pub memory_used_bytes: u64,
     pub memory_total_bytes: u64,
+    /// Mean `utilization.gpu` over the window (percent of time some kernel ran).
     pub utilization_gpu_pct: Option<u32>,
+    pub utilization: Option<Distribution>,
+    /// Hopper GPM SM activity (percent of SM time busy): how much of the GPU worked.
+    pub sm_activity_pct: Option<Distribution>,
+    pub tensor_activity_pct: Option<Distribution>,
     /// GPU memory the traced processes hold on this device.
     pub target_memory_bytes: Option<u64>,
+}
+
+/// A summary of samples over the window.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Distribution {
+    pub mean: f64,
+    pub p50: f64,
+    pub p95: f64,
+    pub samples: usize,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -15,6 +15,7 @@ use crate::{
     discover::{libraries, process},
     error::{Result, TraceError},
     evidence::Evidence,
+    gpu::nvml::{Finished as GpuSamples, Sampler},
     probes::Kernel,
 };
 
@@ -48,12 +49,27 @@ pub struct Outcome {
     pub attach_ms: f64,
     pub notes: Vec<String>,
     pub maps_reads: u64,
+    /// NVML samples, and the sampling interval; None where NVML is unavailable.
+    pub gpu: Option<(GpuSamples, Duration)>,
 }
 
 /// Trace `target` until `duration`, a signal, or the end of the traced process tree.
-pub async fn trace(target: Target, duration: Option<Duration>) -> Result<Outcome> {
+pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Duration) -> Result<Outcome> {
     let began = Instant::now();
     let mut notes = Vec::new();
+    // NVML first, so that its samples cover the whole window.
+    let sampler = match tokio::task::spawn_blocking(move || Sampler::start(nvml_interval)).await {
+        Ok(Ok(s)) => Some(s),
+        Ok(Err(why)) => {
+            log::warn!("{why}");
+            notes.push(why);
+            None
+        }
+        Err(e) => {
+            notes.push(format!("the NVML sampler failed to start: {e}"));
+            None
+        }
+    };
     let (mut kernel, ring) = Kernel::load()?;
     if let Some(e) = &kernel.task_tracking_error {
         notes.push(format!("child processes are not followed: {e}"));
@@ -119,7 +135,26 @@ pub async fn trace(target: Target, duration: Option<Duration>) -> Result<Outcome
             evidence.add_counters(tid, &counters);
         }
     }
+    let gpu = match sampler {
+        Some(sampler) => {
+            let mut pids: Vec<u32> = evidence.processes.keys().copied().collect();
+            pids.push(pid);
+            match tokio::task::spawn_blocking(move || sampler.finish(pids)).await {
+                Ok(Ok(samples)) => Some((samples, nvml_interval)),
+                Ok(Err(why)) => {
+                    notes.push(why);
+                    None
+                }
+                Err(e) => {
+                    notes.push(format!("the NVML sampler failed: {e}"));
+                    None
+                }
+            }
+        }
+        None => None,
+    };
     Ok(Outcome {
+        gpu,
         evidence,
         target_pid: pid,
         command: started.command,

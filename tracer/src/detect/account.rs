@@ -1,0 +1,64 @@
+//! The time account the detectors share: where the host threads of the job spent the window,
+//! and what the GPU said about itself.
+//!
+//! PyTorch spreads one training step over threads (the Python thread launches the forward
+//! pass and syncs; autograd's device thread launches the backward pass — seen on the GPU
+//! machine, docs/validation.md), so each figure is taken from the thread where it is largest:
+//! that thread is on the critical path for it.
+
+use crate::{evidence::Evidence, report::model::GpuDevice};
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Account {
+    pub window_s: f64,
+    /// Kernel launches per second, whole traced tree.
+    pub launch_rate: f64,
+    /// Fraction of the window a thread was blocked waiting on the GPU (syncs and copies).
+    pub waiting: f64,
+    /// Fraction of the window a thread spent inside device allocation calls.
+    pub allocating: f64,
+    /// Fraction of the window a thread's GPU queue was empty after it drained it.
+    pub idle_after_sync: f64,
+    /// Synchronizing calls per second on the thread that synchronizes most.
+    pub sync_rate: f64,
+    /// NVML: mean fraction of time a kernel ran, and of SM time busy (Hopper GPM), on the
+    /// device the job uses; None without NVML.
+    pub gpu_busy: Option<f64>,
+    pub sm_active: Option<f64>,
+}
+
+fn max_fraction(ev: &Evidence, window_ns: u64, f: impl Fn(&crate::evidence::ThreadStats) -> u64) -> f64 {
+    if window_ns == 0 {
+        return 0.0;
+    }
+    ev.threads.values().map(|t| f(t) as f64 / window_ns as f64).fold(0.0, f64::max).clamp(0.0, 1.0)
+}
+
+impl Account {
+    #[must_use]
+    pub fn new(ev: &Evidence, window_ns: u64, gpu: Option<&[GpuDevice]>) -> Self {
+        let window_s = window_ns as f64 / 1e9;
+        let per_s = |n: u64| if window_ns == 0 { 0.0 } else { n as f64 / window_s };
+        let kernels: u64 = ev.threads.values().map(crate::evidence::ThreadStats::kernel_launches).sum();
+        let device = gpu.and_then(job_device);
+        Self {
+            window_s,
+            launch_rate: per_s(kernels),
+            waiting: max_fraction(ev, window_ns, |t| t.sync_wait_ns + t.copy_ns),
+            allocating: max_fraction(ev, window_ns, |t| t.alloc_ns),
+            idle_after_sync: max_fraction(ev, window_ns, |t| t.queue_idle_ns),
+            sync_rate: per_s(ev.threads.values().map(|t| t.syncs).max().unwrap_or(0)),
+            gpu_busy: device.and_then(|d| d.utilization.as_ref()).map(|u| u.mean / 100.0),
+            sm_active: device.and_then(|d| d.sm_activity_pct.as_ref()).map(|u| u.mean / 100.0),
+        }
+    }
+}
+
+/// The device the job runs on: one where it holds memory, else the only one, else the
+/// busiest (NVML and CUDA may number devices differently, and inside a container NVML's
+/// pids are not ours).
+fn job_device(devices: &[GpuDevice]) -> Option<&GpuDevice> {
+    let util = |d: &GpuDevice| d.utilization.as_ref().map_or(0.0, |u| u.mean);
+    let holding = devices.iter().filter(|d| d.target_memory_bytes.unwrap_or(0) > 0).max_by(|a, b| util(a).total_cmp(&util(b)));
+    holding.or_else(|| devices.iter().max_by(|a, b| util(a).total_cmp(&util(b))))
+}

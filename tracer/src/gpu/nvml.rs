@@ -1,0 +1,142 @@
+//! The NVML sampler. Runs on its own thread at a fixed rate (default 10 Hz); each tick reads
+//! per device only cheap counters — utilization, memory, and on Hopper a GPM sample (SM and
+//! tensor activity between two ticks). Slow calls (process lists take milliseconds) run once,
+//! at the end.
+
+use std::{
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        mpsc, Arc,
+    },
+    thread,
+    time::Duration,
+};
+
+use nvml_wrapper::{
+    enums::{device::UsedGpuMemory, gpm::GpmMetricId},
+    error::NvmlError,
+    gpm, Device, GpmSample, Nvml,
+};
+
+use super::{DeviceInfo, Sample};
+use crate::clock;
+
+/// How long NVML may take to start or to hand back its samples before we give up on it.
+const NVML_TIMEOUT: Duration = Duration::from_secs(3);
+
+#[derive(Debug)]
+pub struct Sampler {
+    stop: Arc<AtomicBool>,
+    done: mpsc::Receiver<Finished>,
+    pub interval: Duration,
+}
+
+/// What the sampler hands back at the end.
+#[derive(Debug, Default)]
+pub struct Finished {
+    pub devices: Vec<DeviceInfo>,
+    pub samples: Vec<Sample>,
+    pub driver_version: Option<String>,
+}
+
+impl Sampler {
+    /// Start sampling; `Err` says why there is no GPU view (no driver, no GPU, NVML hung).
+    pub fn start(interval: Duration) -> Result<Self, String> {
+        if interval.is_zero() {
+            return Err("NVML sampling is off (--nvml-hz 0)".into());
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel();
+        let flag = Arc::clone(&stop);
+        thread::Builder::new()
+            .name("gputrace-nvml".into())
+            .spawn(move || run(interval, &flag, &ready_tx, &done_tx))
+            .map_err(|e| format!("cannot start the NVML thread: {e}"))?;
+        match ready_rx.recv_timeout(NVML_TIMEOUT) {
+            Ok(Ok(())) => Ok(Self { stop, done: done_rx, interval }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(format!("NVML did not initialise within {NVML_TIMEOUT:?}; GPU-side figures are omitted")),
+        }
+    }
+
+    /// Stop and collect; `pids` are the traced processes whose GPU memory is wanted.
+    pub fn finish(self, pids: Vec<u32>) -> Result<Finished, String> {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = PIDS.set(pids);
+        self.done.recv_timeout(NVML_TIMEOUT + self.interval).map_err(|_| "NVML did not answer at the end of the trace".to_owned())
+    }
+}
+
+/// The traced pids, handed to the sampler thread at the end.
+static PIDS: std::sync::OnceLock<Vec<u32>> = std::sync::OnceLock::new();
+
+fn run(interval: Duration, stop: &AtomicBool, ready: &mpsc::Sender<Result<(), String>>, done: &mpsc::Sender<Finished>) {
+    let nvml = match Nvml::init() {
+        Ok(n) => n,
+        Err(e) => {
+            let _ = ready.send(Err(format!("NVML is unavailable ({e}); GPU-side figures are omitted")));
+            return;
+        }
+    };
+    let count = nvml.device_count().unwrap_or(0);
+    let devices: Vec<Device<'_>> = (0..count).filter_map(|i| nvml.device_by_index(i).ok()).collect();
+    if devices.is_empty() {
+        let _ = ready.send(Err("NVML sees no GPU; GPU-side figures are omitted".into()));
+        return;
+    }
+    let _ = ready.send(Ok(()));
+    let mut last_gpm: Vec<Option<GpmSample<'_>>> = devices.iter().map(|d| d.gpm_sample().ok()).collect();
+    let mut samples = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        thread::sleep(interval);
+        for (index, dev) in devices.iter().enumerate() {
+            let (sm_pct, tensor_pct) = gpm_activity(&nvml, dev, &mut last_gpm[index]);
+            samples.push(Sample {
+                at_ns: clock::monotonic_ns(),
+                device: index as u32,
+                util_pct: dev.utilization_rates().ok().map(|u| f64::from(u.gpu)),
+                mem_used_bytes: dev.memory_info().ok().map(|m| m.used),
+                sm_pct,
+                tensor_pct,
+            });
+        }
+    }
+    let pids = PIDS.get().cloned().unwrap_or_default();
+    let infos = devices
+        .iter()
+        .enumerate()
+        .map(|(index, dev)| DeviceInfo {
+            index: index as u32,
+            uuid: dev.uuid().unwrap_or_default(),
+            name: dev.name().unwrap_or_default(),
+            memory_total_bytes: dev.memory_info().map_or(0, |m| m.total),
+            target_memory_bytes: target_memory(dev, &pids).ok(),
+        })
+        .collect();
+    let _ = done.send(Finished { devices: infos, samples, driver_version: nvml.sys_driver_version().ok() });
+}
+
+/// SM and tensor activity since the previous GPM sample (Hopper and newer; None elsewhere).
+fn gpm_activity<'n>(nvml: &'n Nvml, dev: &Device<'n>, last: &mut Option<GpmSample<'n>>) -> (Option<f64>, Option<f64>) {
+    let Some(prev) = last.take() else { return (None, None) };
+    let Ok(now) = dev.gpm_sample() else { return (None, None) };
+    let values = gpm::gpm_metrics_get(nvml, &prev, &now, &[GpmMetricId::SmUtil, GpmMetricId::AnyTensorUtil]).ok();
+    *last = Some(now);
+    let get = |i: usize| values.as_ref().and_then(|v| v.get(i)?.as_ref().ok().map(|r| r.value));
+    (get(0), get(1))
+}
+
+/// GPU memory held by the traced processes. NVML reports host pids; inside a container
+/// whose pid namespace differs they do not match ours, and this is then 0.
+fn target_memory(dev: &Device<'_>, pids: &[u32]) -> Result<u64, NvmlError> {
+    Ok(dev
+        .running_compute_processes()?
+        .iter()
+        .filter(|p| pids.contains(&p.pid))
+        .map(|p| match p.used_gpu_memory {
+            UsedGpuMemory::Used(b) => b,
+            UsedGpuMemory::Unavailable => 0,
+        })
+        .sum())
+}
