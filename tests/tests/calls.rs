@@ -23,7 +23,8 @@ fn copies_syncs_and_allocations_are_exact() {
     assert_eq!(d2h["count"], 3 * steps);
     assert_eq!(d2h["bytes"], 3 * steps * 4);
     assert_eq!(d2h["pageable"], 3 * steps);
-    assert_eq!(d2h["then_synced"], 3 * steps, ".item() pattern");
+    assert_eq!(d2h["scalar_reads"], 3 * steps, ".item() pattern");
+    assert_eq!(d2h["then_synced"], 0, "scalar reads are not bulk copies");
     assert_eq!(num(&r, "/cuda/syncs/count"), steps * (1 + 3 + 1));
     assert!(r["cuda"]["syncs"]["wait_s"].as_f64().expect("wait") > 0.0);
     assert_eq!(num(&r, "/cuda/allocs/count"), 2 * steps + 1);

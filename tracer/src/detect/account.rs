@@ -13,8 +13,11 @@ pub struct Account {
     pub window_s: f64,
     /// Kernel launches per second, whole traced tree.
     pub launch_rate: f64,
-    /// Fraction of the window a thread was blocked waiting on the GPU (syncs and copies).
+    /// Fraction of the window a thread was blocked in syncs and copies.
     pub waiting: f64,
+    /// Fraction of the window a thread was blocked in synchronize calls alone: waiting for
+    /// GPU work to finish (copy calls also stage pageable data on the host).
+    pub sync_waiting: f64,
     /// Fraction of the window a thread spent inside device allocation calls.
     pub allocating: f64,
     /// Fraction of the window a thread's GPU queue was empty after it drained it.
@@ -23,8 +26,35 @@ pub struct Account {
     pub sync_rate: f64,
     /// NVML: mean fraction of time a kernel ran, and of SM time busy (Hopper GPM), on the
     /// device the job uses; None without NVML.
-    pub gpu_busy: Option<f64>,
+    pub gpu_util: Option<f64>,
     pub sm_active: Option<f64>,
+}
+
+/// `utilization.gpu` at or above which the GPU counts as busy when GPM is not available.
+/// FACTS.md: 91–100 % for GPU-bound jobs, 3–11 % for launch-bound or starved ones.
+const UTIL_BUSY: f64 = 0.85;
+/// GPM SM activity at or above which the GPU counts as busy. `utilization.gpu` only says
+/// "some kernel ran": on the GPU machine a job filling buffers between allocations read 87 %
+/// utilization with 8 % SM activity, while GPU-bound jobs read 81–94 % SM activity
+/// (docs/validation.md; FACTS.md: 83–95 %).
+const SM_BUSY: f64 = 0.60;
+
+impl Account {
+    /// Whether NVML says the GPU was busy (GPM where present, else utilization).
+    #[must_use]
+    pub fn gpu_busy(&self) -> Option<bool> {
+        match (self.sm_active, self.gpu_util) {
+            (Some(sm), _) => Some(sm >= SM_BUSY),
+            (None, Some(u)) => Some(u >= UTIL_BUSY),
+            (None, None) => None,
+        }
+    }
+
+    /// The best measure of how much of the GPU worked (0..1), if NVML answered.
+    #[must_use]
+    pub fn gpu_activity(&self) -> Option<f64> {
+        self.sm_active.or(self.gpu_util)
+    }
 }
 
 fn max_fraction(ev: &Evidence, window_ns: u64, f: impl Fn(&crate::evidence::ThreadStats) -> u64) -> f64 {
@@ -45,10 +75,11 @@ impl Account {
             window_s,
             launch_rate: per_s(kernels),
             waiting: max_fraction(ev, window_ns, |t| t.sync_wait_ns + t.copy_ns),
+            sync_waiting: max_fraction(ev, window_ns, |t| t.sync_wait_ns),
             allocating: max_fraction(ev, window_ns, |t| t.alloc_ns),
             idle_after_sync: max_fraction(ev, window_ns, |t| t.queue_idle_ns),
             sync_rate: per_s(ev.threads.values().map(|t| t.syncs).max().unwrap_or(0)),
-            gpu_busy: device.and_then(|d| d.utilization.as_ref()).map(|u| u.mean / 100.0),
+            gpu_util: device.and_then(|d| d.utilization.as_ref()).map(|u| u.mean / 100.0),
             sm_active: device.and_then(|d| d.sm_activity_pct.as_ref()).map(|u| u.mean / 100.0),
         }
     }

@@ -16,9 +16,6 @@ const LAUNCH_BOUND_RATE: f64 = 5_000.0;
 const HOST_WAIT_LOW: f64 = 0.30;
 /// At or above this fraction blocked on the GPU, the GPU is the limiter (healthy).
 const HOST_WAIT_HIGH: f64 = 0.50;
-/// NVML `utilization.gpu` at or above which the GPU counts as busy. FACTS.md: 91–100 % for
-/// GPU-bound jobs, 3–11 % for launch-bound or starved ones.
-const GPU_BUSY: f64 = 0.85;
 /// Syncs per second that amount to "every step" for a training loop (≥ 10 steps/s).
 const SYNCS_PER_S: f64 = 10.0;
 /// Alloc + free calls per second that mean the caching allocator is not caching.
@@ -34,7 +31,7 @@ fn pct(f: f64) -> String {
 }
 
 fn gpu_line(a: &Account) -> Option<String> {
-    let busy = a.gpu_busy?;
+    let busy = a.gpu_util?;
     Some(match a.sm_active {
         Some(sm) => format!("NVML: a kernel was running {} of the time, SMs busy {} (GPM)", pct(busy), pct(sm)),
         None => format!("NVML: a kernel was running {} of the time", pct(busy)),
@@ -42,13 +39,13 @@ fn gpu_line(a: &Account) -> Option<String> {
 }
 
 fn launch_bound(_: &Evidence, a: &Account) -> Option<Diagnosis> {
-    if a.launch_rate < LAUNCH_BOUND_RATE || a.waiting >= HOST_WAIT_LOW || a.gpu_busy.is_some_and(|b| b >= GPU_BUSY) {
+    if a.launch_rate < LAUNCH_BOUND_RATE || a.waiting >= HOST_WAIT_LOW || a.gpu_busy() == Some(true) {
         return None;
     }
-    // The GPU waits for the host while it launches: measured by NVML where present, else the
-    // time the host is neither waiting, allocating, nor idle after a sync.
-    let host_share = 1.0 - a.waiting - a.allocating - a.idle_after_sync;
-    let impact = a.gpu_busy.map_or(host_share, |busy| (1.0 - busy).min(host_share.max(0.0) + 0.2));
+    // The host's share of the window spent launching: not blocked, not allocating, not
+    // idling after a sync. NVML, where present, caps it by how idle the GPU really was.
+    let host_share = (1.0 - a.waiting - a.allocating - a.idle_after_sync).max(0.0);
+    let impact = a.gpu_activity().map_or(host_share, |active| host_share.min(1.0 - active));
     let mut evidence = vec![
         format!("{:.0} kernel launches/s over {:.2} s", a.launch_rate, a.window_s),
         format!("host threads blocked on the GPU at most {} of the time", pct(a.waiting)),
@@ -109,6 +106,9 @@ fn pageable_copy(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     )
 }
 
+/// Copies that stall the host by their own doing: synchronous copy APIs, and async copies
+/// the program then waited for (`non_blocking=False`, `.cpu()`). Scalar reads (`.item()`)
+/// are `host-sync`'s: what they cost is the GPU idling afterwards, not the read.
 fn blocking_copy(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     let c = &ev.copies;
     let then_synced = c.h2d.then_synced + c.d2h.then_synced;
@@ -116,7 +116,7 @@ fn blocking_copy(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     if then_synced + sync_api == 0 || a.window_s == 0.0 {
         return None;
     }
-    let waited = c.h2d.then_synced_wait_ns + c.d2h.then_synced_wait_ns + c.d2h.call_ns;
+    let waited = c.h2d.then_synced_wait_ns + c.d2h.then_synced_wait_ns;
     let impact = waited as f64 / 1e9 / a.window_s;
     if impact < LOW {
         return None;
@@ -126,8 +126,8 @@ fn blocking_copy(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
         impact,
         format!("{} copies made the host wait for the GPU ({then_synced} async copies followed by a synchronize, {sync_api} synchronous copy calls)", then_synced + sync_api),
         vec![
-            format!("H2D then synchronize: {} times, {:.3} s waiting", c.h2d.then_synced, c.h2d.then_synced_wait_ns as f64 / 1e9),
-            format!("D2H then synchronize (.item(), .cpu()): {} times, {:.3} s waiting", c.d2h.then_synced, c.d2h.then_synced_wait_ns as f64 / 1e9),
+            format!("H2D then synchronize (non_blocking=False): {} times, {:.3} s waiting", c.h2d.then_synced, c.h2d.then_synced_wait_ns as f64 / 1e9),
+            format!("D2H then synchronize (.cpu()): {} times, {:.3} s waiting", c.d2h.then_synced, c.d2h.then_synced_wait_ns as f64 / 1e9),
         ],
         "copy with non_blocking=True from pinned memory, and fetch results to the host (.cpu(), .item()) only when needed",
     )
@@ -152,16 +152,17 @@ fn alloc_churn(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
 }
 
 fn gpu_bound(_: &Evidence, a: &Account) -> Option<Diagnosis> {
-    let busy = a.gpu_busy.unwrap_or(0.0);
-    if a.waiting < HOST_WAIT_HIGH && busy < GPU_BUSY {
+    // NVML decides where it answered; without it, the host waiting in syncs most of the time.
+    let busy = a.gpu_busy().unwrap_or(a.sync_waiting >= HOST_WAIT_HIGH);
+    if !busy {
         return None;
     }
-    let mut evidence = vec![format!("host threads blocked on the GPU {} of the time", pct(a.waiting))];
+    let mut evidence = vec![format!("host threads blocked in synchronize calls {} of the time", pct(a.sync_waiting))];
     evidence.extend(gpu_line(a));
     Some(Diagnosis {
         id: GPU_BOUND.into(),
         severity: "info".into(),
-        impact: a.waiting.max(busy),
+        impact: a.gpu_activity().unwrap_or(a.sync_waiting),
         summary: "the GPU is the limiter: the host keeps it fed — healthy".into(),
         evidence,
         fix: "nothing on the host side; to go faster, make the GPU work cheaper (mixed precision, better kernels, larger tiles)".into(),

@@ -21,6 +21,10 @@ fn evidence(kernels: u64, syncs: u64, wait_ns: u64, idle_ns: u64) -> Evidence {
 }
 
 fn gpu(util: f64) -> Vec<GpuDevice> {
+    gpu_with_sm(util, None)
+}
+
+fn gpu_with_sm(util: f64, sm: Option<f64>) -> Vec<GpuDevice> {
     vec![GpuDevice {
         index: 0,
         uuid: "GPU-0".into(),
@@ -29,7 +33,7 @@ fn gpu(util: f64) -> Vec<GpuDevice> {
         memory_total_bytes: 0,
         utilization_gpu_pct: Some(util as u32),
         utilization: Some(Distribution { mean: util, p50: util, p95: util, samples: 10 }),
-        sm_activity_pct: None,
+        sm_activity_pct: sm.map(|m| Distribution { mean: m, p50: m, p95: m, samples: 10 }),
         tensor_activity_pct: None,
         target_memory_bytes: None,
     }]
@@ -55,6 +59,13 @@ fn a_busy_gpu_overrules_the_launch_rate() {
     // The host launches fast but NVML says the GPU never idles: it is the GPU's pace.
     assert_eq!(verdict(&evidence(100_000, 0, 0, 0), Some(&gpu(97.0))), "gpu-bound");
     assert_eq!(verdict(&evidence(100_000, 0, 0, 0), Some(&gpu(11.0))), "launch-bound");
+}
+
+#[test]
+fn sm_activity_outranks_utilization() {
+    // "A kernel was running" 90% of the time but the SMs were 8% busy: not GPU-bound.
+    assert_eq!(verdict(&evidence(100_000, 0, 0, 0), Some(&gpu_with_sm(90.0, Some(8.0)))), "launch-bound");
+    assert_eq!(verdict(&evidence(100_000, 0, 0, 0), Some(&gpu_with_sm(90.0, Some(85.0)))), "gpu-bound");
 }
 
 #[test]

@@ -58,9 +58,13 @@ pub struct DirStats {
     /// Calls to synchronous copy APIs (the host waits for the copy by contract).
     pub sync_api: u64,
     /// Async copies followed by a synchronize on the same thread (`non_blocking=False`,
-    /// `.item()`, `.cpu()`), and the time those synchronizes waited.
+    /// `.cpu()`), and the time those synchronizes waited.
     pub then_synced: u64,
     pub then_synced_wait_ns: u64,
+    /// Device-to-host copies of a few bytes followed by a synchronize (`.item()`), and
+    /// the time those synchronizes waited.
+    pub scalar_reads: u64,
+    pub scalar_read_wait_ns: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

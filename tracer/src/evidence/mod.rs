@@ -16,6 +16,10 @@ pub use threads::ThreadStats;
 
 use crate::decode::Event;
 
+/// A device-to-host copy this small followed by a sync is reading a scalar (`.item()`),
+/// not moving data: 8 bytes is a float64, 256 leaves room for a handful of values.
+pub const SCALAR_READ_BYTES: u64 = 256;
+
 /// Totals for one kind of synchronize call.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SyncStats {
@@ -90,10 +94,11 @@ impl Evidence {
         match spec.family {
             Family::Copy => {
                 let dir = self.copies.record(spec, call, duration, &self.allocs, &self.host_pins, host);
+                let bytes = spec.size_arg.map_or(0, |i| call.args[usize::from(i)]);
                 let t = self.thread(tid, pid);
                 t.copies += 1;
                 t.copy_ns += duration;
-                t.last_async_copy = (!spec.drains_queue).then_some(dir);
+                t.last_async_copy = (!spec.drains_queue).then_some((dir, bytes));
             }
             Family::Memset => {
                 self.memsets.0 += 1;
@@ -109,10 +114,16 @@ impl Evidence {
                 t.syncs += 1;
                 t.sync_wait_ns += duration;
                 // An async copy then a sync on the same thread is how a copy with
-                // non_blocking=False (and .item()/.cpu()) looks at the driver (FACTS.md).
-                if let Some(dir) = t.last_async_copy.take() {
-                    self.copies.dir_mut(dir).then_synced += 1;
-                    self.copies.dir_mut(dir).then_synced_wait_ns += duration;
+                // non_blocking=False, .cpu() and .item() look at the driver (FACTS.md).
+                if let Some((dir, bytes)) = t.last_async_copy.take() {
+                    let d = self.copies.dir_mut(dir);
+                    if dir == Direction::DeviceToHost && bytes <= SCALAR_READ_BYTES {
+                        d.scalar_reads += 1;
+                        d.scalar_read_wait_ns += duration;
+                    } else {
+                        d.then_synced += 1;
+                        d.then_synced_wait_ns += duration;
+                    }
                 }
             }
             Family::Alloc | Family::Free => {

@@ -22,8 +22,9 @@ pub struct ThreadStats {
     pub idle_periods: u64,
     pub first_ns: u64,
     pub last_ns: u64,
-    /// The direction of this thread's last call if it was an async copy (cleared by a sync).
-    pub(super) last_async_copy: Option<Direction>,
+    /// Direction and size of this thread's last call if it was an async copy (cleared by
+    /// a sync).
+    pub(super) last_async_copy: Option<(Direction, u64)>,
 }
 
 impl ThreadStats {

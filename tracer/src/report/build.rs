@@ -103,6 +103,8 @@ fn copy_dir(d: &DirStats) -> CopyDir {
         sync_api: d.sync_api,
         then_synced: d.then_synced,
         then_synced_wait_s: secs(d.then_synced_wait_ns),
+        scalar_reads: d.scalar_reads,
+        scalar_read_wait_s: secs(d.scalar_read_wait_ns),
     }
 }
 

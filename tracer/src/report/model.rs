@@ -100,9 +100,13 @@ pub struct CopyDir {
     pub classified: CopyClassified,
     /// Calls to synchronous copy APIs.
     pub sync_api: u64,
-    /// Async copies followed by a synchronize on the same thread, and that wait.
+    /// Async copies followed by a synchronize on the same thread (`non_blocking=False`,
+    /// `.cpu()`), and that wait.
     pub then_synced: u64,
     pub then_synced_wait_s: f64,
+    /// Copies of at most 256 bytes to the host followed by a synchronize (`.item()`).
+    pub scalar_reads: u64,
+    pub scalar_read_wait_s: f64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
