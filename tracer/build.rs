@@ -1,5 +1,5 @@
 //! Builds the eBPF object (`tracer-ebpf`) with aya-build and the nightly toolchain that
-//! `cargo xtask setup` installs, and places it in OUT_DIR for `include_bytes_aligned!`.
+//! `cargo xtask setup` installs, and places it in `OUT_DIR` for `include_bytes_aligned!`.
 //!
 //! For editors, `cargo check` and clippy on a machine without the eBPF toolchain, set
 //! `GPUTRACE_EBPF_STUB=1`: an empty object is written instead, and the binary then refuses

@@ -12,7 +12,7 @@ use std::{
 
 use serde_json::Value;
 
-/// The gputrace binary under test (`cargo xtask test` sets GPUTRACE_BIN).
+/// The gputrace binary under test (`cargo xtask test` sets `GPUTRACE_BIN`).
 #[must_use]
 pub fn gputrace() -> PathBuf {
     let path = std::env::var_os("GPUTRACE_BIN")

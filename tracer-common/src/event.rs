@@ -25,7 +25,7 @@ pub struct EventHeader {
     pub probe: u32,
     pub tgid: u32,
     pub tid: u32,
-    /// `bpf_ktime_get_ns` (CLOCK_MONOTONIC) when the record was written.
+    /// `bpf_ktime_get_ns` (`CLOCK_MONOTONIC`) when the record was written.
     pub ts_ns: u64,
 }
 const _: () = assert!(core::mem::size_of::<EventHeader>() == 24);
@@ -62,10 +62,14 @@ const _: () = assert!(core::mem::size_of::<IdleEndEvent>() == 32);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TaskEvent {
     pub header: EventHeader,
-    /// New task's id (TASK_NEW), 0 otherwise.
+    /// New task's id (`KIND_TASK_NEW`), 0 otherwise.
     pub child_tid: u32,
+    #[expect(
+        clippy::pub_underscore_fields,
+        reason = "explicit padding of a wire struct; public so both sides can build it with a literal"
+    )]
     pub _reserved: u32,
-    /// `clone_flags` (TASK_NEW), 0 otherwise.
+    /// `clone_flags` (`KIND_TASK_NEW`), 0 otherwise.
     pub flags: u64,
 }
 const _: () = assert!(core::mem::size_of::<TaskEvent>() == 40);

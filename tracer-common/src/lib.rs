@@ -44,6 +44,10 @@ pub mod loss {
 pub struct ThreadCounters {
     /// Process (thread group) the thread belongs to.
     pub tgid: u32,
+    #[expect(
+        clippy::pub_underscore_fields,
+        reason = "explicit padding of a wire struct; public so both sides can build it with a literal"
+    )]
     pub _reserved: u32,
     /// Monotonic time a queue-draining call (synchronize, synchronous D→H copy) returned;
     /// 0 when a launch has happened since.

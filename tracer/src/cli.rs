@@ -19,7 +19,7 @@ use crate::{
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// More logging on stderr (-v info, -vv debug); RUST_LOG overrides.
+    /// More logging on stderr (-v info, -vv debug); `RUST_LOG` overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
 }
@@ -118,10 +118,12 @@ pub async fn execute(job: Job) -> i32 {
 }
 
 fn fail(e: &TraceError) -> i32 {
+    use std::fmt::Write as _;
     let mut msg = format!("gputrace: {e}");
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
-        msg.push_str(&format!("\n  caused by: {s}"));
+        // Writing to a String cannot fail.
+        let _ = write!(msg, "\n  caused by: {s}");
         source = s.source();
     }
     eprintln!("{msg}");

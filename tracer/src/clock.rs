@@ -1,4 +1,4 @@
-//! The one clock: CLOCK_MONOTONIC, which is what `bpf_ktime_get_ns` reads, so kernel and
+//! The one clock: `CLOCK_MONOTONIC`, which is what `bpf_ktime_get_ns` reads, so kernel and
 //! user-space timestamps can be compared directly.
 
 #[must_use]

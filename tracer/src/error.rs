@@ -20,6 +20,8 @@ pub mod exit {
     pub const BAD_RECORDING: i32 = 6;
 }
 
+// The aya error sources are boxed: they are hundreds of bytes, and unboxed they would make
+// every `Result<_, TraceError>` that large, even on the success path.
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
     #[error("no process with pid {pid}; check it with `ps -p {pid}`")]
@@ -49,14 +51,14 @@ pub enum TraceError {
     #[error("loading the eBPF object: {source}")]
     LoadObject {
         #[source]
-        source: aya::EbpfError,
+        source: Box<aya::EbpfError>,
     },
 
     #[error("loading eBPF program `{program}`: {source}{}", verifier_hint(.source))]
     LoadProgram {
         program: String,
         #[source]
-        source: aya::programs::ProgramError,
+        source: Box<aya::programs::ProgramError>,
     },
 
     #[error("attaching to `{symbol}` in {}: {source}", .library.display())]
@@ -64,7 +66,7 @@ pub enum TraceError {
         symbol: String,
         library: PathBuf,
         #[source]
-        source: aya::programs::ProgramError,
+        source: Box<aya::programs::ProgramError>,
     },
 
     #[error("attaching tracepoint {category}:{name}: {source}")]
@@ -72,7 +74,7 @@ pub enum TraceError {
         category: String,
         name: String,
         #[source]
-        source: aya::programs::ProgramError,
+        source: Box<aya::programs::ProgramError>,
     },
 
     #[error("eBPF map `{name}` is missing from the object or has the wrong type")]

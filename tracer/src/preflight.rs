@@ -42,7 +42,7 @@ pub fn check() -> Result<()> {
     Ok(())
 }
 
-/// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; newer ones ignore it.
+/// Kernels before 5.11 charge BPF maps to `RLIMIT_MEMLOCK`; newer ones ignore it.
 fn raise_memlock() {
     let unlimited = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
     // SAFETY: a valid rlimit struct is passed by pointer.
@@ -62,5 +62,5 @@ pub fn classify_load_error(e: aya::EbpfError) -> TraceError {
             what: format!("the BPF system call or the ring buffer map (Linux 5.8+) is unavailable: {text}"),
         };
     }
-    TraceError::LoadObject { source: e }
+    TraceError::LoadObject { source: Box::new(e) }
 }

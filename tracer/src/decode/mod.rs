@@ -76,7 +76,7 @@ pub fn encode(event: &Event) -> Vec<u8> {
     fn bytes_of<T: Record>(v: &T) -> Vec<u8> {
         // SAFETY: `T` is plain `#[repr(C)]` integers without padding (sizes pinned in
         // gputrace-common), so all its bytes are initialised.
-        unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }.to_vec()
+        unsafe { std::slice::from_raw_parts(std::ptr::from_ref(v).cast::<u8>(), size_of::<T>()) }.to_vec()
     }
     match event {
         Event::Call(e) => bytes_of(e),

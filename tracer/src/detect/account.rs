@@ -67,12 +67,12 @@ fn max_fraction(ev: &Evidence, window_ns: u64, f: impl Fn(&crate::evidence::Thre
 impl Account {
     #[must_use]
     pub fn new(ev: &Evidence, window_ns: u64, gpu: Option<&[GpuDevice]>) -> Self {
-        let window_s = window_ns as f64 / 1e9;
-        let per_s = |n: u64| if window_ns == 0 { 0.0 } else { n as f64 / window_s };
+        let seconds = window_ns as f64 / 1e9;
+        let per_s = |n: u64| if window_ns == 0 { 0.0 } else { n as f64 / seconds };
         let kernels: u64 = ev.threads.values().map(crate::evidence::ThreadStats::kernel_launches).sum();
         let device = gpu.and_then(job_device);
         Self {
-            window_s,
+            window_s: seconds,
             launch_rate: per_s(kernels),
             waiting: max_fraction(ev, window_ns, |t| t.sync_wait_ns + t.copy_ns),
             sync_waiting: max_fraction(ev, window_ns, |t| t.sync_wait_ns),

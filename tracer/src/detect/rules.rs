@@ -21,9 +21,9 @@ const SYNCS_PER_S: f64 = 10.0;
 /// Alloc + free calls per second that mean the caching allocator is not caching.
 const ALLOCS_PER_S: f64 = 20.0;
 
-fn diagnosis(id: &str, impact: f64, summary: String, evidence: Vec<String>, fix: &str) -> Option<Diagnosis> {
+fn diagnosis(id: &str, impact: f64, summary: String, evidence: Vec<String>, fix: &str) -> Diagnosis {
     let impact = impact.clamp(0.0, 1.0);
-    Some(Diagnosis { id: id.into(), severity: severity(impact).into(), impact, summary, evidence, fix: fix.into() })
+    Diagnosis { id: id.into(), severity: severity(impact).into(), impact, summary, evidence, fix: fix.into() }
 }
 
 fn pct(f: f64) -> String {
@@ -51,13 +51,13 @@ fn launch_bound(_: &Evidence, a: &Account) -> Option<Diagnosis> {
         format!("host threads blocked on the GPU at most {} of the time", pct(a.waiting)),
     ];
     evidence.extend(gpu_line(a));
-    diagnosis(
+    Some(diagnosis(
         "launch-bound",
         impact,
         format!("the host launches {:.0} small kernels per second and the GPU waits for it", a.launch_rate),
         evidence,
         "launch fewer, larger kernels: a larger batch, CUDA graphs (torch.compile(mode=\"reduce-overhead\") or torch.cuda.graphs), or fused ops",
-    )
+    ))
 }
 
 fn host_sync(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
@@ -66,7 +66,7 @@ fn host_sync(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     }
     let (count, wait): (u64, u64) = ev.threads.values().fold((0, 0), |(c, w), t| (c + t.syncs, w + t.sync_wait_ns));
     let periods: u64 = ev.threads.values().map(|t| t.idle_periods).sum();
-    diagnosis(
+    Some(diagnosis(
         "host-sync",
         a.idle_after_sync,
         format!(
@@ -79,7 +79,7 @@ fn host_sync(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
             format!("{periods} periods with an empty GPU queue, {} of the window on the worst thread (lower bound)", pct(a.idle_after_sync)),
         ],
         "synchronize less: avoid .item()/.cpu()/torch.cuda.synchronize() every step, log metrics every N steps, keep values on the GPU",
-    )
+    ))
 }
 
 fn pageable_copy(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
@@ -93,7 +93,7 @@ fn pageable_copy(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     // host time is the cost (FACTS.md: 4 MiB pageable H2D 0.34 ms vs pinned 0.08 ms).
     let share = pageable as f64 / copies.max(1) as f64;
     let impact = (c.h2d.call_ns + c.d2h.call_ns) as f64 * share / 1e9 / a.window_s;
-    diagnosis(
+    Some(diagnosis(
         "pageable-copy",
         impact,
         format!("{pageable} of {copies} host↔device copies use pageable memory, which the host must stage synchronously"),
@@ -103,7 +103,7 @@ fn pageable_copy(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
             "classified from the traced pinning calls and the process memory map (pinned memory is a shared /dev/zero mapping)".into(),
         ],
         "pin the host buffers: DataLoader(pin_memory=True) or tensor.pin_memory(), then copy with .to(device, non_blocking=True)",
-    )
+    ))
 }
 
 /// Copies that stall the host by their own doing: synchronous copy APIs, and async copies
@@ -121,7 +121,7 @@ fn blocking_copy(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     if impact < LOW {
         return None;
     }
-    diagnosis(
+    Some(diagnosis(
         "blocking-copy",
         impact,
         format!("{} copies made the host wait for the GPU ({then_synced} async copies followed by a synchronize, {sync_api} synchronous copy calls)", then_synced + sync_api),
@@ -130,7 +130,7 @@ fn blocking_copy(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
             format!("D2H then synchronize (.cpu()): {} times, {:.3} s waiting", c.d2h.then_synced, c.d2h.then_synced_wait_ns as f64 / 1e9),
         ],
         "copy with non_blocking=True from pinned memory, and fetch results to the host (.cpu(), .item()) only when needed",
-    )
+    ))
 }
 
 fn alloc_churn(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
@@ -139,7 +139,7 @@ fn alloc_churn(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     if rate < ALLOCS_PER_S {
         return None;
     }
-    diagnosis(
+    Some(diagnosis(
         "alloc-churn",
         a.allocating.max(LOW),
         format!("device memory is allocated and freed {rate:.0} times/s: the caching allocator is being bypassed or emptied"),
@@ -148,7 +148,7 @@ fn alloc_churn(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
             format!("a thread spent {} of the window inside allocation calls", pct(a.allocating)),
         ],
         "keep memory cached: drop torch.cuda.empty_cache() from the loop, keep tensor shapes stable, or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-    )
+    ))
 }
 
 fn gpu_bound(_: &Evidence, a: &Account) -> Option<Diagnosis> {

@@ -31,9 +31,9 @@ pub fn parse_stat(text: &str) -> Option<ProcStat> {
     let fields: Vec<&str> = text[close + 1..].split_whitespace().collect();
     // After the comm: state(3) ppid(4) ... starttime(22), numbered from 1 as in proc(5).
     let state = fields.first()?.chars().next()?;
-    let ppid = fields.get(1)?.parse().ok()?;
+    let parent = fields.get(1)?.parse().ok()?;
     let start_ticks = fields.get(19)?.parse().ok()?;
-    Some(ProcStat { pid, ppid, start_ticks, state, comm })
+    Some(ProcStat { pid, ppid: parent, start_ticks, state, comm })
 }
 
 /// Read `/proc/PID/stat`, or `None` if the process does not exist (any more).

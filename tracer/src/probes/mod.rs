@@ -152,7 +152,7 @@ impl Kernel {
         prog.attach(None, offset, &library.open_path, None).map_err(|source| TraceError::AttachUprobe {
             symbol: program.to_owned(),
             library: library.name.clone().into(),
-            source,
+            source: Box::new(source),
         })?;
         Ok(())
     }
@@ -193,7 +193,7 @@ fn load_uprobe(ebpf: &mut Ebpf, name: &str) -> Result<()> {
         .program_mut(name)
         .and_then(|p| p.try_into().ok())
         .ok_or_else(|| map_error(name))?;
-    prog.load().map_err(|source| TraceError::LoadProgram { program: name.to_owned(), source })
+    prog.load().map_err(|source| TraceError::LoadProgram { program: name.to_owned(), source: Box::new(source) })
 }
 
 fn attach_task_tracepoints(ebpf: &mut Ebpf) -> Result<()> {
@@ -206,11 +206,11 @@ fn attach_task_tracepoints(ebpf: &mut Ebpf) -> Result<()> {
             .program_mut(program)
             .and_then(|p| p.try_into().ok())
             .ok_or_else(|| map_error(program))?;
-        tp.load().map_err(|source| TraceError::LoadProgram { program: program.to_owned(), source })?;
+        tp.load().map_err(|source| TraceError::LoadProgram { program: program.to_owned(), source: Box::new(source) })?;
         tp.attach(category, name).map_err(|source| TraceError::AttachTracepoint {
             category: category.to_owned(),
             name: name.to_owned(),
-            source,
+            source: Box::new(source),
         })?;
     }
     Ok(())

@@ -58,18 +58,7 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
     let began = Instant::now();
     let mut notes = Vec::new();
     // NVML first, so that its samples cover the whole window.
-    let sampler = match tokio::task::spawn_blocking(move || Sampler::start(nvml_interval)).await {
-        Ok(Ok(s)) => Some(s),
-        Ok(Err(why)) => {
-            log::warn!("{why}");
-            notes.push(why);
-            None
-        }
-        Err(e) => {
-            notes.push(format!("the NVML sampler failed to start: {e}"));
-            None
-        }
-    };
+    let sampler = start_sampler(nvml_interval, &mut notes).await;
     let (mut kernel, ring) = Kernel::load()?;
     if let Some(e) = &kernel.task_tracking_error {
         notes.push(format!("child processes are not followed: {e}"));
@@ -139,17 +128,7 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
         Some(sampler) => {
             let mut pids: Vec<u32> = evidence.processes.keys().copied().collect();
             pids.push(pid);
-            match tokio::task::spawn_blocking(move || sampler.finish(pids)).await {
-                Ok(Ok(samples)) => Some((samples, nvml_interval)),
-                Ok(Err(why)) => {
-                    notes.push(why);
-                    None
-                }
-                Err(e) => {
-                    notes.push(format!("the NVML sampler failed: {e}"));
-                    None
-                }
-            }
+            finish_sampler(sampler, pids, &mut notes).await.map(|finished| (finished, nvml_interval))
         }
         None => None,
     };
@@ -168,6 +147,37 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
         notes,
         maps_reads: host.reads,
     })
+}
+
+/// Start NVML sampling; where that fails, say why in `notes` and trace without it.
+async fn start_sampler(nvml_interval: Duration, notes: &mut Vec<String>) -> Option<Sampler> {
+    match tokio::task::spawn_blocking(move || Sampler::start(nvml_interval)).await {
+        Ok(Ok(s)) => Some(s),
+        Ok(Err(why)) => {
+            log::warn!("{why}");
+            notes.push(why);
+            None
+        }
+        Err(e) => {
+            notes.push(format!("the NVML sampler failed to start: {e}"));
+            None
+        }
+    }
+}
+
+/// Stop NVML sampling and collect the samples for `pids`; failures go to `notes`.
+async fn finish_sampler(sampler: Sampler, pids: Vec<u32>, notes: &mut Vec<String>) -> Option<GpuSamples> {
+    match tokio::task::spawn_blocking(move || sampler.finish(pids)).await {
+        Ok(Ok(finished)) => Some(finished),
+        Ok(Err(why)) => {
+            notes.push(why);
+            None
+        }
+        Err(e) => {
+            notes.push(format!("the NVML sampler failed: {e}"));
+            None
+        }
+    }
 }
 
 fn kernel_traced_or_root(kernel: &Kernel, tgid: u32, root: u32) -> bool {

@@ -33,7 +33,7 @@ impl Target {
     pub(super) fn start(self, kernel: &mut Kernel) -> Result<Started> {
         match self {
             Self::Attach { pid } => attach(pid, kernel),
-            Self::Run { argv, quiet_stdout } => run(argv, quiet_stdout, kernel),
+            Self::Run { argv, quiet_stdout } => run(&argv, quiet_stdout, kernel),
         }
     }
 }
@@ -64,13 +64,13 @@ fn attach(pid: u32, kernel: &mut Kernel) -> Result<Started> {
 /// The hold is a re-exec of gputrace itself as `gputrace __gate FD -- CMD...`, which waits
 /// for one byte on FD and then execs CMD, keeping the pid. (Blocking in `pre_exec` instead
 /// would deadlock: spawning waits for the child's exec to report success.)
-fn run(argv: Vec<String>, quiet_stdout: bool, kernel: &mut Kernel) -> Result<Started> {
+fn run(argv: &[String], quiet_stdout: bool, kernel: &mut Kernel) -> Result<Started> {
     let command = argv.join(" ");
     let spawn_err = |source| TraceError::Spawn { command: command.clone(), source };
     let (gate_read, gate_write) = pipe().map_err(spawn_err)?;
     let me = std::env::current_exe().map_err(spawn_err)?;
     let mut cmd = std::process::Command::new(me);
-    cmd.arg(GATE_ARG).arg(gate_read.as_raw_fd().to_string()).arg("--").args(&argv);
+    cmd.arg(GATE_ARG).arg(gate_read.as_raw_fd().to_string()).arg("--").args(argv);
     if quiet_stdout {
         cmd.stdout(std::io::stderr());
     }
@@ -109,8 +109,8 @@ pub fn gate_then_exec(fd: i32, argv: &[String]) -> i32 {
         eprintln!("gputrace: tracing did not start; not running the command");
         return crate::error::exit::FAILURE;
     }
-    let Some((program, args)) = argv.split_first() else { return crate::error::exit::USAGE };
-    let err = std::process::Command::new(program).args(args).exec();
+    let Some((program, program_args)) = argv.split_first() else { return crate::error::exit::USAGE };
+    let err = std::process::Command::new(program).args(program_args).exec();
     eprintln!("gputrace: cannot run `{program}`: {err}");
     // The shell's convention: 127 for not found, 126 for found but not executable.
     if err.kind() == io::ErrorKind::NotFound { 127 } else { 126 }
