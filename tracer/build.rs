@@ -28,19 +28,11 @@ fn main() -> anyhow::Result<()> {
              rust-src and a bpf-linker built against the nightly's LLVM), then build again"
         ));
     }
-    let cargo_metadata::Metadata { packages, .. } = cargo_metadata::MetadataCommand::new()
-        .no_deps()
-        .exec()
-        .context("cargo metadata")?;
-    let ebpf = packages
-        .into_iter()
-        .find(|p| p.name == EBPF_PACKAGE)
-        .ok_or_else(|| anyhow!("{EBPF_PACKAGE} is not a workspace member"))?;
+    let cargo_metadata::Metadata { packages, .. } = cargo_metadata::MetadataCommand::new().no_deps().exec().context("cargo metadata")?;
+    let ebpf = packages.into_iter().find(|p| p.name == EBPF_PACKAGE).ok_or_else(|| anyhow!("{EBPF_PACKAGE} is not a workspace member"))?;
     aya_build::build_ebpf([ebpf])
 }
 
 fn which_bpf_linker() -> Option<PathBuf> {
-    env::split_paths(&env::var_os("PATH")?)
-        .map(|dir| dir.join("bpf-linker"))
-        .find(|p| p.is_file())
+    env::split_paths(&env::var_os("PATH")?).map(|dir| dir.join("bpf-linker")).find(|p| p.is_file())
 }

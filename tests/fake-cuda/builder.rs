@@ -11,10 +11,27 @@ pub fn build_fake_cuda(src: &Path, out: &Path) -> Result<(), String> {
     let o = |name: &str| out.join(name).display().to_string();
     let s = |name: &str| src.join(name).display().to_string();
     let steps: [Vec<String>; 3] = [
-        vec!["-O2".into(), "-shared".into(), "-fPIC".into(), "-Wl,-soname,libcuda.so.1".into(), "-o".into(), o("libcuda.so.1"), s("libcuda.c"), "-lpthread".into()],
         vec![
-            "-O2".into(), "-shared".into(), "-fPIC".into(), "-Wl,-soname,libcudart.so.13".into(), "-o".into(), o("libcudart.so.13"), s("libcudart.c"),
-            format!("-L{}", out.display()), "-l:libcuda.so.1".into(), "-Wl,-rpath,$ORIGIN".into(),
+            "-O2".into(),
+            "-shared".into(),
+            "-fPIC".into(),
+            "-Wl,-soname,libcuda.so.1".into(),
+            "-o".into(),
+            o("libcuda.so.1"),
+            s("libcuda.c"),
+            "-lpthread".into(),
+        ],
+        vec![
+            "-O2".into(),
+            "-shared".into(),
+            "-fPIC".into(),
+            "-Wl,-soname,libcudart.so.13".into(),
+            "-o".into(),
+            o("libcudart.so.13"),
+            s("libcudart.c"),
+            format!("-L{}", out.display()),
+            "-l:libcuda.so.1".into(),
+            "-Wl,-rpath,$ORIGIN".into(),
         ],
         vec!["-O2".into(), "-o".into(), o("fakejob"), s("fakejob.c"), "-ldl".into(), "-lpthread".into()],
     ];

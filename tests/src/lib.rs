@@ -49,13 +49,8 @@ pub struct Gated {
 impl Gated {
     #[must_use]
     pub fn start(args: &[&str]) -> Self {
-        let mut child = Command::new(fakejob())
-            .arg("--gate")
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("fakejob starts");
+        let mut child =
+            Command::new(fakejob()).arg("--gate").args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("fakejob starts");
         let mut line = String::new();
         BufReader::new(child.stdout.as_mut().expect("piped")).read_line(&mut line).expect("fakejob says ready");
         let pid = line.trim().strip_prefix("ready ").and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("unexpected: {line:?}"));
@@ -106,7 +101,8 @@ impl Tracer {
         self.child.stdout.take().expect("piped").read_to_string(&mut out).expect("report read");
         let status = self.child.wait().expect("gputrace exits");
         let stderr: String = self.stderr_rest.try_iter().collect();
-        let report = serde_json::from_str(&out).unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{out}\nstderr:\n{stderr}"));
+        let report =
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{out}\nstderr:\n{stderr}"));
         (report, status.code().unwrap_or(-1), stderr)
     }
 
@@ -139,7 +135,8 @@ pub fn run_fakejob(args: &[&str]) -> (Value, i32, String) {
         .expect("gputrace runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let report = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{stdout}\nstderr:\n{stderr}"));
+    let report =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{stdout}\nstderr:\n{stderr}"));
     (report, out.status.code().unwrap_or(-1), stderr)
 }
 

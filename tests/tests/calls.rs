@@ -10,7 +10,17 @@ fn copies_syncs_and_allocations_are_exact() {
     // sync), device sync, 2 × (alloc 1 MiB + free). Plus one 64 MiB alloc/free per run.
     let steps = 40;
     let (r, code, stderr) = run_fakejob(&[
-        "--steps", "40", "--pageable-h2d", "1048576", "--pinned-h2d", "2097152", "--item", "3", "--sync", "--alloc-churn", "2",
+        "--steps",
+        "40",
+        "--pageable-h2d",
+        "1048576",
+        "--pinned-h2d",
+        "2097152",
+        "--item",
+        "3",
+        "--sync",
+        "--alloc-churn",
+        "2",
     ]);
     assert_eq!(code, 0, "{stderr}");
     let h2d = &r["cuda"]["copies"]["h2d"];

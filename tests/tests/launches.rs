@@ -7,7 +7,18 @@ fn run_counts_every_launch_once_across_threads_and_layers() {
     require_root();
     // 2 threads × 50 steps × (30 runtime + 20 driver + 10 Ex launches, 4 graphs).
     let (r, code, stderr) = run_fakejob(&[
-        "--threads", "2", "--steps", "50", "--runtime-launches", "30", "--driver-launches", "20", "--ex-launches", "10", "--graphs", "4",
+        "--threads",
+        "2",
+        "--steps",
+        "50",
+        "--runtime-launches",
+        "30",
+        "--driver-launches",
+        "20",
+        "--ex-launches",
+        "10",
+        "--graphs",
+        "4",
     ]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(r["schema"], "gputrace.report/1");
@@ -76,7 +87,13 @@ fn child_processes_are_followed() {
     let (r, code, stderr) = tracer.report();
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(num(&r, "/cuda/launches/kernels"), 2 * 300, "parent and forked child");
-    let pids: Vec<u64> = r["cuda"]["threads"].as_array().expect("threads").iter().filter(|t| t["kernels"] == 300).map(|t| t["pid"].as_u64().expect("pid")).collect();
+    let pids: Vec<u64> = r["cuda"]["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .filter(|t| t["kernels"] == 300)
+        .map(|t| t["pid"].as_u64().expect("pid"))
+        .collect();
     assert_eq!(pids.len(), 2);
     assert_ne!(pids[0], pids[1], "the launches come from two processes");
     let processes = r["target"]["processes"].as_array().expect("processes");

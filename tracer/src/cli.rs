@@ -86,7 +86,11 @@ pub struct Job {
 
 impl Common {
     fn nvml_interval(&self) -> Duration {
-        if self.nvml_hz == 0.0 { Duration::ZERO } else { Duration::from_secs_f64(1.0 / self.nvml_hz) }
+        if self.nvml_hz == 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(1.0 / self.nvml_hz)
+        }
     }
 }
 

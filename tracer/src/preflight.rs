@@ -22,11 +22,8 @@ pub fn check() -> Result<()> {
     let caps = effective_caps();
     let has = |c: u32| caps & (1 << c) != 0;
     if !has(CAP_SYS_ADMIN) {
-        let missing: Vec<&str> = [(CAP_BPF, "CAP_BPF"), (CAP_PERFMON, "CAP_PERFMON")]
-            .into_iter()
-            .filter(|(c, _)| !has(*c))
-            .map(|(_, n)| n)
-            .collect();
+        let missing: Vec<&str> =
+            [(CAP_BPF, "CAP_BPF"), (CAP_PERFMON, "CAP_PERFMON")].into_iter().filter(|(c, _)| !has(*c)).map(|(_, n)| n).collect();
         if !missing.is_empty() {
             return Err(TraceError::Permission { missing: missing.join(" and ") });
         }
@@ -58,9 +55,7 @@ pub fn classify_load_error(e: aya::EbpfError) -> TraceError {
         return TraceError::Permission { missing: "CAP_BPF and CAP_PERFMON (the kernel refused to create BPF maps)".into() };
     }
     if text.contains("Function not implemented") || text.contains("Invalid argument") {
-        return TraceError::Kernel {
-            what: format!("the BPF system call or the ring buffer map (Linux 5.8+) is unavailable: {text}"),
-        };
+        return TraceError::Kernel { what: format!("the BPF system call or the ring buffer map (Linux 5.8+) is unavailable: {text}") };
     }
     TraceError::LoadObject { source: Box::new(e) }
 }

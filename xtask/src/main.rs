@@ -61,9 +61,23 @@ fn demo() -> Result<()> {
     let job = fake.join("fakejob").display().to_string();
     let scenarios: [(&str, &[&str]); 3] = [
         ("many tiny kernels, launched one by one", &["--steps", "300", "--driver-launches", "200", "--kernel-us", "1", "--sync"]),
-        ("a training step that copies from pageable memory and reads a scalar back", &[
-            "--steps", "200", "--driver-launches", "20", "--kernel-us", "20", "--pageable-h2d", "4194304", "--item", "1", "--host-us", "300",
-        ]),
+        (
+            "a training step that copies from pageable memory and reads a scalar back",
+            &[
+                "--steps",
+                "200",
+                "--driver-launches",
+                "20",
+                "--kernel-us",
+                "20",
+                "--pageable-h2d",
+                "4194304",
+                "--item",
+                "1",
+                "--host-us",
+                "300",
+            ],
+        ),
         ("a healthy job: large kernels keep the GPU busy", &["--steps", "100", "--driver-launches", "10", "--kernel-us", "500", "--sync"]),
     ];
     for (what, args) in scenarios {
@@ -75,15 +89,36 @@ fn demo() -> Result<()> {
 
 fn test() -> Result<()> {
     let gputrace = build()?;
-    run(Command::new("cargo")
-        .current_dir(root())
-        .env("GPUTRACE_BIN", &gputrace)
-        .args(["test", "--release", "--workspace", "--exclude", "gputrace-tests", "--exclude", "gputrace-ebpf"]))?;
+    // Lints first: every crate inherits the workspace lints, and warnings fail the run.
+    run(Command::new("cargo").current_dir(root()).args([
+        "clippy",
+        "--release",
+        "--workspace",
+        "--exclude",
+        "gputrace-ebpf",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    run(Command::new("cargo").current_dir(root()).env("GPUTRACE_BIN", &gputrace).args([
+        "test",
+        "--release",
+        "--workspace",
+        "--exclude",
+        "gputrace-tests",
+        "--exclude",
+        "gputrace-ebpf",
+    ]))?;
     // The privileged tests load eBPF into the one kernel: one at a time.
-    run(Command::new("cargo")
-        .current_dir(root())
-        .env("GPUTRACE_BIN", &gputrace)
-        .args(["test", "--release", "--package", "gputrace-tests", "--", "--test-threads=1"]))
+    run(Command::new("cargo").current_dir(root()).env("GPUTRACE_BIN", &gputrace).args([
+        "test",
+        "--release",
+        "--package",
+        "gputrace-tests",
+        "--",
+        "--test-threads=1",
+    ]))
 }
 
 fn main() -> Result<()> {

@@ -61,7 +61,14 @@ pub fn setup() -> Result<()> {
     eprintln!("setup: building bpf-linker {BPF_LINKER_VERSION} against {} (about a minute)", llvm.display());
     let status = Command::new("cargo")
         .env("LLVM_PREFIX", &prefix)
-        .args(["install", &format!("bpf-linker@{BPF_LINKER_VERSION}"), "--locked", "--no-default-features", "--features", BPF_LINKER_LLVM_FEATURE])
+        .args([
+            "install",
+            &format!("bpf-linker@{BPF_LINKER_VERSION}"),
+            "--locked",
+            "--no-default-features",
+            "--features",
+            BPF_LINKER_LLVM_FEATURE,
+        ])
         .status()?;
     if !status.success() {
         bail!("building bpf-linker failed");

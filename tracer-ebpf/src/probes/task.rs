@@ -39,9 +39,7 @@ fn emit(kind: u32, cur: &Current, child_tid: u32, flags: u64) {
 pub fn task_newtask(ctx: TracePointContext) -> u32 {
     let Some(cur) = traced_current() else { return 0 };
     // SAFETY: read_volatile keeps the compiler from folding the load-time constant.
-    let (pid_off, flags_off) = unsafe {
-        (core::ptr::read_volatile(&NEWTASK_PID_OFFSET), core::ptr::read_volatile(&NEWTASK_FLAGS_OFFSET))
-    };
+    let (pid_off, flags_off) = unsafe { (core::ptr::read_volatile(&NEWTASK_PID_OFFSET), core::ptr::read_volatile(&NEWTASK_FLAGS_OFFSET)) };
     // SAFETY: the offsets come from the tracepoint's own format; bpf_probe_read checks bounds.
     let child = unsafe { ctx.read_at::<i32>(pid_off as usize) }.unwrap_or(0) as u32;
     // SAFETY: as above.

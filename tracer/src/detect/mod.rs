@@ -9,7 +9,10 @@ mod rules;
 
 pub use account::Account;
 
-use crate::{evidence::Evidence, report::model::{Diagnosis, GpuDevice}};
+use crate::{
+    evidence::Evidence,
+    report::model::{Diagnosis, GpuDevice},
+};
 
 /// What the detectors look at.
 #[derive(Debug)]

@@ -76,7 +76,10 @@ fn host_sync(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
         ),
         vec![
             format!("{count} synchronizing calls waited {:.3} s in total", wait as f64 / 1e9),
-            format!("{periods} periods with an empty GPU queue, {} of the window on the worst thread (lower bound)", pct(a.idle_after_sync)),
+            format!(
+                "{periods} periods with an empty GPU queue, {} of the window on the worst thread (lower bound)",
+                pct(a.idle_after_sync)
+            ),
         ],
         "synchronize less: avoid .item()/.cpu()/torch.cuda.synchronize() every step, log metrics every N steps, keep values on the GPU",
     ))

@@ -74,8 +74,17 @@ pub fn predicted_for_command(ld_library_path: Option<&str>) -> Vec<Library> {
     let mut dirs: Vec<PathBuf> = ld_library_path.unwrap_or_default().split(':').filter(|d| !d.is_empty()).map(PathBuf::from).collect();
     dirs.extend(ld_cache_dirs());
     dirs.extend(
-        ["/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/usr/lib", "/lib", "/usr/local/nvidia/lib64", "/usr/lib/wsl/lib"]
-            .map(PathBuf::from),
+        [
+            "/lib/x86_64-linux-gnu",
+            "/usr/lib/x86_64-linux-gnu",
+            "/lib64",
+            "/usr/lib64",
+            "/usr/lib",
+            "/lib",
+            "/usr/local/nvidia/lib64",
+            "/usr/lib/wsl/lib",
+        ]
+        .map(PathBuf::from),
     );
     let mut found: BTreeMap<(u64, u64), Library> = BTreeMap::new();
     for dir in dirs {

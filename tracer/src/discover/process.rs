@@ -57,12 +57,9 @@ pub fn require(pid: u32) -> Result<ProcStat> {
 #[must_use]
 pub fn command_line(pid: u32) -> String {
     match fs::read(format!("/proc/{pid}/cmdline")) {
-        Ok(bytes) if !bytes.is_empty() => bytes
-            .split(|b| *b == 0)
-            .filter(|a| !a.is_empty())
-            .map(String::from_utf8_lossy)
-            .collect::<Vec<_>>()
-            .join(" "),
+        Ok(bytes) if !bytes.is_empty() => {
+            bytes.split(|b| *b == 0).filter(|a| !a.is_empty()).map(String::from_utf8_lossy).collect::<Vec<_>>().join(" ")
+        }
         _ => stat(pid).map(|s| s.comm).unwrap_or_default(),
     }
 }
@@ -77,9 +74,7 @@ pub fn uid(pid: u32) -> Option<u32> {
 /// Every live process on the host with its parent.
 fn all_parents() -> HashMap<u32, u32> {
     let Ok(dir) = fs::read_dir("/proc") else { return HashMap::new() };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|pid| Some((pid, stat(pid)?.ppid)))
-        .collect()
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()).filter_map(|pid| Some((pid, stat(pid)?.ppid))).collect()
 }
 
 /// `root` and all its live descendants.

@@ -17,10 +17,7 @@ pub fn file_offsets(path: &Path, wanted: &[&str]) -> Result<HashMap<String, u64>
 /// Pure part of [`file_offsets`], over the file's bytes.
 pub fn offsets_in(data: &[u8], wanted: &[&str]) -> Result<HashMap<String, u64>, object::read::Error> {
     let file = object::File::parse(data)?;
-    let segments: Vec<(u64, u64, u64)> = file
-        .segments()
-        .map(|s| (s.address(), s.size(), s.file_range().0))
-        .collect();
+    let segments: Vec<(u64, u64, u64)> = file.segments().map(|s| (s.address(), s.size(), s.file_range().0)).collect();
     let mut out = HashMap::new();
     for sym in file.dynamic_symbols().chain(file.symbols()) {
         if !sym.is_definition() {

@@ -109,7 +109,9 @@ impl CopyStats {
         stats.count += 1;
         stats.bytes += bytes;
         stats.call_ns += duration_ns;
-        if spec.drains_queue || matches!(spec.symbol, "cuMemcpyHtoD_v2" | "cuMemcpyHtoD_v2_ptds" | "cuMemcpyDtoD_v2" | "cuMemcpy" | "cuMemcpyPeer") {
+        if spec.drains_queue
+            || matches!(spec.symbol, "cuMemcpyHtoD_v2" | "cuMemcpyHtoD_v2_ptds" | "cuMemcpyDtoD_v2" | "cuMemcpy" | "cuMemcpyPeer")
+        {
             stats.sync_api += 1;
         }
         if let Some(ptr) = host_ptr {

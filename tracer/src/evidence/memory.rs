@@ -21,10 +21,7 @@ impl Ranges {
     }
 
     fn contains(&self, pid: u32, addr: u64) -> bool {
-        self.0
-            .range(..=(pid, addr))
-            .next_back()
-            .is_some_and(|(&(p, start), &len)| p == pid && addr < start.saturating_add(len.max(1)))
+        self.0.range(..=(pid, addr)).next_back().is_some_and(|(&(p, start), &len)| p == pid && addr < start.saturating_add(len.max(1)))
     }
 }
 

@@ -8,7 +8,7 @@ mod threads;
 
 use std::collections::BTreeMap;
 
-use gputrace_common::{spec_of, CallEvent, Family, ThreadCounters, KIND_TASK_NEW, CLONE_THREAD};
+use gputrace_common::{spec_of, CallEvent, Family, ThreadCounters, CLONE_THREAD, KIND_TASK_NEW};
 
 pub use copies::{CopyClass, CopyStats, DirStats, Direction, HostClass, HostMemory};
 pub use memory::{AllocStats, ContextCall, HostPinStats};

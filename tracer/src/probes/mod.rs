@@ -144,11 +144,7 @@ impl Kernel {
     }
 
     fn attach_one(&mut self, program: &str, offset: u64, library: &Library) -> Result<()> {
-        let prog: &mut UProbe = self
-            .ebpf
-            .program_mut(program)
-            .and_then(|p| p.try_into().ok())
-            .ok_or_else(|| map_error(program))?;
+        let prog: &mut UProbe = self.ebpf.program_mut(program).and_then(|p| p.try_into().ok()).ok_or_else(|| map_error(program))?;
         prog.attach(None, offset, &library.open_path, None).map_err(|source| TraceError::AttachUprobe {
             symbol: program.to_owned(),
             library: library.name.clone().into(),
@@ -189,10 +185,7 @@ impl Kernel {
 }
 
 fn load_uprobe(ebpf: &mut Ebpf, name: &str) -> Result<()> {
-    let prog: &mut UProbe = ebpf
-        .program_mut(name)
-        .and_then(|p| p.try_into().ok())
-        .ok_or_else(|| map_error(name))?;
+    let prog: &mut UProbe = ebpf.program_mut(name).and_then(|p| p.try_into().ok()).ok_or_else(|| map_error(name))?;
     prog.load().map_err(|source| TraceError::LoadProgram { program: name.to_owned(), source: Box::new(source) })
 }
 
@@ -202,10 +195,7 @@ fn attach_task_tracepoints(ebpf: &mut Ebpf) -> Result<()> {
         ("sched_process_exec", "sched", "sched_process_exec"),
         ("sched_process_exit", "sched", "sched_process_exit"),
     ] {
-        let tp: &mut TracePoint = ebpf
-            .program_mut(program)
-            .and_then(|p| p.try_into().ok())
-            .ok_or_else(|| map_error(program))?;
+        let tp: &mut TracePoint = ebpf.program_mut(program).and_then(|p| p.try_into().ok()).ok_or_else(|| map_error(program))?;
         tp.load().map_err(|source| TraceError::LoadProgram { program: program.to_owned(), source: Box::new(source) })?;
         tp.attach(category, name).map_err(|source| TraceError::AttachTracepoint {
             category: category.to_owned(),

@@ -1,10 +1,10 @@
 //! Building the report model from a finished session.
 
-use gputrace_common::{loss, spec_of, Family, PROBES};
+use gputrace_common::{loss, Family, PROBES};
 
 use super::model::{
-    Allocs, ContextCall, CopyClassified, CopyDir, Copies, Count, Cpu, Cuda, Gpu, HostPinned, Launches, LibraryEntry, Loss,
-    MainThread, ProbeHits, ProcessEntry, Report, SymbolWait, Syncs, Target, ThreadEntry, Tool, Tracer, Window, SCHEMA,
+    Allocs, ContextCall, Copies, CopyClassified, CopyDir, Count, Cpu, Cuda, Gpu, HostPinned, Launches, LibraryEntry, Loss, MainThread,
+    ProbeHits, ProcessEntry, Report, SymbolWait, Syncs, Target, ThreadEntry, Tool, Tracer, Window, SCHEMA,
 };
 use crate::{
     detect,
@@ -39,12 +39,10 @@ pub fn build(outcome: &Outcome) -> Report {
     };
     // A return without its entry is a call that started before we attached: not a loss.
     let lost_events = loss.ring_full + loss.thread_map_full + loss.inflight_full + loss.process_map_full + loss.undecodable;
-    let (verdict, diagnoses) = detect::diagnose(&detect::Inputs { window_ns, evidence: ev, gpu: gpu.as_ref().map(|g| g.devices.as_slice()) });
-    let mut processes: Vec<ProcessEntry> = ev
-        .processes
-        .iter()
-        .map(|(&pid, p)| ProcessEntry { pid, parent: p.parent, execs: p.execs, exited: p.exited })
-        .collect();
+    let (verdict, diagnoses) =
+        detect::diagnose(&detect::Inputs { window_ns, evidence: ev, gpu: gpu.as_ref().map(|g| g.devices.as_slice()) });
+    let mut processes: Vec<ProcessEntry> =
+        ev.processes.iter().map(|(&pid, p)| ProcessEntry { pid, parent: p.parent, execs: p.execs, exited: p.exited }).collect();
     if !ev.processes.contains_key(&outcome.target_pid) {
         processes.insert(0, ProcessEntry { pid: outcome.target_pid, parent: None, execs: 0, exited: false });
     }
@@ -63,7 +61,13 @@ pub fn build(outcome: &Outcome) -> Report {
             stopped_by: serde_json::to_value(outcome.stopped_by).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
         },
         cpu: Cpu {
-            main_thread: ev.main_thread().map(|(tid, _)| MainThread { tid, on_cpu_s: None, runqueue_s: None, io_wait_s: None, sleep_s: None }),
+            main_thread: ev.main_thread().map(|(tid, _)| MainThread {
+                tid,
+                on_cpu_s: None,
+                runqueue_s: None,
+                io_wait_s: None,
+                sleep_s: None,
+            }),
         },
         cuda,
         io: None,
@@ -140,12 +144,22 @@ fn cuda(ev: &Evidence, outcome: &Outcome, window_ns: u64) -> Cuda {
             cooperative,
             per_second: if window_ns == 0 { 0.0 } else { kernels as f64 / secs(window_ns) },
         },
-        copies: Copies { h2d: copy_dir(&ev.copies.h2d), d2h: copy_dir(&ev.copies.d2h), d2d: copy_dir(&ev.copies.d2d), peer: copy_dir(&ev.copies.peer) },
+        copies: Copies {
+            h2d: copy_dir(&ev.copies.h2d),
+            d2h: copy_dir(&ev.copies.d2h),
+            d2d: copy_dir(&ev.copies.d2d),
+            peer: copy_dir(&ev.copies.peer),
+        },
         memsets: Count { count: ev.memsets.0, bytes: ev.memsets.1 },
         syncs: Syncs {
             count: ev.syncs.count,
             wait_s: secs(ev.syncs.wait_ns),
-            by_symbol: ev.syncs.by_symbol.iter().map(|(s, (n, w))| SymbolWait { symbol: (*s).into(), count: *n, wait_s: secs(*w) }).collect(),
+            by_symbol: ev
+                .syncs
+                .by_symbol
+                .iter()
+                .map(|(s, (n, w))| SymbolWait { symbol: (*s).into(), count: *n, wait_s: secs(*w) })
+                .collect(),
         },
         allocs: Allocs {
             count: ev.allocs.count,
@@ -157,7 +171,12 @@ fn cuda(ev: &Evidence, outcome: &Outcome, window_ns: u64) -> Cuda {
             live_bytes: ev.allocs.live_bytes,
             peak_live_bytes: ev.allocs.peak_live_bytes,
         },
-        host_pinned: HostPinned { count: ev.host_pins.count, bytes: ev.host_pins.bytes, frees: ev.host_pins.frees, failures: ev.host_pins.failures },
+        host_pinned: HostPinned {
+            count: ev.host_pins.count,
+            bytes: ev.host_pins.bytes,
+            frees: ev.host_pins.frees,
+            failures: ev.host_pins.failures,
+        },
         contexts: ev
             .contexts
             .iter()
@@ -176,15 +195,19 @@ fn cuda(ev: &Evidence, outcome: &Outcome, window_ns: u64) -> Cuda {
     }
 }
 
+/// One entry per probed symbol. One program serves a symbol in every library it is attached
+/// to, so hits cannot be split by library; `library` names them all.
 fn probe_hits(ev: &Evidence, outcome: &Outcome) -> Vec<ProbeHits> {
-    let mut out = Vec::new();
-    for lib in &outcome.libraries {
-        for symbol in &lib.symbols {
-            let Some(spec) = PROBES.iter().find(|p| p.symbol == *symbol) else { continue };
+    PROBES
+        .iter()
+        .filter_map(|spec| {
+            let libraries: Vec<&str> =
+                outcome.libraries.iter().filter(|l| l.symbols.contains(&spec.symbol)).map(|l| l.library.name.as_str()).collect();
+            if libraries.is_empty() {
+                return None;
+            }
             let hits = ev.threads.values().map(|t| t.hits[spec.id as usize]).sum();
-            out.push(ProbeHits { symbol: (*symbol).into(), library: lib.library.name.clone(), hits });
-        }
-    }
-    debug_assert!(out.iter().all(|p| PROBES.iter().any(|s| s.symbol == p.symbol && spec_of(s.id).is_some())));
-    out
+            Some(ProbeHits { symbol: spec.symbol.into(), library: libraries.join(", "), hits })
+        })
+        .collect()
 }

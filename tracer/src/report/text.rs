@@ -11,7 +11,11 @@ struct Style {
 
 impl Style {
     fn paint(&self, code: &str, s: &str) -> String {
-        if self.color { format!("\x1b[{code}m{s}\x1b[0m") } else { s.to_owned() }
+        if self.color {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_owned()
+        }
     }
 }
 
@@ -23,7 +27,11 @@ fn bytes(n: u64) -> String {
         v /= 1024.0;
         u += 1;
     }
-    if u == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[u]) }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
 }
 
 /// Make a string from the traced process safe to print: no control characters reach the
@@ -98,7 +106,8 @@ pub fn render(r: &Report, color: bool) -> String {
     );
     let _ = writeln!(out, "  pinned     {} host allocations ({})", c.host_pinned.count, bytes(c.host_pinned.bytes));
     if !c.threads.is_empty() {
-        let _ = writeln!(out, "\n  {:>8} {:>8} {:>10} {:>7} {:>7} {:>9} {:>9}", "tid", "pid", "kernels", "graphs", "syncs", "wait s", "idle s");
+        let _ =
+            writeln!(out, "\n  {:>8} {:>8} {:>10} {:>7} {:>7} {:>9} {:>9}", "tid", "pid", "kernels", "graphs", "syncs", "wait s", "idle s");
         for t in c.threads.iter().take(8) {
             let _ = writeln!(
                 out,
@@ -129,7 +138,11 @@ pub fn render(r: &Report, color: bool) -> String {
         t.probes.len(),
         t.libraries.len(),
         t.attach_ms,
-        if t.complete { "no events lost".to_owned() } else { st.paint("31", &format!("{} events LOST: counts are incomplete", t.lost_events)) }
+        if t.complete {
+            "no events lost".to_owned()
+        } else {
+            st.paint("31", &format!("{} events LOST: counts are incomplete", t.lost_events))
+        }
     );
     for n in &t.notes {
         wrap(&mut out, "  note: ", &clean(n));
@@ -141,14 +154,8 @@ fn copy_line(out: &mut String, name: &str, d: &CopyDir) {
     if d.count == 0 {
         return;
     }
-    let _ = writeln!(
-        out,
-        "  {name}        {} copies, {}, {} pageable, {:.3} s in calls",
-        d.count,
-        bytes(d.bytes),
-        d.pageable,
-        d.blocking_s
-    );
+    let _ =
+        writeln!(out, "  {name}        {} copies, {}, {} pageable, {:.3} s in calls", d.count, bytes(d.bytes), d.pageable, d.blocking_s);
 }
 
 #[cfg(test)]

@@ -19,8 +19,8 @@ use crate::{
     probes::Kernel,
 };
 
-pub use target::{gate_then_exec, Target, GATE_ARG};
 use target::{forward_sigterm, wait_child};
+pub use target::{gate_then_exec, Target, GATE_ARG};
 
 /// How often the traced processes' memory maps are rescanned for CUDA libraries loaded
 /// after attach (dlopen) and for processes that exited unseen.

@@ -14,10 +14,15 @@ use crate::{
 
 #[derive(Clone, Debug)]
 pub enum Target {
-    Attach { pid: u32 },
+    Attach {
+        pid: u32,
+    },
     /// `quiet_stdout`: send the command's stdout to our stderr, so that with `--json`
     /// stdout holds the report alone.
-    Run { argv: Vec<String>, quiet_stdout: bool },
+    Run {
+        argv: Vec<String>,
+        quiet_stdout: bool,
+    },
 }
 
 /// A target that is being traced.
@@ -77,9 +82,7 @@ fn run(argv: &[String], quiet_stdout: bool, kernel: &mut Kernel) -> Result<Start
     let read_fd = gate_read.as_raw_fd();
     // SAFETY: fcntl is async-signal-safe; it only makes the read end survive the exec.
     unsafe {
-        cmd.pre_exec(move || {
-            if libc::fcntl(read_fd, libc::F_SETFD, 0) == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
-        });
+        cmd.pre_exec(move || if libc::fcntl(read_fd, libc::F_SETFD, 0) == 0 { Ok(()) } else { Err(io::Error::last_os_error()) });
     }
     let child = tokio::process::Command::from(cmd).spawn().map_err(spawn_err)?;
     drop(gate_read);
@@ -113,7 +116,11 @@ pub fn gate_then_exec(fd: i32, argv: &[String]) -> i32 {
     let err = std::process::Command::new(program).args(program_args).exec();
     eprintln!("gputrace: cannot run `{program}`: {err}");
     // The shell's convention: 127 for not found, 126 for found but not executable.
-    if err.kind() == io::ErrorKind::NotFound { 127 } else { 126 }
+    if err.kind() == io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    }
 }
 
 fn pipe() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
@@ -128,7 +135,11 @@ fn pipe() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
 
 fn write_byte(fd: &std::os::fd::OwnedFd) -> io::Result<()> {
     // SAFETY: writes one byte from a valid buffer to an open descriptor.
-    if unsafe { libc::write(fd.as_raw_fd(), [1u8].as_ptr().cast(), 1) } == 1 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    if unsafe { libc::write(fd.as_raw_fd(), [1u8].as_ptr().cast(), 1) } == 1 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// Wait for a command we started to exit; never resolves when there is none (attach mode)
