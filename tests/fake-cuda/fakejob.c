@@ -19,11 +19,17 @@
  *   --alloc-churn N        per step: N × (cudaMalloc 1 MiB + cudaFree)
  *   --host-us U            per step: U µs of host work (spinning)
  *   --fork                 fork once after the gate; parent and child both run the workload
+ *   --sleep-ms M           per step: sleep M ms (a thread that waits, not computes)
+ *   --read-file PATH       after the gate, a forked worker process reads PATH with O_DIRECT
+ *   --read-bytes N         ... N bytes of it, in 1 MiB requests (default: 64 MiB)
+ *   --read-per-step B      per step, the launching thread itself reads B bytes of --read-file
+ *                          with O_DIRECT (a training loop blocked on the disk)
  *   --settle-ms M          sleep M ms after loading CUDA, before working
  *   --lib-dir DIR          where libcuda.so.1 and libcudart.so.13 are (default: beside the binary)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -56,10 +62,12 @@ static int (*drv_launch_ex)(const launch_config *, void *, void **, void **);
 static struct {
     int gate, threads, steps, runtime_launches, driver_launches, ex_launches, graphs, item, sync, alloc_churn, fork;
     int load_after_gate, pin_after_gate;
-    long kernel_us, host_us, settle_ms;
+    long kernel_us, host_us, settle_ms, sleep_ms;
+    long read_bytes, read_per_step;
+    char read_file[PATH_MAX];
     size_t pageable_h2d, pinned_h2d;
     char lib_dir[PATH_MAX];
-} opt = {.threads = 1, .steps = 1, .kernel_us = 5};
+} opt = {.threads = 1, .steps = 1, .kernel_us = 5, .read_bytes = 64l << 20};
 
 static struct fake_kernel kernel, graph;
 static void *pinned_buf;
@@ -111,6 +119,12 @@ static void *worker(void *arg) {
     dim3 one = {1, 1, 1};
     launch_config cfg = {1, 1, 1, 1, 1, 1, 0, 0, 0, 0};
     char *pageable = opt.pageable_h2d ? malloc(opt.pageable_h2d) : NULL;
+    int data_fd = -1;
+    void *data_buf = NULL;
+    if (opt.read_per_step) {
+        data_fd = open(opt.read_file, O_RDONLY | O_DIRECT);
+        if (data_fd < 0 || posix_memalign(&data_buf, 4096, (size_t)opt.read_per_step)) die("cannot set up --read-per-step");
+    }
     if (pageable) memset(pageable, 1, opt.pageable_h2d);
     int scalar;
     for (int s = 0; s < opt.steps; s++) {
@@ -137,9 +151,32 @@ static void *worker(void *arg) {
             if (rt_malloc(&p, 1 << 20) == 0) rt_free(p);
         }
         if (opt.sync) rt_device_sync();
+        if (opt.sleep_ms) usleep((useconds_t)opt.sleep_ms * 1000);
+        if (data_fd >= 0 && read(data_fd, data_buf, (size_t)opt.read_per_step) < opt.read_per_step) {
+            lseek(data_fd, 0, SEEK_SET); /* wrap around at the end of the file */
+        }
     }
+    if (data_fd >= 0) close(data_fd);
+    free(data_buf);
     free(pageable);
     return NULL;
+}
+
+/* A data-loader worker: read the file with O_DIRECT so every byte is a block request. */
+static pid_t start_reader(void) {
+    pid_t pid = fork();
+    if (pid != 0) return pid;
+    int fd = open(opt.read_file, O_RDONLY | O_DIRECT);
+    if (fd < 0) die("cannot open --read-file with O_DIRECT");
+    void *buf;
+    if (posix_memalign(&buf, 4096, 1 << 20)) die("posix_memalign");
+    long left = opt.read_bytes;
+    while (left > 0) {
+        ssize_t n = read(fd, buf, 1 << 20);
+        if (n <= 0) die("short read");
+        left -= n;
+    }
+    _exit(0);
 }
 
 static void run_workload(void) {
@@ -175,7 +212,8 @@ int main(int argc, char **argv) {
         NUM("--driver-launches", driver_launches) NUM("--ex-launches", ex_launches) NUM("--graphs", graphs)
         NUM("--kernel-us", kernel_us) NUM("--host-us", host_us) NUM("--pageable-h2d", pageable_h2d)
         NUM("--pinned-h2d", pinned_h2d) NUM("--item", item) NUM("--alloc-churn", alloc_churn)
-        NUM("--settle-ms", settle_ms)
+        NUM("--settle-ms", settle_ms) NUM("--sleep-ms", sleep_ms) NUM("--read-bytes", read_bytes) NUM("--read-per-step", read_per_step)
+        if (!strcmp(a, "--read-file")) { snprintf(opt.read_file, sizeof opt.read_file, "%s", v); i++; continue; }
         if (!strcmp(a, "--lib-dir")) { snprintf(opt.lib_dir, sizeof opt.lib_dir, "%s", v); i++; continue; }
         fprintf(stderr, "fakejob: unknown argument %s\n", a);
         return 2;
@@ -197,8 +235,11 @@ int main(int argc, char **argv) {
     if (opt.settle_ms) usleep((useconds_t)opt.settle_ms * 1000);
     if (opt.load_after_gate || opt.pin_after_gate) pin_buffer();
     if (rt_malloc(&device_buf, 64 << 20)) die("cudaMalloc failed");
+    pid_t reader = opt.read_file[0] && !opt.read_per_step ? start_reader() : 0;
     pid_t child = opt.fork ? fork() : 0;
     run_workload();
+    if (reader > 0 && child == 0 && !opt.fork) waitpid(reader, NULL, 0);
+    if (reader > 0 && opt.fork && child > 0) waitpid(reader, NULL, 0);
     rt_free(device_buf);
     if (opt.fork && child > 0) waitpid(child, NULL, 0);
     if (opt.gate || child > 0 || !opt.fork) printf("done %d\n", getpid());

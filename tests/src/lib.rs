@@ -124,9 +124,20 @@ fn forward_stderr(stderr: ChildStderr, armed: &mpsc::Sender<()>, rest: &mpsc::Se
 /// `gputrace run --json -- fakejob ARGS`: the report, exit code and stderr.
 #[must_use]
 pub fn run_fakejob(args: &[&str]) -> (Value, i32, String) {
+    run_fakejob_with(&[], args)
+}
+
+/// `WRAPPER... gputrace run --json -- fakejob ARGS` (e.g. under `taskset`).
+#[must_use]
+pub fn run_fakejob_with(wrapper: &[&str], args: &[&str]) -> (Value, i32, String) {
+    let (program, wrapper_args): (std::ffi::OsString, Vec<std::ffi::OsString>) = match wrapper.split_first() {
+        Some((first, rest)) => ((*first).into(), rest.iter().map(Into::into).chain([gputrace().into_os_string()]).collect()),
+        None => (gputrace().into_os_string(), Vec::new()),
+    };
     // As on a real machine, the driver is found through the loader path, which is how `run`
     // predicts it and arms the probes before the command starts.
-    let out = Command::new(gputrace())
+    let out = Command::new(program)
+        .args(wrapper_args)
         .env("LD_LIBRARY_PATH", fake_cuda_dir())
         .args(["run", "--json", "--"])
         .arg(fakejob())

@@ -1,7 +1,7 @@
 //! Records the kernel writes to the ring buffer. Every record starts with [`EventHeader`];
 //! `kind` says which struct follows. Kinds are stable, gapped numbers.
 
-use crate::probe::CALL_ARGS;
+use crate::{host::ThreadSched, probe::CALL_ARGS};
 
 /// A probed CUDA call returned ([`CallEvent`]).
 pub const KIND_CALL: u32 = 10;
@@ -13,6 +13,11 @@ pub const KIND_TASK_NEW: u32 = 30;
 pub const KIND_TASK_EXIT: u32 = 31;
 /// A traced task called exec ([`TaskEvent`]).
 pub const KIND_TASK_EXEC: u32 = 32;
+
+/// A traced thread's final scheduler accounting, at its last switch-out ([`SchedFinalEvent`]).
+pub const KIND_SCHED_FINAL: u32 = 40;
+/// A block request of the traced tree completed ([`IoEvent`]).
+pub const KIND_IO: u32 = 50;
 
 /// `clone_flags` bit that marks a new thread rather than a new process (linux/sched.h).
 pub const CLONE_THREAD: u64 = 0x0001_0000;
@@ -73,3 +78,27 @@ pub struct TaskEvent {
     pub flags: u64,
 }
 const _: () = assert!(core::mem::size_of::<TaskEvent>() == 40);
+
+/// A thread's scheduler accounting as it died (its map entry is deleted then).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SchedFinalEvent {
+    pub header: EventHeader,
+    pub sched: ThreadSched,
+}
+const _: () = assert!(core::mem::size_of::<SchedFinalEvent>() == 24 + 64);
+
+/// A completed block request, attributed to the thread that submitted it.
+/// `header.ts_ns` is the completion time.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoEvent {
+    pub header: EventHeader,
+    pub start_ns: u64,
+    pub dev: u32,
+    pub bytes: u32,
+    /// First four characters of `rwbs`, little-endian.
+    pub rwbs: u32,
+    pub error: i32,
+}
+const _: () = assert!(core::mem::size_of::<IoEvent>() == 24 + 24);

@@ -6,9 +6,11 @@
 #![no_std]
 
 pub mod event;
+pub mod host;
 pub mod probe;
 
 pub use event::*;
+pub use host::{IoKey, IoStart, Layout, ThreadSched};
 pub use probe::*;
 
 /// Capacity of the per-thread counter map. A thread's entry is folded into user-space totals
@@ -34,7 +36,11 @@ pub mod loss {
     pub const UNMATCHED_RETURN: u32 = 3;
     /// A traced child process could not be added to the traced set.
     pub const PROCESS_MAP_FULL: u32 = 4;
-    pub const COUNT: u32 = 5;
+    /// A thread's scheduler accounting could not be kept (the map was full).
+    pub const SCHED_MAP_FULL: u32 = 5;
+    /// A block request of the traced tree could not be remembered until completion.
+    pub const IO_MAP_FULL: u32 = 6;
+    pub const COUNT: u32 = 7;
 }
 
 /// Per-thread counters kept in the kernel: one hit count per probe, plus the state the launch
@@ -80,4 +86,8 @@ mod pod {
     unsafe impl aya::Pod for super::ThreadCounters {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::InflightCall {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::ThreadSched {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Layout {}
 }

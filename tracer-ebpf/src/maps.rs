@@ -5,7 +5,9 @@ use aya_ebpf::{
     macros::map,
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
-use gputrace_common::{loss, InflightCall, ThreadCounters, MAX_INFLIGHT, MAX_PROCESSES, MAX_THREADS, RING_BYTES};
+use gputrace_common::{
+    loss, InflightCall, IoKey, IoStart, ThreadCounters, ThreadSched, MAX_INFLIGHT, MAX_PROCESSES, MAX_THREADS, RING_BYTES,
+};
 
 /// Processes (thread-group ids) being traced. User space seeds it; the task tracepoints add
 /// children of traced processes.
@@ -76,3 +78,15 @@ pub fn thread_counters(cur: &Current) -> Option<*mut ThreadCounters> {
     unsafe { (*c).tgid = cur.tgid };
     Some(c)
 }
+
+/// Per-thread scheduler accounting of traced threads, keyed by thread id.
+#[map]
+pub static SCHED: HashMap<u32, ThreadSched> = HashMap::with_max_entries(MAX_THREADS, 0);
+
+/// How often each thread id took the CPU from a traced thread that was still runnable.
+#[map]
+pub static PREEMPTED_BY: LruHashMap<u32, u64> = LruHashMap::with_max_entries(1024, 0);
+
+/// Block requests of the traced tree between submission and completion.
+#[map]
+pub static IO_INFLIGHT: LruHashMap<IoKey, IoStart> = LruHashMap::with_max_entries(MAX_INFLIGHT, 0);

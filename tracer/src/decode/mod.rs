@@ -2,7 +2,8 @@
 //! recording may be damaged or crafted), so every length is checked and nothing panics.
 
 use gputrace_common::{
-    CallEvent, EventHeader, IdleEndEvent, TaskEvent, KIND_CALL, KIND_IDLE_END, KIND_TASK_EXEC, KIND_TASK_EXIT, KIND_TASK_NEW,
+    CallEvent, EventHeader, IdleEndEvent, IoEvent, SchedFinalEvent, TaskEvent, KIND_CALL, KIND_IDLE_END, KIND_IO, KIND_SCHED_FINAL,
+    KIND_TASK_EXEC, KIND_TASK_EXIT, KIND_TASK_NEW,
 };
 
 /// One decoded record.
@@ -13,6 +14,8 @@ pub enum Event {
     TaskNew(TaskEvent),
     TaskExit(TaskEvent),
     TaskExec(TaskEvent),
+    SchedFinal(SchedFinalEvent),
+    Io(IoEvent),
 }
 
 impl Event {
@@ -22,6 +25,8 @@ impl Event {
             Self::Call(e) => &e.header,
             Self::IdleEnd(e) => &e.header,
             Self::TaskNew(e) | Self::TaskExit(e) | Self::TaskExec(e) => &e.header,
+            Self::SchedFinal(e) => &e.header,
+            Self::Io(e) => &e.header,
         }
     }
 }
@@ -42,6 +47,8 @@ impl Record for EventHeader {}
 impl Record for CallEvent {}
 impl Record for IdleEndEvent {}
 impl Record for TaskEvent {}
+impl Record for SchedFinalEvent {}
+impl Record for IoEvent {}
 
 fn read<T: Record>(bytes: &[u8], kind: u32) -> Result<T, DecodeError> {
     let expected = size_of::<T>();
@@ -66,6 +73,8 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         KIND_TASK_NEW => Event::TaskNew(read(bytes, kind)?),
         KIND_TASK_EXIT => Event::TaskExit(read(bytes, kind)?),
         KIND_TASK_EXEC => Event::TaskExec(read(bytes, kind)?),
+        KIND_SCHED_FINAL => Event::SchedFinal(read(bytes, kind)?),
+        KIND_IO => Event::Io(read(bytes, kind)?),
         _ => return Err(DecodeError::UnknownKind { kind }),
     })
 }
@@ -82,6 +91,8 @@ pub fn encode(event: &Event) -> Vec<u8> {
         Event::Call(e) => bytes_of(e),
         Event::IdleEnd(e) => bytes_of(e),
         Event::TaskNew(e) | Event::TaskExit(e) | Event::TaskExec(e) => bytes_of(e),
+        Event::SchedFinal(e) => bytes_of(e),
+        Event::Io(e) => bytes_of(e),
     }
 }
 
@@ -101,6 +112,11 @@ mod tests {
             Event::TaskNew(TaskEvent { header: header(KIND_TASK_NEW), child_tid: 7, _reserved: 0, flags: 0x11 }),
             Event::TaskExit(TaskEvent { header: header(KIND_TASK_EXIT), ..TaskEvent::default() }),
             Event::TaskExec(TaskEvent { header: header(KIND_TASK_EXEC), ..TaskEvent::default() }),
+            Event::SchedFinal(SchedFinalEvent {
+                header: header(KIND_SCHED_FINAL),
+                sched: gputrace_common::ThreadSched { tgid: 100, spent_ns: [7, 0, 0, 1], ..Default::default() },
+            }),
+            Event::Io(IoEvent { header: header(KIND_IO), start_ns: 1, dev: 0xfd_00001, bytes: 4096, rwbs: u32::from(b'R'), error: 0 }),
         ];
         for e in events {
             assert_eq!(decode(&encode(&e)), Ok(e));

@@ -5,6 +5,7 @@
 //! "the GPU is busy".
 
 mod account;
+mod host_rules;
 mod rules;
 
 pub use account::Account;

@@ -6,7 +6,17 @@ use crate::{evidence::Evidence, report::model::Diagnosis};
 pub const GPU_BOUND: &str = "gpu-bound";
 
 pub type Rule = fn(&Evidence, &Account) -> Option<Diagnosis>;
-pub const ALL: &[Rule] = &[launch_bound, host_sync, pageable_copy, blocking_copy, alloc_churn, gpu_bound];
+pub const ALL: &[Rule] = &[
+    launch_bound,
+    host_sync,
+    pageable_copy,
+    blocking_copy,
+    alloc_churn,
+    super::host_rules::cpu_starved,
+    super::host_rules::io_stall,
+    super::host_rules::input_starved,
+    gpu_bound,
+];
 
 /// A launch rate the host path sustains only with tiny kernels. FACTS.md: one eager PyTorch
 /// `add_` costs ~6.8 µs of host time (≈150 k launches/s at best); the launch-bound MLP on the
@@ -21,16 +31,16 @@ const SYNCS_PER_S: f64 = 10.0;
 /// Alloc + free calls per second that mean the caching allocator is not caching.
 const ALLOCS_PER_S: f64 = 20.0;
 
-fn diagnosis(id: &str, impact: f64, summary: String, evidence: Vec<String>, fix: &str) -> Diagnosis {
+pub(super) fn diagnosis(id: &str, impact: f64, summary: String, evidence: Vec<String>, fix: &str) -> Diagnosis {
     let impact = impact.clamp(0.0, 1.0);
     Diagnosis { id: id.into(), severity: severity(impact).into(), impact, summary, evidence, fix: fix.into() }
 }
 
-fn pct(f: f64) -> String {
+pub(super) fn pct(f: f64) -> String {
     format!("{:.0}%", f * 100.0)
 }
 
-fn gpu_line(a: &Account) -> Option<String> {
+pub(super) fn gpu_line(a: &Account) -> Option<String> {
     let busy = a.gpu_util?;
     Some(match a.sm_active {
         Some(sm) => format!("NVML: a kernel was running {} of the time, SMs busy {} (GPM)", pct(busy), pct(sm)),
@@ -44,7 +54,8 @@ fn launch_bound(_: &Evidence, a: &Account) -> Option<Diagnosis> {
     }
     // The host's share of the window spent launching: not blocked, not allocating, not
     // idling after a sync. NVML, where present, caps it by how idle the GPU really was.
-    let host_share = (1.0 - a.waiting - a.allocating - a.idle_after_sync).max(0.0);
+    let off_cpu = a.host.as_ref().map_or(0.0, |h| h.runqueue + h.blocked + h.sleep_outside_cuda);
+    let host_share = (1.0 - a.waiting - a.allocating - a.idle_after_sync - off_cpu).max(0.0);
     let impact = a.gpu_activity().map_or(host_share, |active| host_share.min(1.0 - active));
     let mut evidence = vec![
         format!("{:.0} kernel launches/s over {:.2} s", a.launch_rate, a.window_s),

@@ -1,5 +1,6 @@
 //! Finding what to trace: processes of the target tree, the CUDA driver libraries they map
 //! (by the inode actually mapped), and the file offsets of the symbols to probe.
+pub mod cgroup;
 pub mod libraries;
 pub mod maps;
 pub mod process;

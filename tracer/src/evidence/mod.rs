@@ -3,6 +3,7 @@
 //! maps); no I/O happens here.
 
 mod copies;
+pub mod host;
 mod memory;
 mod threads;
 
@@ -53,6 +54,15 @@ pub struct Evidence {
     pub unknown_probes: u64,
     /// Owner (real uid) of each process seen, looked up while it was alive.
     pub uids: BTreeMap<u32, Option<u32>>,
+    /// Scheduler accounting per thread of the traced tree.
+    pub sched: BTreeMap<u32, host::SchedStats>,
+    /// Block I/O of the traced tree.
+    pub io: host::IoStats,
+    /// Who took the CPU from traced threads: (thread id, times, its process, its command),
+    /// looked up at the end.
+    pub preempted_by: Vec<(u32, u64, Option<u32>, String)>,
+    /// CPU throttling of the tree's cgroups over the window, by `cpu.stat` file.
+    pub cgroups: Vec<(String, crate::discover::cgroup::CpuStat)>,
 }
 
 impl Evidence {
@@ -72,6 +82,8 @@ impl Evidence {
                 }
             }
             Event::TaskExec(e) => self.processes.entry(e.header.tgid).or_default().execs += 1,
+            Event::SchedFinal(e) => self.sched.entry(e.header.tid).or_default().add(&e.sched, 0),
+            Event::Io(e) => self.io.record(e),
             Event::TaskExit(e) => {
                 if e.header.tid == e.header.tgid {
                     self.processes.entry(e.header.tgid).or_default().exited = true;

@@ -4,6 +4,7 @@
 //! programs filter on the `TRACED` set, which follows the process tree through the task
 //! tracepoints, so children, exec'd workers and libraries loaded later are all covered.
 
+mod layout;
 mod tracefs;
 
 use std::collections::BTreeMap;
@@ -13,7 +14,7 @@ use aya::{
     programs::{TracePoint, UProbe},
     Ebpf, EbpfLoader,
 };
-use gputrace_common::{globals, loss, ProbeSpec, ThreadCounters, PROBES};
+use gputrace_common::{globals, host::LAYOUT_GLOBAL, loss, ProbeSpec, ThreadCounters, ThreadSched, PROBES};
 
 use crate::{
     discover::{libraries::Library, symbols},
@@ -45,9 +46,23 @@ pub struct Kernel {
     traced: BpfHashMap<MapData, u32, u32>,
     threads: BpfHashMap<MapData, u32, ThreadCounters>,
     loss: PerCpuArray<MapData, u64>,
+    sched: BpfHashMap<MapData, u32, ThreadSched>,
+    preempted_by: aya::maps::HashMap<MapData, u32, u64>,
     attached: BTreeMap<(u64, u64), AttachedLibrary>,
-    /// Why process-tree following is degraded, if it is.
-    pub task_tracking_error: Option<String>,
+    /// What could not be set up, in sentences for the report (degraded, not fatal).
+    pub notes: Vec<String>,
+    /// Which tracepoint groups are attached (see `TRACEPOINT_GROUPS`).
+    pub tasks_followed: bool,
+    pub sched_traced: bool,
+    pub io_traced: bool,
+}
+
+/// Reads format files from a mounted tracefs.
+struct TraceFs(std::path::PathBuf);
+impl layout::Formats for TraceFs {
+    fn format(&self, category: &str, name: &str) -> Option<String> {
+        tracefs::format(&self.0, category, name).ok()
+    }
 }
 
 impl std::fmt::Debug for Kernel {
@@ -77,8 +92,20 @@ impl Kernel {
                 flags_off = tracefs::field_offset(&fmt, "clone_flags").unwrap_or(flags_off);
             }
         }
+        let mut notes = Vec::new();
+        let layout = match &tracefs {
+            Ok(root) => {
+                let (layout, missing) = layout::read(&TraceFs(root.clone()));
+                if !missing.is_empty() {
+                    notes.push(format!("tracepoint fields not described by this kernel (defaults used): {}", missing.join(", ")));
+                }
+                layout
+            }
+            Err(_) => gputrace_common::Layout::DEFAULT,
+        };
         loader.set_global(globals::NEWTASK_PID_OFFSET, &pid_off, true);
         loader.set_global(globals::NEWTASK_FLAGS_OFFSET, &flags_off, true);
+        loader.set_global(LAYOUT_GLOBAL, &layout, true);
         let mut ebpf = loader.load(OBJECT).map_err(crate::preflight::classify_load_error)?;
 
         for spec in PROBES {
@@ -88,20 +115,47 @@ impl Kernel {
             }
         }
 
-        let task_tracking_error = match tracefs {
-            Ok(_) => attach_task_tracepoints(&mut ebpf).err().map(|e| e.to_string()),
-            Err(e) => Some(e),
-        };
-        if let Some(e) = &task_tracking_error {
-            log::warn!("child processes will not be followed: {e}");
+        let mut attached = [false; TRACEPOINT_GROUPS.len()];
+        for (ok, (group, what)) in attached.iter_mut().zip(TRACEPOINT_GROUPS) {
+            let result = match &tracefs {
+                Ok(_) => attach_tracepoints(&mut ebpf, group).map_err(|e| e.to_string()),
+                Err(e) => Err(e.clone()),
+            };
+            match result {
+                Ok(()) => *ok = true,
+                Err(e) => {
+                    log::warn!("{what}: {e}");
+                    // The report keeps the first line; the verifier log went to stderr.
+                    let first = e.lines().next().unwrap_or_default();
+                    notes.push(format!("{what}: {}", first.chars().take(300).collect::<String>()));
+                }
+            }
         }
+        let [tasks_followed, sched_traced, io_traced] = attached;
 
         let take = |ebpf: &mut Ebpf, name: &str| ebpf.take_map(name).ok_or_else(|| map_error(name));
         let traced = BpfHashMap::try_from(take(&mut ebpf, "TRACED")?).map_err(|_| map_error("TRACED"))?;
         let threads = BpfHashMap::try_from(take(&mut ebpf, "THREADS")?).map_err(|_| map_error("THREADS"))?;
         let loss = PerCpuArray::try_from(take(&mut ebpf, "LOSS")?).map_err(|_| map_error("LOSS"))?;
         let ring = RingBuf::try_from(take(&mut ebpf, "EVENTS")?).map_err(|_| map_error("EVENTS"))?;
-        Ok((Self { ebpf, traced, threads, loss, attached: BTreeMap::new(), task_tracking_error }, ring))
+        let sched = BpfHashMap::try_from(take(&mut ebpf, "SCHED")?).map_err(|_| map_error("SCHED"))?;
+        let preempted_by = BpfHashMap::try_from(take(&mut ebpf, "PREEMPTED_BY")?).map_err(|_| map_error("PREEMPTED_BY"))?;
+        Ok((
+            Self {
+                ebpf,
+                traced,
+                threads,
+                loss,
+                sched,
+                preempted_by,
+                attached: BTreeMap::new(),
+                notes,
+                tasks_followed,
+                sched_traced,
+                io_traced,
+            },
+            ring,
+        ))
     }
 
     /// Start counting a process (all its threads).
@@ -171,6 +225,18 @@ impl Kernel {
         Some(value)
     }
 
+    /// Scheduler accounting of every traced thread alive now.
+    #[must_use]
+    pub fn sched_stats(&self) -> Vec<(u32, ThreadSched)> {
+        self.sched.iter().filter_map(std::result::Result::ok).collect()
+    }
+
+    /// Who took the CPU from traced threads (thread id, times).
+    #[must_use]
+    pub fn preempted_by(&self) -> Vec<(u32, u64)> {
+        self.preempted_by.iter().filter_map(std::result::Result::ok).collect()
+    }
+
     /// Loss counters summed over CPUs, indexed by `gputrace_common::loss`.
     #[must_use]
     pub fn losses(&self) -> [u64; loss::COUNT as usize] {
@@ -189,12 +255,41 @@ fn load_uprobe(ebpf: &mut Ebpf, name: &str) -> Result<()> {
     prog.load().map_err(|source| TraceError::LoadProgram { program: name.to_owned(), source: Box::new(source) })
 }
 
-fn attach_task_tracepoints(ebpf: &mut Ebpf) -> Result<()> {
-    for (program, category, name) in [
-        ("task_newtask", "task", "task_newtask"),
-        ("sched_process_exec", "sched", "sched_process_exec"),
-        ("sched_process_exit", "sched", "sched_process_exit"),
-    ] {
+/// Tracepoint groups, in the order of `Kernel::{tasks_followed, sched_traced, io_traced}`:
+/// each is attached whole or not at all, and a group that fails only
+/// degrades what it feeds (with a note), never the CUDA tracing.
+/// (program, category, tracepoint) triples.
+type Tracepoints = &'static [(&'static str, &'static str, &'static str)];
+
+const TRACEPOINT_GROUPS: [(Tracepoints, &str); 3] = [
+    (
+        &[
+            ("task_newtask", "task", "task_newtask"),
+            ("sched_process_exec", "sched", "sched_process_exec"),
+            ("sched_process_exit", "sched", "sched_process_exit"),
+        ],
+        "child processes are not followed",
+    ),
+    (
+        &[
+            ("sched_switch", "sched", "sched_switch"),
+            ("sched_wakeup", "sched", "sched_wakeup"),
+            ("sched_wakeup_new", "sched", "sched_wakeup_new"),
+        ],
+        "scheduler figures (on-CPU, run-queue, blocked, sleeping) are unavailable",
+    ),
+    (
+        &[
+            ("block_rq_insert", "block", "block_rq_insert"),
+            ("block_rq_issue", "block", "block_rq_issue"),
+            ("block_rq_complete", "block", "block_rq_complete"),
+        ],
+        "block I/O is not attributed",
+    ),
+];
+
+fn attach_tracepoints(ebpf: &mut Ebpf, group: &[(&str, &str, &str)]) -> Result<()> {
+    for &(program, category, name) in group {
         let tp: &mut TracePoint = ebpf.program_mut(program).and_then(|p| p.try_into().ok()).ok_or_else(|| map_error(program))?;
         tp.load().map_err(|source| TraceError::LoadProgram { program: program.to_owned(), source: Box::new(source) })?;
         tp.attach(category, name).map_err(|source| TraceError::AttachTracepoint {

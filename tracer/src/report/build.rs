@@ -3,8 +3,8 @@
 use gputrace_common::{loss, Family, PROBES};
 
 use super::model::{
-    Allocs, ContextCall, Copies, CopyClassified, CopyDir, Count, Cpu, Cuda, Gpu, HostPinned, Launches, LibraryEntry, Loss, MainThread,
-    ProbeHits, ProcessEntry, Report, SymbolWait, Syncs, Target, ThreadEntry, Tool, Tracer, Window, SCHEMA,
+    Allocs, ContextCall, Copies, CopyClassified, CopyDir, Count, Cuda, Gpu, HostPinned, Launches, LibraryEntry, Loss, ProbeHits,
+    ProcessEntry, Report, SymbolWait, Syncs, Target, ThreadEntry, Tool, Tracer, Window, SCHEMA,
 };
 use crate::{
     detect,
@@ -35,10 +35,18 @@ pub fn build(outcome: &Outcome) -> Report {
         inflight_full: losses[loss::INFLIGHT_FULL as usize],
         unmatched_return: losses[loss::UNMATCHED_RETURN as usize],
         process_map_full: losses[loss::PROCESS_MAP_FULL as usize],
+        sched_map_full: losses[loss::SCHED_MAP_FULL as usize],
+        io_map_full: losses[loss::IO_MAP_FULL as usize],
         undecodable: ev.decode_errors,
     };
     // A return without its entry is a call that started before we attached: not a loss.
-    let lost_events = loss.ring_full + loss.thread_map_full + loss.inflight_full + loss.process_map_full + loss.undecodable;
+    let lost_events = loss.ring_full
+        + loss.thread_map_full
+        + loss.inflight_full
+        + loss.process_map_full
+        + loss.sched_map_full
+        + loss.io_map_full
+        + loss.undecodable;
     let (verdict, diagnoses) =
         detect::diagnose(&detect::Inputs { window_ns, evidence: ev, gpu: gpu.as_ref().map(|g| g.devices.as_slice()) });
     let mut processes: Vec<ProcessEntry> =
@@ -60,17 +68,9 @@ pub fn build(outcome: &Outcome) -> Report {
             duration_s: secs(window_ns),
             stopped_by: serde_json::to_value(outcome.stopped_by).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
         },
-        cpu: Cpu {
-            main_thread: ev.main_thread().map(|(tid, _)| MainThread {
-                tid,
-                on_cpu_s: None,
-                runqueue_s: None,
-                io_wait_s: None,
-                sleep_s: None,
-            }),
-        },
+        cpu: super::host::cpu(outcome),
         cuda,
-        io: None,
+        io: outcome.io_traced.then(|| super::host::io(&ev.io)),
         gpu,
         verdict,
         diagnoses,

@@ -1,6 +1,7 @@
 //! The report: one typed model (`model`), built from a session's evidence (`build`), shown as
 //! JSON (serde) or as text for a terminal (`text`). Schema: docs/report.md.
 pub mod build;
+mod host;
 pub mod model;
 pub mod text;
 

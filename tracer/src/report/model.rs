@@ -189,22 +189,92 @@ pub struct ThreadEntry {
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Cpu {
+    /// The thread that launches the most kernels.
     pub main_thread: Option<MainThread>,
+    /// Threads of the traced tree by time accounted, busiest first (at most 32).
+    pub threads: Vec<ThreadTime>,
+    /// Who took the CPU from traced threads that were still runnable.
+    pub preempted_by: Vec<Preemptor>,
+    /// CPU throttling of the tree's cgroups (v2) during the window.
+    pub cgroups: Vec<CgroupThrottle>,
 }
 
-/// The thread that launches the most kernels. Scheduler figures are null until scheduler
-/// tracing is enabled.
+/// Scheduler figures are null where scheduler tracing is unavailable (see `tracer.notes`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MainThread {
     pub tid: u32,
     pub on_cpu_s: Option<f64>,
+    /// Runnable but not running: waiting for a CPU.
     pub runqueue_s: Option<f64>,
+    /// Uninterruptible sleep (`D`), mostly I/O.
     pub io_wait_s: Option<f64>,
+    /// Interruptible sleep (`S`): locks, queues, pipes, timers.
     pub sleep_s: Option<f64>,
+    pub preemptions: Option<u64>,
+    pub voluntary_switches: Option<u64>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ThreadTime {
+    pub tid: u32,
+    pub pid: u32,
+    pub on_cpu_s: f64,
+    pub runqueue_s: f64,
+    pub io_wait_s: f64,
+    pub sleep_s: f64,
+    pub preemptions: u64,
+    pub voluntary_switches: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Preemptor {
+    pub tid: u32,
+    /// Its process, if it still existed at the end.
+    pub pid: Option<u32>,
+    pub command: String,
+    pub count: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CgroupThrottle {
+    pub path: String,
+    pub periods: u64,
+    pub throttled_periods: u64,
+    pub throttled_s: f64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Io {
+    pub reads: u64,
+    pub read_bytes: u64,
+    pub writes: u64,
+    pub write_bytes: u64,
+    /// Discards, flushes and other requests.
+    pub others: u64,
+    pub errors: u64,
+    /// Sum of request latencies, submission to completion.
+    pub wait_s: f64,
+    /// Latency quantiles (upper edges of log2 buckets), null without I/O.
+    pub latency_us: Option<Quantiles>,
+    pub by_process: Vec<IoEntry>,
+    pub by_device: Vec<IoEntry>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Quantiles {
+    pub p50: u64,
+    pub p95: u64,
+    pub p99: u64,
+    pub max: u64,
+}
+
+/// I/O totals of one process (`pid`) or one device (`device`, `major:minor`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct IoEntry {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
     pub reads: u64,
     pub read_bytes: u64,
     pub writes: u64,
@@ -283,6 +353,8 @@ pub struct Loss {
     pub inflight_full: u64,
     pub unmatched_return: u64,
     pub process_map_full: u64,
+    pub sched_map_full: u64,
+    pub io_map_full: u64,
     pub undecodable: u64,
 }
 

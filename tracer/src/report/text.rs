@@ -88,33 +88,30 @@ pub fn render(r: &Report, color: bool) -> String {
         let _ = writeln!(out, "  no problem found in the CUDA calls seen");
     }
 
-    let c = &r.cuda;
-    let _ = writeln!(out, "\n{}", st.paint("1", "CUDA"));
-    let _ = writeln!(out, "  launches   {} kernels ({:.0}/s), {} graphs", c.launches.kernels, c.launches.per_second, c.launches.graphs);
-    let _ = writeln!(out, "  syncs      {} calls, {:.3} s waiting", c.syncs.count, c.syncs.wait_s);
-    let _ = writeln!(out, "  queue idle {:.3} s after syncs (lower bound on GPU idle)", c.queue_idle_s);
-    for (name, d) in [("H2D", &c.copies.h2d), ("D2H", &c.copies.d2h), ("D2D", &c.copies.d2d)] {
-        copy_line(&mut out, name, d);
+    cuda_section(&mut out, &st, r);
+    if let Some(m) = r.cpu.main_thread.as_ref().filter(|m| m.on_cpu_s.is_some()) {
+        let f = |v: Option<f64>| v.unwrap_or(0.0);
+        let _ = writeln!(out, "\n{}", st.paint("1", "HOST"));
+        let _ = writeln!(
+            out,
+            "  main thread {}: on CPU {:.3} s, waiting for a CPU {:.3} s, I/O wait {:.3} s, sleeping {:.3} s",
+            m.tid,
+            f(m.on_cpu_s),
+            f(m.runqueue_s),
+            f(m.io_wait_s),
+            f(m.sleep_s)
+        );
     }
-    let _ = writeln!(
-        out,
-        "  device mem {} allocs ({}), {} frees, {} failed",
-        c.allocs.count,
-        bytes(c.allocs.bytes),
-        c.allocs.frees,
-        c.allocs.failures
-    );
-    let _ = writeln!(out, "  pinned     {} host allocations ({})", c.host_pinned.count, bytes(c.host_pinned.bytes));
-    if !c.threads.is_empty() {
-        let _ =
-            writeln!(out, "\n  {:>8} {:>8} {:>10} {:>7} {:>7} {:>9} {:>9}", "tid", "pid", "kernels", "graphs", "syncs", "wait s", "idle s");
-        for t in c.threads.iter().take(8) {
-            let _ = writeln!(
-                out,
-                "  {:>8} {:>8} {:>10} {:>7} {:>7} {:>9.3} {:>9.3}",
-                t.tid, t.pid, t.kernels, t.graphs, t.syncs, t.sync_wait_s, t.queue_idle_s
-            );
-        }
+    if let Some(io) = r.io.as_ref().filter(|io| io.reads + io.writes > 0) {
+        let _ = writeln!(
+            out,
+            "  block I/O   {} reads ({}), {} writes ({}), {:.3} s in flight",
+            io.reads,
+            bytes(io.read_bytes),
+            io.writes,
+            bytes(io.write_bytes),
+            io.wait_s
+        );
     }
     if let Some(g) = &r.gpu {
         let _ = writeln!(out, "\n{}", st.paint("1", "GPU"));
@@ -148,6 +145,37 @@ pub fn render(r: &Report, color: bool) -> String {
         wrap(&mut out, "  note: ", &clean(n));
     }
     out
+}
+
+fn cuda_section(out: &mut String, st: &Style, r: &Report) {
+    let c = &r.cuda;
+    let _ = writeln!(out, "\n{}", st.paint("1", "CUDA"));
+    let _ = writeln!(out, "  launches   {} kernels ({:.0}/s), {} graphs", c.launches.kernels, c.launches.per_second, c.launches.graphs);
+    let _ = writeln!(out, "  syncs      {} calls, {:.3} s waiting", c.syncs.count, c.syncs.wait_s);
+    let _ = writeln!(out, "  queue idle {:.3} s after syncs (lower bound on GPU idle)", c.queue_idle_s);
+    for (name, d) in [("H2D", &c.copies.h2d), ("D2H", &c.copies.d2h), ("D2D", &c.copies.d2d)] {
+        copy_line(out, name, d);
+    }
+    let _ = writeln!(
+        out,
+        "  device mem {} allocs ({}), {} frees, {} failed",
+        c.allocs.count,
+        bytes(c.allocs.bytes),
+        c.allocs.frees,
+        c.allocs.failures
+    );
+    let _ = writeln!(out, "  pinned     {} host allocations ({})", c.host_pinned.count, bytes(c.host_pinned.bytes));
+    if !c.threads.is_empty() {
+        let _ =
+            writeln!(out, "\n  {:>8} {:>8} {:>10} {:>7} {:>7} {:>9} {:>9}", "tid", "pid", "kernels", "graphs", "syncs", "wait s", "idle s");
+        for t in c.threads.iter().take(8) {
+            let _ = writeln!(
+                out,
+                "  {:>8} {:>8} {:>10} {:>7} {:>7} {:>9.3} {:>9.3}",
+                t.tid, t.pid, t.kernels, t.graphs, t.syncs, t.sync_wait_s, t.queue_idle_s
+            );
+        }
+    }
 }
 
 fn copy_line(out: &mut String, name: &str, d: &CopyDir) {

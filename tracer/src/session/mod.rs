@@ -49,6 +49,9 @@ pub struct Outcome {
     pub attach_ms: f64,
     pub notes: Vec<String>,
     pub maps_reads: u64,
+    /// Whether scheduler and block evidence were collected.
+    pub sched_traced: bool,
+    pub io_traced: bool,
     /// NVML samples, and the sampling interval; None where NVML is unavailable.
     pub gpu: Option<(GpuSamples, Duration)>,
 }
@@ -60,9 +63,7 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
     // NVML first, so that its samples cover the whole window.
     let sampler = start_sampler(nvml_interval, &mut notes).await;
     let (mut kernel, ring) = Kernel::load()?;
-    if let Some(e) = &kernel.task_tracking_error {
-        notes.push(format!("child processes are not followed: {e}"));
-    }
+    notes.extend(kernel.notes.iter().cloned());
     let mut ring = RingReader::new(ring).map_err(|e| TraceError::io("watching the ring buffer", "EVENTS", e))?;
     let started = target.start(&mut kernel)?;
     let mut child = started.child;
@@ -70,6 +71,7 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
     let attach_ms = began.elapsed().as_secs_f64() * 1e3;
     let start_ns = clock::monotonic_ns();
     let pid = started.pid;
+    let cgroups_before = crate::discover::cgroup::snapshot(&kernel.traced_processes());
     // Tests and scripts wait for this line (with -v) before starting the traced work.
     log::info!("armed: tracing pid {pid} with probes in {} libraries after {attach_ms:.0} ms", kernel.attached_libraries().len());
 
@@ -119,11 +121,7 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
         exit_status = tokio::time::timeout(Duration::from_secs(1), wait_child(&mut child)).await.ok().flatten();
     }
     drain(&mut ring, &mut kernel, &mut evidence, &mut host);
-    for (tid, counters) in kernel.thread_counters() {
-        if evidence.processes.contains_key(&counters.tgid) || kernel_traced_or_root(&kernel, counters.tgid, pid) {
-            evidence.add_counters(tid, &counters);
-        }
-    }
+    collect_final_state(&kernel, &mut evidence, &cgroups_before, pid, end_ns);
     let gpu = match sampler {
         Some(sampler) => {
             let mut pids: Vec<u32> = evidence.processes.keys().copied().collect();
@@ -132,7 +130,10 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
         }
         None => None,
     };
+    let (sched_traced, io_traced) = (kernel.sched_traced, kernel.io_traced);
     Ok(Outcome {
+        sched_traced,
+        io_traced,
         gpu,
         evidence,
         target_pid: pid,
@@ -178,6 +179,43 @@ async fn finish_sampler(sampler: Sampler, pids: Vec<u32>, notes: &mut Vec<String
             None
         }
     }
+}
+
+/// What the maps hold at the end: live threads' scheduler accounting (their open state closed
+/// at `end_ns`) and launch counters, who took the CPU, and the cgroups' throttling since start.
+fn collect_final_state(
+    kernel: &Kernel,
+    evidence: &mut Evidence,
+    cgroups_before: &std::collections::BTreeMap<String, crate::discover::cgroup::CpuStat>,
+    root: u32,
+    end_ns: u64,
+) {
+    let cgroups_after = crate::discover::cgroup::snapshot(&kernel.traced_processes().into_iter().chain([root]).collect::<Vec<_>>());
+    evidence.cgroups =
+        cgroups_after.iter().filter_map(|(path, after)| Some((path.clone(), after.since(cgroups_before.get(path)?)))).collect();
+    evidence.preempted_by = kernel
+        .preempted_by()
+        .into_iter()
+        .map(|(tid, n)| {
+            let stat = process::stat(tid);
+            (tid, n, stat.as_ref().map(|s| tgid_of(tid).unwrap_or(s.pid)), stat.map(|s| s.comm).unwrap_or_default())
+        })
+        .collect();
+    for (tid, sched) in kernel.sched_stats() {
+        evidence.sched.entry(tid).or_default().add(&sched, end_ns);
+    }
+    for (tid, counters) in kernel.thread_counters() {
+        if evidence.processes.contains_key(&counters.tgid) || kernel_traced_or_root(kernel, counters.tgid, root) {
+            evidence.add_counters(tid, &counters);
+        }
+    }
+}
+
+/// The process a thread id belongs to (`Tgid:` in `/proc/TID/status`; thread ids are
+/// reachable under `/proc` even though they are not listed).
+fn tgid_of(tid: u32) -> Option<u32> {
+    let text = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    text.lines().find_map(|l| l.strip_prefix("Tgid:")?.trim().parse().ok())
 }
 
 fn kernel_traced_or_root(kernel: &Kernel, tgid: u32, root: u32) -> bool {

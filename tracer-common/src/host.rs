@@ -1,0 +1,111 @@
+//! Host-side evidence: per-thread scheduler accounting and block I/O attribution.
+
+/// Thread states as the scheduler tracepoints let us tell them apart. Each is also the index
+/// of its time in [`ThreadSched::spent_ns`]; the kernel side indexes with `state & 3`, a bound
+/// the verifier can see.
+pub mod state {
+    pub const RUNNING: u32 = 0;
+    /// Runnable, waiting for a CPU (preempted, or woken and not yet running).
+    pub const RUNNABLE: u32 = 1;
+    /// Uninterruptible sleep (`D`): usually waiting for I/O.
+    pub const BLOCKED: u32 = 2;
+    /// Interruptible sleep (`S`) and anything else off-CPU by choice.
+    pub const SLEEPING: u32 = 3;
+    pub const COUNT: usize = 4;
+}
+
+/// `prev_state` bits in `sched:sched_switch` (include/linux/sched.h, and
+/// `__trace_sched_switch_state`: a preempted task reports `TASK_REPORT_MAX`, 0x80 since 4.14;
+/// a dying one its exit state).
+pub mod prev_state {
+    pub const TASK_UNINTERRUPTIBLE: u64 = 0x2;
+    pub const EXIT_DEAD: u64 = 0x10;
+    pub const EXIT_ZOMBIE: u64 = 0x20;
+    pub const PREEMPTED: u64 = 0x80;
+}
+
+/// Per-thread scheduler accounting, kept in the kernel and folded by user space.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadSched {
+    pub tgid: u32,
+    /// One of [`state`].
+    pub state: u32,
+    /// When `state` began (monotonic ns).
+    pub since_ns: u64,
+    /// Time spent in each [`state`].
+    pub spent_ns: [u64; state::COUNT],
+    /// Switches out while still runnable (involuntary) and by blocking or sleeping.
+    pub preemptions: u64,
+    pub voluntary_switches: u64,
+}
+const _: () = assert!(core::mem::size_of::<ThreadSched>() == 64);
+
+/// A block request in flight, keyed by (device, sector).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoKey {
+    pub dev: u32,
+    #[expect(clippy::pub_underscore_fields, reason = "explicit padding: wire types have no implicit padding")]
+    pub _reserved: u32,
+    pub sector: u64,
+}
+const _: () = assert!(core::mem::size_of::<IoKey>() == 16);
+
+/// Who submitted a block request, and when.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoStart {
+    pub tgid: u32,
+    pub tid: u32,
+    pub start_ns: u64,
+    pub bytes: u32,
+    /// First four characters of `rwbs` (`R`, `W`, `D`, `F` and modifiers).
+    pub rwbs: u32,
+}
+const _: () = assert!(core::mem::size_of::<IoStart>() == 24);
+
+/// Field offsets of the classic tracepoints we read, taken from tracefs at load time (they
+/// change between kernels: `rwbs` grew from 8 to 10 bytes, `prev_state` changed type).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub switch_prev_pid: u32,
+    pub switch_prev_state: u32,
+    /// Size of `prev_state` in bytes (4 or 8).
+    pub switch_prev_state_size: u32,
+    pub switch_next_pid: u32,
+    pub wakeup_pid: u32,
+    /// `block_rq_issue`, `block_rq_insert` and `block_io_start` share a layout.
+    pub rq_dev: u32,
+    pub rq_sector: u32,
+    pub rq_bytes: u32,
+    pub rq_rwbs: u32,
+    pub done_dev: u32,
+    pub done_sector: u32,
+    pub done_nr_sector: u32,
+    pub done_error: u32,
+}
+const _: () = assert!(core::mem::size_of::<Layout>() == 52);
+
+impl Layout {
+    /// Offsets of Linux 6.18 (and most kernels since 5.x), used until tracefs says otherwise.
+    pub const DEFAULT: Self = Self {
+        switch_prev_pid: 24,
+        switch_prev_state: 32,
+        switch_prev_state_size: 8,
+        switch_next_pid: 56,
+        wakeup_pid: 24,
+        rq_dev: 8,
+        rq_sector: 16,
+        rq_bytes: 28,
+        rq_rwbs: 34,
+        done_dev: 8,
+        done_sector: 16,
+        done_nr_sector: 24,
+        done_error: 28,
+    };
+}
+
+/// Name of the global that holds the [`Layout`].
+pub const LAYOUT_GLOBAL: &str = "LAYOUT";

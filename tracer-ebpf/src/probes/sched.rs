@@ -1,0 +1,136 @@
+//! Scheduler tracepoints: for each thread of the traced tree, how long it ran, waited for a
+//! CPU, blocked (`D`) or slept (`S`). Runs on every context switch of the machine, so an
+//! untraced switch costs two hash lookups and nothing else.
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    macros::tracepoint,
+    programs::TracePointContext,
+};
+use gputrace_common::{
+    host::{prev_state, state},
+    loss, EventHeader, SchedFinalEvent, ThreadSched, KIND_SCHED_FINAL,
+};
+
+use super::layout::layout;
+use crate::maps::{count_loss, EVENTS, PREEMPTED_BY, SCHED, TRACED};
+
+/// Close the interval of the thread's current state at `now`.
+#[inline(always)]
+fn account(s: &mut ThreadSched, now: u64) {
+    // `& 3` bounds the index where the verifier can see it (a match compiles to a table
+    // lookup whose bound the verifier loses).
+    s.spent_ns[(s.state & 3) as usize] += now.saturating_sub(s.since_ns);
+    s.since_ns = now;
+}
+
+#[tracepoint]
+pub fn sched_switch(ctx: TracePointContext) -> u32 {
+    let l = layout();
+    // SAFETY: reading the monotonic clock has no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+
+    // SAFETY: the offset comes from the tracepoint's format; bpf_probe_read checks it.
+    let next = unsafe { ctx.read_at::<i32>(l.switch_next_pid as usize) }.unwrap_or(0) as u32;
+
+    // The previous task is the current one.
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    // SAFETY: presence test only.
+    if tid != 0 && unsafe { TRACED.get(&tgid) }.is_some() {
+        // SAFETY: the offset comes from the tracepoint's format; bpf_probe_read checks it.
+        let prev = unsafe {
+            if l.switch_prev_state_size == 8 {
+                ctx.read_at::<u64>(l.switch_prev_state as usize).unwrap_or(0)
+            } else {
+                u64::from(ctx.read_at::<u32>(l.switch_prev_state as usize).unwrap_or(0))
+            }
+        };
+        switch_out(tgid, tid, prev, next, now);
+    }
+
+    if let Some(s) = SCHED.get_ptr_mut(&next) {
+        // SAFETY: map value pointer; the thread is switched in on this CPU only.
+        let s = unsafe { &mut *s };
+        account(s, now);
+        s.state = state::RUNNING;
+    }
+    0
+}
+
+#[inline(always)]
+fn switch_out(tgid: u32, tid: u32, prev: u64, next: u32, now: u64) {
+    let Some(ptr) = SCHED.get_ptr_mut(&tid) else {
+        // First sight of this thread: start its clock; the time before is unknown.
+        let fresh = ThreadSched { tgid, state: next_state(prev), since_ns: now, ..ThreadSched::default() };
+        if SCHED.insert(&tid, &fresh, 0).is_err() {
+            count_loss(loss::SCHED_MAP_FULL);
+        }
+        return;
+    };
+    // SAFETY: map value pointer; only the thread's own switches and wakeups write it.
+    let s = unsafe { &mut *ptr };
+    account(s, now);
+    if prev & (prev_state::EXIT_DEAD | prev_state::EXIT_ZOMBIE) != 0 {
+        // The thread's last switch: hand its totals over and free the slot.
+        if let Some(mut entry) = EVENTS.reserve::<SchedFinalEvent>(0) {
+            entry.write(SchedFinalEvent { header: EventHeader { kind: KIND_SCHED_FINAL, probe: 0, tgid, tid, ts_ns: now }, sched: *s });
+            entry.submit(0);
+        } else {
+            count_loss(loss::RING_FULL);
+        }
+        let _ = SCHED.remove(&tid);
+        return;
+    }
+    s.state = next_state(prev);
+    if s.state == state::RUNNABLE {
+        s.preemptions += 1;
+        if let Some(n) = PREEMPTED_BY.get_ptr_mut(&next) {
+            // SAFETY: map value pointer; a lost increment under a race only undercounts.
+            unsafe { *n += 1 };
+        } else {
+            let _ = PREEMPTED_BY.insert(&next, &1, 0);
+        }
+    } else {
+        s.voluntary_switches += 1;
+    }
+}
+
+/// The state a task switched out with `prev_state` is in.
+#[inline(always)]
+fn next_state(prev: u64) -> u32 {
+    if prev == 0 || prev & prev_state::PREEMPTED != 0 {
+        state::RUNNABLE
+    } else if prev & prev_state::TASK_UNINTERRUPTIBLE != 0 {
+        state::BLOCKED
+    } else {
+        state::SLEEPING
+    }
+}
+
+/// A sleeping or blocked traced thread became runnable: from now on it waits for a CPU.
+#[inline(always)]
+fn on_wakeup(ctx: &TracePointContext) -> u32 {
+    let l = layout();
+    // SAFETY: the offset comes from the tracepoint's format.
+    let tid = unsafe { ctx.read_at::<i32>(l.wakeup_pid as usize) }.unwrap_or(0) as u32;
+    let Some(ptr) = SCHED.get_ptr_mut(&tid) else { return 0 };
+    // SAFETY: map value pointer of a thread that is not running.
+    let s = unsafe { &mut *ptr };
+    if s.state == state::BLOCKED || s.state == state::SLEEPING {
+        // SAFETY: reading the monotonic clock has no preconditions.
+        account(s, unsafe { bpf_ktime_get_ns() });
+        s.state = state::RUNNABLE;
+    }
+    0
+}
+
+#[tracepoint]
+pub fn sched_wakeup(ctx: TracePointContext) -> u32 {
+    on_wakeup(&ctx)
+}
+
+#[tracepoint]
+pub fn sched_wakeup_new(ctx: TracePointContext) -> u32 {
+    on_wakeup(&ctx)
+}

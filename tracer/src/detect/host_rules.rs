@@ -1,0 +1,130 @@
+//! Detectors over the host-side evidence: scheduler states of the CUDA threads and of the
+//! other processes of the tree (DataLoader workers), block I/O, cgroup throttling.
+
+use super::{
+    rules::{diagnosis, gpu_line, pct},
+    Account, MEDIUM,
+};
+use crate::{evidence::Evidence, report::model::Diagnosis};
+
+/// A CUDA thread waiting for a CPU this much of the window is starved (it is runnable: the
+/// work is there, the CPU is not). 10 % is where the text report starts calling it medium.
+const RUNQUEUE_STARVED: f64 = MEDIUM;
+/// A CUDA thread blocked in uninterruptible sleep (`D`, I/O) this much of the window stalls.
+const BLOCKED_STALL: f64 = MEDIUM;
+/// A CUDA thread sleeping outside CUDA calls this much of the window waits for its input.
+const SLEEP_STARVED: f64 = 0.25;
+/// GPU activity (GPM SM, else utilization) below which the GPU is waiting, not working.
+const GPU_WAITING: f64 = 0.5;
+/// A worker on a CPU this much of the window is CPU-bound (decoding, augmenting).
+const WORKER_BUSY: f64 = 0.7;
+/// A worker blocked this much of the window waits on the disk.
+const WORKER_BLOCKED: f64 = 0.3;
+
+fn top_preemptors(ev: &Evidence) -> Option<String> {
+    let mut by_command: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+    for (_, n, _, comm) in &ev.preempted_by {
+        *by_command.entry(if comm.is_empty() { "(exited)" } else { comm.as_str() }).or_default() += n;
+    }
+    let mut v: Vec<(&str, u64)> = by_command.into_iter().collect();
+    v.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+    (!v.is_empty()).then(|| v.iter().take(4).map(|(c, n)| format!("{c} ({n}×)")).collect::<Vec<_>>().join(", "))
+}
+
+pub fn cpu_starved(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
+    let h = a.host.as_ref()?;
+    if h.runqueue < RUNQUEUE_STARVED {
+        return None;
+    }
+    let mut evidence = vec![format!("a CUDA thread was runnable but not running {} of the window", pct(h.runqueue))];
+    if let Some(who) = top_preemptors(ev) {
+        evidence.push(format!("the CPU went to: {who}"));
+    }
+    for (file, s) in ev.cgroups.iter().filter(|(_, s)| s.nr_throttled > 0) {
+        evidence.push(format!(
+            "cgroup {file}: throttled in {} of {} periods, {:.3} s",
+            s.nr_throttled,
+            s.nr_periods,
+            s.throttled_usec as f64 / 1e6
+        ));
+    }
+    Some(diagnosis(
+        "cpu-starved",
+        h.runqueue,
+        format!("the threads feeding the GPU wait for a CPU {} of the time", pct(h.runqueue)),
+        evidence,
+        "give the job its CPUs: stop or move competing processes, raise the cgroup/container CPU limit, and keep DataLoader workers + training threads within the cores you have",
+    ))
+}
+
+pub fn io_stall(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
+    let h = a.host.as_ref()?;
+    if h.blocked < BLOCKED_STALL {
+        return None;
+    }
+    let io = &ev.io.total;
+    let mut evidence = vec![format!("a CUDA thread was blocked in uninterruptible I/O wait {} of the window", pct(h.blocked))];
+    if io.reads + io.writes > 0 {
+        evidence.push(format!(
+            "block I/O of the job: {} reads ({} bytes), {} writes ({} bytes), p95 latency {} µs",
+            io.reads,
+            io.read_bytes,
+            io.writes,
+            io.write_bytes,
+            ev.io.latency_quantile_us(0.95).unwrap_or(0)
+        ));
+    }
+    let writes = io.write_bytes > io.read_bytes;
+    Some(diagnosis(
+        "io-stall",
+        h.blocked,
+        format!("the training thread itself waits on the disk {} of the time", pct(h.blocked)),
+        evidence,
+        if writes {
+            "write checkpoints and logs asynchronously (a background thread or process), less often, or to faster local storage"
+        } else {
+            "read data in DataLoader workers instead of the training thread, prefetch, keep the dataset in memory or on faster storage"
+        },
+    ))
+}
+
+pub fn input_starved(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
+    let h = a.host.as_ref()?;
+    // Sleep is only read as waiting for input where it is unambiguous: the job has loader
+    // workers, or a single CUDA thread (see `HostTime::sleep_outside_cuda`).
+    if h.sleep_outside_cuda < SLEEP_STARVED
+        || (h.workers == 0 && !h.single_cuda_thread)
+        || a.gpu_activity().is_some_and(|g| g >= GPU_WAITING)
+    {
+        return None;
+    }
+    let (cause, fix) = if h.workers == 0 {
+        ("the training thread sleeps outside CUDA calls while the GPU has nothing to do", "find what the training loop waits for between steps (a queue, a lock, a timer); for a DataLoader use num_workers > 0 with persistent_workers=True")
+    } else if h.workers_blocked >= WORKER_BLOCKED {
+        ("its data-loading workers wait on the disk", "read faster: keep the data in memory or on local SSD, use a packed format (WebDataset, TFRecord-like shards), more workers to overlap reads")
+    } else if h.workers_on_cpu >= WORKER_BUSY {
+        ("its data-loading workers are busy on the CPU (decoding, augmenting) and cannot keep up", "raise num_workers (up to the free cores), prefetch_factor, persistent_workers=True; make decoding cheaper or move augmentation to the GPU")
+    } else if h.workers_runqueue >= RUNQUEUE_STARVED {
+        ("its data-loading workers wait for a CPU", "free CPUs for the workers, or lower their number to the cores available")
+    } else {
+        (
+            "the training thread waits on its data loader",
+            "raise num_workers and prefetch_factor, set persistent_workers=True and pin_memory=True",
+        )
+    };
+    let mut evidence = vec![format!("a CUDA thread slept outside CUDA calls {} of the window", pct(h.sleep_outside_cuda))];
+    if h.workers > 0 {
+        evidence.push(format!(
+            "{} worker processes: on CPU {} of the time on average, blocked on I/O up to {}, waiting for a CPU up to {}",
+            h.workers,
+            pct(h.workers_on_cpu),
+            pct(h.workers_blocked),
+            pct(h.workers_runqueue)
+        ));
+    }
+    if ev.io.total.reads > 0 {
+        evidence.push(format!("the job read {} bytes in {} requests", ev.io.total.read_bytes, ev.io.total.reads));
+    }
+    evidence.extend(gpu_line(a));
+    Some(diagnosis("input-starved", h.sleep_outside_cuda, format!("the GPU waits for input: {cause}"), evidence, fix))
+}
