@@ -24,7 +24,66 @@ typedef struct CUlaunchConfig_st {
     unsigned numAttrs;
 } CUlaunchConfig;
 
+typedef struct CUarray_st *CUarray;
+typedef enum CUmemorytype_enum {
+    CU_MEMORYTYPE_HOST = 1,
+    CU_MEMORYTYPE_DEVICE = 2,
+    CU_MEMORYTYPE_ARRAY = 3,
+    CU_MEMORYTYPE_UNIFIED = 4,
+} CUmemorytype;
+
+/* CUDA 13 cuda.h's CUDA_MEMCPY2D_v2 and CUDA_MEMCPY3D_v2, field for field. */
+typedef struct CUDA_MEMCPY2D_st {
+    size_t srcXInBytes, srcY;
+    CUmemorytype srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    CUarray srcArray;
+    size_t srcPitch;
+    size_t dstXInBytes, dstY;
+    CUmemorytype dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    CUarray dstArray;
+    size_t dstPitch;
+    size_t WidthInBytes, Height;
+} CUDA_MEMCPY2D;
+
+typedef struct CUDA_MEMCPY3D_st {
+    size_t srcXInBytes, srcY, srcZ, srcLOD;
+    CUmemorytype srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    CUarray srcArray;
+    void *reserved0;
+    size_t srcPitch, srcHeight;
+    size_t dstXInBytes, dstY, dstZ, dstLOD;
+    CUmemorytype dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    CUarray dstArray;
+    void *reserved1;
+    size_t dstPitch, dstHeight;
+    size_t WidthInBytes, Height, Depth;
+} CUDA_MEMCPY3D;
+
+/* The offsets gputrace's probes read (gputrace_common::cuda), checked by the C compiler. */
+_Static_assert(sizeof(CUDA_MEMCPY2D) == 128, "CUDA_MEMCPY2D size");
+_Static_assert(offsetof(CUDA_MEMCPY2D, srcMemoryType) == 16 && offsetof(CUDA_MEMCPY2D, srcHost) == 24 &&
+               offsetof(CUDA_MEMCPY2D, srcDevice) == 32 && offsetof(CUDA_MEMCPY2D, dstMemoryType) == 72 &&
+               offsetof(CUDA_MEMCPY2D, dstHost) == 80 && offsetof(CUDA_MEMCPY2D, dstDevice) == 88 &&
+               offsetof(CUDA_MEMCPY2D, WidthInBytes) == 112 && offsetof(CUDA_MEMCPY2D, Height) == 120,
+               "CUDA_MEMCPY2D layout");
+_Static_assert(sizeof(CUDA_MEMCPY3D) == 200, "CUDA_MEMCPY3D size");
+_Static_assert(offsetof(CUDA_MEMCPY3D, srcMemoryType) == 32 && offsetof(CUDA_MEMCPY3D, srcHost) == 40 &&
+               offsetof(CUDA_MEMCPY3D, srcDevice) == 48 && offsetof(CUDA_MEMCPY3D, dstMemoryType) == 120 &&
+               offsetof(CUDA_MEMCPY3D, dstHost) == 128 && offsetof(CUDA_MEMCPY3D, dstDevice) == 136 &&
+               offsetof(CUDA_MEMCPY3D, WidthInBytes) == 176 && offsetof(CUDA_MEMCPY3D, Height) == 184 &&
+               offsetof(CUDA_MEMCPY3D, Depth) == 192,
+               "CUDA_MEMCPY3D layout");
+
 #define CUDA_SUCCESS 0
+#define CUDA_ERROR_INVALID_VALUE 1
 #define CUDA_ERROR_OUT_OF_MEMORY 2
 
 CUresult cuInit(unsigned flags);
@@ -44,6 +103,11 @@ CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s);
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
 CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n);
 CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
+CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *p);
+CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *p);
+CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *p, CUstream s);
+CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *p);
+CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *p, CUstream s);
 CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char v, size_t n);
 CUresult cuStreamSynchronize(CUstream s);
 CUresult cuCtxSynchronize(void);
@@ -51,6 +115,13 @@ CUresult cuCtxSynchronize_v2(CUcontext ctx);
 CUresult cuEventSynchronize(CUevent e);
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n);
 CUresult cuMemFree_v2(CUdeviceptr p);
+/* Virtual memory management; the allocation properties are not modelled. */
+CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const void *prop, unsigned long long flags);
+CUresult cuMemRelease(CUmemGenericAllocationHandle h);
+CUresult cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags);
+CUresult cuMemAddressFree(CUdeviceptr p, size_t size);
+CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGenericAllocationHandle h, unsigned long long flags);
+CUresult cuMemUnmap(CUdeviceptr p, size_t size);
 CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags);
 CUresult cuMemAllocHost_v2(void **p, size_t n);
 CUresult cuMemFreeHost(void *p);

@@ -15,6 +15,13 @@
  *   --pinned-h2d B         per step: B bytes async H2D from cudaHostAlloc'ed memory
  *   --pin-after-gate       allocate that pinned buffer after the gate (default: before)
  *   --item N               per step: N × (4-byte D2H async + cudaStreamSynchronize) (.item())
+ *   --copy2d B             per step: one cudaMemcpy2DAsync H2D of B bytes (16 rows of B/16,
+ *                          B a multiple of 16) from malloc'ed memory with a wider pitch
+ *   --copy3d B             per step, after the launches: one cudaMemcpy3D D2H of B bytes
+ *                          (4 × 4 rows of B/16, B a multiple of 16) into malloc'ed memory
+ *   --vmm N                per step: N × (cuMemCreate 2 MiB + cuMemMap) into a range reserved
+ *                          once per thread, then N × (cuMemUnmap + cuMemRelease), as PyTorch's
+ *                          expandable segments grow and shrink (N ≤ 64)
  *   --sync                 per step: cudaDeviceSynchronize at the end
  *   --alloc-churn N        per step: N × (cudaMalloc 1 MiB + cudaFree)
  *   --host-us U            per step: U µs of host work (spinning)
@@ -47,6 +54,22 @@ typedef struct {
     void *stream, *attrs;
     unsigned nattrs;
 } launch_config;
+/* cudaMemcpy3DParms (driver_types.h). */
+typedef struct {
+    void *src_array;
+    size_t src_pos[3];
+    struct { void *ptr; size_t pitch, xsize, ysize; } src_ptr;
+    void *dst_array;
+    size_t dst_pos[3];
+    struct { void *ptr; size_t pitch, xsize, ysize; } dst_ptr;
+    size_t extent[3];
+    int kind;
+} memcpy3d_parms;
+
+enum { H2D = 1, D2H = 2 };
+#define COPY_ROWS 16
+#define VMM_CHUNK ((size_t)2 << 20)
+#define VMM_MAX 64
 
 static int (*rt_launch)(const void *, dim3, dim3, void **, size_t, void *);
 static int (*rt_graph)(void *, void *);
@@ -56,16 +79,24 @@ static int (*rt_device_sync)(void);
 static int (*rt_malloc)(void **, size_t);
 static int (*rt_free)(void *);
 static int (*rt_host_alloc)(void **, size_t, unsigned);
+static int (*rt_memcpy2d_async)(void *, size_t, const void *, size_t, size_t, size_t, int, void *);
+static int (*rt_memcpy3d)(const memcpy3d_parms *);
+static int (*drv_mem_create)(uint64_t *, size_t, const void *, unsigned long long);
+static int (*drv_mem_release)(uint64_t);
+static int (*drv_mem_address_reserve)(uint64_t *, size_t, size_t, uint64_t, unsigned long long);
+static int (*drv_mem_address_free)(uint64_t, size_t);
+static int (*drv_mem_map)(uint64_t, size_t, size_t, uint64_t, unsigned long long);
+static int (*drv_mem_unmap)(uint64_t, size_t);
 static int (*drv_launch)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **, void **);
 static int (*drv_launch_ex)(const launch_config *, void *, void **, void **);
 
 static struct {
-    int gate, threads, steps, runtime_launches, driver_launches, ex_launches, graphs, item, sync, alloc_churn, fork;
+    int gate, threads, steps, runtime_launches, driver_launches, ex_launches, graphs, item, sync, alloc_churn, fork, vmm;
     int load_after_gate, pin_after_gate;
     long kernel_us, host_us, settle_ms, sleep_ms;
     long read_bytes, read_per_step;
     char read_file[PATH_MAX];
-    size_t pageable_h2d, pinned_h2d;
+    size_t pageable_h2d, pinned_h2d, copy2d, copy3d;
     char lib_dir[PATH_MAX];
 } opt = {.threads = 1, .steps = 1, .kernel_us = 5, .read_bytes = 64l << 20};
 
@@ -100,6 +131,14 @@ static void load_cuda(void) {
     rt_malloc = sym(rt, "cudaMalloc");
     rt_free = sym(rt, "cudaFree");
     rt_host_alloc = sym(rt, "cudaHostAlloc");
+    rt_memcpy2d_async = sym(rt, "cudaMemcpy2DAsync");
+    rt_memcpy3d = sym(rt, "cudaMemcpy3D");
+    drv_mem_create = sym(drv, "cuMemCreate");
+    drv_mem_release = sym(drv, "cuMemRelease");
+    drv_mem_address_reserve = sym(drv, "cuMemAddressReserve");
+    drv_mem_address_free = sym(drv, "cuMemAddressFree");
+    drv_mem_map = sym(drv, "cuMemMap");
+    drv_mem_unmap = sym(drv, "cuMemUnmap");
     drv_launch = sym(drv, "cuLaunchKernel");
     drv_launch_ex = sym(drv, "cuLaunchKernelEx");
 }
@@ -114,6 +153,44 @@ static void pin_buffer(void) {
     if (opt.pinned_h2d && rt_host_alloc(&pinned_buf, opt.pinned_h2d, 0)) die("cudaHostAlloc failed");
 }
 
+/* One 2D H2D copy of `opt.copy2d` bytes: COPY_ROWS rows read from a host buffer whose
+ * pitch is wider than a row, written packed into device memory. */
+static void copy_2d(const char *host) {
+    size_t width = opt.copy2d / COPY_ROWS;
+    if (rt_memcpy2d_async(device_buf, width, host, width + 64, width, COPY_ROWS, H2D, 0)) die("cudaMemcpy2DAsync failed");
+}
+
+/* One synchronous 3D D2H copy of `opt.copy3d` bytes: 4 slices of 4 rows. */
+static void copy_3d(char *host) {
+    size_t width = opt.copy3d / COPY_ROWS;
+    memcpy3d_parms p = {0};
+    p.src_ptr.ptr = device_buf;
+    p.src_ptr.pitch = p.src_ptr.xsize = width;
+    p.src_ptr.ysize = 4;
+    p.dst_ptr.ptr = host;
+    p.dst_ptr.pitch = p.dst_ptr.xsize = width;
+    p.dst_ptr.ysize = 4;
+    p.extent[0] = width;
+    p.extent[1] = 4;
+    p.extent[2] = 4;
+    p.kind = D2H;
+    if (rt_memcpy3d(&p)) die("cudaMemcpy3D failed");
+}
+
+/* Grow a segment by `opt.vmm` chunks, then shrink it back, through the driver's virtual
+ * memory API (PyTorch calls it directly, not through the runtime). */
+static void vmm_cycle(uint64_t base) {
+    uint64_t handles[VMM_MAX];
+    for (int i = 0; i < opt.vmm; i++) {
+        if (drv_mem_create(&handles[i], VMM_CHUNK, 0, 0)) die("cuMemCreate failed");
+        if (drv_mem_map(base + (uint64_t)i * VMM_CHUNK, VMM_CHUNK, 0, handles[i], 0)) die("cuMemMap failed");
+    }
+    for (int i = 0; i < opt.vmm; i++) {
+        if (drv_mem_unmap(base + (uint64_t)i * VMM_CHUNK, VMM_CHUNK)) die("cuMemUnmap failed");
+        if (drv_mem_release(handles[i])) die("cuMemRelease failed");
+    }
+}
+
 static void *worker(void *arg) {
     (void)arg;
     dim3 one = {1, 1, 1};
@@ -126,6 +203,10 @@ static void *worker(void *arg) {
         if (data_fd < 0 || posix_memalign(&data_buf, 4096, (size_t)opt.read_per_step)) die("cannot set up --read-per-step");
     }
     if (pageable) memset(pageable, 1, opt.pageable_h2d);
+    char *rows_2d = opt.copy2d ? calloc(COPY_ROWS, opt.copy2d / COPY_ROWS + 64) : NULL;
+    char *rows_3d = opt.copy3d ? calloc(1, opt.copy3d) : NULL;
+    uint64_t vmm_base = 0;
+    if (opt.vmm && drv_mem_address_reserve(&vmm_base, (size_t)opt.vmm * VMM_CHUNK, 0, 0, 0)) die("cuMemAddressReserve failed");
     int scalar;
     for (int s = 0; s < opt.steps; s++) {
         if (opt.host_us) {
@@ -138,10 +219,12 @@ static void *worker(void *arg) {
             rt_stream_sync(0);
         }
         if (pinned_buf) rt_memcpy_async(device_buf, pinned_buf, opt.pinned_h2d, 1, 0);
+        if (rows_2d) copy_2d(rows_2d);
         for (int i = 0; i < opt.runtime_launches; i++) rt_launch(&kernel, one, one, 0, 0, 0);
         for (int i = 0; i < opt.driver_launches; i++) drv_launch(&kernel, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0);
         for (int i = 0; i < opt.ex_launches; i++) drv_launch_ex(&cfg, &kernel, 0, 0);
         for (int i = 0; i < opt.graphs; i++) rt_graph(&graph, 0);
+        if (rows_3d) copy_3d(rows_3d);
         for (int i = 0; i < opt.item; i++) {
             rt_memcpy_async(&scalar, device_buf, sizeof scalar, 2, 0);
             rt_stream_sync(0);
@@ -150,6 +233,7 @@ static void *worker(void *arg) {
             void *p;
             if (rt_malloc(&p, 1 << 20) == 0) rt_free(p);
         }
+        if (opt.vmm) vmm_cycle(vmm_base);
         if (opt.sync) rt_device_sync();
         if (opt.sleep_ms) usleep((useconds_t)opt.sleep_ms * 1000);
         if (data_fd >= 0 && read(data_fd, data_buf, (size_t)opt.read_per_step) < opt.read_per_step) {
@@ -158,7 +242,10 @@ static void *worker(void *arg) {
     }
     if (data_fd >= 0) close(data_fd);
     free(data_buf);
+    if (vmm_base) drv_mem_address_free(vmm_base, (size_t)opt.vmm * VMM_CHUNK);
     free(pageable);
+    free(rows_2d);
+    free(rows_3d);
     return NULL;
 }
 
@@ -213,11 +300,15 @@ int main(int argc, char **argv) {
         NUM("--kernel-us", kernel_us) NUM("--host-us", host_us) NUM("--pageable-h2d", pageable_h2d)
         NUM("--pinned-h2d", pinned_h2d) NUM("--item", item) NUM("--alloc-churn", alloc_churn)
         NUM("--settle-ms", settle_ms) NUM("--sleep-ms", sleep_ms) NUM("--read-bytes", read_bytes) NUM("--read-per-step", read_per_step)
+        NUM("--copy2d", copy2d) NUM("--copy3d", copy3d) NUM("--vmm", vmm)
         if (!strcmp(a, "--read-file")) { snprintf(opt.read_file, sizeof opt.read_file, "%s", v); i++; continue; }
         if (!strcmp(a, "--lib-dir")) { snprintf(opt.lib_dir, sizeof opt.lib_dir, "%s", v); i++; continue; }
         fprintf(stderr, "fakejob: unknown argument %s\n", a);
         return 2;
     }
+    if (opt.copy2d % COPY_ROWS || opt.copy3d % COPY_ROWS) die("--copy2d and --copy3d take a multiple of 16 bytes");
+    if (opt.copy2d > (64 << 20) || opt.copy3d > (64 << 20)) die("--copy2d and --copy3d copy at most the 64 MiB device buffer");
+    if (opt.vmm > VMM_MAX) die("--vmm takes at most 64");
     kernel.duration_ns = (uint64_t)opt.kernel_us * 1000;
     graph.duration_ns = kernel.duration_ns * 10;
 

@@ -162,6 +162,48 @@ NOINLINE CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUst
     return CUDA_SUCCESS;
 }
 
+/* 2D/3D copies: the memory types say where each end is, as in the real driver; a unified
+ * end is device memory if it lies in the fake's device address range. */
+static int end_is_device(CUmemorytype type, CUdeviceptr dev) {
+    return type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_ARRAY || (type == CU_MEMORYTYPE_UNIFIED && is_device(dev));
+}
+
+static CUresult struct_copy(CUmemorytype st, const void *sh, CUdeviceptr sd, CUmemorytype dt, void *dh, CUdeviceptr dd,
+                            size_t n, int async) {
+    if (st < CU_MEMORYTYPE_HOST || st > CU_MEMORYTYPE_UNIFIED || dt < CU_MEMORYTYPE_HOST || dt > CU_MEMORYTYPE_UNIFIED)
+        return CUDA_ERROR_INVALID_VALUE;
+    int src_dev = end_is_device(st, sd), dst_dev = end_is_device(dt, dd);
+    const void *src_host = st == CU_MEMORYTYPE_HOST ? sh : (const void *)(uintptr_t)sd;
+    void *dst_host = dt == CU_MEMORYTYPE_HOST ? dh : (void *)(uintptr_t)dd;
+    if (!src_dev && dst_dev) return copy_h2d(src_host, n, async);
+    if (src_dev && !dst_dev) return copy_d2h(dst_host, n, async);
+    if (src_dev && dst_dev) {
+        uint64_t end = enqueue(transfer_ns(n, 1000000));
+        if (!async) sleep_until(end);
+        return CUDA_SUCCESS;
+    }
+    spin_until(now_ns() + transfer_ns(n, STAGING_BYTES_PER_US)); /* host to host: the CPU copies */
+    return CUDA_SUCCESS;
+}
+
+static CUresult copy_2d(const CUDA_MEMCPY2D *p, int async) {
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    return struct_copy(p->srcMemoryType, p->srcHost, p->srcDevice, p->dstMemoryType, p->dstHost, p->dstDevice,
+                       p->WidthInBytes * p->Height, async);
+}
+
+static CUresult copy_3d(const CUDA_MEMCPY3D *p, int async) {
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    return struct_copy(p->srcMemoryType, p->srcHost, p->srcDevice, p->dstMemoryType, p->dstHost, p->dstDevice,
+                       p->WidthInBytes * p->Height * p->Depth, async);
+}
+
+NOINLINE CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *p) { return copy_2d(p, 0); }
+NOINLINE CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *p) { return copy_2d(p, 0); }
+NOINLINE CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *p, CUstream s) { (void)s; return copy_2d(p, 1); }
+NOINLINE CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *p) { return copy_3d(p, 0); }
+NOINLINE CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *p, CUstream s) { (void)s; return copy_3d(p, 1); }
+
 NOINLINE CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char v, size_t n) { (void)dst; (void)v; sleep_until(enqueue(transfer_ns(n, 1000000))); return CUDA_SUCCESS; }
 
 NOINLINE CUresult cuStreamSynchronize(CUstream s) { (void)s; sleep_until(queue_end()); return CUDA_SUCCESS; }
@@ -188,6 +230,54 @@ NOINLINE CUresult cuMemFree_v2(CUdeviceptr p) {
     memory_used -= n;
     pthread_mutex_unlock(&lock);
     spin_until(now_ns() + 10000);
+    return CUDA_SUCCESS;
+}
+
+/* Virtual memory management, as PyTorch's expandable segments use it: physical memory from
+ * cuMemCreate, mapped into a reserved range. Handles are small integers, never addresses. */
+static uint64_t next_handle = 1;
+
+NOINLINE CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const void *prop, unsigned long long flags) {
+    (void)prop; (void)flags;
+    spin_until(now_ns() + 20000);
+    pthread_mutex_lock(&lock);
+    if (memory_used + size > memory_limit) { pthread_mutex_unlock(&lock); return CUDA_ERROR_OUT_OF_MEMORY; }
+    memory_used += size;
+    *h = next_handle++;
+    pthread_mutex_unlock(&lock);
+    remember(allocs, MAX_ALLOCS, *h, size);
+    return CUDA_SUCCESS;
+}
+
+NOINLINE CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
+    uint64_t n = forget(allocs, MAX_ALLOCS, h);
+    pthread_mutex_lock(&lock);
+    memory_used -= n;
+    pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
+}
+
+NOINLINE CUresult cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags) {
+    (void)alignment; (void)addr; (void)flags;
+    pthread_mutex_lock(&lock);
+    *p = next_device_ptr;
+    next_device_ptr += (size + 0xfff) & ~0xfffull;
+    pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
+}
+
+NOINLINE CUresult cuMemAddressFree(CUdeviceptr p, size_t size) { (void)p; (void)size; return CUDA_SUCCESS; }
+
+NOINLINE CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGenericAllocationHandle h, unsigned long long flags) {
+    (void)offset; (void)flags;
+    if (!is_device(p) || !h) return CUDA_ERROR_INVALID_VALUE;
+    spin_until(now_ns() + 5000 + size / 1000); /* page-table updates scale with the size */
+    return CUDA_SUCCESS;
+}
+
+NOINLINE CUresult cuMemUnmap(CUdeviceptr p, size_t size) {
+    if (!is_device(p)) return CUDA_ERROR_INVALID_VALUE;
+    spin_until(now_ns() + 5000 + size / 1000);
     return CUDA_SUCCESS;
 }
 

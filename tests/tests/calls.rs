@@ -1,5 +1,5 @@
 //! Copies, syncs, allocations: exact counts and bytes, pinned vs pageable classification.
-use gputrace_tests::{num, require_root, run_fakejob, Gated, Tracer};
+use gputrace_tests::{hits, num, require_root, run_fakejob, Gated, Tracer};
 
 const MIB: u64 = 1 << 20;
 
@@ -63,4 +63,74 @@ fn memory_pinned_before_attach_is_recognised_from_the_memory_map() {
     assert_eq!(h2d["classified"]["pinned_traced"], 0);
     assert_eq!(h2d["pageable"], 25);
     assert_eq!(h2d["pageable_bytes"], 25 * 65536);
+}
+
+#[test]
+fn copies_described_by_2d_and_3d_structs_are_exact() {
+    require_root();
+    // Per step: one cudaMemcpy2DAsync H2D of 1 MiB (16 rows) from pageable memory, 2 launches,
+    // one synchronous cudaMemcpy3D D2H of 64 KiB (4 × 4 rows) into pageable memory. The
+    // runtime forwards them to cuMemcpy2DAsync_v2 and cuMemcpy3D_v2 with a struct argument.
+    let steps = 30;
+    let (r, code, stderr) = run_fakejob(&["--steps", "30", "--copy2d", "1048576", "--driver-launches", "2", "--copy3d", "65536"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(hits(&r, "cuMemcpy2DAsync_v2"), steps);
+    assert_eq!(hits(&r, "cuMemcpy3D_v2"), steps);
+    let h2d = &r["cuda"]["copies"]["h2d"];
+    assert_eq!(h2d["count"], steps, "{h2d}");
+    assert_eq!(h2d["bytes"], steps * MIB, "Width × Height, read from the struct");
+    assert_eq!(h2d["pageable"], steps);
+    assert_eq!(h2d["pageable_bytes"], steps * MIB);
+    assert_eq!(h2d["classified"]["pageable"], steps, "host pointer srcHost, read from the struct");
+    assert_eq!(h2d["sync_api"], 0, "cuMemcpy2DAsync_v2 is async");
+    let d2h = &r["cuda"]["copies"]["d2h"];
+    assert_eq!(d2h["count"], steps, "{d2h}");
+    assert_eq!(d2h["bytes"], steps * 65536, "Width × Height × Depth");
+    assert_eq!(d2h["pageable"], steps, "host pointer dstHost");
+    assert_eq!(d2h["sync_api"], steps, "cuMemcpy3D_v2 is synchronous");
+    assert_eq!(d2h["then_synced"], 0);
+    for dir in ["d2d", "peer", "h2h"] {
+        assert_eq!(r["cuda"]["copies"][dir]["count"], 0, "{dir}");
+    }
+    // The synchronous D2H copy is the only call that drains the queue: each step's launches
+    // after it end an idle period, so idle time shows only if the probe saw it drain.
+    assert!(r["cuda"]["queue_idle_s"].as_f64().expect("queue_idle_s") > 0.0, "{:#}", r["cuda"]);
+    assert_eq!(r["tracer"]["complete"], true);
+}
+
+#[test]
+fn an_async_2d_copy_leaves_the_queue_busy() {
+    require_root();
+    // The control for the test above: the same launches with only the async 2D copy drain
+    // nothing, so no queue-idle time may appear.
+    let (r, code, stderr) = run_fakejob(&["--steps", "20", "--copy2d", "65536", "--driver-launches", "2"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(num(&r, "/cuda/copies/h2d/count"), 20);
+    assert_eq!(num(&r, "/cuda/copies/h2d/bytes"), 20 * 65536);
+    assert_eq!(r["cuda"]["queue_idle_s"].as_f64(), Some(0.0), "{:#}", r["cuda"]);
+}
+
+#[test]
+fn virtual_memory_mappings_are_counted_apart_from_allocations() {
+    require_root();
+    // Per step: 3 × (cuMemCreate 2 MiB + cuMemMap), then 3 × (cuMemUnmap + cuMemRelease).
+    // Plus one 64 MiB cudaMalloc/cudaFree per run.
+    let steps = 25;
+    let (r, code, stderr) = run_fakejob(&["--steps", "25", "--vmm", "3"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(hits(&r, "cuMemMap"), 3 * steps);
+    assert_eq!(hits(&r, "cuMemUnmap"), 3 * steps);
+    let vmm = &r["cuda"]["vmm"];
+    assert_eq!(vmm["maps"], 3 * steps, "{vmm}");
+    assert_eq!(vmm["unmaps"], 3 * steps);
+    assert_eq!(vmm["mapped_bytes"], 3 * steps * 2 * MIB);
+    assert_eq!(vmm["unmapped_bytes"], 3 * steps * 2 * MIB);
+    assert_eq!(vmm["failures"], 0);
+    assert!(vmm["call_s"].as_f64().expect("call_s") > 0.0);
+    // cuMemCreate/cuMemRelease stay allocations; the mappings are not counted again there.
+    assert_eq!(num(&r, "/cuda/allocs/count"), 3 * steps + 1);
+    assert_eq!(num(&r, "/cuda/allocs/frees"), 3 * steps + 1);
+    assert_eq!(num(&r, "/cuda/allocs/bytes"), 3 * steps * 2 * MIB + 64 * MIB);
+    assert_eq!(num(&r, "/cuda/allocs/live_bytes"), 0);
+    assert_eq!(r["tracer"]["complete"], true);
 }

@@ -5,6 +5,7 @@
 //! ids are stable numbers: a recording written by one version is read by the next.
 #![no_std]
 
+pub mod cuda;
 pub mod event;
 pub mod host;
 pub mod probe;
@@ -63,7 +64,9 @@ pub struct ThreadCounters {
 }
 const _: () = assert!(core::mem::size_of::<ThreadCounters>() == 16 + 8 * probe::PROBE_SLOTS);
 
-/// What the kernel remembers between a call's entry and its return.
+/// What the kernel remembers between a call's entry and its return. `args` are the raw
+/// integer arguments, except for 2D/3D copies, whose entry stores the fields it read from
+/// their parameter struct ([`cuda::slot`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct InflightCall {

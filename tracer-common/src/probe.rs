@@ -4,9 +4,19 @@
 //! An id is also the probe's slot in [`crate::ThreadCounters::hits`], so ids stay below
 //! [`PROBE_SLOTS`]. The eBPF program attached to a symbol is named after it; the return
 //! probe of a call probe is named `<symbol>_ret`.
+//!
+//! Ids 1–62 hold the first families. The 2D/3D copies (64–73) and the virtual-memory calls
+//! (80–81) start past them rather than taking the twelve ids still free below 64: those lie
+//! between other families, so one family would be scattered over four gaps and no id would
+//! be left for the next entry point.
 
-/// Number of hit slots per thread; every probe id is smaller.
-pub const PROBE_SLOTS: usize = 64;
+use crate::cuda::CopyLayout;
+
+/// Number of hit slots per thread; every probe id is smaller. Raising it grows each
+/// `THREADS` entry by 8 bytes a slot (96 slots: 784 bytes, about 12 MiB for the whole
+/// preallocated map); the eBPF side never builds one on its stack (it copies a zero
+/// template map entry), so the 512-byte stack limit does not bound it.
+pub const PROBE_SLOTS: usize = 96;
 
 /// How many raw integer arguments a call probe saves at entry.
 pub const CALL_ARGS: usize = 5;
@@ -35,6 +45,14 @@ pub enum Family {
     HostUnpin = 9,
     /// Context creation, retain, release, destroy; entry and return.
     Context = 10,
+    /// Mapping physical memory (a `cuMemCreate` handle) into a reserved virtual range:
+    /// `cuMemMap`, how PyTorch's expandable segments grow. Its own family, not `Alloc`: the
+    /// memory was already counted when `cuMemCreate` allocated it, and one handle may be
+    /// mapped, unmapped and mapped again. Entry and return.
+    Map = 11,
+    /// Unmapping a virtual range (`cuMemUnmap`); the memory stays allocated until its
+    /// handle is released. Entry and return.
+    Unmap = 12,
 }
 
 /// Direction of a copy as the entry point's name fixes it.
@@ -48,8 +66,45 @@ pub enum CopyDir {
     Infer = 4,
     /// Between two contexts' devices.
     Peer = 5,
+    /// 2D copies (`cuMemcpy2D_v2` and forms): the only argument points at a
+    /// `CUDA_MEMCPY2D`, whose memory types decide the direction. The entry probe reads the
+    /// struct into the argument slots laid out by [`crate::cuda::slot`].
+    FromStruct2D = 6,
+    /// 3D copies (`cuMemcpy3D_v2` and forms), from a `CUDA_MEMCPY3D`; as [`Self::FromStruct2D`].
+    FromStruct3D = 7,
     /// Not a copy.
     None = 0,
+}
+
+impl CopyDir {
+    /// Whether the direction comes from a copy-parameters struct read at entry.
+    #[must_use]
+    pub const fn from_struct(self) -> bool {
+        matches!(self, Self::FromStruct2D | Self::FromStruct3D)
+    }
+
+    /// Field offsets the entry probe reads, for copies described by a struct.
+    #[must_use]
+    pub const fn layout(self) -> Option<&'static CopyLayout> {
+        match self {
+            Self::FromStruct2D => Some(&crate::cuda::MEMCPY2D),
+            Self::FromStruct3D => Some(&crate::cuda::MEMCPY3D),
+            _ => None,
+        }
+    }
+}
+
+/// How a copy entry point makes the host wait (CUDA driver API docs, "API synchronization
+/// behavior").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// An async API: returns once the copy is queued (from pageable memory, once staged).
+    Queued,
+    /// A synchronous API; whether it leaves the queue drained depends on the copy.
+    Blocks,
+    /// A synchronous device-to-host API: it returns only when the copy, and so all work
+    /// queued before it, is done.
+    Drains,
 }
 
 /// One probed symbol and how to read its arguments.
@@ -69,8 +124,11 @@ pub struct ProbeSpec {
     /// Index of the argument holding the address a free or unpin releases.
     pub addr_arg: Option<u8>,
     /// The call returns only after the device queue it targets is empty: synchronize calls
-    /// and synchronous copies (CUDA driver API docs, "API synchronization behavior").
+    /// and synchronous copies to the host (CUDA driver API docs, "API synchronization
+    /// behavior"). Synchronous 2D/3D copies decide it per call: [`drains_queue_after`].
     pub drains_queue: bool,
+    /// A synchronous copy API: the host waits for the copy by contract.
+    pub sync_api: bool,
 }
 
 const fn spec(id: u32, symbol: &'static str, family: Family) -> ProbeSpec {
@@ -84,6 +142,7 @@ const fn spec(id: u32, symbol: &'static str, family: Family) -> ProbeSpec {
         out_arg: None,
         addr_arg: None,
         drains_queue: false,
+        sync_api: false,
     }
 }
 
@@ -96,13 +155,20 @@ const fn graph(id: u32, symbol: &'static str) -> ProbeSpec {
 }
 
 /// A copy. `host` is the index of the host pointer where the name fixes one.
-const fn copy(id: u32, symbol: &'static str, dir: CopyDir, size: u8, host: Option<u8>, sync: bool) -> ProbeSpec {
+const fn copy(id: u32, symbol: &'static str, dir: CopyDir, size: u8, host: Option<u8>, wait: Wait) -> ProbeSpec {
     let mut s = spec(id, symbol, Family::Copy);
     s.copy = dir;
     s.size_arg = Some(size);
     s.host_arg = host;
-    s.drains_queue = sync;
+    s.sync_api = !matches!(wait, Wait::Queued);
+    s.drains_queue = matches!(wait, Wait::Drains);
     s
+}
+
+/// A 2D/3D copy: its direction, pointers and size are read from the struct at entry, so
+/// the spec names no argument but the byte count's slot.
+const fn struct_copy(id: u32, symbol: &'static str, dir: CopyDir, wait: Wait) -> ProbeSpec {
+    copy(id, symbol, dir, crate::cuda::slot::BYTES as u8, None, wait)
 }
 
 const fn memset(id: u32, symbol: &'static str) -> ProbeSpec {
@@ -149,7 +215,17 @@ const fn context(id: u32, symbol: &'static str) -> ProbeSpec {
     spec(id, symbol, Family::Context)
 }
 
-use CopyDir::{DeviceToDevice as D2D, DeviceToHost as D2H, HostToDevice as H2D, Infer, Peer};
+/// `cuMemMap(ptr, size, offset, handle, flags)` / `cuMemUnmap(ptr, size)`: the address at
+/// argument 0, the size at argument 1.
+const fn vmm(id: u32, symbol: &'static str, family: Family) -> ProbeSpec {
+    let mut s = spec(id, symbol, family);
+    s.addr_arg = Some(0);
+    s.size_arg = Some(1);
+    s
+}
+
+use CopyDir::{DeviceToDevice as D2D, DeviceToHost as D2H, FromStruct2D, FromStruct3D, HostToDevice as H2D, Infer, Peer};
+use Wait::{Blocks, Drains, Queued};
 
 /// Every probed driver symbol. Signatures: CUDA 13 `cuda.h`; `_ptsz`/`_ptds` are the
 /// per-thread-default-stream variants with the same arguments.
@@ -165,23 +241,23 @@ pub const PROBES: &[ProbeSpec] = &[
     graph(9, "cuGraphLaunch_ptsz"),
     // Copies. cuMemcpyHtoD(dst, srcHost, bytes), cuMemcpyDtoH(dstHost, src, bytes),
     // cuMemcpyDtoD(dst, src, bytes), cuMemcpy(dst, src, bytes),
-    // cuMemcpyPeer(dst, dstCtx, src, srcCtx, bytes). Synchronous forms drain the queue.
-    copy(16, "cuMemcpyHtoD_v2", H2D, 2, Some(1), false),
-    copy(17, "cuMemcpyDtoH_v2", D2H, 2, Some(0), true),
-    copy(18, "cuMemcpyDtoD_v2", D2D, 2, None, false),
-    copy(19, "cuMemcpyHtoDAsync_v2", H2D, 2, Some(1), false),
-    copy(20, "cuMemcpyHtoDAsync_v2_ptsz", H2D, 2, Some(1), false),
-    copy(21, "cuMemcpyDtoHAsync_v2", D2H, 2, Some(0), false),
-    copy(22, "cuMemcpyDtoHAsync_v2_ptsz", D2H, 2, Some(0), false),
-    copy(23, "cuMemcpyDtoDAsync_v2", D2D, 2, None, false),
-    copy(24, "cuMemcpyDtoDAsync_v2_ptsz", D2D, 2, None, false),
-    copy(25, "cuMemcpy", Infer, 2, None, false),
-    copy(26, "cuMemcpyAsync", Infer, 2, None, false),
-    copy(27, "cuMemcpyAsync_ptsz", Infer, 2, None, false),
-    copy(28, "cuMemcpyPeer", Peer, 4, None, false),
-    copy(29, "cuMemcpyPeerAsync", Peer, 4, None, false),
-    copy(30, "cuMemcpyHtoD_v2_ptds", H2D, 2, Some(1), false),
-    copy(31, "cuMemcpyDtoH_v2_ptds", D2H, 2, Some(0), true),
+    // cuMemcpyPeer(dst, dstCtx, src, srcCtx, bytes). Synchronous D→H forms drain the queue.
+    copy(16, "cuMemcpyHtoD_v2", H2D, 2, Some(1), Blocks),
+    copy(17, "cuMemcpyDtoH_v2", D2H, 2, Some(0), Drains),
+    copy(18, "cuMemcpyDtoD_v2", D2D, 2, None, Blocks),
+    copy(19, "cuMemcpyHtoDAsync_v2", H2D, 2, Some(1), Queued),
+    copy(20, "cuMemcpyHtoDAsync_v2_ptsz", H2D, 2, Some(1), Queued),
+    copy(21, "cuMemcpyDtoHAsync_v2", D2H, 2, Some(0), Queued),
+    copy(22, "cuMemcpyDtoHAsync_v2_ptsz", D2H, 2, Some(0), Queued),
+    copy(23, "cuMemcpyDtoDAsync_v2", D2D, 2, None, Queued),
+    copy(24, "cuMemcpyDtoDAsync_v2_ptsz", D2D, 2, None, Queued),
+    copy(25, "cuMemcpy", Infer, 2, None, Blocks),
+    copy(26, "cuMemcpyAsync", Infer, 2, None, Queued),
+    copy(27, "cuMemcpyAsync_ptsz", Infer, 2, None, Queued),
+    copy(28, "cuMemcpyPeer", Peer, 4, None, Blocks),
+    copy(29, "cuMemcpyPeerAsync", Peer, 4, None, Queued),
+    copy(30, "cuMemcpyHtoD_v2_ptds", H2D, 2, Some(1), Blocks),
+    copy(31, "cuMemcpyDtoH_v2_ptds", D2H, 2, Some(0), Drains),
     // Memsets.
     memset(32, "cuMemsetD8_v2"),
     memset(33, "cuMemsetD32_v2"),
@@ -220,6 +296,26 @@ pub const PROBES: &[ProbeSpec] = &[
     context(60, "cuDevicePrimaryCtxRelease_v2"),
     context(61, "cuCtxDestroy_v2"),
     context(62, "cuCtxCreate_v4"),
+    // 2D/3D copies. cuMemcpy2D_v2(const CUDA_MEMCPY2D*), cuMemcpy2DUnaligned_v2(same),
+    // cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D*, CUstream), cuMemcpy3D_v2(const CUDA_MEMCPY3D*),
+    // cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D*, CUstream). cuda.h maps the synchronous ones
+    // to `_ptds` and the async ones to `_ptsz` under per-thread default streams; libcuda
+    // exports both names.
+    struct_copy(64, "cuMemcpy2D_v2", FromStruct2D, Blocks),
+    struct_copy(65, "cuMemcpy2D_v2_ptds", FromStruct2D, Blocks),
+    struct_copy(66, "cuMemcpy2DUnaligned_v2", FromStruct2D, Blocks),
+    struct_copy(67, "cuMemcpy2DUnaligned_v2_ptds", FromStruct2D, Blocks),
+    struct_copy(68, "cuMemcpy2DAsync_v2", FromStruct2D, Queued),
+    struct_copy(69, "cuMemcpy2DAsync_v2_ptsz", FromStruct2D, Queued),
+    struct_copy(70, "cuMemcpy3D_v2", FromStruct3D, Blocks),
+    struct_copy(71, "cuMemcpy3D_v2_ptds", FromStruct3D, Blocks),
+    struct_copy(72, "cuMemcpy3DAsync_v2", FromStruct3D, Queued),
+    struct_copy(73, "cuMemcpy3DAsync_v2_ptsz", FromStruct3D, Queued),
+    // Virtual memory management (PyTorch's expandable segments). cuMemMap(CUdeviceptr ptr,
+    // size_t size, size_t offset, CUmemGenericAllocationHandle h, unsigned long long flags);
+    // cuMemUnmap(CUdeviceptr ptr, size_t size). cuMemCreate/cuMemRelease stay with Alloc/Free.
+    vmm(80, "cuMemMap", Family::Map),
+    vmm(81, "cuMemUnmap", Family::Unmap),
 ];
 
 /// The spec of a probe id, if it is one of ours.
@@ -235,13 +331,45 @@ pub const fn spec_of(id: u32) -> Option<&'static ProbeSpec> {
     None
 }
 
-/// Whether the probe's return leaves the device queue drained (compile-time helper for the
-/// eBPF side, which cannot index tables cheaply at run time).
+/// Whether `id` is the probe of `symbol` in [`PROBES`] (compile-time check that each eBPF
+/// program is built with its symbol's id).
 #[must_use]
-pub const fn drains_queue(id: u32) -> bool {
+pub const fn is_probe(id: u32, symbol: &str) -> bool {
+    let Some(spec) = spec_of(id) else { return false };
+    let (a, b) = (spec.symbol.as_bytes(), symbol.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Whether the call's return left the device queue drained, given the arguments its entry
+/// saved: [`ProbeSpec::drains_queue`], or for a synchronous 2D/3D copy, whether it copied
+/// device memory to the host ([`crate::cuda::device_to_host`]). The kernel side decides with
+/// this when to start a queue-idle period, user space with the same function, so both agree.
+#[must_use]
+pub const fn drains_queue_after(id: u32, args: &[u64; CALL_ARGS]) -> bool {
     match spec_of(id) {
-        Some(s) => s.drains_queue,
-        None => false,
+        Some(s) if s.drains_queue => true,
+        Some(s) if s.sync_api && s.copy.from_struct() => crate::cuda::device_to_host(args),
+        _ => false,
+    }
+}
+
+/// Struct layout a 2D/3D copy probe reads at entry, `None` for every other probe
+/// (compile-time helper for eBPF).
+#[must_use]
+pub const fn copy_layout(id: u32) -> Option<&'static CopyLayout> {
+    match spec_of(id) {
+        Some(s) => s.copy.layout(),
+        None => None,
     }
 }
 

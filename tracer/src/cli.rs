@@ -113,12 +113,14 @@ impl Cli {
 
 /// Run a job to its report; returns the process exit code.
 pub async fn execute(job: Job) -> i32 {
-    let outcome = match session::trace(job.target, job.duration, job.nvml_interval).await {
+    let mut outcome = match session::trace(job.target, job.duration, job.nvml_interval).await {
         Ok(o) => o,
         Err(e) => return fail(&e),
     };
     let report = report::build::build(&outcome);
-    print_report(&report, job.json)
+    let code = print_report(&report, job.json);
+    outcome.detach();
+    code
 }
 
 fn fail(e: &TraceError) -> i32 {

@@ -8,8 +8,14 @@
   alloc_churn   each step empties the cache and allocates fresh, differently sized buffers
   healthy_gemm  chains of 8192² bf16 matmuls: the GPU is the limiter
   healthy_train the same bf16 step on pinned, non-blocking input, loss read every 50 steps
+  loader_disk   a DataLoader with 1 worker reading 4 MiB samples from disk with O_DIRECT
+  loader_cpu    a DataLoader with 2 workers doing heavy CPU work per sample
+  contention    the launch-bound loop pinned to one core shared with 3 busy processes
+                (planted.sh starts the busy processes and pins the job)
 """
 import argparse
+import mmap
+import os
 import sys
 import time
 
@@ -91,6 +97,64 @@ elif args.mode == "healthy_train":
         opt.step()
         if i % 50 == 0:
             loss.item()
+elif args.mode in ("loader_disk", "loader_cpu"):
+    from torch.utils.data import DataLoader, Dataset
+
+    SAMPLE = 4 << 20
+    data_dir = "/tmp/gputrace-loader-data"
+
+    class DiskSamples(Dataset):
+        """Each sample is read from disk with O_DIRECT: no page cache, every byte a block read."""
+
+        def __init__(self, n):
+            os.makedirs(data_dir, exist_ok=True)
+            self.paths = []
+            for k in range(n):
+                path = f"{data_dir}/{k}.bin"
+                if not os.path.exists(path) or os.path.getsize(path) != SAMPLE:
+                    with open(path, "wb") as f:
+                        f.write(os.urandom(SAMPLE))
+                self.paths.append(path)
+            os.sync()
+
+        def __len__(self):
+            return 1 << 30
+
+        def __getitem__(self, i):
+            buf = mmap.mmap(-1, SAMPLE)
+            fd = os.open(self.paths[i % len(self.paths)], os.O_RDONLY | os.O_DIRECT)
+            try:
+                os.readv(fd, [buf])
+            finally:
+                os.close(fd)
+            return torch.frombuffer(buf, dtype=torch.uint8)[:4096].float()
+
+    class CpuSamples(Dataset):
+        """Each sample costs ~20 ms of CPU (an unvectorised "decode")."""
+
+        def __len__(self):
+            return 1 << 30
+
+        def __getitem__(self, i):
+            acc = 0.0
+            for k in range(200_000):
+                acc += (k * i) % 7
+            return torch.full((4096,), acc)
+
+    ds = DiskSamples(64) if args.mode == "loader_disk" else CpuSamples()
+    workers = 1 if args.mode == "loader_disk" else 2
+    it = iter(DataLoader(ds, batch_size=8, num_workers=workers, prefetch_factor=2, persistent_workers=True))
+    model = mlp(4096, 4)
+
+    def step(i):
+        xb = next(it).to(dev)
+        model(xb).sum()
+elif args.mode == "contention":
+    model = mlp(256, 8)
+    x = torch.randn(64, 256, device=dev)
+
+    def step(i):
+        model(x).sum()
 else:
     sys.exit(f"unknown mode {args.mode}")
 

@@ -6,10 +6,17 @@ BIN=$1
 OUT=$2
 shift 2
 HERE=$(cd "$(dirname "$0")" && pwd)
-MODES=${*:-launch_bound pageable item alloc_churn healthy_gemm healthy_train}
+MODES=${*:-launch_bound pageable item alloc_churn healthy_gemm healthy_train loader_disk loader_cpu contention}
 mkdir -p "$OUT"
 for mode in $MODES; do
-  coproc JOB { PYTHONUNBUFFERED=1 python3 "$HERE/planted.py" "$mode" --seconds 7 2>"$OUT/$mode.py.err"; }
+  pin=()
+  hogs=()
+  if [ "$mode" = contention ]; then
+    # Three busy processes share core 2 with the job.
+    for _ in 1 2 3; do taskset -c 2 sh -c 'while :; do :; done' & hogs+=($!); done
+    pin=(taskset -c 2)
+  fi
+  coproc JOB { PYTHONUNBUFFERED=1 "${pin[@]}" python3 "$HERE/planted.py" "$mode" --seconds 7 2>"$OUT/$mode.py.err"; }
   pid=$JOB_PID
   # Keep our own copies of the pipes: bash drops JOB[] as soon as the job exits.
   exec {from_job}<&"${JOB[0]}" {to_job}>&"${JOB[1]}"
@@ -23,5 +30,6 @@ for mode in $MODES; do
   read -r -u "$from_job" done_line
   exec {from_job}<&- {to_job}>&-
   wait "$pid" 2>/dev/null
+  for h in "${hogs[@]}"; do kill "$h"; done
   echo "$mode: $done_line, verdict $(python3 -c "import json;print(json.load(open('$OUT/$mode.json'))['verdict'])" 2>/dev/null)" | tee -a "$OUT/planted.txt"
 done

@@ -3,41 +3,91 @@
 //! `CallEvent` with the duration, the result and, for allocations, the address returned.
 //! These calls are rare next to launches (copies, syncs, allocations), so a record each is
 //! affordable and keeps the decoding in user space, where it can be tested.
+//!
+//! Most entries save the raw integer arguments. 2D/3D copies pass a pointer to a struct in
+//! the caller's memory instead; their entry (`struct_copy_probes!`) reads the few fields it
+//! needs from that struct, since the caller may reuse it once the call returns.
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user},
     macros::{uprobe, uretprobe},
     programs::{ProbeContext, RetProbeContext},
 };
-use gputrace_common::{drains_queue, loss, out_arg, CallEvent, EventHeader, InflightCall, CALL_ARGS, KIND_CALL};
+use gputrace_common::{
+    copy_layout,
+    cuda::{memory_type, slot, CopyLayout},
+    drains_queue_after, is_probe, loss, out_arg, CallEvent, EventHeader, InflightCall, CALL_ARGS, KIND_CALL,
+};
 
-use crate::maps::{count_loss, thread_counters, traced_current, EVENTS, INFLIGHT, THREADS};
+use crate::maps::{count_loss, thread_counters, traced_current, Current, EVENTS, INFLIGHT, THREADS};
 
 #[inline(always)]
 fn inflight_key(tid: u32, probe: u32) -> u64 {
     (u64::from(tid) << 32) | u64::from(probe)
 }
 
+/// Count the hit and remember the call for its return.
 #[inline(always)]
-fn on_enter(ctx: &ProbeContext, probe: u32) -> u32 {
-    let Some(cur) = traced_current() else { return 0 };
-    if let Some(counters) = thread_counters(&cur) {
+fn remember(cur: &Current, probe: u32, args: [u64; CALL_ARGS]) {
+    if let Some(counters) = thread_counters(cur) {
         // SAFETY: this thread's own entry; no other CPU writes it.
         unsafe { (*counters).hits[probe as usize] += 1 };
     }
-    let mut call = InflightCall {
+    let call = InflightCall {
         // SAFETY: reading the monotonic clock has no preconditions.
         start_ns: unsafe { bpf_ktime_get_ns() },
-        args: [0; CALL_ARGS],
+        args,
     };
-    let mut i = 0;
-    while i < CALL_ARGS {
-        call.args[i] = ctx.arg::<u64>(i).unwrap_or(0);
-        i += 1;
-    }
     if INFLIGHT.insert(&inflight_key(cur.tid, probe), &call, 0).is_err() {
         count_loss(loss::INFLIGHT_FULL);
     }
+}
+
+#[inline(always)]
+fn on_enter(ctx: &ProbeContext, probe: u32) -> u32 {
+    let Some(cur) = traced_current() else { return 0 };
+    let mut args = [0; CALL_ARGS];
+    let mut i = 0;
+    while i < CALL_ARGS {
+        args[i] = ctx.arg::<u64>(i).unwrap_or(0);
+        i += 1;
+    }
+    remember(&cur, probe, args);
+    0
+}
+
+/// One field of a struct in the traced process; 0 if it cannot be read.
+#[inline(always)]
+fn user_field<T: Into<u64>>(base: u64, offset: u64) -> u64 {
+    // SAFETY: bpf_probe_read_user checks the address; a bad pointer just fails.
+    unsafe { bpf_probe_read_user(base.wrapping_add(offset) as *const T) }.map_or(0, Into::into)
+}
+
+/// Entry of a 2D/3D copy: reads its `CUDA_MEMCPY2D`/`CUDA_MEMCPY3D` field by field (the
+/// structs are 128 and 200 bytes; only seven fields are needed, so nothing big lands on the
+/// 512-byte stack) into the slots of `gputrace_common::cuda::slot`. Each end's pointer is the
+/// one its memory type names: the host pointer for host memory, else the device pointer
+/// (which also carries unified addresses). An unreadable struct leaves memory types 0, which
+/// user space reads as "decide from the pointers".
+#[inline(always)]
+fn on_enter_struct_copy(ctx: &ProbeContext, probe: u32, layout: &CopyLayout) -> u32 {
+    let Some(cur) = traced_current() else { return 0 };
+    let base = ctx.arg::<u64>(0).unwrap_or(0);
+    let src_type = user_field::<u32>(base, layout.src_type);
+    let dst_type = user_field::<u32>(base, layout.dst_type);
+    let src_at = if src_type == memory_type::HOST { layout.src_host } else { layout.src_device };
+    let dst_at = if dst_type == memory_type::HOST { layout.dst_host } else { layout.dst_device };
+    let mut bytes = user_field::<u64>(base, layout.width).wrapping_mul(user_field::<u64>(base, layout.height));
+    if let Some(depth) = layout.depth {
+        bytes = bytes.wrapping_mul(user_field::<u64>(base, depth));
+    }
+    let mut args = [0; CALL_ARGS];
+    args[slot::SRC_TYPE] = src_type;
+    args[slot::SRC_PTR] = user_field::<u64>(base, src_at);
+    args[slot::DST_TYPE] = dst_type;
+    args[slot::DST_PTR] = user_field::<u64>(base, dst_at);
+    args[slot::BYTES] = bytes;
+    remember(&cur, probe, args);
     0
 }
 
@@ -68,7 +118,7 @@ fn on_return(ctx: &RetProbeContext, probe: u32) -> u32 {
         0
     };
 
-    if drains_queue(probe) {
+    if drains_queue_after(probe, &call.args) {
         if let Some(counters) = THREADS.get_ptr_mut(&tid) {
             // SAFETY: this thread's own entry.
             unsafe { (*counters).drained_at_ns = now };
@@ -95,6 +145,7 @@ macro_rules! call_probes {
     ($($symbol:ident / $ret:ident = $id:literal;)*) => {$(
         #[uprobe]
         pub fn $symbol(ctx: ProbeContext) -> u32 {
+            const _: () = assert!(is_probe($id, stringify!($symbol)), "id and symbol disagree with PROBES");
             on_enter(&ctx, $id)
         }
 
@@ -105,7 +156,31 @@ macro_rules! call_probes {
     )*};
 }
 
-// Ids and symbols: gputrace_common::probe::PROBES (a user-space test checks they agree).
+/// As `call_probes!`, for 2D/3D copies: the entry reads the copy's parameter struct. The
+/// layout comes from the probe table at compile time; an id that is not a struct copy there
+/// fails the build.
+macro_rules! struct_copy_probes {
+    ($($symbol:ident / $ret:ident = $id:literal;)*) => {$(
+        #[uprobe]
+        pub fn $symbol(ctx: ProbeContext) -> u32 {
+            const _: () = assert!(is_probe($id, stringify!($symbol)), "id and symbol disagree with PROBES");
+            const LAYOUT: &CopyLayout = match copy_layout($id) {
+                Some(layout) => layout,
+                None => panic!("not a 2D/3D copy in gputrace_common::PROBES"),
+            };
+            on_enter_struct_copy(&ctx, $id, LAYOUT)
+        }
+
+        #[uretprobe]
+        pub fn $ret(ctx: RetProbeContext) -> u32 {
+            on_return(&ctx, $id)
+        }
+    )*};
+}
+
+// Ids and symbols: gputrace_common::probe::PROBES. Each program checks its id against the
+// table at compile time; user space loads a program by each symbol's name, so a missing
+// one fails at load.
 call_probes! {
     cuMemcpyHtoD_v2 / cuMemcpyHtoD_v2_ret = 16;
     cuMemcpyDtoH_v2 / cuMemcpyDtoH_v2_ret = 17;
@@ -150,4 +225,19 @@ call_probes! {
     cuDevicePrimaryCtxRelease_v2 / cuDevicePrimaryCtxRelease_v2_ret = 60;
     cuCtxDestroy_v2 / cuCtxDestroy_v2_ret = 61;
     cuCtxCreate_v4 / cuCtxCreate_v4_ret = 62;
+    cuMemMap / cuMemMap_ret = 80;
+    cuMemUnmap / cuMemUnmap_ret = 81;
+}
+
+struct_copy_probes! {
+    cuMemcpy2D_v2 / cuMemcpy2D_v2_ret = 64;
+    cuMemcpy2D_v2_ptds / cuMemcpy2D_v2_ptds_ret = 65;
+    cuMemcpy2DUnaligned_v2 / cuMemcpy2DUnaligned_v2_ret = 66;
+    cuMemcpy2DUnaligned_v2_ptds / cuMemcpy2DUnaligned_v2_ptds_ret = 67;
+    cuMemcpy2DAsync_v2 / cuMemcpy2DAsync_v2_ret = 68;
+    cuMemcpy2DAsync_v2_ptsz / cuMemcpy2DAsync_v2_ptsz_ret = 69;
+    cuMemcpy3D_v2 / cuMemcpy3D_v2_ret = 70;
+    cuMemcpy3D_v2_ptds / cuMemcpy3D_v2_ptds_ret = 71;
+    cuMemcpy3DAsync_v2 / cuMemcpy3DAsync_v2_ret = 72;
+    cuMemcpy3DAsync_v2_ptsz / cuMemcpy3DAsync_v2_ptsz_ret = 73;
 }

@@ -4,7 +4,7 @@
 //! written is the rare "first launch after the queue was drained" (see `IdleEndEvent`).
 
 use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::uprobe, programs::ProbeContext};
-use gputrace_common::{loss, EventHeader, IdleEndEvent, KIND_IDLE_END};
+use gputrace_common::{is_probe, loss, EventHeader, IdleEndEvent, KIND_IDLE_END};
 
 use crate::maps::{count_loss, thread_counters, traced_current, EVENTS};
 
@@ -38,6 +38,7 @@ macro_rules! launch_probes {
     ($($symbol:ident = $id:literal;)*) => {$(
         #[uprobe]
         pub fn $symbol(_ctx: ProbeContext) -> u32 {
+            const _: () = assert!(is_probe($id, stringify!($symbol)), "id and symbol disagree with PROBES");
             on_launch($id)
         }
     )*};

@@ -61,6 +61,9 @@ pub fn sched_switch(ctx: TracePointContext) -> u32 {
 #[inline(always)]
 fn switch_out(tgid: u32, tid: u32, prev: u64, next: u32, now: u64) {
     let Some(ptr) = SCHED.get_ptr_mut(&tid) else {
+        if prev & (prev_state::EXIT_DEAD | prev_state::EXIT_ZOMBIE) != 0 {
+            return; // never seen alive (created before the probes, never switched): nothing to hand over
+        }
         // First sight of this thread: start its clock; the time before is unknown.
         let fresh = ThreadSched { tgid, state: next_state(prev), since_ns: now, ..ThreadSched::default() };
         if SCHED.insert(&tid, &fresh, 0).is_err() {

@@ -7,9 +7,11 @@ use aya_ebpf::{
     macros::tracepoint,
     programs::TracePointContext,
 };
-use gputrace_common::{loss, EventHeader, TaskEvent, CLONE_THREAD, KIND_TASK_EXEC, KIND_TASK_EXIT, KIND_TASK_NEW};
+use gputrace_common::{
+    host::state, loss, EventHeader, TaskEvent, ThreadSched, CLONE_THREAD, KIND_TASK_EXEC, KIND_TASK_EXIT, KIND_TASK_NEW,
+};
 
-use crate::maps::{count_loss, traced_current, Current, EVENTS, TRACED};
+use crate::maps::{count_loss, traced_current, Current, EVENTS, SCHED, TRACED};
 
 /// Set by user space from `events/task/task_newtask/format` before loading.
 #[unsafe(no_mangle)]
@@ -46,6 +48,16 @@ pub fn task_newtask(ctx: TracePointContext) -> u32 {
     let flags = unsafe { ctx.read_at::<u64>(flags_off as usize) }.unwrap_or(0);
     if child != 0 && flags & CLONE_THREAD == 0 && TRACED.insert(&child, &cur.tgid, 0).is_err() {
         count_loss(loss::PROCESS_MAP_FULL);
+    }
+    if child != 0 {
+        // Start the new task's scheduler clock now: it is runnable from birth, and a thread that
+        // runs until it exits would otherwise never be seen switching out.
+        let tgid = if flags & CLONE_THREAD != 0 { cur.tgid } else { child };
+        // SAFETY: reading the monotonic clock has no preconditions.
+        let fresh = ThreadSched { tgid, state: state::RUNNABLE, since_ns: unsafe { bpf_ktime_get_ns() }, ..ThreadSched::default() };
+        if SCHED.insert(&child, &fresh, 0).is_err() {
+            count_loss(loss::SCHED_MAP_FULL);
+        }
     }
     emit(KIND_TASK_NEW, &cur, child, flags);
     0

@@ -18,7 +18,8 @@ pub struct Account {
     /// Fraction of the window a thread was blocked in synchronize calls alone: waiting for
     /// GPU work to finish (copy calls also stage pageable data on the host).
     pub sync_waiting: f64,
-    /// Fraction of the window a thread spent inside device allocation calls.
+    /// Fraction of the window a thread spent inside device allocation calls (alloc, free,
+    /// and the virtual-memory map and unmap calls).
     pub allocating: f64,
     /// Fraction of the window a thread's GPU queue was empty after it drained it.
     pub idle_after_sync: f64,

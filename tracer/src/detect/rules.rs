@@ -161,7 +161,12 @@ fn alloc_churn(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
             format!("{} allocations ({} bytes), {} frees, {} failed", m.count, m.bytes, m.frees, m.failures),
             format!("a thread spent {} of the window inside allocation calls", pct(a.allocating)),
         ],
-        "keep memory cached: drop torch.cuda.empty_cache() from the loop, keep tensor shapes stable, or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+        // Mappings mean expandable segments are already on: advising them would be noise.
+        if ev.vmm.maps > 0 {
+            "keep memory cached: drop torch.cuda.empty_cache() from the loop and keep tensor shapes stable (expandable segments are already in use: the churn is in their map/unmap calls)"
+        } else {
+            "keep memory cached: drop torch.cuda.empty_cache() from the loop, keep tensor shapes stable, or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+        },
     ))
 }
 

@@ -1,7 +1,10 @@
 //! Copies: direction, bytes, host time inside the call, and whether the host side was
 //! pinned or pageable — with how each copy was classified, since the evidence must say.
 
-use gputrace_common::{CallEvent, CopyDir, ProbeSpec};
+use gputrace_common::{
+    cuda::{memory_type, slot},
+    CallEvent, CopyDir, ProbeSpec,
+};
 
 use super::{AllocStats, HostPinStats};
 
@@ -11,6 +14,11 @@ pub enum Direction {
     DeviceToHost,
     DeviceToDevice,
     Peer,
+    /// Both ends in host memory (a 2D/3D copy between two host buffers, or `cuMemcpy`
+    /// between two host pointers). The driver copies on the CPU: nothing crosses the bus, so
+    /// counting it with device copies would overstate GPU traffic, and there is no DMA whose
+    /// speed pinning would change, so neither end is classified.
+    HostToHost,
 }
 
 /// What the process's memory map says about a host address.
@@ -73,6 +81,7 @@ pub struct CopyStats {
     pub d2h: DirStats,
     pub d2d: DirStats,
     pub peer: DirStats,
+    pub h2h: DirStats,
 }
 
 impl CopyStats {
@@ -82,6 +91,7 @@ impl CopyStats {
             Direction::DeviceToHost => &mut self.d2h,
             Direction::DeviceToDevice => &mut self.d2d,
             Direction::Peer => &mut self.peer,
+            Direction::HostToHost => &mut self.h2h,
         }
     }
 
@@ -101,7 +111,16 @@ impl CopyStats {
             CopyDir::HostToDevice => (Direction::HostToDevice, arg(spec.host_arg)),
             CopyDir::DeviceToHost => (Direction::DeviceToHost, arg(spec.host_arg)),
             CopyDir::Peer => (Direction::Peer, None),
-            CopyDir::Infer => infer(call.args[0], call.args[1], pid, call.start_ns, allocs, host),
+            CopyDir::Infer => {
+                let mut by_pointer = |p: u64| End::by_pointer(p, pid, call.start_ns, allocs, host);
+                let dst = by_pointer(call.args[0]);
+                direction(by_pointer(call.args[1]), dst)
+            }
+            CopyDir::FromStruct2D | CopyDir::FromStruct3D => {
+                let mut by_type = |ty: usize, ptr: usize| End::by_type(call.args[ty], call.args[ptr], pid, call.start_ns, allocs, host);
+                let src = by_type(slot::SRC_TYPE, slot::SRC_PTR);
+                direction(src, by_type(slot::DST_TYPE, slot::DST_PTR))
+            }
             CopyDir::DeviceToDevice | CopyDir::None => (Direction::DeviceToDevice, None),
         };
         let bytes = arg(spec.size_arg).unwrap_or(0);
@@ -109,9 +128,7 @@ impl CopyStats {
         stats.count += 1;
         stats.bytes += bytes;
         stats.call_ns += duration_ns;
-        if spec.drains_queue
-            || matches!(spec.symbol, "cuMemcpyHtoD_v2" | "cuMemcpyHtoD_v2_ptds" | "cuMemcpyDtoD_v2" | "cuMemcpy" | "cuMemcpyPeer")
-        {
+        if spec.sync_api {
             stats.sync_api += 1;
         }
         if let Some(ptr) = host_ptr {
@@ -142,14 +159,42 @@ pub fn classify(ptr: u64, pid: u32, at_ns: u64, pins: &HostPinStats, host: &mut 
     }
 }
 
-/// Direction of a unified-addressing copy (`cuMemcpy(dst, src, n)`): a pointer is device
-/// memory if an allocation we traced holds it, else host memory if the process maps it.
-fn infer(dst: u64, src: u64, pid: u32, at_ns: u64, allocs: &AllocStats, host: &mut dyn HostMemory) -> (Direction, Option<u64>) {
-    let mut on_device = |p: u64| allocs.holds(pid, p) || host.classify(pid, p, at_ns) == HostClass::Unmapped;
-    match (on_device(dst), on_device(src)) {
-        (true, false) => (Direction::HostToDevice, Some(src)),
-        (false, true) => (Direction::DeviceToHost, Some(dst)),
-        // Host to host through cuMemcpy is legal but rare; count it with device copies.
-        _ => (Direction::DeviceToDevice, None),
+/// One end of a copy whose direction is not fixed by the entry point's name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum End {
+    Host(u64),
+    Device,
+}
+
+impl End {
+    /// A unified address: device memory if an allocation we traced holds it, or the process
+    /// does not map it (device memory is not in the host's map); else host memory.
+    fn by_pointer(ptr: u64, pid: u32, at_ns: u64, allocs: &AllocStats, host: &mut dyn HostMemory) -> Self {
+        if allocs.holds(pid, ptr) || host.classify(pid, ptr, at_ns) == HostClass::Unmapped {
+            Self::Device
+        } else {
+            Self::Host(ptr)
+        }
+    }
+
+    /// An end of a 2D/3D copy, by its `CUmemorytype`. A unified end, or one whose type the
+    /// probe could not read (0), is decided from its pointer, as `cuMemcpy` is.
+    fn by_type(ty: u64, ptr: u64, pid: u32, at_ns: u64, allocs: &AllocStats, host: &mut dyn HostMemory) -> Self {
+        match ty {
+            memory_type::HOST => Self::Host(ptr),
+            // An array is device memory; its handle is not an address.
+            memory_type::DEVICE | memory_type::ARRAY => Self::Device,
+            _ => Self::by_pointer(ptr, pid, at_ns, allocs, host),
+        }
+    }
+}
+
+/// Direction of a copy from its two ends, with the host pointer to classify.
+fn direction(src: End, dst: End) -> (Direction, Option<u64>) {
+    match (src, dst) {
+        (End::Host(p), End::Device) => (Direction::HostToDevice, Some(p)),
+        (End::Device, End::Host(p)) => (Direction::DeviceToHost, Some(p)),
+        (End::Device, End::Device) => (Direction::DeviceToDevice, None),
+        (End::Host(_), End::Host(_)) => (Direction::HostToHost, None),
     }
 }

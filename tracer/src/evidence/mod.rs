@@ -5,15 +5,19 @@
 mod copies;
 pub mod host;
 mod memory;
+#[cfg(test)]
+mod tests;
 mod threads;
+mod vmm;
 
 use std::collections::BTreeMap;
 
-use gputrace_common::{spec_of, CallEvent, Family, ThreadCounters, CLONE_THREAD, KIND_TASK_NEW};
+use gputrace_common::{drains_queue_after, spec_of, CallEvent, Family, ThreadCounters, CLONE_THREAD, KIND_TASK_NEW};
 
 pub use copies::{CopyClass, CopyStats, DirStats, Direction, HostClass, HostMemory};
 pub use memory::{AllocStats, ContextCall, HostPinStats};
 pub use threads::ThreadStats;
+pub use vmm::VmmStats;
 
 use crate::decode::Event;
 
@@ -45,6 +49,7 @@ pub struct Evidence {
     pub syncs: SyncStats,
     pub allocs: AllocStats,
     pub host_pins: HostPinStats,
+    pub vmm: VmmStats,
     pub contexts: Vec<ContextCall>,
     pub threads: BTreeMap<u32, ThreadStats>,
     pub processes: BTreeMap<u32, ProcessSeen>,
@@ -110,7 +115,8 @@ impl Evidence {
                 let t = self.thread(tid, pid);
                 t.copies += 1;
                 t.copy_ns += duration;
-                t.last_async_copy = (!spec.drains_queue).then_some((dir, bytes));
+                // A copy that drained the queue needs no later sync to be waited for.
+                t.last_async_copy = (!drains_queue_after(spec.id, &call.args)).then_some((dir, bytes));
             }
             Family::Memset => {
                 self.memsets.0 += 1;
@@ -140,6 +146,14 @@ impl Evidence {
             }
             Family::Alloc | Family::Free => {
                 self.allocs.record(spec, call);
+                let t = self.thread(tid, pid);
+                t.allocs += 1;
+                t.alloc_ns += duration;
+            }
+            Family::Map | Family::Unmap => {
+                self.vmm.record(spec, call);
+                // Mapping is the caching allocator's work as much as allocating is: time the
+                // host spends there is not spent launching.
                 let t = self.thread(tid, pid);
                 t.allocs += 1;
                 t.alloc_ns += duration;

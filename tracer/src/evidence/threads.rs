@@ -13,7 +13,7 @@ pub struct ThreadStats {
     pub copy_ns: u64,
     pub syncs: u64,
     pub sync_wait_ns: u64,
-    /// Host time inside device allocation and free calls.
+    /// Host time inside device allocation, free, map and unmap calls, and those calls.
     pub alloc_ns: u64,
     pub allocs: u64,
     /// Time between a queue-draining call's return and this thread's next launch: the

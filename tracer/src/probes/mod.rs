@@ -11,7 +11,11 @@ use std::collections::BTreeMap;
 
 use aya::{
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
-    programs::{TracePoint, UProbe},
+    programs::{
+        trace_point::{TracePointLink, TracePointLinkId},
+        uprobe::{UProbeLink, UProbeLinkId},
+        TracePoint, UProbe,
+    },
     Ebpf, EbpfLoader,
 };
 use gputrace_common::{globals, host::LAYOUT_GLOBAL, loss, ProbeSpec, ThreadCounters, ThreadSched, PROBES};
@@ -51,6 +55,9 @@ pub struct Kernel {
     attached: BTreeMap<(u64, u64), AttachedLibrary>,
     /// What could not be set up, in sentences for the report (degraded, not fatal).
     pub notes: Vec<String>,
+    /// Every attachment, so that `detach` can undo them all at once.
+    uprobe_links: Vec<(String, UProbeLinkId)>,
+    tracepoint_links: Vec<(&'static str, TracePointLinkId)>,
     /// Which tracepoint groups are attached (see `TRACEPOINT_GROUPS`).
     pub tasks_followed: bool,
     pub sched_traced: bool,
@@ -116,9 +123,10 @@ impl Kernel {
         }
 
         let mut attached = [false; TRACEPOINT_GROUPS.len()];
+        let mut tracepoint_links = Vec::new();
         for (ok, (group, what)) in attached.iter_mut().zip(TRACEPOINT_GROUPS) {
             let result = match &tracefs {
-                Ok(_) => attach_tracepoints(&mut ebpf, group).map_err(|e| e.to_string()),
+                Ok(_) => attach_tracepoints(&mut ebpf, group, &mut tracepoint_links).map_err(|e| e.to_string()),
                 Err(e) => Err(e.clone()),
             };
             match result {
@@ -150,6 +158,8 @@ impl Kernel {
                 preempted_by,
                 attached: BTreeMap::new(),
                 notes,
+                uprobe_links: Vec::new(),
+                tracepoint_links,
                 tasks_followed,
                 sched_traced,
                 io_traced,
@@ -161,6 +171,14 @@ impl Kernel {
     /// Start counting a process (all its threads).
     pub fn trace_process(&mut self, tgid: u32) -> Result<()> {
         self.traced.insert(tgid, 0, 0).map_err(|_| map_error("TRACED"))
+    }
+
+    /// Start the scheduler clock of a thread that exists already, in the state `/proc` shows
+    /// (a thread that runs until it exits would otherwise never be seen switching).
+    pub fn seed_thread(&mut self, tid: u32, process: u32, state: u32, now_ns: u64) {
+        let s = ThreadSched { tgid: process, state, since_ns: now_ns, ..ThreadSched::default() };
+        // NOEXIST: a switch seen meanwhile knows better.
+        let _ = self.sched.insert(tid, s, 1);
     }
 
     /// Stop counting a process that has exited.
@@ -199,11 +217,12 @@ impl Kernel {
 
     fn attach_one(&mut self, program: &str, offset: u64, library: &Library) -> Result<()> {
         let prog: &mut UProbe = self.ebpf.program_mut(program).and_then(|p| p.try_into().ok()).ok_or_else(|| map_error(program))?;
-        prog.attach(None, offset, &library.open_path, None).map_err(|source| TraceError::AttachUprobe {
+        let link = prog.attach(None, offset, &library.open_path, None).map_err(|source| TraceError::AttachUprobe {
             symbol: program.to_owned(),
             library: library.name.clone().into(),
             source: Box::new(source),
         })?;
+        self.uprobe_links.push((program.to_owned(), link));
         Ok(())
     }
 
@@ -235,6 +254,36 @@ impl Kernel {
     #[must_use]
     pub fn preempted_by(&self) -> Vec<(u32, u64)> {
         self.preempted_by.iter().filter_map(std::result::Result::ok).collect()
+    }
+
+    /// Detach everything, in parallel. Each uprobe removal waits for an RCU grace period in
+    /// the kernel (tens of milliseconds); one after another, ~100 probes took ~6 s on 6.18, so
+    /// every link is dropped on its own thread and the grace periods overlap.
+    pub fn detach(mut self) {
+        let mut uprobes: Vec<UProbeLink> = Vec::new();
+        for (program, id) in std::mem::take(&mut self.uprobe_links) {
+            if let Some(link) =
+                self.ebpf.program_mut(&program).and_then(|p| <&mut UProbe>::try_from(p).ok()).and_then(|p| p.take_link(id).ok())
+            {
+                uprobes.push(link);
+            }
+        }
+        let mut tracepoints: Vec<TracePointLink> = Vec::new();
+        for (program, id) in std::mem::take(&mut self.tracepoint_links) {
+            if let Some(link) =
+                self.ebpf.program_mut(program).and_then(|p| <&mut TracePoint>::try_from(p).ok()).and_then(|p| p.take_link(id).ok())
+            {
+                tracepoints.push(link);
+            }
+        }
+        std::thread::scope(|scope| {
+            for link in uprobes {
+                scope.spawn(move || drop(link));
+            }
+            for link in tracepoints {
+                scope.spawn(move || drop(link));
+            }
+        });
     }
 
     /// Loss counters summed over CPUs, indexed by `gputrace_common::loss`.
@@ -288,15 +337,16 @@ const TRACEPOINT_GROUPS: [(Tracepoints, &str); 3] = [
     ),
 ];
 
-fn attach_tracepoints(ebpf: &mut Ebpf, group: &[(&str, &str, &str)]) -> Result<()> {
+fn attach_tracepoints(ebpf: &mut Ebpf, group: Tracepoints, links: &mut Vec<(&'static str, TracePointLinkId)>) -> Result<()> {
     for &(program, category, name) in group {
         let tp: &mut TracePoint = ebpf.program_mut(program).and_then(|p| p.try_into().ok()).ok_or_else(|| map_error(program))?;
         tp.load().map_err(|source| TraceError::LoadProgram { program: program.to_owned(), source: Box::new(source) })?;
-        tp.attach(category, name).map_err(|source| TraceError::AttachTracepoint {
+        let link = tp.attach(category, name).map_err(|source| TraceError::AttachTracepoint {
             category: category.to_owned(),
             name: name.to_owned(),
             source: Box::new(source),
         })?;
+        links.push((program, link));
     }
     Ok(())
 }

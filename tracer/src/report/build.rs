@@ -4,7 +4,7 @@ use gputrace_common::{loss, Family, PROBES};
 
 use super::model::{
     Allocs, ContextCall, Copies, CopyClassified, CopyDir, Count, Cuda, Gpu, HostPinned, Launches, LibraryEntry, Loss, ProbeHits,
-    ProcessEntry, Report, SymbolWait, Syncs, Target, ThreadEntry, Tool, Tracer, Window, SCHEMA,
+    ProcessEntry, Report, SymbolWait, Syncs, Target, ThreadEntry, Tool, Tracer, Vmm, Window, SCHEMA,
 };
 use crate::{
     detect,
@@ -149,6 +149,7 @@ fn cuda(ev: &Evidence, outcome: &Outcome, window_ns: u64) -> Cuda {
             d2h: copy_dir(&ev.copies.d2h),
             d2d: copy_dir(&ev.copies.d2d),
             peer: copy_dir(&ev.copies.peer),
+            h2h: copy_dir(&ev.copies.h2h),
         },
         memsets: Count { count: ev.memsets.0, bytes: ev.memsets.1 },
         syncs: Syncs {
@@ -176,6 +177,14 @@ fn cuda(ev: &Evidence, outcome: &Outcome, window_ns: u64) -> Cuda {
             bytes: ev.host_pins.bytes,
             frees: ev.host_pins.frees,
             failures: ev.host_pins.failures,
+        },
+        vmm: Vmm {
+            maps: ev.vmm.maps,
+            unmaps: ev.vmm.unmaps,
+            mapped_bytes: ev.vmm.mapped_bytes,
+            unmapped_bytes: ev.vmm.unmapped_bytes,
+            failures: ev.vmm.failures,
+            call_s: secs(ev.vmm.call_ns),
         },
         contexts: ev
             .contexts

@@ -63,6 +63,8 @@ pub struct Cuda {
     pub syncs: Syncs,
     pub allocs: Allocs,
     pub host_pinned: HostPinned,
+    /// Virtual-memory mappings (`cuMemMap`/`cuMemUnmap`: PyTorch's expandable segments).
+    pub vmm: Vmm,
     pub contexts: Vec<ContextCall>,
     /// Sum over threads of time between a queue-draining call's return and that thread's
     /// next launch: the GPU queue was empty then. A lower bound on GPU idle time.
@@ -85,6 +87,9 @@ pub struct Copies {
     pub d2h: CopyDir,
     pub d2d: CopyDir,
     pub peer: CopyDir,
+    /// Host-to-host copies made through the driver (2D/3D copies between host buffers,
+    /// `cuMemcpy` between host pointers); the host side is not classified.
+    pub h2h: CopyDir,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -160,6 +165,17 @@ pub struct HostPinned {
     pub bytes: u64,
     pub frees: u64,
     pub failures: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Vmm {
+    pub maps: u64,
+    pub unmaps: u64,
+    pub mapped_bytes: u64,
+    pub unmapped_bytes: u64,
+    pub failures: u64,
+    /// Host time inside map and unmap calls.
+    pub call_s: f64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -153,7 +153,7 @@ fn cuda_section(out: &mut String, st: &Style, r: &Report) {
     let _ = writeln!(out, "  launches   {} kernels ({:.0}/s), {} graphs", c.launches.kernels, c.launches.per_second, c.launches.graphs);
     let _ = writeln!(out, "  syncs      {} calls, {:.3} s waiting", c.syncs.count, c.syncs.wait_s);
     let _ = writeln!(out, "  queue idle {:.3} s after syncs (lower bound on GPU idle)", c.queue_idle_s);
-    for (name, d) in [("H2D", &c.copies.h2d), ("D2H", &c.copies.d2h), ("D2D", &c.copies.d2d)] {
+    for (name, d) in [("H2D", &c.copies.h2d), ("D2H", &c.copies.d2h), ("D2D", &c.copies.d2d), ("H2H", &c.copies.h2h)] {
         copy_line(out, name, d);
     }
     let _ = writeln!(
@@ -164,6 +164,16 @@ fn cuda_section(out: &mut String, st: &Style, r: &Report) {
         c.allocs.frees,
         c.allocs.failures
     );
+    if c.vmm.maps + c.vmm.unmaps + c.vmm.failures > 0 {
+        let _ = writeln!(
+            out,
+            "  mappings   {} maps ({}), {} unmaps, {:.3} s in calls",
+            c.vmm.maps,
+            bytes(c.vmm.mapped_bytes),
+            c.vmm.unmaps,
+            c.vmm.call_s
+        );
+    }
     let _ = writeln!(out, "  pinned     {} host allocations ({})", c.host_pinned.count, bytes(c.host_pinned.bytes));
     if !c.threads.is_empty() {
         let _ =

@@ -52,6 +52,8 @@ pub struct Outcome {
     /// Whether scheduler and block evidence were collected.
     pub sched_traced: bool,
     pub io_traced: bool,
+    /// The probes, still attached: detached by `detach` once the report is out.
+    pub probes: Option<Kernel>,
     /// NVML samples, and the sampling interval; None where NVML is unavailable.
     pub gpu: Option<(GpuSamples, Duration)>,
 }
@@ -144,6 +146,7 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
         stopped_by,
         libraries: kernel.attached_libraries(),
         losses: kernel.losses(),
+        probes: Some(kernel),
         attach_ms,
         notes,
         maps_reads: host.reads,
@@ -272,6 +275,15 @@ fn reap_gone(kernel: &mut Kernel) {
     for pid in kernel.traced_processes() {
         if process::stat(pid).is_none_or(|s| s.state == 'Z' || s.state == 'X') {
             kernel.untrace_process(pid);
+        }
+    }
+}
+
+impl Outcome {
+    /// Remove the probes (after the report is printed: detaching takes a moment).
+    pub fn detach(&mut self) {
+        if let Some(kernel) = self.probes.take() {
+            kernel.detach();
         }
     }
 }

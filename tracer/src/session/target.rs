@@ -59,6 +59,7 @@ fn attach(pid: u32, kernel: &mut Kernel) -> Result<Started> {
         for lib in libraries::mapped_by(p) {
             kernel.attach_library(&lib)?;
         }
+        seed_threads(kernel, p);
     }
     Ok(Started { pid, command: process::command_line(pid), child: None })
 }
@@ -120,6 +121,22 @@ pub fn gate_then_exec(fd: i32, argv: &[String]) -> i32 {
         127
     } else {
         126
+    }
+}
+
+/// Seed the scheduler accounting of a process's existing threads from their `/proc` state.
+fn seed_threads(kernel: &mut Kernel, pid: u32) {
+    use gputrace_common::host::state;
+    let now = crate::clock::monotonic_ns();
+    for tid in process::threads(pid) {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")) else { continue };
+        let Some(stat) = process::parse_stat(&text) else { continue };
+        let s = match stat.state {
+            'R' => state::RUNNING,
+            'D' => state::BLOCKED,
+            _ => state::SLEEPING,
+        };
+        kernel.seed_thread(tid, pid, s, now);
     }
 }
 

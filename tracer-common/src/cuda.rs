@@ -1,0 +1,176 @@
+//! The parts of the CUDA driver ABI that the kernel side reads through pointers: the
+//! parameter structs of the 2D/3D copies (`cuMemcpy2D_v2`, `cuMemcpy3D_v2` and their forms).
+//!
+//! The mirrors below are `#[repr(C)]` copies of `CUDA_MEMCPY2D_v2` and `CUDA_MEMCPY3D_v2` from
+//! CUDA 13's `cuda.h` (x86-64: `size_t`, pointers and `CUdeviceptr` are 8 bytes, the
+//! `CUmemorytype` enum is 4 bytes and is followed by 4 bytes of padding). They are never
+//! built or read whole: the eBPF stack is 512 bytes and only a few fields are needed, so the
+//! kernel side reads single fields at the offsets [`MEMCPY2D`] and [`MEMCPY3D`] take from
+//! these mirrors with `offset_of!`. The fake CUDA's C header asserts the same offsets with
+//! the C compiler.
+
+use core::mem::{offset_of, size_of};
+
+/// `CUmemorytype` (cuda.h).
+pub mod memory_type {
+    pub const HOST: u64 = 1;
+    pub const DEVICE: u64 = 2;
+    /// A CUDA array: device memory with an opaque layout.
+    pub const ARRAY: u64 = 3;
+    /// A unified-addressing pointer, host or device: which one is decided from the address.
+    pub const UNIFIED: u64 = 4;
+}
+
+/// Where a 2D/3D copy's entry probe stores what it read from the parameter struct, in
+/// [`crate::InflightCall::args`] (and so in [`crate::CallEvent::args`]).
+pub mod slot {
+    /// Source `CUmemorytype` (0 if the struct could not be read).
+    pub const SRC_TYPE: usize = 0;
+    /// Source pointer: `srcHost` for host memory, else `srcDevice`.
+    pub const SRC_PTR: usize = 1;
+    /// Destination `CUmemorytype` (0 if the struct could not be read).
+    pub const DST_TYPE: usize = 2;
+    /// Destination pointer: `dstHost` for host memory, else `dstDevice`.
+    pub const DST_PTR: usize = 3;
+    /// `WidthInBytes * Height` (2D) or `WidthInBytes * Height * Depth` (3D).
+    pub const BYTES: usize = 4;
+}
+
+/// `CUDA_MEMCPY2D_v2` (cuda.h), field for field in snake case.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Memcpy2D {
+    pub src_x_in_bytes: u64,
+    pub src_y: u64,
+    pub src_memory_type: u32,
+    pub src_pad: u32,
+    pub src_host: u64,
+    pub src_device: u64,
+    pub src_array: u64,
+    pub src_pitch: u64,
+    pub dst_x_in_bytes: u64,
+    pub dst_y: u64,
+    pub dst_memory_type: u32,
+    pub dst_pad: u32,
+    pub dst_host: u64,
+    pub dst_device: u64,
+    pub dst_array: u64,
+    pub dst_pitch: u64,
+    pub width_in_bytes: u64,
+    pub height: u64,
+}
+const _: () = assert!(size_of::<Memcpy2D>() == 128);
+
+/// `CUDA_MEMCPY3D_v2` (cuda.h), field for field in snake case.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Memcpy3D {
+    pub src_x_in_bytes: u64,
+    pub src_y: u64,
+    pub src_z: u64,
+    pub src_lod: u64,
+    pub src_memory_type: u32,
+    pub src_pad: u32,
+    pub src_host: u64,
+    pub src_device: u64,
+    pub src_array: u64,
+    pub reserved0: u64,
+    pub src_pitch: u64,
+    pub src_height: u64,
+    pub dst_x_in_bytes: u64,
+    pub dst_y: u64,
+    pub dst_z: u64,
+    pub dst_lod: u64,
+    pub dst_memory_type: u32,
+    pub dst_pad: u32,
+    pub dst_host: u64,
+    pub dst_device: u64,
+    pub dst_array: u64,
+    pub reserved1: u64,
+    pub dst_pitch: u64,
+    pub dst_height: u64,
+    pub width_in_bytes: u64,
+    pub height: u64,
+    pub depth: u64,
+}
+const _: () = assert!(size_of::<Memcpy3D>() == 200);
+
+/// Byte offsets of the fields a copy's entry probe reads from its parameter struct.
+/// Memory types are 4-byte reads; every other field is an 8-byte read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CopyLayout {
+    pub src_type: u64,
+    pub src_host: u64,
+    pub src_device: u64,
+    pub dst_type: u64,
+    pub dst_host: u64,
+    pub dst_device: u64,
+    pub width: u64,
+    pub height: u64,
+    /// 3D copies only.
+    pub depth: Option<u64>,
+}
+
+/// `offset_of!` as the `u64` the probes add to a user-space address.
+macro_rules! at {
+    ($t:ty, $field:ident) => {
+        offset_of!($t, $field) as u64
+    };
+}
+
+pub const MEMCPY2D: CopyLayout = CopyLayout {
+    src_type: at!(Memcpy2D, src_memory_type),
+    src_host: at!(Memcpy2D, src_host),
+    src_device: at!(Memcpy2D, src_device),
+    dst_type: at!(Memcpy2D, dst_memory_type),
+    dst_host: at!(Memcpy2D, dst_host),
+    dst_device: at!(Memcpy2D, dst_device),
+    width: at!(Memcpy2D, width_in_bytes),
+    height: at!(Memcpy2D, height),
+    depth: None,
+};
+
+pub const MEMCPY3D: CopyLayout = CopyLayout {
+    src_type: at!(Memcpy3D, src_memory_type),
+    src_host: at!(Memcpy3D, src_host),
+    src_device: at!(Memcpy3D, src_device),
+    dst_type: at!(Memcpy3D, dst_memory_type),
+    dst_host: at!(Memcpy3D, dst_host),
+    dst_device: at!(Memcpy3D, dst_device),
+    width: at!(Memcpy3D, width_in_bytes),
+    height: at!(Memcpy3D, height),
+    depth: Some(at!(Memcpy3D, depth)),
+};
+
+// The offsets cuda.h gives on x86-64, spelled out once so a mistake in a mirror cannot pass.
+const _: () = assert!(
+    MEMCPY2D.src_type == 16
+        && MEMCPY2D.src_host == 24
+        && MEMCPY2D.src_device == 32
+        && MEMCPY2D.dst_type == 72
+        && MEMCPY2D.dst_host == 80
+        && MEMCPY2D.dst_device == 88
+        && MEMCPY2D.width == 112
+        && MEMCPY2D.height == 120
+);
+const _: () = assert!(
+    MEMCPY3D.src_type == 32
+        && MEMCPY3D.src_host == 40
+        && MEMCPY3D.src_device == 48
+        && MEMCPY3D.dst_type == 120
+        && MEMCPY3D.dst_host == 128
+        && MEMCPY3D.dst_device == 136
+        && MEMCPY3D.width == 176
+        && MEMCPY3D.height == 184
+        && matches!(MEMCPY3D.depth, Some(192))
+);
+
+/// Whether a synchronous 2D/3D copy with these saved arguments leaves the device queue
+/// drained: one from device memory (or an array) into host memory returns only once the
+/// copy is done, like `cuMemcpyDtoH_v2` (CUDA driver API docs, "API synchronization
+/// behavior"). A unified end may be either kind of memory and the kernel side cannot tell
+/// which, so it never counts: the queue-idle time stays a lower bound.
+#[must_use]
+pub const fn device_to_host(args: &[u64; crate::CALL_ARGS]) -> bool {
+    args[slot::DST_TYPE] == memory_type::HOST && matches!(args[slot::SRC_TYPE], memory_type::DEVICE | memory_type::ARRAY)
+}

@@ -1,0 +1,192 @@
+//! Evidence from synthetic events: how 2D/3D copies are read from the fields their probe
+//! saved, and how virtual-memory mappings are counted.
+
+use gputrace_common::{
+    cuda::memory_type::{ARRAY, DEVICE, HOST, UNIFIED},
+    CallEvent, EventHeader, CALL_ARGS, KIND_CALL, PROBES,
+};
+
+use super::*;
+
+const PID: u32 = 7;
+const TID: u32 = 8;
+/// Host memory the fake process maps as ordinary (pageable) memory.
+const PAGEABLE: u64 = 0x10_0000;
+/// Host memory in a shared `/dev/zero (deleted)` mapping (pinned before attach).
+const PINNED_MAP: u64 = 0x1_0000_0000;
+/// Not mapped in the process: device memory under unified addressing.
+const DEVICE_PTR: u64 = 0x5000_0000_0000;
+const MIB: u64 = 1 << 20;
+
+/// A memory map with one pageable and one pinned-looking region; the rest is unmapped.
+struct FakeMaps;
+
+impl HostMemory for FakeMaps {
+    fn classify(&mut self, pid: u32, addr: u64, _at_ns: u64) -> HostClass {
+        assert_eq!(pid, PID);
+        match addr {
+            a if (PAGEABLE..PAGEABLE + 64 * MIB).contains(&a) => HostClass::Pageable,
+            a if (PINNED_MAP..PINNED_MAP + MIB).contains(&a) => HostClass::PinnedMapping,
+            _ => HostClass::Unmapped,
+        }
+    }
+}
+
+struct Trace {
+    ev: Evidence,
+    now: u64,
+}
+
+impl Trace {
+    fn new() -> Self {
+        Self { ev: Evidence::default(), now: 1_000_000 }
+    }
+
+    /// A call of `symbol` lasting `ns`, with the saved arguments, result and out value.
+    fn call(&mut self, symbol: &str, args: [u64; CALL_ARGS], ret: u64, out: u64, ns: u64) -> &mut Self {
+        let spec = PROBES.iter().find(|p| p.symbol == symbol).unwrap_or_else(|| panic!("{symbol} is not probed"));
+        let start_ns = self.now;
+        self.now += ns;
+        let event = CallEvent {
+            header: EventHeader { kind: KIND_CALL, probe: spec.id, tgid: PID, tid: TID, ts_ns: self.now },
+            start_ns,
+            args,
+            ret,
+            out,
+        };
+        self.ev.apply(&Event::Call(event), &mut FakeMaps);
+        self
+    }
+
+    /// A 2D/3D copy whose probe read these memory types, pointers and size.
+    fn struct_copy(&mut self, symbol: &str, src: (u64, u64), dst: (u64, u64), bytes: u64) -> &mut Self {
+        self.call(symbol, [src.0, src.1, dst.0, dst.1, bytes], 0, 0, 1_000)
+    }
+
+    fn sync(&mut self, wait_ns: u64) -> &mut Self {
+        self.call("cuStreamSynchronize", [0; CALL_ARGS], 0, 0, wait_ns)
+    }
+}
+
+#[test]
+fn a_2d_async_copy_from_pageable_memory_is_h2d_and_pageable() {
+    let mut t = Trace::new();
+    t.struct_copy("cuMemcpy2DAsync_v2", (HOST, PAGEABLE + 64), (DEVICE, DEVICE_PTR), 16 * 4096).sync(5_000);
+    let h2d = &t.ev.copies.h2d;
+    assert_eq!((h2d.count, h2d.bytes), (1, 16 * 4096));
+    assert_eq!((h2d.pageable, h2d.pageable_bytes), (1, 16 * 4096));
+    assert_eq!(h2d.sync_api, 0, "an async entry point");
+    assert_eq!((h2d.then_synced, h2d.then_synced_wait_ns), (1, 5_000), "async copy, then a sync");
+    assert_eq!(h2d.call_ns, 1_000);
+    assert_eq!(t.ev.copies.d2h, DirStats::default());
+    assert_eq!(t.ev.threads[&TID].copies, 1);
+}
+
+#[test]
+fn a_synchronous_3d_copy_to_host_is_d2h_counts_as_sync_api_and_drains_the_queue() {
+    let mut t = Trace::new();
+    // Pinned while traced: cuMemHostAlloc returned PAGEABLE + 8 MiB through its out-pointer.
+    let pinned = PAGEABLE + 8 * MIB;
+    t.call("cuMemHostAlloc", [0, 4 * MIB, 0, 0, 0], 0, pinned, 1_000);
+    t.struct_copy("cuMemcpy3D_v2", (DEVICE, DEVICE_PTR), (HOST, pinned + 4096), 4 * 4 * 1024).sync(3_000);
+    let d2h = &t.ev.copies.d2h;
+    assert_eq!((d2h.count, d2h.bytes, d2h.sync_api), (1, 16 * 1024, 1));
+    assert_eq!((d2h.pinned_traced, d2h.pageable), (1, 0));
+    // The copy drained the queue, so the sync after it did not wait for it.
+    assert_eq!(d2h.then_synced, 0);
+    assert_eq!(d2h.scalar_reads, 0);
+}
+
+#[test]
+fn only_synchronous_copies_from_device_memory_to_the_host_drain_the_queue() {
+    let id = |symbol: &str| PROBES.iter().find(|p| p.symbol == symbol).map(|p| p.id).expect("probed");
+    let drains = |symbol: &str, src: u64, dst: u64| drains_queue_after(id(symbol), &[src, 1, dst, 2, 3]);
+    for symbol in ["cuMemcpy2D_v2", "cuMemcpy2D_v2_ptds", "cuMemcpy2DUnaligned_v2", "cuMemcpy3D_v2", "cuMemcpy3D_v2_ptds"] {
+        assert!(drains(symbol, DEVICE, HOST), "{symbol}");
+        assert!(drains(symbol, ARRAY, HOST), "{symbol}");
+        assert!(!drains(symbol, HOST, DEVICE), "{symbol}: H2D");
+        assert!(!drains(symbol, DEVICE, DEVICE), "{symbol}: D2D");
+        assert!(!drains(symbol, HOST, HOST), "{symbol}: H2H");
+        // A unified end might be host memory: never assumed to drain (idle stays a lower bound).
+        assert!(!drains(symbol, UNIFIED, HOST), "{symbol}: unified source");
+        assert!(!drains(symbol, DEVICE, UNIFIED), "{symbol}: unified destination");
+    }
+    for symbol in ["cuMemcpy2DAsync_v2", "cuMemcpy2DAsync_v2_ptsz", "cuMemcpy3DAsync_v2", "cuMemcpy3DAsync_v2_ptsz"] {
+        assert!(!drains(symbol, DEVICE, HOST), "{symbol} is async");
+    }
+    // The other probes keep their fixed answer whatever their arguments.
+    assert!(drains("cuMemcpyDtoH_v2", 0, 0));
+    assert!(!drains("cuMemcpyHtoD_v2", DEVICE, HOST));
+}
+
+#[test]
+fn memory_types_give_the_direction_and_the_host_pointer() {
+    let mut t = Trace::new();
+    t.struct_copy("cuMemcpy2D_v2", (HOST, PINNED_MAP), (ARRAY, 0), 100);
+    t.struct_copy("cuMemcpy2D_v2", (ARRAY, 0), (HOST, PAGEABLE), 200);
+    t.struct_copy("cuMemcpy3DAsync_v2", (DEVICE, DEVICE_PTR), (ARRAY, 0), 300);
+    t.struct_copy("cuMemcpy3DAsync_v2_ptsz", (ARRAY, 0), (DEVICE, DEVICE_PTR), 400);
+    let c = &t.ev.copies;
+    assert_eq!((c.h2d.count, c.h2d.bytes, c.h2d.pinned_by_map, c.h2d.sync_api), (1, 100, 1, 1));
+    assert_eq!((c.d2h.count, c.d2h.bytes, c.d2h.pageable, c.d2h.pageable_bytes), (1, 200, 1, 200));
+    assert_eq!((c.d2d.count, c.d2d.bytes, c.d2d.sync_api), (2, 700, 0));
+    assert_eq!(c.d2d.pageable + c.d2d.pinned_by_map + c.d2d.pinned_traced + c.d2d.unknown_host, 0, "no host end");
+}
+
+#[test]
+fn a_copy_between_two_host_buffers_is_h2h_and_not_classified() {
+    let mut t = Trace::new();
+    t.struct_copy("cuMemcpy2D_v2", (HOST, PAGEABLE), (HOST, PAGEABLE + MIB), 4096);
+    // cuMemcpy between two host pointers is the same copy, decided from the pointers.
+    t.call("cuMemcpy", [PAGEABLE + 2 * MIB, PAGEABLE, 512, 0, 0], 0, 0, 1_000);
+    let c = &t.ev.copies;
+    assert_eq!((c.h2h.count, c.h2h.bytes, c.h2h.sync_api), (2, 4096 + 512, 2));
+    assert_eq!(c.h2h.pageable + c.h2h.pinned_by_map + c.h2h.pinned_traced + c.h2h.unknown_host, 0);
+    assert_eq!(c.h2d.count + c.d2h.count + c.d2d.count, 0, "not counted as GPU traffic");
+}
+
+#[test]
+fn unified_ends_are_decided_from_the_pointer_like_cu_memcpy() {
+    let mut t = Trace::new();
+    // A device block traced while allocated, at an address the process does map (as a
+    // traced allocation wins over the memory map).
+    t.call("cuMemAlloc_v2", [0, MIB, 0, 0, 0], 0, PAGEABLE + 32 * MIB, 1_000);
+    t.struct_copy("cuMemcpy2DAsync_v2", (UNIFIED, PAGEABLE), (UNIFIED, PAGEABLE + 32 * MIB), 10);
+    t.struct_copy("cuMemcpy2DAsync_v2", (UNIFIED, DEVICE_PTR), (UNIFIED, PINNED_MAP), 20);
+    t.struct_copy("cuMemcpy2DAsync_v2", (UNIFIED, DEVICE_PTR), (DEVICE, DEVICE_PTR), 30);
+    t.struct_copy("cuMemcpy2DAsync_v2", (UNIFIED, PAGEABLE), (HOST, PAGEABLE + MIB), 40);
+    let c = &t.ev.copies;
+    assert_eq!((c.h2d.count, c.h2d.bytes, c.h2d.pageable), (1, 10, 1));
+    assert_eq!((c.d2h.count, c.d2h.bytes, c.d2h.pinned_by_map), (1, 20, 1));
+    assert_eq!((c.d2d.count, c.d2d.bytes), (1, 30));
+    assert_eq!((c.h2h.count, c.h2h.bytes), (1, 40));
+}
+
+#[test]
+fn an_unreadable_struct_is_decided_from_its_pointers_and_counts_no_bytes() {
+    // The probe saves zeros when bpf_probe_read_user fails: memory type 0 is no CUmemorytype.
+    let mut t = Trace::new();
+    t.struct_copy("cuMemcpy3D_v2", (0, 0), (0, 0), 0);
+    let c = &t.ev.copies;
+    assert_eq!((c.d2d.count, c.d2d.bytes), (1, 0));
+    assert_eq!(t.ev.threads[&TID].copies, 1);
+}
+
+#[test]
+fn maps_and_unmaps_are_counted_apart_from_allocations() {
+    let mut t = Trace::new();
+    // Expandable segments: physical memory from cuMemCreate (an allocation), then mapped.
+    t.call("cuMemCreate", [0, 2 * MIB, 0, 0, 0], 0, 0x77, 1_000);
+    t.call("cuMemMap", [DEVICE_PTR, 2 * MIB, 0, 0x77, 0], 0, 0, 4_000);
+    t.call("cuMemMap", [DEVICE_PTR + 2 * MIB, 2 * MIB, 0, 0x78, 0], 2, 0, 500);
+    t.call("cuMemUnmap", [DEVICE_PTR, 2 * MIB, 0, 0, 0], 0, 0, 3_000);
+    t.call("cuMemRelease", [0x77, 0, 0, 0, 0], 0, 0, 1_000);
+    let v = &t.ev.vmm;
+    assert_eq!((v.maps, v.mapped_bytes, v.unmaps, v.unmapped_bytes, v.failures), (1, 2 * MIB, 1, 2 * MIB, 1));
+    assert_eq!(v.call_ns, 7_500);
+    let a = &t.ev.allocs;
+    assert_eq!((a.count, a.bytes, a.frees, a.freed_bytes, a.failures), (1, 2 * MIB, 1, 2 * MIB, 0), "cuMemCreate/Release as before");
+    // The host time counts as allocator time on the thread.
+    let th = &t.ev.threads[&TID];
+    assert_eq!((th.allocs, th.alloc_ns), (5, 9_500));
+}
