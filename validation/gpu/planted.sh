@@ -22,14 +22,17 @@ for mode in $MODES; do
   exec {from_job}<&"${JOB[0]}" {to_job}>&"${JOB[1]}"
   read -r -u "$from_job" ready
   if [ "$ready" != ready ]; then echo "$mode did not start: $ready"; continue; fi
+  t0=$(date +%s%N)
   "$BIN" -v attach --pid "$pid" --duration 6 --json >"$OUT/$mode.json" 2>"$OUT/$mode.err" &
   gp=$!
   for _ in $(seq 1 300); do grep -q "armed: tracing" "$OUT/$mode.err" && break; sleep 0.05; done
   echo go >&"$to_job"
   wait $gp
+  t1=$(date +%s%N)
   read -r -u "$from_job" done_line
   exec {from_job}<&- {to_job}>&-
   wait "$pid" 2>/dev/null
   for h in "${hogs[@]}"; do kill "$h"; done
-  echo "$mode: $done_line, verdict $(python3 -c "import json;print(json.load(open('$OUT/$mode.json'))['verdict'])" 2>/dev/null)" | tee -a "$OUT/planted.txt"
+  # gputrace's whole run: start, arming, 6 s of tracing, the report, and detaching.
+  echo "$mode: $done_line, verdict $(python3 -c "import json;print(json.load(open('$OUT/$mode.json'))['verdict'])" 2>/dev/null), gputrace ran $(( (t1 - t0) / 1000000 )) ms" | tee -a "$OUT/planted.txt"
 done
