@@ -34,6 +34,10 @@ pub struct Account {
     pub sm_active: Option<f64>,
 }
 
+/// A process of the tree that ran, blocked or waited for a CPU less than this fraction of the
+/// window is not counted as a worker.
+const ACTIVE_WORKER: f64 = 0.05;
+
 /// Where the launching threads' time went, by scheduler state (fractions of the window).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct HostTime {
@@ -89,6 +93,8 @@ impl HostTime {
             e.1 = e.1.max(s.blocked_ns as f64 / w);
             e.2 = e.2.max(s.runqueue_ns as f64 / w);
         }
+        // An idle child (a helper process that did nothing) is no loader worker.
+        per_worker.retain(|_, (on_cpu, blocked, runqueue)| *on_cpu + *blocked + *runqueue >= ACTIVE_WORKER);
         h.workers = per_worker.len();
         if h.workers > 0 {
             h.workers_on_cpu = per_worker.values().map(|v| v.0).sum::<f64>() / h.workers as f64;

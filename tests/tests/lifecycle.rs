@@ -1,0 +1,42 @@
+//! Nothing is left behind: every eBPF program gputrace loaded is gone after it exits (the
+//! probes are removed by a detached child, see `Outcome::detach`, so allow it time).
+use std::time::{Duration, Instant};
+
+use gputrace_tests::{require_root, run_fakejob};
+
+/// Number of BPF programs loaded in the kernel (`BPF_PROG_GET_NEXT_ID` walk).
+fn loaded_programs() -> usize {
+    const BPF_PROG_GET_NEXT_ID: libc::c_long = 11;
+    let mut count = 0;
+    let mut id: u32 = 0;
+    loop {
+        // union bpf_attr { struct { __u32 start_id; __u32 next_id; ... } }, zero-padded.
+        let mut attr = [0u32; 16];
+        attr[0] = id;
+        // SAFETY: a valid, large enough attribute buffer is passed with its size.
+        let rc = unsafe { libc::syscall(libc::SYS_bpf, BPF_PROG_GET_NEXT_ID, attr.as_mut_ptr(), size_of_val(&attr)) };
+        if rc != 0 {
+            return count;
+        }
+        id = attr[1];
+        count += 1;
+    }
+}
+
+#[test]
+fn every_program_is_gone_after_exit() {
+    require_root();
+    let before = loaded_programs();
+    let (r, code, stderr) = run_fakejob(&["--steps", "20", "--driver-launches", "5", "--sync"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(r["cuda"]["launches"]["kernels"], 100);
+    let deadline = Instant::now() + Duration::from_mins(1);
+    loop {
+        let now = loaded_programs();
+        if now <= before {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{now} programs still loaded 60 s after gputrace exited (before: {before})");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
