@@ -1,5 +1,5 @@
-//! Nothing is left behind: every eBPF program gputrace loaded is gone after it exits (the
-//! probes are removed by a detached child, see `Outcome::detach`, so allow it time).
+//! Nothing is left behind: every eBPF program gputrace loaded is gone once it has exited.
+//! (Allow some time: programs of earlier tests' sessions may still be on their way out.)
 use std::time::{Duration, Instant};
 
 use gputrace_tests::{require_root, run_fakejob};

@@ -280,42 +280,14 @@ fn reap_gone(kernel: &mut Kernel) {
 }
 
 impl Outcome {
-    /// Remove the probes, after the report is out.
-    ///
-    /// Each uprobe's removal waits for an RCU grace period in the kernel, and the removals are
-    /// serialised there: ~120 probes on the real libcuda took ~12 s on 6.18 (measured on the GPU
-    /// machine, docs/validation.md). So a forked child holds the last references and does the
-    /// removal, with its stdio closed, while gputrace exits at once. Our own copies are dropped
-    /// first, which disables every probe event at once (`PERF_EVENT_IOC_DISABLE`): the programs
-    /// stop running immediately; only the breakpoints linger until the child is done.
+    /// Remove the probes, after the report is out: each uprobe's removal waits for an RCU
+    /// grace period in the kernel and the removals are serialised there, so ~120 probes on the
+    /// real libcuda took ~12 s on 6.18 (docs/validation.md). Printing first means the user
+    /// never waits for the report. (Detaching from a forked child instead let consecutive
+    /// sessions contend in the kernel and hung a run on the GPU machine; not done.)
     pub fn detach(&mut self) {
-        let Some(kernel) = self.probes.take() else { return };
-        // SAFETY: the child only closes descriptors (through drops) and calls _exit; glibc's
-        // allocator is fork-safe, and no other thread of ours holds a lock the child takes.
-        match unsafe { libc::fork() } {
-            0 => {
-                detach_quietly(kernel);
-                // SAFETY: ends the child without running the parent's atexit handlers.
-                unsafe { libc::_exit(0) }
-            }
-            -1 => kernel.detach(),
-            _ => drop(kernel),
+        if let Some(kernel) = self.probes.take() {
+            kernel.detach();
         }
     }
-}
-
-/// In the detaching child: let go of the terminal and pipes first, so nobody waits for it.
-fn detach_quietly(kernel: Kernel) {
-    // SAFETY: opening /dev/null and duplicating it over our standard descriptors.
-    unsafe {
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-        if null >= 0 {
-            for fd in 0..3 {
-                libc::dup2(null, fd);
-            }
-            libc::close(null);
-        }
-        libc::setsid();
-    }
-    kernel.detach();
 }
