@@ -31,6 +31,8 @@
  *   --read-bytes N         ... N bytes of it, in 1 MiB requests (default: 64 MiB)
  *   --read-per-step B      per step, the launching thread itself reads B bytes of --read-file
  *                          with O_DIRECT (a training loop blocked on the disk)
+ *   --device-memory-mib M  give the fake GPU M MiB of memory (allocations beyond fail with
+ *                          CUDA_ERROR_OUT_OF_MEMORY)
  *   --settle-ms M          sleep M ms after loading CUDA, before working
  *   --lib-dir DIR          where libcuda.so.1 and libcudart.so.13 are (default: beside the binary)
  */
@@ -93,7 +95,7 @@ static int (*drv_launch_ex)(const launch_config *, void *, void **, void **);
 static struct {
     int gate, threads, steps, runtime_launches, driver_launches, ex_launches, graphs, item, sync, alloc_churn, fork, vmm;
     int load_after_gate, pin_after_gate;
-    long kernel_us, host_us, settle_ms, sleep_ms;
+    long kernel_us, host_us, settle_ms, sleep_ms, device_memory_mib;
     long read_bytes, read_per_step;
     char read_file[PATH_MAX];
     size_t pageable_h2d, pinned_h2d, copy2d, copy3d;
@@ -141,6 +143,10 @@ static void load_cuda(void) {
     drv_mem_unmap = sym(drv, "cuMemUnmap");
     drv_launch = sym(drv, "cuLaunchKernel");
     drv_launch_ex = sym(drv, "cuLaunchKernelEx");
+    if (opt.device_memory_mib) {
+        void (*set_limit)(uint64_t) = sym(drv, "fake_cuda_set_memory_limit");
+        set_limit((uint64_t)opt.device_memory_mib << 20);
+    }
 }
 
 static uint64_t now_ns(void) {
@@ -299,7 +305,7 @@ int main(int argc, char **argv) {
         NUM("--driver-launches", driver_launches) NUM("--ex-launches", ex_launches) NUM("--graphs", graphs)
         NUM("--kernel-us", kernel_us) NUM("--host-us", host_us) NUM("--pageable-h2d", pageable_h2d)
         NUM("--pinned-h2d", pinned_h2d) NUM("--item", item) NUM("--alloc-churn", alloc_churn)
-        NUM("--settle-ms", settle_ms) NUM("--sleep-ms", sleep_ms) NUM("--read-bytes", read_bytes) NUM("--read-per-step", read_per_step)
+        NUM("--settle-ms", settle_ms) NUM("--device-memory-mib", device_memory_mib) NUM("--sleep-ms", sleep_ms) NUM("--read-bytes", read_bytes) NUM("--read-per-step", read_per_step)
         NUM("--copy2d", copy2d) NUM("--copy3d", copy3d) NUM("--vmm", vmm)
         if (!strcmp(a, "--read-file")) { snprintf(opt.read_file, sizeof opt.read_file, "%s", v); i++; continue; }
         if (!strcmp(a, "--lib-dir")) { snprintf(opt.lib_dir, sizeof opt.lib_dir, "%s", v); i++; continue; }

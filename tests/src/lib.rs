@@ -106,6 +106,12 @@ impl Tracer {
         (report, status.code().unwrap_or(-1), stderr)
     }
 
+    /// The gputrace process itself (to wait for it after a signal).
+    #[must_use]
+    pub fn into_child(self) -> Child {
+        self.child
+    }
+
     pub fn signal(&self, sig: i32) {
         // SAFETY: sending a signal has no memory-safety preconditions.
         unsafe { libc::kill(self.child.id() as i32, sig) };

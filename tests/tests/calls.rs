@@ -134,3 +134,17 @@ fn virtual_memory_mappings_are_counted_apart_from_allocations() {
     assert_eq!(num(&r, "/cuda/allocs/live_bytes"), 0);
     assert_eq!(r["tracer"]["complete"], true);
 }
+
+#[test]
+fn failed_allocations_are_counted_as_out_of_memory() {
+    require_root();
+    // The fake GPU has 64 MiB, all taken by fakejob's first allocation: every 1 MiB
+    // allocation of the churn then fails with CUDA_ERROR_OUT_OF_MEMORY.
+    let (r, code, stderr) = run_fakejob(&["--device-memory-mib", "64", "--steps", "10", "--alloc-churn", "3", "--driver-launches", "1"]);
+    assert_eq!(code, 0, "{stderr}");
+    let a = &r["cuda"]["allocs"];
+    assert_eq!(a["count"], 1, "{a}");
+    assert_eq!(a["failures"], 30, "{a}");
+    assert_eq!(a["out_of_memory"], 30, "{a}");
+    assert_eq!(a["bytes"], 64 * MIB, "failed allocations add no bytes: {a}");
+}

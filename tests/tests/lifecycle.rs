@@ -30,13 +30,34 @@ fn every_program_is_gone_after_exit() {
     let (r, code, stderr) = run_fakejob(&["--steps", "20", "--driver-launches", "5", "--sync"]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(r["cuda"]["launches"]["kernels"], 100);
+    wait_for_programs_at_most(before);
+}
+
+/// Wait until no more programs are loaded than `before`; panic after a minute.
+fn wait_for_programs_at_most(before: usize) {
     let deadline = Instant::now() + Duration::from_mins(1);
     loop {
         let now = loaded_programs();
         if now <= before {
-            break;
+            return;
         }
-        assert!(Instant::now() < deadline, "{now} programs still loaded 60 s after gputrace exited (before: {before})");
+        assert!(Instant::now() < deadline, "{now} programs still loaded a minute after gputrace ended (before: {before})");
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+#[test]
+fn a_sigkilled_tracer_leaves_nothing_behind_and_the_job_goes_on() {
+    require_root();
+    let before = loaded_programs();
+    let mut job = gputrace_tests::Gated::start(&["--steps", "200", "--driver-launches", "50", "--host-us", "2000"]);
+    let tracer = gputrace_tests::Tracer::attach(job.pid, &[]);
+    assert!(loaded_programs() > before, "gputrace loaded its programs");
+    job.release();
+    std::thread::sleep(Duration::from_millis(150));
+    tracer.signal(libc::SIGKILL);
+    let _ = tracer.into_child().wait();
+    // The traced job is unharmed: it finishes its work normally.
+    job.finish();
+    wait_for_programs_at_most(before);
 }

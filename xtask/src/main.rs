@@ -82,7 +82,9 @@ fn demo() -> Result<()> {
     ];
     for (what, args) in scenarios {
         eprintln!("\n=== demo: {what} ===");
-        run(Command::new(&gputrace).arg("run").arg("--").arg(&job).args(args))?;
+        // As on a machine with a driver installed, libcuda is on the loader's path: that is how
+        // `gputrace run` finds it and arms the probes before the job's first call.
+        run(Command::new(&gputrace).env("LD_LIBRARY_PATH", &fake).arg("run").arg("--").arg(&job).args(args))?;
     }
     Ok(())
 }

@@ -95,3 +95,53 @@ fn impacts_are_fractions() {
     let (_, found) = diagnose(&Inputs { window_ns: 10 * S, evidence: &ev, gpu: None });
     assert!(found.iter().all(|d| (0.0..=1.0).contains(&d.impact)), "{found:?}");
 }
+
+/// Scheduler evidence for a thread of process `pid`: on-CPU, run-queue, blocked, sleep (ns).
+fn sched(ev: &mut Evidence, tid: u32, pid: u32, t: [u64; 4]) {
+    let s = ev.sched.entry(tid).or_default();
+    s.pid = pid;
+    (s.on_cpu_ns, s.runqueue_ns, s.blocked_ns, s.sleep_ns) = (t[0], t[1], t[2], t[3]);
+}
+
+/// A PyTorch-like launch-bound job: the Python thread (1) and autograd's thread (2) take
+/// turns launching, each sleeping while the other works, and an idle helper process (3)
+/// exists. Seen on the GPU machine: this must not read as waiting for input.
+#[test]
+fn threads_taking_turns_are_not_input_starved() {
+    let mut ev = evidence(300_000, 0, 0, 0);
+    let mut c = ThreadCounters { tgid: 1, _reserved: 0, drained_at_ns: 0, hits: [0; gputrace_common::PROBE_SLOTS] };
+    c.hits[1] = 150_000;
+    ev.add_counters(2, &c);
+    sched(&mut ev, 1, 1, [6 * S, 0, 0, 4 * S]);
+    sched(&mut ev, 2, 1, [4 * S, 0, 0, 6 * S]);
+    sched(&mut ev, 3, 3, [0, 0, 0, 10 * S]);
+    let (v, found) = diagnose(&Inputs { window_ns: 10 * S, evidence: &ev, gpu: Some(&gpu_with_sm(12.0, Some(0.1))) });
+    assert_eq!(v, "launch-bound");
+    assert!(found.iter().all(|d| d.id != "input-starved"), "{found:?}");
+}
+
+/// The same sleep with busy loader workers is input starvation, and the cause is named.
+#[test]
+fn a_sleeping_trainer_with_busy_workers_is_input_starved() {
+    let mut ev = evidence(1_000, 0, 0, 0);
+    sched(&mut ev, 1, 1, [S / 2, 0, 0, 9 * S]);
+    sched(&mut ev, 7, 7, [19 * S / 2, 0, 0, S / 2]);
+    sched(&mut ev, 8, 8, [19 * S / 2, 0, 0, S / 2]);
+    let (v, found) = diagnose(&Inputs { window_ns: 10 * S, evidence: &ev, gpu: Some(&gpu_with_sm(1.0, Some(0.5))) });
+    assert_eq!(v, "input-starved");
+    assert!(found[0].summary.contains("busy on the CPU"), "{}", found[0].summary);
+    // Workers blocked on the disk instead.
+    sched(&mut ev, 7, 7, [S, 0, 8 * S, S]);
+    let (_, found) = diagnose(&Inputs { window_ns: 10 * S, evidence: &ev, gpu: None });
+    assert!(found.iter().any(|d| d.id == "input-starved" && d.summary.contains("disk")), "{found:?}");
+}
+
+/// Waiting for a CPU is cpu-starved, and it outranks what the launch rate suggests.
+#[test]
+fn waiting_for_a_cpu_is_cpu_starved() {
+    let mut ev = evidence(180_000, 0, 0, 0);
+    sched(&mut ev, 1, 1, [2 * S, 7 * S, 0, S]);
+    assert_eq!(verdict(&ev, None), "cpu-starved");
+    sched(&mut ev, 1, 1, [9 * S, S / 20, 0, S]);
+    assert_ne!(verdict(&ev, None), "cpu-starved", "5% run-queue is below the threshold");
+}
