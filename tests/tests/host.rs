@@ -95,6 +95,15 @@ fn a_sleeping_thread_and_a_cpu_bound_one_are_told_apart() {
     // 60 × 5 ms of sleep and of spinning: about 0.3 s each. A spinning thread is running or,
     // on a loaded machine, waiting for a CPU; either way it is not asleep.
     assert!((0.25..1.0).contains(&f(&sleepy, "sleep_s")), "{}", sleepy["cpu"]);
+    // The time account partitions the window, and says where each thread's time went.
+    let bucket = |r: &serde_json::Value, name: &str| {
+        let buckets = r["time_account"]["buckets"].as_array().unwrap_or_else(|| panic!("{r:#}"));
+        let total: f64 = buckets.iter().map(|b| b["fraction"].as_f64().expect("fraction")).sum();
+        assert!((total - 1.0).abs() < 1e-9, "fractions add up to {total}");
+        buckets.iter().find(|b| b["name"] == name).and_then(|b| b["fraction"].as_f64()).expect("bucket")
+    };
+    assert!(bucket(&sleepy, "sleeping") > 0.5, "{}", sleepy["time_account"]);
+    assert!(bucket(&busy, "launching_and_host") + bucket(&busy, "waiting_for_cpu") > 0.5, "{}", busy["time_account"]);
     assert!((0.25..1.0).contains(&(f(&busy, "on_cpu_s") + f(&busy, "runqueue_s"))), "{}", busy["cpu"]);
 }
 

@@ -2,6 +2,7 @@
 //! Pure over decoded events plus a [`HostMemory`] lookup (so tests can give synthetic memory
 //! maps); no I/O happens here.
 
+pub mod account;
 mod copies;
 pub mod host;
 mod memory;

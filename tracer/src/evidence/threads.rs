@@ -28,7 +28,8 @@ pub struct ThreadStats {
 }
 
 impl ThreadStats {
-    pub(super) fn new(pid: u32) -> Self {
+    #[must_use]
+    pub fn new(pid: u32) -> Self {
         Self {
             pid,
             hits: [0; PROBE_SLOTS],

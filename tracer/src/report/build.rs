@@ -74,6 +74,7 @@ pub fn build(outcome: &Outcome) -> Report {
         gpu,
         verdict,
         diagnoses,
+        time_account: time_account(ev, window_ns),
         tracer: Tracer {
             lost_events,
             complete: lost_events == 0,
@@ -219,4 +220,19 @@ fn probe_hits(ev: &Evidence, outcome: &Outcome) -> Vec<ProbeHits> {
             Some(ProbeHits { symbol: spec.symbol.into(), library: libraries.join(", "), hits })
         })
         .collect()
+}
+
+fn time_account(ev: &Evidence, window_ns: u64) -> Option<super::model::TimeAccount> {
+    let (tid, t) = ev.main_thread().filter(|(_, t)| t.kernel_launches() + t.graph_launches() > 0)?;
+    let account = crate::evidence::account::TimeAccount::of(t, ev.sched.get(&tid), window_ns);
+    let fraction = |ns: u64| if window_ns == 0 { 0.0 } else { ns as f64 / window_ns as f64 };
+    Some(super::model::TimeAccount {
+        tid,
+        window_s: secs(window_ns),
+        buckets: account
+            .buckets()
+            .iter()
+            .map(|&(name, ns)| super::model::Bucket { name: name.into(), seconds: secs(ns), fraction: fraction(ns) })
+            .collect(),
+    })
 }

@@ -19,7 +19,25 @@ pub struct Report {
     pub gpu: Option<Gpu>,
     pub verdict: String,
     pub diagnoses: Vec<Diagnosis>,
+    /// Where the main thread's wall time went; null when no thread launched kernels.
+    pub time_account: Option<TimeAccount>,
     pub tracer: Tracer,
+}
+
+/// A partition of the window for the main (launching) thread: the fractions add up to 1.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TimeAccount {
+    pub tid: u32,
+    pub window_s: f64,
+    /// Bucket name → seconds and fraction of the window, in a fixed order.
+    pub buckets: Vec<Bucket>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Bucket {
+    pub name: String,
+    pub seconds: f64,
+    pub fraction: f64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

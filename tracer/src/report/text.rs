@@ -89,6 +89,13 @@ pub fn render(r: &Report, color: bool) -> String {
     }
 
     cuda_section(&mut out, &st, r);
+    if let Some(a) = &r.time_account {
+        let _ = writeln!(out, "\n{}", st.paint("1", &format!("WHERE THE MAIN THREAD'S TIME WENT (thread {})", a.tid)));
+        for b in a.buckets.iter().filter(|b| b.fraction >= 0.005) {
+            let bar = "#".repeat((b.fraction * 40.0).round() as usize);
+            let _ = writeln!(out, "  {:<20} {:>5.1}%  {bar}", b.name.replace('_', " "), b.fraction * 100.0);
+        }
+    }
     if let Some(m) = r.cpu.main_thread.as_ref().filter(|m| m.on_cpu_s.is_some()) {
         let f = |v: Option<f64>| v.unwrap_or(0.0);
         let _ = writeln!(out, "\n{}", st.paint("1", "HOST"));
