@@ -66,7 +66,12 @@ fn wrap(out: &mut String, lead: &str, text: &str) {
 pub fn render(r: &Report, color: bool) -> String {
     let st = Style { color };
     let mut out = String::new();
-    let _ = writeln!(out, "{}", st.paint("1", &format!("gputrace: pid {} — {}", r.target.pid, clean(&r.target.command))));
+    let mut title = format!("gputrace: pid {} — {}", r.target.pid, clean(&r.target.command));
+    if title.chars().count() > 80 {
+        // The full command line is in the JSON report; the title keeps to one line.
+        title = title.chars().take(79).chain(['…']).collect();
+    }
+    let _ = writeln!(out, "{}", st.paint("1", &title));
     let _ = writeln!(out, "traced {:.2} s, stopped by {}", r.window.duration_s, r.window.stopped_by);
     let _ = writeln!(out);
     let _ = writeln!(out, "{} {}", st.paint("1", "VERDICT:"), st.paint("1;33", &r.verdict));
@@ -99,15 +104,8 @@ pub fn render(r: &Report, color: bool) -> String {
     if let Some(m) = r.cpu.main_thread.as_ref().filter(|m| m.on_cpu_s.is_some()) {
         let f = |v: Option<f64>| v.unwrap_or(0.0);
         let _ = writeln!(out, "\n{}", st.paint("1", "HOST"));
-        let _ = writeln!(
-            out,
-            "  main thread {}: on CPU {:.3} s, waiting for a CPU {:.3} s, I/O wait {:.3} s, sleeping {:.3} s",
-            m.tid,
-            f(m.on_cpu_s),
-            f(m.runqueue_s),
-            f(m.io_wait_s),
-            f(m.sleep_s)
-        );
+        let _ = writeln!(out, "  main thread {}: on CPU {:.3} s, waiting for a CPU {:.3} s,", m.tid, f(m.on_cpu_s), f(m.runqueue_s));
+        let _ = writeln!(out, "  {:>12}  I/O wait {:.3} s, sleeping {:.3} s", "", f(m.io_wait_s), f(m.sleep_s));
     }
     if let Some(io) = r.io.as_ref().filter(|io| io.reads + io.writes > 0) {
         let _ = writeln!(
@@ -124,14 +122,10 @@ pub fn render(r: &Report, color: bool) -> String {
         let _ = writeln!(out, "\n{}", st.paint("1", "GPU"));
         for d in &g.devices {
             let util = d.utilization_gpu_pct.map_or("?".into(), |u| format!("{u}%"));
-            let _ = writeln!(
-                out,
-                "  {} {}: {} of {} used, utilization {util}",
-                d.index,
-                clean(&d.name),
-                bytes(d.memory_used_bytes),
-                bytes(d.memory_total_bytes)
-            );
+            let sm = d.sm_activity_pct.as_ref().map_or(String::new(), |s| format!(", SMs busy {:.0}%", s.mean));
+            let _ =
+                writeln!(out, "  {} {}: {} of {} used", d.index, clean(&d.name), bytes(d.memory_used_bytes), bytes(d.memory_total_bytes));
+            let _ = writeln!(out, "    a kernel running {util} of the time{sm}");
         }
     }
     let t = &r.tracer;
