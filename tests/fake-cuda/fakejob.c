@@ -33,6 +33,7 @@
  *                          with O_DIRECT (a training loop blocked on the disk)
  *   --device-memory-mib M  give the fake GPU M MiB of memory (allocations beyond fail with
  *                          CUDA_ERROR_OUT_OF_MEMORY)
+ *   --print-time           print "work_ns N": wall time of the workers' loops (benchmarks)
  *   --settle-ms M          sleep M ms after loading CUDA, before working
  *   --lib-dir DIR          where libcuda.so.1 and libcudart.so.13 are (default: beside the binary)
  */
@@ -94,7 +95,7 @@ static int (*drv_launch_ex)(const launch_config *, void *, void **, void **);
 
 static struct {
     int gate, threads, steps, runtime_launches, driver_launches, ex_launches, graphs, item, sync, alloc_churn, fork, vmm;
-    int load_after_gate, pin_after_gate;
+    int load_after_gate, pin_after_gate, print_time;
     long kernel_us, host_us, settle_ms, sleep_ms, device_memory_mib;
     long read_bytes, read_per_step;
     char read_file[PATH_MAX];
@@ -300,7 +301,7 @@ int main(int argc, char **argv) {
 #define FLAG(name, field) if (!strcmp(a, name)) { opt.field = 1; continue; }
 #define NUM(name, field) if (!strcmp(a, name)) { opt.field = num(v); i++; continue; }
         FLAG("--gate", gate) FLAG("--sync", sync) FLAG("--fork", fork) FLAG("--load-after-gate", load_after_gate)
-        FLAG("--pin-after-gate", pin_after_gate)
+        FLAG("--pin-after-gate", pin_after_gate) FLAG("--print-time", print_time)
         NUM("--threads", threads) NUM("--steps", steps) NUM("--runtime-launches", runtime_launches)
         NUM("--driver-launches", driver_launches) NUM("--ex-launches", ex_launches) NUM("--graphs", graphs)
         NUM("--kernel-us", kernel_us) NUM("--host-us", host_us) NUM("--pageable-h2d", pageable_h2d)
@@ -334,7 +335,9 @@ int main(int argc, char **argv) {
     if (rt_malloc(&device_buf, 64 << 20)) die("cudaMalloc failed");
     pid_t reader = opt.read_file[0] && !opt.read_per_step ? start_reader() : 0;
     pid_t child = opt.fork ? fork() : 0;
+    uint64_t t0 = now_ns();
     run_workload();
+    if (opt.print_time) printf("work_ns %llu\n", (unsigned long long)(now_ns() - t0));
     if (reader > 0 && child == 0 && !opt.fork) waitpid(reader, NULL, 0);
     if (reader > 0 && opt.fork && child > 0) waitpid(reader, NULL, 0);
     rt_free(device_buf);

@@ -3,6 +3,7 @@
 //! `setup` installs what the eBPF build needs and is idempotent; every other task runs it
 //! first, so the README's two commands work on a fresh machine.
 
+mod bench;
 mod toolchain;
 
 #[path = "../../tests/fake-cuda/builder.rs"]
@@ -32,6 +33,8 @@ enum Task {
     Demo,
     /// Build everything and run every test, privileged integration tests included.
     Test,
+    /// Measure the added cost per traced launch against a bare uprobe (root; docs/benchmarks.md).
+    Bench,
 }
 
 fn root() -> PathBuf {
@@ -129,5 +132,12 @@ fn main() -> Result<()> {
         Task::Build => build().map(|_| ()),
         Task::Demo => demo(),
         Task::Test => test(),
+        Task::Bench => {
+            let gputrace = build()?;
+            let release = gputrace.parent().context("target/release")?.to_path_buf();
+            let fake = root().join("target/fake-cuda");
+            builder::build_fake_cuda(&root().join("tests/fake-cuda"), &fake).map_err(anyhow::Error::msg)?;
+            bench::run(&release, &fake)
+        }
     }
 }

@@ -4,6 +4,7 @@
 //! programs filter on the `TRACED` set, which follows the process tree through the task
 //! tracepoints, so children, exec'd workers and libraries loaded later are all covered.
 
+pub mod floor;
 mod layout;
 mod tracefs;
 

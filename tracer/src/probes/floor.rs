@@ -1,0 +1,55 @@
+//! The bare counting uprobe used as the benchmark floor (see `tracer-ebpf/src/probes/bench.rs`).
+
+use std::path::Path;
+
+use aya::{
+    maps::{MapData, PerCpuArray},
+    programs::UProbe,
+    Ebpf,
+};
+
+use super::{map_error, OBJECT};
+use crate::{
+    discover::symbols,
+    error::{Result, TraceError},
+};
+
+/// A bare uprobe on one function, for every process; removed when dropped.
+pub struct Floor {
+    _ebpf: Ebpf,
+    hits: PerCpuArray<MapData, u64>,
+}
+
+impl std::fmt::Debug for Floor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Floor").finish_non_exhaustive()
+    }
+}
+
+impl Floor {
+    pub fn attach(library: &Path, symbol: &str) -> Result<Self> {
+        if OBJECT.is_empty() {
+            return Err(TraceError::NoEbpfObject);
+        }
+        crate::preflight::check()?;
+        let mut ebpf = Ebpf::load(OBJECT).map_err(crate::preflight::classify_load_error)?;
+        let offset = *symbols::file_offsets(library, &[symbol])?.get(symbol).ok_or_else(|| map_error(symbol))?;
+        let prog: &mut UProbe =
+            ebpf.program_mut("uprobe_floor").and_then(|p| p.try_into().ok()).ok_or_else(|| map_error("uprobe_floor"))?;
+        prog.load().map_err(|source| TraceError::LoadProgram { program: "uprobe_floor".into(), source: Box::new(source) })?;
+        prog.attach(None, offset, library, None).map_err(|source| TraceError::AttachUprobe {
+            symbol: symbol.into(),
+            library: library.into(),
+            source: Box::new(source),
+        })?;
+        let hits = PerCpuArray::try_from(ebpf.take_map("FLOOR_HITS").ok_or_else(|| map_error("FLOOR_HITS"))?)
+            .map_err(|_| map_error("FLOOR_HITS"))?;
+        Ok(Self { _ebpf: ebpf, hits })
+    }
+
+    /// Hits so far, all CPUs.
+    #[must_use]
+    pub fn hits(&self) -> u64 {
+        self.hits.get(&0, 0).map_or(0, |v| v.iter().sum())
+    }
+}

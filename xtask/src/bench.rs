@@ -1,0 +1,144 @@
+//! `cargo xtask bench`: the added cost per traced launch, against the physical floor — one
+//! bare counting uprobe on the same function, in the same run (issue 9's figure of merit).
+//!
+//! One fakejob launch loop (1,000,000 `cuLaunchKernel` calls on the fake CUDA) is timed by the
+//! job itself, five times each: untraced, under the bare uprobe, under `gputrace attach`.
+//! Medians are reported.
+
+use std::{
+    io::{BufRead as _, BufReader, Write as _},
+    path::Path,
+    process::{Child, ChildStdout, Command, Stdio},
+};
+
+use anyhow::{bail, Context as _, Result};
+
+const STEPS: u64 = 20;
+const LAUNCHES_PER_STEP: u64 = 50_000;
+const REPEATS: usize = 5;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Untraced,
+    Floor,
+    Gputrace,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Untraced => "untraced",
+            Self::Floor => "bare counting uprobe",
+            Self::Gputrace => "gputrace attach",
+        }
+    }
+}
+
+fn read_line(r: &mut BufReader<ChildStdout>) -> Result<String> {
+    let mut line = String::new();
+    r.read_line(&mut line)?;
+    Ok(line.trim().to_owned())
+}
+
+/// One timed run: nanoseconds per launch.
+fn once(mode: Mode, release: &Path, fake: &Path) -> Result<f64> {
+    let mut job = Command::new(fake.join("fakejob"))
+        .args([
+            "--gate",
+            "--print-time",
+            "--kernel-us",
+            "0",
+            "--steps",
+            &STEPS.to_string(),
+            "--driver-launches",
+            &LAUNCHES_PER_STEP.to_string(),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut job_out = BufReader::new(job.stdout.take().context("stdout")?);
+    let ready = read_line(&mut job_out)?;
+    let pid = ready.strip_prefix("ready ").context("fakejob did not get ready")?.to_owned();
+    let mut tracer: Option<Child> = match mode {
+        Mode::Untraced => None,
+        Mode::Floor => {
+            let mut c = Command::new(release.join("gputrace-uprobe-floor"))
+                .arg(fake.join("libcuda.so.1"))
+                .arg("cuLaunchKernel")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()?;
+            let mut out = BufReader::new(c.stdout.take().context("stdout")?);
+            if read_line(&mut out)? != "armed" {
+                bail!("the floor probe did not arm");
+            }
+            Some(c)
+        }
+        Mode::Gputrace => {
+            let mut c = Command::new(release.join("gputrace"))
+                .args(["-v", "attach", "--json", "--nvml-hz", "0", "--pid", &pid])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()?;
+            let mut err = BufReader::new(c.stderr.take().context("stderr")?);
+            loop {
+                let mut line = String::new();
+                if err.read_line(&mut line)? == 0 {
+                    bail!("gputrace exited before arming");
+                }
+                if line.contains("armed: tracing pid") {
+                    break;
+                }
+            }
+            std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+            Some(c)
+        }
+    };
+    job.stdin.as_mut().context("stdin")?.write_all(b"go\n")?;
+    let timing = read_line(&mut job_out)?;
+    let ns: f64 = timing.strip_prefix("work_ns ").context("fakejob printed no time")?.parse()?;
+    job.wait()?;
+    if let Some(mut c) = tracer.take() {
+        match mode {
+            Mode::Floor => drop(c.stdin.take()),
+            _ => kill(c.id(), "INT"),
+        }
+        c.wait()?;
+    }
+    Ok(ns / (STEPS * LAUNCHES_PER_STEP) as f64)
+}
+
+/// Signal a child through kill(1), which keeps xtask free of a libc dependency.
+fn kill(pid: u32, signal: &str) {
+    let _ = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status();
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Prints the results table on stdout: it is the command's output, meant to be pasted into
+/// docs/benchmarks.md.
+#[expect(clippy::print_stdout, reason = "the table is this command's output")]
+pub fn run(release: &Path, fake: &Path) -> Result<()> {
+    let mut per_mode = Vec::new();
+    for mode in [Mode::Untraced, Mode::Floor, Mode::Gputrace] {
+        let runs: Vec<f64> = (0..REPEATS).map(|_| once(mode, release, fake)).collect::<Result<_>>()?;
+        eprintln!("{}: {:?} ns/launch", mode.name(), runs.iter().map(|n| (n * 10.0).round() / 10.0).collect::<Vec<_>>());
+        per_mode.push((mode, median(runs)));
+    }
+    let base = per_mode[0].1;
+    let floor = per_mode[1].1 - base;
+    println!("| mode | ns per launch (median of {REPEATS}) | added by tracing |");
+    println!("|---|---|---|");
+    for (mode, ns) in &per_mode {
+        println!("| {} | {ns:.1} | {:+.1} ns |", mode.name(), ns - base);
+    }
+    let ours = per_mode[2].1 - base;
+    println!(
+        "\ngputrace's added cost per launch: {ours:.1} ns = {:.2} × the bare-uprobe floor ({floor:.1} ns); goal ≤ 1.2 ×",
+        ours / floor
+    );
+    Ok(())
+}
