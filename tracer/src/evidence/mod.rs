@@ -13,7 +13,7 @@ mod vmm;
 
 use std::collections::BTreeMap;
 
-use gputrace_common::{drains_queue_after, spec_of, CallEvent, Family, ThreadCounters, CLONE_THREAD, KIND_TASK_NEW};
+use gputrace_common::{drains_queue_after, spec_of, CallEvent, Family, ThreadCounters, CLONE_THREAD};
 
 pub use copies::{CopyClass, CopyStats, DirStats, Direction, HostClass, HostMemory};
 pub use memory::{AllocStats, ContextCall, HostPinStats};
@@ -82,7 +82,6 @@ impl Evidence {
                 t.idle_periods += 1;
             }
             Event::TaskNew(e) => {
-                debug_assert_eq!(e.header.kind, KIND_TASK_NEW);
                 if e.flags & CLONE_THREAD == 0 && e.child_tid != 0 {
                     self.processes.entry(e.child_tid).or_default().parent = Some(e.header.tgid);
                 }

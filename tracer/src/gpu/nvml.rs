@@ -3,14 +3,7 @@
 //! tensor activity between two ticks). Slow calls (process lists take milliseconds) run once,
 //! at the end.
 
-use std::{
-    sync::{
-        atomic::{AtomicBool, Ordering},
-        mpsc, Arc,
-    },
-    thread,
-    time::Duration,
-};
+use std::{sync::mpsc, thread, time::Duration};
 
 use nvml_wrapper::{
     enums::{device::UsedGpuMemory, gpm::GpmMetricId},
@@ -26,7 +19,8 @@ const NVML_TIMEOUT: Duration = Duration::from_secs(3);
 
 #[derive(Debug)]
 pub struct Sampler {
-    stop: Arc<AtomicBool>,
+    /// Sending the traced pids ends the sampling (they are wanted for the final process list).
+    stop: mpsc::Sender<Vec<u32>>,
     done: mpsc::Receiver<Finished>,
     pub interval: Duration,
 }
@@ -45,13 +39,12 @@ impl Sampler {
         if interval.is_zero() {
             return Err("NVML sampling is off (--nvml-hz 0)".into());
         }
-        let stop = Arc::new(AtomicBool::new(false));
+        let (stop, stop_rx) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::channel();
         let (done_tx, done_rx) = mpsc::channel();
-        let flag = Arc::clone(&stop);
         thread::Builder::new()
             .name("gputrace-nvml".into())
-            .spawn(move || run(interval, &flag, &ready_tx, &done_tx))
+            .spawn(move || run(interval, &stop_rx, &ready_tx, &done_tx))
             .map_err(|e| format!("cannot start the NVML thread: {e}"))?;
         match ready_rx.recv_timeout(NVML_TIMEOUT) {
             Ok(Ok(())) => Ok(Self { stop, done: done_rx, interval }),
@@ -62,16 +55,12 @@ impl Sampler {
 
     /// Stop and collect; `pids` are the traced processes whose GPU memory is wanted.
     pub fn finish(self, pids: Vec<u32>) -> Result<Finished, String> {
-        self.stop.store(true, Ordering::Relaxed);
-        let _ = PIDS.set(pids);
+        let _ = self.stop.send(pids);
         self.done.recv_timeout(NVML_TIMEOUT + self.interval).map_err(|_| "NVML did not answer at the end of the trace".to_owned())
     }
 }
 
-/// The traced pids, handed to the sampler thread at the end.
-static PIDS: std::sync::OnceLock<Vec<u32>> = std::sync::OnceLock::new();
-
-fn run(interval: Duration, stop: &AtomicBool, ready: &mpsc::Sender<Result<(), String>>, done: &mpsc::Sender<Finished>) {
+fn run(interval: Duration, stop: &mpsc::Receiver<Vec<u32>>, ready: &mpsc::Sender<Result<(), String>>, done: &mpsc::Sender<Finished>) {
     let nvml = match Nvml::init() {
         Ok(n) => n,
         Err(e) => {
@@ -88,8 +77,13 @@ fn run(interval: Duration, stop: &AtomicBool, ready: &mpsc::Sender<Result<(), St
     let _ = ready.send(Ok(()));
     let mut last_gpm: Vec<Option<GpmSample<'_>>> = devices.iter().map(|d| d.gpm_sample().ok()).collect();
     let mut samples = Vec::new();
-    while !stop.load(Ordering::Relaxed) {
-        thread::sleep(interval);
+    // Waiting on the stop channel is the tick: it ends the wait at once when the trace stops.
+    let pids = loop {
+        match stop.recv_timeout(interval) {
+            Ok(pids) => break pids,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break Vec::new(),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
         for (index, dev) in devices.iter().enumerate() {
             let (sm_pct, tensor_pct) = gpm_activity(&nvml, dev, &mut last_gpm[index]);
             samples.push(Sample {
@@ -101,8 +95,7 @@ fn run(interval: Duration, stop: &AtomicBool, ready: &mpsc::Sender<Result<(), St
                 tensor_pct,
             });
         }
-    }
-    let pids = PIDS.get().cloned().unwrap_or_default();
+    };
     let infos = devices
         .iter()
         .enumerate()

@@ -60,7 +60,6 @@ pub struct Kernel {
     uprobe_links: Vec<(String, UProbeLinkId)>,
     tracepoint_links: Vec<(&'static str, TracePointLinkId)>,
     /// Which tracepoint groups are attached (see `TRACEPOINT_GROUPS`).
-    pub tasks_followed: bool,
     pub sched_traced: bool,
     pub io_traced: bool,
 }
@@ -140,7 +139,7 @@ impl Kernel {
                 }
             }
         }
-        let [tasks_followed, sched_traced, io_traced] = attached;
+        let [_tasks_followed, sched_traced, io_traced] = attached;
 
         let take = |ebpf: &mut Ebpf, name: &str| ebpf.take_map(name).ok_or_else(|| map_error(name));
         let traced = BpfHashMap::try_from(take(&mut ebpf, "TRACED")?).map_err(|_| map_error("TRACED"))?;
@@ -161,7 +160,6 @@ impl Kernel {
                 notes,
                 uprobe_links: Vec::new(),
                 tracepoint_links,
-                tasks_followed,
                 sched_traced,
                 io_traced,
             },
@@ -305,7 +303,7 @@ fn load_uprobe(ebpf: &mut Ebpf, name: &str) -> Result<()> {
     prog.load().map_err(|source| TraceError::LoadProgram { program: name.to_owned(), source: Box::new(source) })
 }
 
-/// Tracepoint groups, in the order of `Kernel::{tasks_followed, sched_traced, io_traced}`:
+/// Tracepoint groups (task following, then `Kernel::{sched_traced, io_traced}`):
 /// each is attached whole or not at all, and a group that fails only
 /// degrades what it feeds (with a note), never the CUDA tracing.
 /// (program, category, tracepoint) triples.

@@ -207,10 +207,9 @@ fn collect_final_state(
     for (tid, sched) in kernel.sched_stats() {
         evidence.sched.entry(tid).or_default().add(&sched, end_ns);
     }
+    // The kernel only creates entries for threads of traced processes: all of them count.
     for (tid, counters) in kernel.thread_counters() {
-        if evidence.processes.contains_key(&counters.tgid) || kernel_traced_or_root(kernel, counters.tgid, root) {
-            evidence.add_counters(tid, &counters);
-        }
+        evidence.add_counters(tid, &counters);
     }
 }
 
@@ -219,10 +218,6 @@ fn collect_final_state(
 fn tgid_of(tid: u32) -> Option<u32> {
     let text = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
     text.lines().find_map(|l| l.strip_prefix("Tgid:")?.trim().parse().ok())
-}
-
-fn kernel_traced_or_root(kernel: &Kernel, tgid: u32, root: u32) -> bool {
-    tgid == root || kernel.traced_processes().contains(&tgid)
 }
 
 fn drain(ring: &mut RingReader, kernel: &mut Kernel, evidence: &mut Evidence, host: &mut ProcMaps) {
