@@ -3,6 +3,7 @@
 
 use std::{
     io::{self, IsTerminal as _, Write as _},
+    path::PathBuf,
     time::Duration,
 };
 
@@ -10,6 +11,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::{
     error::{exit, TraceError},
+    record::{self, reader::Damage, Plan, Recorder},
     report::{self, Report},
     session::{self, Target},
 };
@@ -42,6 +44,62 @@ enum Command {
         #[arg(last = true, required = true, value_name = "CMD")]
         argv: Vec<String>,
     },
+    /// Record a process (or a command) to a file, to report on or export later.
+    Record {
+        /// The process to record (or give a command after `--`).
+        #[arg(long, required_unless_present = "argv", conflicts_with = "argv")]
+        pid: Option<u32>,
+        /// The recording file (created 0600; a file or symlink there is replaced, never
+        /// written through).
+        #[arg(short, long, value_name = "FILE")]
+        output: PathBuf,
+        #[command(flatten)]
+        limits: RecordLimits,
+        /// Stop after this many seconds (default: when the target exits or on Ctrl-C).
+        #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+        duration: Option<Duration>,
+        /// NVML samples per second; 0 turns NVML off.
+        #[arg(long, value_name = "HZ", default_value_t = 10.0, value_parser = parse_hz)]
+        nvml_hz: f64,
+        /// Also print the live report as JSON on stdout (a recorded command's output then
+        /// goes to stderr).
+        #[arg(long)]
+        json: bool,
+        /// The command to start and record, after `--`.
+        #[arg(last = true, value_name = "CMD")]
+        argv: Vec<String>,
+    },
+    /// The report of a recording, computed offline.
+    Report {
+        /// A file written by `gputrace record`.
+        file: PathBuf,
+        /// Print the report as one JSON document on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Export a recording as a timeline.
+    Export {
+        /// A file written by `gputrace record`.
+        file: PathBuf,
+        /// Write a Chrome trace-event JSON file that ui.perfetto.dev (and `chrome://tracing`) opens.
+        #[arg(long, value_name = "OUT.json")]
+        perfetto: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+struct RecordLimits {
+    /// Start a new file once this one reaches SIZE (e.g. 512M, 2G); older files are kept as
+    /// FILE.1, FILE.2, … With --flight-recorder: the most the buffer may hold.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    max_size: Option<u64>,
+    /// How many older files rotation (or flight-recorder dumps) keeps.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    keep: u32,
+    /// Flight recorder: keep only the last SECS in memory and write them to FILE on SIGUSR1,
+    /// when a high-severity diagnosis fires, and at the end.
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    flight_recorder: Option<Duration>,
 }
 
 #[derive(Debug, Args)]
@@ -74,23 +132,51 @@ fn parse_hz(s: &str) -> Result<f64, String> {
     Ok(hz)
 }
 
-/// A validated job.
-#[derive(Debug)]
-pub struct Job {
-    target: Target,
-    duration: Option<Duration>,
-    json: bool,
-    /// Zero: NVML off.
-    nvml_interval: Duration,
+/// `512M`, `2G`, `100k` or a number of bytes.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (digits, unit) = t.find(|c: char| !c.is_ascii_digit()).map_or((t, ""), |i| t.split_at(i));
+    let n: u64 = digits.parse().map_err(|_| format!("`{s}` is not a size (e.g. 512M, 2G)"))?;
+    let mult: u64 = match unit.to_ascii_uppercase().trim_end_matches(['B', 'I']) {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        _ => return Err(format!("`{s}`: unknown unit `{unit}` (use K, M or G)")),
+    };
+    let bytes = n.checked_mul(mult).ok_or_else(|| format!("`{s}` is too large"))?;
+    if bytes < 1 << 16 {
+        return Err(format!("`{s}` is too small for a recording file (at least 64K)"));
+    }
+    Ok(bytes)
 }
 
-impl Common {
-    fn nvml_interval(&self) -> Duration {
-        if self.nvml_hz == 0.0 {
-            Duration::ZERO
-        } else {
-            Duration::from_secs_f64(1.0 / self.nvml_hz)
-        }
+/// A validated job.
+#[derive(Debug)]
+pub enum Job {
+    Trace {
+        target: Target,
+        duration: Option<Duration>,
+        json: bool,
+        /// Zero: NVML off.
+        nvml_interval: Duration,
+        record: Option<Plan>,
+    },
+    Report {
+        file: PathBuf,
+        json: bool,
+    },
+    Export {
+        file: PathBuf,
+        perfetto: PathBuf,
+    },
+}
+
+fn nvml_interval(hz: f64) -> Duration {
+    if hz == 0.0 {
+        Duration::ZERO
+    } else {
+        Duration::from_secs_f64(1.0 / hz)
     }
 }
 
@@ -98,29 +184,150 @@ impl Cli {
     #[must_use]
     pub fn job(self) -> Job {
         match self.command {
-            Command::Attach { pid, common } => {
-                Job { target: Target::Attach { pid }, duration: common.duration, json: common.json, nvml_interval: common.nvml_interval() }
-            }
-            Command::Run { common, argv } => Job {
+            Command::Attach { pid, common } => Job::Trace {
+                target: Target::Attach { pid },
+                duration: common.duration,
+                json: common.json,
+                nvml_interval: nvml_interval(common.nvml_hz),
+                record: None,
+            },
+            Command::Run { common, argv } => Job::Trace {
                 target: Target::Run { argv, quiet_stdout: common.json },
                 duration: common.duration,
                 json: common.json,
-                nvml_interval: common.nvml_interval(),
+                nvml_interval: nvml_interval(common.nvml_hz),
+                record: None,
             },
+            Command::Record { pid, output, limits, duration, nvml_hz, json, argv } => Job::Trace {
+                target: match pid {
+                    Some(pid) => Target::Attach { pid },
+                    None => Target::Run { argv, quiet_stdout: json },
+                },
+                duration,
+                json,
+                nvml_interval: nvml_interval(nvml_hz),
+                record: Some(Plan {
+                    path: output,
+                    max_bytes: limits.max_size,
+                    keep: limits.keep,
+                    flight: limits.flight_recorder,
+                    mode: 0o600,
+                }),
+            },
+            Command::Report { file, json } => Job::Report { file, json },
+            Command::Export { file, perfetto } => Job::Export { file, perfetto },
         }
     }
 }
 
-/// Run a job to its report; returns the process exit code.
+/// Run a job to its end; returns the process exit code.
 pub async fn execute(job: Job) -> i32 {
-    let mut outcome = match session::trace(job.target, job.duration, job.nvml_interval).await {
+    match job {
+        Job::Trace { target, duration, json, nvml_interval, record } => trace(target, duration, json, nvml_interval, record).await,
+        Job::Report { file, json } => offline_report(&file, json),
+        Job::Export { file, perfetto } => export(&file, &perfetto),
+    }
+}
+
+async fn trace(target: Target, duration: Option<Duration>, json: bool, nvml_interval: Duration, record: Option<Plan>) -> i32 {
+    let recorder = match record.map(|plan| {
+        let path = plan.path.clone();
+        Recorder::new(plan).map_err(|e| TraceError::io("creating the recording", path, e))
+    }) {
+        Some(Ok(r)) => Some(r),
+        Some(Err(e)) => return fail(&e),
+        None => None,
+    };
+    let recording = recorder.is_some();
+    let mut outcome = match session::trace(target, duration, nvml_interval, recorder).await {
         Ok(o) => o,
         Err(e) => return fail(&e),
     };
     let report = report::build::build(&outcome);
-    let code = print_report(&report, job.json);
+    let mut code = if recording { recorded(&outcome, &report) } else { exit::OK };
+    if json || !recording {
+        let printed = print_report(&report, json);
+        code = code.max(printed);
+    }
     outcome.detach();
     code
+}
+
+/// The closing lines of `record` (on stderr: stdout belongs to the recorded command).
+fn recorded(outcome: &session::Outcome, report: &Report) -> i32 {
+    let Some(w) = &outcome.written else { return exit::FAILURE };
+    let files: Vec<String> = w.files.iter().map(|p| p.display().to_string()).collect();
+    eprintln!(
+        "gputrace: recorded {:.1} s of pid {} ({} frames, {:.1} MB) to {}; verdict: {}",
+        report.window.duration_s,
+        report.target.pid,
+        w.frames,
+        w.bytes as f64 / 1e6,
+        files.join(", "),
+        report.verdict
+    );
+    eprintln!("gputrace: read it with `gputrace report {}` or `gputrace export {} --perfetto OUT.json`", files[0], files[0]);
+    match &w.error {
+        Some(e) => {
+            eprintln!("gputrace: {e}");
+            exit::FAILURE
+        }
+        None => exit::OK,
+    }
+}
+
+/// Exit code for a recording read with damage: a cut tail is what a killed recorder leaves
+/// (the report of what was written is the point of recording), anything else is damage.
+fn damage_code(damage: Option<&Damage>) -> i32 {
+    match damage {
+        None | Some(Damage::Truncated { .. }) => exit::OK,
+        Some(_) => exit::BAD_RECORDING,
+    }
+}
+
+fn read_recording(file: &std::path::Path) -> Result<record::Replayed, i32> {
+    record::replay(file).map_err(|e| {
+        eprintln!("gputrace: {e}");
+        exit::BAD_RECORDING
+    })
+}
+
+fn offline_report(file: &std::path::Path, json: bool) -> i32 {
+    let replayed = match read_recording(file) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    if let Some(d) = &replayed.damage {
+        eprintln!("gputrace: {}: {d}; reporting what was read before it", file.display());
+    }
+    let report = report::build::build(&replayed.outcome);
+    let printed = print_report(&report, json);
+    if printed == exit::OK {
+        damage_code(replayed.damage.as_ref())
+    } else {
+        printed
+    }
+}
+
+fn export(file: &std::path::Path, out: &std::path::Path) -> i32 {
+    let replayed = match read_recording(file) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    if let Some(d) = &replayed.damage {
+        eprintln!("gputrace: {}: {d}; exporting what was read before it", file.display());
+    }
+    let report = report::build::build(&replayed.outcome);
+    match crate::export::perfetto::write(file, &replayed, &report, out) {
+        Ok(n) => {
+            eprintln!("gputrace: wrote {n} trace events to {}; open it at https://ui.perfetto.dev", out.display());
+            damage_code(replayed.damage.as_ref())
+        }
+        Err(e) => {
+            eprintln!("gputrace: exporting to {}: {e}", out.display());
+            exit::FAILURE
+        }
+    }
 }
 
 fn fail(e: &TraceError) -> i32 {

@@ -31,12 +31,13 @@ impl RingReader {
         Ok(())
     }
 
-    /// Decode every record available now, in order.
-    pub fn drain(&mut self, mut sink: impl FnMut(Result<Event, DecodeError>)) -> usize {
+    /// Decode every record available now, in order; the sink gets the raw bytes too (for a
+    /// recording).
+    pub fn drain(&mut self, mut sink: impl FnMut(&[u8], Result<Event, DecodeError>)) -> usize {
         let ring = self.fd.get_mut();
         let mut n = 0;
         while let Some(item) = ring.next() {
-            sink(decode(&item));
+            sink(&item, decode(&item));
             n += 1;
         }
         n

@@ -5,7 +5,7 @@
 use std::{collections::BTreeMap, fs};
 
 /// The `cpu.stat` counters that matter here.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CpuStat {
     pub nr_periods: u64,
     pub nr_throttled: u64,

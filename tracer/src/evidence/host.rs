@@ -39,6 +39,31 @@ impl SchedStats {
         self.voluntary_switches += s.voluntary_switches;
     }
 
+    /// Add another reading's figures (a thread seen in two segments, or exited and final).
+    pub fn merge(&mut self, o: &Self) {
+        self.pid = o.pid;
+        self.on_cpu_ns += o.on_cpu_ns;
+        self.runqueue_ns += o.runqueue_ns;
+        self.blocked_ns += o.blocked_ns;
+        self.sleep_ns += o.sleep_ns;
+        self.preemptions += o.preemptions;
+        self.voluntary_switches += o.voluntary_switches;
+    }
+
+    /// What accrued since `before`, an earlier reading of the same thread.
+    #[must_use]
+    pub fn since(&self, before: &Self) -> Self {
+        Self {
+            pid: self.pid,
+            on_cpu_ns: self.on_cpu_ns.saturating_sub(before.on_cpu_ns),
+            runqueue_ns: self.runqueue_ns.saturating_sub(before.runqueue_ns),
+            blocked_ns: self.blocked_ns.saturating_sub(before.blocked_ns),
+            sleep_ns: self.sleep_ns.saturating_sub(before.sleep_ns),
+            preemptions: self.preemptions.saturating_sub(before.preemptions),
+            voluntary_switches: self.voluntary_switches.saturating_sub(before.voluntary_switches),
+        }
+    }
+
     #[must_use]
     pub fn total_ns(&self) -> u64 {
         self.on_cpu_ns + self.runqueue_ns + self.blocked_ns + self.sleep_ns

@@ -6,6 +6,7 @@ pub mod account;
 mod copies;
 pub mod host;
 mod memory;
+pub mod snapshot;
 #[cfg(test)]
 mod tests;
 mod threads;
@@ -43,7 +44,7 @@ pub struct ProcessSeen {
     pub exited: bool,
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Evidence {
     pub copies: CopyStats,
     pub memsets: (u64, u64),

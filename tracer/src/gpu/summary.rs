@@ -3,7 +3,7 @@
 use crate::report::model::{Distribution, GpuDevice};
 
 /// One reading of one device, on the eBPF clock (`CLOCK_MONOTONIC`).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Sample {
     pub at_ns: u64,
     pub device: u32,
@@ -16,7 +16,7 @@ pub struct Sample {
 }
 
 /// What does not change during a trace.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DeviceInfo {
     pub index: u32,
     pub uuid: String,

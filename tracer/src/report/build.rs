@@ -77,7 +77,8 @@ pub fn build(outcome: &Outcome) -> Report {
         time_account: time_account(ev, window_ns),
         tracer: Tracer {
             lost_events,
-            complete: lost_events == 0,
+            // A damaged recording lost an unknown amount after the damage.
+            complete: lost_events == 0 && outcome.recording.as_ref().is_none_or(|r| r.closed && r.damage.is_none() && r.frames_dropped == 0),
             loss,
             probes: probe_hits(ev, outcome),
             libraries: outcome
@@ -88,6 +89,7 @@ pub fn build(outcome: &Outcome) -> Report {
             attach_ms: outcome.attach_ms,
             maps_reads: outcome.maps_reads,
             notes: outcome.notes.clone(),
+            recording: outcome.recording.clone(),
         },
     }
 }

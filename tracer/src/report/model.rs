@@ -378,6 +378,9 @@ pub struct Tracer {
     /// Times a process memory map was read to classify copies.
     pub maps_reads: u64,
     pub notes: Vec<String>,
+    /// Present when the report was made from a recording (`gputrace report FILE`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recording: Option<crate::session::RecordingNote>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

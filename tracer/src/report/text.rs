@@ -138,10 +138,16 @@ pub fn render(r: &Report, color: bool) -> String {
         t.attach_ms,
         if t.complete {
             "no events lost".to_owned()
-        } else {
+        } else if t.lost_events > 0 {
             st.paint("31", &format!("{} events LOST: counts are incomplete", t.lost_events))
+        } else {
+            st.paint("31", "the recording is incomplete: counts are a lower bound")
         }
     );
+    if let Some(rec) = &t.recording {
+        let what = if rec.from_session_start { "from the start of the session" } else { "a later part of the session" };
+        wrap(&mut out, "  from recording: ", &clean(&format!("{} ({} mode, segment {}, {what}, {} frames)", rec.file, rec.mode, rec.segment, rec.frames)));
+    }
     for n in &t.notes {
         wrap(&mut out, "  note: ", &clean(n));
     }

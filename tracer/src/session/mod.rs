@@ -2,9 +2,13 @@
 //! collect until a stop condition, and hand the evidence to the report. This is the only
 //! place that sequences the stages; each stage lives in its own module.
 
+mod checkpoint;
 mod target;
 
-use std::time::{Duration, Instant};
+use std::{
+    collections::BTreeSet,
+    time::{Duration, Instant},
+};
 
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -14,17 +18,28 @@ use crate::{
     decode::Event,
     discover::{libraries, process},
     error::{Result, TraceError},
-    evidence::Evidence,
-    gpu::nvml::{Finished as GpuSamples, Sampler},
+    evidence::{Evidence, HostClass, HostMemory},
+    gpu::{
+        nvml::{Finished as GpuSamples, Sampler},
+        Sample,
+    },
     probes::Kernel,
+    record::{
+        format::{End, GpuStart, HostAnswer, Start, Trigger},
+        Recorder, Written,
+    },
 };
 
+use checkpoint::SnapshotReader;
 use target::{forward_sigterm, wait_child};
 pub use target::{gate_then_exec, Target, GATE_ARG};
 
 /// How often the traced processes' memory maps are rescanned for CUDA libraries loaded
 /// after attach (dlopen) and for processes that exited unseen.
 const RESCAN_EVERY: Duration = Duration::from_millis(200);
+/// How often a recording is checkpointed and flushed: at most this much is lost when the
+/// recorder is killed.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -32,6 +47,57 @@ pub enum StopReason {
     Duration,
     Signal,
     TargetExited,
+    /// A recording file that ends because the recording went on in the next file.
+    Rotated,
+    /// A recording that ends without its end record (the recorder was killed, the disk filled).
+    RecordingCut,
+    /// A flight recorder's file written mid-session (on a signal or a diagnosis).
+    FlightDump,
+}
+
+impl StopReason {
+    /// The reason as recorded (`window.stopped_by`); unknown words read as a cut recording.
+    #[must_use]
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "duration" => Self::Duration,
+            "signal" => Self::Signal,
+            "target-exited" => Self::TargetExited,
+            "rotated" => Self::Rotated,
+            "flight-dump" => Self::FlightDump,
+            _ => Self::RecordingCut,
+        }
+    }
+
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Duration => "duration",
+            Self::Signal => "signal",
+            Self::TargetExited => "target-exited",
+            Self::Rotated => "rotated",
+            Self::RecordingCut => "recording-cut",
+            Self::FlightDump => "flight-dump",
+        }
+    }
+}
+
+/// Where a report's evidence came from when it was read from a recording.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RecordingNote {
+    pub file: String,
+    /// `file` or `flight`.
+    pub mode: String,
+    pub segment: u32,
+    pub from_session_start: bool,
+    pub frames: u64,
+    /// Frames the recorder could not write (a full disk).
+    pub frames_dropped: u64,
+    /// Where reading stopped early, and why.
+    pub damage: Option<String>,
+    /// Whether the file was closed properly (an end record, or a flight recorder's dump):
+    /// a file without one ends at the recorder's last flush.
+    pub closed: bool,
 }
 
 /// Everything a report needs from a finished session.
@@ -56,46 +122,65 @@ pub struct Outcome {
     pub probes: Option<Kernel>,
     /// NVML samples, and the sampling interval; None where NVML is unavailable.
     pub gpu: Option<(GpuSamples, Duration)>,
+    /// Set when the outcome was read back from a recording.
+    pub recording: Option<RecordingNote>,
+    /// What a live session wrote to its recording.
+    pub written: Option<Written>,
 }
 
-/// Trace `target` until `duration`, a signal, or the end of the traced process tree.
-pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Duration) -> Result<Outcome> {
+/// Trace `target` until `duration`, a signal, or the end of the traced process tree; with a
+/// `recorder`, everything the report needs is also written to it as it happens.
+pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Duration, recorder: Option<Recorder>) -> Result<Outcome> {
     let began = Instant::now();
     let mut notes = Vec::new();
     // NVML first, so that its samples cover the whole window.
     let sampler = start_sampler(nvml_interval, &mut notes).await;
     let (mut kernel, ring) = Kernel::load()?;
     notes.extend(kernel.notes.iter().cloned());
-    let mut ring = RingReader::new(ring).map_err(|e| TraceError::io("watching the ring buffer", "EVENTS", e))?;
+    let ring = RingReader::new(ring).map_err(|e| TraceError::io("watching the ring buffer", "EVENTS", e))?;
     let started = target.start(&mut kernel)?;
     let mut child = started.child;
     let mut exit_status = None;
     let attach_ms = began.elapsed().as_secs_f64() * 1e3;
     let start_ns = clock::monotonic_ns();
     let pid = started.pid;
-    let cgroups_before = crate::discover::cgroup::snapshot(&kernel.traced_processes());
     // Tests and scripts wait for this line (with -v) before starting the traced work.
     log::info!("armed: tracing pid {pid} with probes in {} libraries after {attach_ms:.0} ms", kernel.attached_libraries().len());
-
     if kernel.attached_libraries().is_empty() {
         let note = format!("process {pid} has not loaded the CUDA driver (libcuda) yet; waiting for it to be loaded");
         log::warn!("{note}");
         notes.push(note);
     }
-
-    let mut evidence = Evidence::default();
-    let mut host = ProcMaps::default();
+    let mut live = Live {
+        snapshots: SnapshotReader::new(&kernel, pid),
+        kernel,
+        ring,
+        evidence: Evidence::default(),
+        host: ProcMaps::default(),
+        tape: None,
+        notes,
+        sampler,
+        start_ns,
+    };
+    if let Some(r) = recorder {
+        live.begin_recording(r, &started.command, pid, attach_ms);
+    }
+    let flight = live.tape.as_ref().is_some_and(|t| t.recorder.is_flight());
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| TraceError::io("installing", "SIGINT handler", e))?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| TraceError::io("installing", "SIGTERM handler", e))?;
+    // SIGUSR1 writes a flight recorder out; otherwise its default action (terminate) stays.
+    let mut sigusr1 =
+        if flight { Some(signal(SignalKind::user_defined1()).map_err(|e| TraceError::io("installing", "SIGUSR1 handler", e))?) } else { None };
     let deadline = tokio::time::sleep(duration.unwrap_or(Duration::from_secs(u64::MAX / 4)));
     tokio::pin!(deadline);
     let mut rescan = tokio::time::interval(RESCAN_EVERY);
+    let mut checkpoint_tick = tokio::time::interval_at(tokio::time::Instant::now() + CHECKPOINT_EVERY, CHECKPOINT_EVERY);
 
     let stopped_by = loop {
         tokio::select! {
-            r = ring.readable() => {
+            r = live.ring.readable() => {
                 r.map_err(|e| TraceError::io("reading", "the ring buffer", e))?;
-                drain(&mut ring, &mut kernel, &mut evidence, &mut host);
+                live.drain();
             }
             () = &mut deadline => break StopReason::Duration,
             _ = sigint.recv() => break StopReason::Signal,
@@ -105,15 +190,22 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
             }
             status = wait_child(&mut child) => {
                 exit_status = status;
-                drain(&mut ring, &mut kernel, &mut evidence, &mut host);
-                reap_gone(&mut kernel);
-                if kernel.traced_processes().is_empty() { break StopReason::TargetExited; }
+                live.drain();
+                reap_gone(&mut live.kernel);
+                if live.kernel.traced_processes().is_empty() { break StopReason::TargetExited; }
             }
             _ = rescan.tick() => {
-                drain(&mut ring, &mut kernel, &mut evidence, &mut host);
-                rescan_libraries(&mut kernel);
-                reap_gone(&mut kernel);
-                if kernel.traced_processes().is_empty() { break StopReason::TargetExited; }
+                live.drain();
+                rescan_libraries(&mut live.kernel);
+                reap_gone(&mut live.kernel);
+                if live.kernel.traced_processes().is_empty() { break StopReason::TargetExited; }
+            }
+            _ = checkpoint_tick.tick(), if live.tape.is_some() => live.checkpoint(flight),
+            () = recv_or_pend(sigusr1.as_mut()) => {
+                live.checkpoint(false);
+                if let Some(t) = live.tape.as_mut() {
+                    t.recorder.trigger(&Trigger { at_ns: clock::monotonic_ns(), reason: "signal".into(), ..Trigger::default() });
+                }
             }
         }
     };
@@ -122,35 +214,176 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
         // The tree is gone; reap the command we started for its exit code.
         exit_status = tokio::time::timeout(Duration::from_secs(1), wait_child(&mut child)).await.ok().flatten();
     }
-    drain(&mut ring, &mut kernel, &mut evidence, &mut host);
-    collect_final_state(&kernel, &mut evidence, &cgroups_before, pid, end_ns);
-    let gpu = match sampler {
-        Some(sampler) => {
-            let mut pids: Vec<u32> = evidence.processes.keys().copied().collect();
-            pids.push(pid);
-            finish_sampler(sampler, pids, &mut notes).await.map(|finished| (finished, nvml_interval))
+    let mut outcome = live.conclude(pid, end_ns, stopped_by, exit_status, nvml_interval).await;
+    outcome.command = started.command;
+    outcome.attach_ms = attach_ms;
+    Ok(outcome)
+}
+
+/// The state of a session while it traces.
+struct Live {
+    kernel: Kernel,
+    ring: RingReader,
+    evidence: Evidence,
+    host: ProcMaps,
+    tape: Option<Tape>,
+    snapshots: SnapshotReader,
+    notes: Vec<String>,
+    sampler: Option<Sampler>,
+    start_ns: u64,
+}
+
+impl Live {
+    fn drain(&mut self) {
+        drain(&mut self.ring, &mut self.kernel, &mut self.evidence, &mut self.host, self.tape.as_mut());
+    }
+
+    fn begin_recording(&mut self, mut r: Recorder, command: &str, pid: u32, attach_ms: f64) {
+        r.begin(start_record(&self.kernel, command, pid, self.start_ns, attach_ms, self.sampler.as_ref()));
+        // The first checkpoint: a baseline for files that do not start with the session.
+        let first = self.snapshots.read(&self.kernel, self.start_ns);
+        r.checkpoint(checkpoint::checkpoint(first, &self.kernel, &self.evidence, &self.notes, 0), &[]);
+        self.tape = Some(Tape { recorder: r, samples: Vec::new(), diagnosis_fired: false });
+    }
+
+    /// Write a recording checkpoint; a flight recorder also diagnoses the window so far.
+    fn checkpoint(&mut self, diagnose: bool) {
+        self.drain();
+        let Some(t) = self.tape.as_mut() else { return };
+        let snapshot = self.snapshots.read(&self.kernel, clock::monotonic_ns());
+        let fresh = self.sampler.as_ref().map(Sampler::take_samples).unwrap_or_default();
+        t.samples.extend(fresh.iter().cloned());
+        let cp = checkpoint::checkpoint(snapshot, &self.kernel, &self.evidence, &self.notes, self.host.reads);
+        // The checkpoint goes first: a dump that follows must hold the counters up to now.
+        t.recorder.checkpoint(cp.clone(), &fresh);
+        if diagnose && !t.diagnosis_fired {
+            t.check_diagnosis(&self.evidence, &cp.snapshot, self.start_ns, self.sampler.as_ref());
         }
-        None => None,
-    };
-    let (sched_traced, io_traced) = (kernel.sched_traced, kernel.io_traced);
-    Ok(Outcome {
-        sched_traced,
-        io_traced,
-        gpu,
-        evidence,
-        target_pid: pid,
-        command: started.command,
-        exit_status,
+    }
+
+    /// Fold in the final state, stop NVML, close the recording.
+    async fn conclude(mut self, pid: u32, end_ns: u64, stopped_by: StopReason, exit_status: Option<i32>, nvml_interval: Duration) -> Outcome {
+        self.drain();
+        // What the maps hold at the end: live threads' counters and scheduler accounting (their
+        // open state closed at `end_ns`), who took the CPU, the cgroups' throttling since start.
+        let last = self.snapshots.read(&self.kernel, end_ns);
+        last.apply(&mut self.evidence, None, &BTreeSet::new());
+        let gpu = match self.sampler.take() {
+            Some(sampler) => {
+                let pids: Vec<u32> = self.evidence.processes.keys().copied().chain([pid]).collect();
+                let taken = self.tape.as_mut().map(|t| std::mem::take(&mut t.samples)).unwrap_or_default();
+                finish_sampler(sampler, pids, &mut self.notes).await.map(|mut finished| {
+                    if let Some(t) = self.tape.as_mut() {
+                        t.recorder.samples(&finished.samples);
+                    }
+                    finished.samples.splice(0..0, taken);
+                    (finished, nvml_interval)
+                })
+            }
+            None => None,
+        };
+        let written = self.tape.take().map(|t| {
+            let end = End {
+                end_ns,
+                stopped_by: stopped_by.as_str().into(),
+                exit_status,
+                gpu_devices: gpu.as_ref().map(|(g, _)| g.devices.clone()),
+                checkpoint: checkpoint::checkpoint(last, &self.kernel, &self.evidence, &self.notes, self.host.reads),
+            };
+            t.recorder.end(&end)
+        });
+        Outcome {
+            sched_traced: self.kernel.sched_traced,
+            io_traced: self.kernel.io_traced,
+            gpu,
+            evidence: self.evidence,
+            target_pid: pid,
+            command: String::new(),
+            exit_status,
+            start_ns: self.start_ns,
+            end_ns,
+            stopped_by,
+            libraries: self.kernel.attached_libraries(),
+            losses: self.kernel.losses(),
+            probes: Some(self.kernel),
+            attach_ms: 0.0,
+            notes: self.notes,
+            maps_reads: self.host.reads,
+            recording: None,
+            written,
+        }
+    }
+}
+
+/// A recording in progress, with what the session keeps for it.
+struct Tape {
+    recorder: Recorder,
+    /// NVML samples taken off the sampler at checkpoints (for the live report too).
+    samples: Vec<Sample>,
+    /// A flight recorder writes itself out once when a serious problem shows.
+    diagnosis_fired: bool,
+}
+
+impl Tape {
+    /// Diagnose the window so far; a `high` problem writes the flight recorder out.
+    fn check_diagnosis(&mut self, ev: &Evidence, snapshot: &crate::evidence::snapshot::Snapshot, start_ns: u64, sampler: Option<&Sampler>) {
+        let mut so_far = ev.clone();
+        snapshot.apply(&mut so_far, None, &BTreeSet::new());
+        let devices = sampler.map(|s| crate::gpu::summarize(&s.devices, &self.samples, start_ns, snapshot.at_ns));
+        let window_ns = snapshot.at_ns.saturating_sub(start_ns);
+        let (verdict, diagnoses) = crate::detect::diagnose(&crate::detect::Inputs { window_ns, evidence: &so_far, gpu: devices.as_deref() });
+        if let Some(d) = diagnoses.iter().find(|d| d.id == verdict && d.severity == "high" && d.id != "gpu-bound") {
+            self.diagnosis_fired = true;
+            log::info!("flight recorder: {} fired ({}); writing the buffer out", d.id, d.summary);
+            self.recorder.trigger(&Trigger {
+                at_ns: snapshot.at_ns,
+                reason: "diagnosis".into(),
+                diagnosis: Some(d.id.clone()),
+                summary: Some(d.summary.clone()),
+            });
+        }
+    }
+}
+
+/// The next signal where one is wanted, else never.
+async fn recv_or_pend(sig: Option<&mut tokio::signal::unix::Signal>) {
+    match sig {
+        Some(s) => {
+            s.recv().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+fn start_record(kernel: &Kernel, command: &str, pid: u32, start_ns: u64, attach_ms: f64, sampler: Option<&Sampler>) -> Start {
+    let uname = nix_uname();
+    Start {
+        format: "gputrace.recording/1".into(),
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+        host: uname.0,
+        kernel: uname.1,
+        started_unix_s: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
         start_ns,
-        end_ns,
-        stopped_by,
-        libraries: kernel.attached_libraries(),
-        losses: kernel.losses(),
-        probes: Some(kernel),
+        target_pid: pid,
+        command: command.into(),
         attach_ms,
-        notes,
-        maps_reads: host.reads,
-    })
+        sched_traced: kernel.sched_traced,
+        io_traced: kernel.io_traced,
+        gpu: sampler.map(|s| GpuStart {
+            driver_version: s.driver_version.clone(),
+            devices: s.devices.clone(),
+            sample_interval_s: s.interval.as_secs_f64(),
+        }),
+        segment: 0,
+        from_session_start: true,
+        mode: String::new(),
+    }
+}
+
+/// Host name and kernel release.
+fn nix_uname() -> (String, String) {
+    let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_owned()).unwrap_or_default();
+    (read("/proc/sys/kernel/hostname"), read("/proc/sys/kernel/osrelease"))
 }
 
 /// Start NVML sampling; where that fails, say why in `notes` and trace without it.
@@ -184,68 +417,66 @@ async fn finish_sampler(sampler: Sampler, pids: Vec<u32>, notes: &mut Vec<String
     }
 }
 
-/// What the maps hold at the end: live threads' scheduler accounting (their open state closed
-/// at `end_ns`) and launch counters, who took the CPU, and the cgroups' throttling since start.
-fn collect_final_state(
-    kernel: &Kernel,
-    evidence: &mut Evidence,
-    cgroups_before: &std::collections::BTreeMap<String, crate::discover::cgroup::CpuStat>,
-    root: u32,
-    end_ns: u64,
-) {
-    let cgroups_after = crate::discover::cgroup::snapshot(&kernel.traced_processes().into_iter().chain([root]).collect::<Vec<_>>());
-    evidence.cgroups =
-        cgroups_after.iter().filter_map(|(path, after)| Some((path.clone(), after.since(cgroups_before.get(path)?)))).collect();
-    evidence.preempted_by = kernel
-        .preempted_by()
-        .into_iter()
-        .map(|(tid, n)| {
-            let stat = process::stat(tid);
-            (tid, n, stat.as_ref().map(|s| tgid_of(tid).unwrap_or(s.pid)), stat.map(|s| s.comm).unwrap_or_default())
-        })
-        .collect();
-    for (tid, sched) in kernel.sched_stats() {
-        evidence.sched.entry(tid).or_default().add(&sched, end_ns);
-    }
-    // The kernel only creates entries for threads of traced processes: all of them count.
-    for (tid, counters) in kernel.thread_counters() {
-        evidence.add_counters(tid, &counters);
-    }
-}
-
-/// The process a thread id belongs to (`Tgid:` in `/proc/TID/status`; thread ids are
-/// reachable under `/proc` even though they are not listed).
-fn tgid_of(tid: u32) -> Option<u32> {
-    let text = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    text.lines().find_map(|l| l.strip_prefix("Tgid:")?.trim().parse().ok())
-}
-
-fn drain(ring: &mut RingReader, kernel: &mut Kernel, evidence: &mut Evidence, host: &mut ProcMaps) {
-    ring.drain(|decoded| match decoded {
-        Ok(event) => {
-            let pid = event.header().tgid;
-            // Enrichment: who owns the process, read while it is still alive.
-            evidence.uids.entry(pid).or_insert_with(|| process::uid(pid));
-            evidence.apply(&event, host);
-            match event {
-                Event::TaskExit(e) => {
-                    // The thread is gone: fold its counters in and free its map slot.
-                    if let Some(c) = kernel.take_thread(e.header.tid) {
-                        evidence.add_counters(e.header.tid, &c);
-                    }
-                    if e.header.tid == e.header.tgid {
-                        kernel.untrace_process(e.header.tgid);
+fn drain(ring: &mut RingReader, kernel: &mut Kernel, evidence: &mut Evidence, host: &mut ProcMaps, mut tape: Option<&mut Tape>) {
+    ring.drain(|bytes, decoded| {
+        let event = match decoded {
+            Ok(event) => event,
+            Err(e) => {
+                log::debug!("undecodable record: {e}");
+                evidence.decode_errors += 1;
+                if let Some(t) = tape.as_deref_mut() {
+                    t.recorder.event(bytes);
+                }
+                return;
+            }
+        };
+        let pid = event.header().tgid;
+        // Enrichment: who owns the process, read while it is still alive.
+        evidence.uids.entry(pid).or_insert_with(|| process::uid(pid));
+        match tape.as_deref_mut() {
+            Some(t) => {
+                // The host-memory answers are recorded before their event, so a replay has
+                // them at hand when it folds the event in.
+                let mut answers = Answering { inner: host, answers: Vec::new() };
+                evidence.apply(&event, &mut answers);
+                for a in answers.answers {
+                    t.recorder.host_answer(a);
+                }
+                t.recorder.event(bytes);
+            }
+            None => evidence.apply(&event, host),
+        }
+        match event {
+            Event::TaskExit(e) => {
+                // The thread is gone: fold its counters in and free its map slot.
+                if let Some(c) = kernel.take_thread(e.header.tid) {
+                    evidence.add_counters(e.header.tid, &c);
+                    if let Some(t) = tape.as_deref_mut() {
+                        t.recorder.thread_exit(e.header.tid, &c);
                     }
                 }
-                Event::TaskExec(e) => attach_mapped(kernel, e.header.tgid),
-                _ => {}
+                if e.header.tid == e.header.tgid {
+                    kernel.untrace_process(e.header.tgid);
+                }
             }
-        }
-        Err(e) => {
-            log::debug!("undecodable record: {e}");
-            evidence.decode_errors += 1;
+            Event::TaskExec(e) => attach_mapped(kernel, e.header.tgid),
+            _ => {}
         }
     });
+}
+
+/// The live host-memory lookup, noting each answer for the recording.
+struct Answering<'a> {
+    inner: &'a mut ProcMaps,
+    answers: Vec<HostAnswer>,
+}
+
+impl HostMemory for Answering<'_> {
+    fn classify(&mut self, pid: u32, addr: u64, at_ns: u64) -> HostClass {
+        let class = self.inner.classify(pid, addr, at_ns);
+        self.answers.push(HostAnswer { pid, class: crate::record::replay::class_number(class), addr, at_ns });
+        class
+    }
 }
 
 /// Probe any CUDA driver library a traced process maps that is not probed yet.

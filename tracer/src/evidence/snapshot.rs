@@ -1,0 +1,220 @@
+//! What the kernel maps hold at one moment: per-thread launch counters, scheduler
+//! accounting, who preempted traced threads, cgroup throttling and loss counters. Events
+//! arrive one by one through the ring buffer; these are cumulative counters, read whole.
+//!
+//! A live session reads one at the end and folds it into the evidence; a recording writes
+//! one every second, so a report can be made from any prefix of the file (the last snapshot
+//! read) and from any segment (the difference between its last and its first snapshot).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use gputrace_common::{ThreadCounters, ThreadSched};
+use serde::{Deserialize, Serialize};
+
+use super::{host::SchedStats, Evidence};
+use crate::discover::cgroup::CpuStat;
+
+/// A thread's launch and call counters: `(probe id, hits)` for the probes it hit.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadHits {
+    pub tid: u32,
+    pub tgid: u32,
+    pub hits: Vec<(u32, u64)>,
+}
+
+impl ThreadHits {
+    #[must_use]
+    pub fn of(tid: u32, c: &ThreadCounters) -> Self {
+        let hits = c.hits.iter().enumerate().filter(|&(_, &n)| n > 0).map(|(id, &n)| (id as u32, n)).collect();
+        Self { tid, tgid: c.tgid, hits }
+    }
+
+    /// The counters, less what `baseline` (an earlier reading of the same thread) had.
+    fn counters_since(&self, baseline: Option<&Self>) -> ThreadCounters {
+        let mut c = ThreadCounters { tgid: self.tgid, _reserved: 0, drained_at_ns: 0, hits: [0; gputrace_common::probe::PROBE_SLOTS] };
+        for &(id, n) in &self.hits {
+            if let Some(slot) = c.hits.get_mut(id as usize) {
+                *slot = n;
+            }
+        }
+        for &(id, n) in baseline.map_or(&[][..], |b| &b.hits) {
+            if let Some(slot) = c.hits.get_mut(id as usize) {
+                *slot = slot.saturating_sub(n);
+            }
+        }
+        c
+    }
+}
+
+/// A thread's scheduler accounting as the kernel keeps it (the state it is in is still open).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadTime {
+    pub tid: u32,
+    pub sched: SchedRaw,
+}
+
+/// [`ThreadSched`], in a form serde can write.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchedRaw {
+    pub tgid: u32,
+    pub state: u32,
+    pub since_ns: u64,
+    pub spent_ns: [u64; 4],
+    pub preemptions: u64,
+    pub voluntary_switches: u64,
+}
+
+impl From<&ThreadSched> for SchedRaw {
+    fn from(s: &ThreadSched) -> Self {
+        Self {
+            tgid: s.tgid,
+            state: s.state,
+            since_ns: s.since_ns,
+            spent_ns: s.spent_ns,
+            preemptions: s.preemptions,
+            voluntary_switches: s.voluntary_switches,
+        }
+    }
+}
+
+impl SchedRaw {
+    /// The accounting with the open state closed at `at_ns` (0: the thread is gone).
+    #[must_use]
+    pub fn closed_at(&self, at_ns: u64) -> SchedStats {
+        let s = ThreadSched {
+            tgid: self.tgid,
+            state: self.state,
+            since_ns: self.since_ns,
+            spent_ns: self.spent_ns,
+            preemptions: self.preemptions,
+            voluntary_switches: self.voluntary_switches,
+        };
+        let mut out = SchedStats::default();
+        out.add(&s, at_ns);
+        out
+    }
+}
+
+/// Who took a CPU from traced threads: a thread, how often, and (looked up when read) its
+/// process and command.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Preemptor {
+    pub tid: u32,
+    pub count: u64,
+    pub pid: Option<u32>,
+    pub command: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Monotonic time of the reading.
+    pub at_ns: u64,
+    pub threads: Vec<ThreadHits>,
+    pub sched: Vec<ThreadTime>,
+    pub preempted_by: Vec<Preemptor>,
+    /// CPU throttling of the tree's cgroups since the session began, by `cpu.stat` file.
+    pub cgroups: Vec<(String, CpuStat)>,
+    /// Loss counters, indexed by `gputrace_common::loss`.
+    pub losses: Vec<u64>,
+}
+
+impl Snapshot {
+    /// Fold this reading into `ev`, less what `baseline` (the first reading of a segment that
+    /// does not start with the session) already counted. Threads in `skip` were folded in
+    /// already, from their exit records.
+    pub fn apply(&self, ev: &mut Evidence, baseline: Option<&Self>, skip: &BTreeSet<u32>) {
+        let base_hits: BTreeMap<u32, &ThreadHits> = baseline.map(|b| b.threads.iter().map(|t| (t.tid, t)).collect()).unwrap_or_default();
+        for t in self.threads.iter().filter(|t| !skip.contains(&t.tid)) {
+            ev.add_counters(t.tid, &t.counters_since(base_hits.get(&t.tid).copied()));
+        }
+        for t in self.sched.iter().filter(|t| !skip.contains(&t.tid)) {
+            let mut stats = t.sched.closed_at(self.at_ns);
+            if let Some(b) = baseline.and_then(|b| b.sched_of(t.tid)) {
+                stats = stats.since(&b);
+            }
+            ev.sched.entry(t.tid).or_default().merge(&stats);
+        }
+        ev.preempted_by = self
+            .preempted_by
+            .iter()
+            .map(|p| {
+                let before = baseline.and_then(|b| b.preempted_by.iter().find(|q| q.tid == p.tid)).map_or(0, |q| q.count);
+                (p.tid, p.count.saturating_sub(before), p.pid, p.command.clone())
+            })
+            .filter(|(_, n, _, _)| *n > 0)
+            .collect();
+        ev.cgroups = self
+            .cgroups
+            .iter()
+            .map(|(path, s)| {
+                let before = baseline.and_then(|b| b.cgroups.iter().find(|(p, _)| p == path)).map(|(_, b)| *b).unwrap_or_default();
+                (path.clone(), s.since(&before))
+            })
+            .collect();
+    }
+
+    /// A thread's accounting at this reading, closed at its time.
+    #[must_use]
+    pub fn sched_of(&self, tid: u32) -> Option<SchedStats> {
+        self.sched.iter().find(|t| t.tid == tid).map(|t| t.sched.closed_at(self.at_ns))
+    }
+
+    /// A thread's counters at this reading.
+    #[must_use]
+    pub fn hits_of(&self, tid: u32) -> Option<&ThreadHits> {
+        self.threads.iter().find(|t| t.tid == tid)
+    }
+
+    /// Loss counters less the baseline's.
+    #[must_use]
+    pub fn losses_since(&self, baseline: Option<&Self>) -> [u64; gputrace_common::loss::COUNT as usize] {
+        let mut out = [0; gputrace_common::loss::COUNT as usize];
+        for (i, slot) in out.iter_mut().enumerate() {
+            let before = baseline.and_then(|b| b.losses.get(i)).copied().unwrap_or(0);
+            *slot = self.losses.get(i).copied().unwrap_or(0).saturating_sub(before);
+        }
+        out
+    }
+
+    /// Counters of a thread that exited, less this baseline's.
+    #[must_use]
+    pub fn exited_counters(baseline: Option<&Self>, tid: u32, c: &ThreadCounters) -> ThreadCounters {
+        ThreadHits::of(tid, c).counters_since(baseline.and_then(|b| b.hits_of(tid)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gputrace_common::host::state;
+
+    use super::*;
+
+    fn hits(tid: u32, launches: u64) -> ThreadHits {
+        ThreadHits { tid, tgid: 1, hits: vec![(1, launches)] }
+    }
+
+    fn sched(tid: u32, state: u32, since_ns: u64, on_cpu: u64) -> ThreadTime {
+        ThreadTime { tid, sched: SchedRaw { tgid: 1, state, since_ns, spent_ns: [on_cpu, 0, 0, 0], ..SchedRaw::default() } }
+    }
+
+    #[test]
+    fn a_segment_counts_only_what_happened_in_it() {
+        let first = Snapshot { at_ns: 1_000, threads: vec![hits(7, 100)], sched: vec![sched(7, state::RUNNING, 500, 200)], ..Snapshot::default() };
+        let last = Snapshot { at_ns: 3_000, threads: vec![hits(7, 250)], sched: vec![sched(7, state::RUNNING, 500, 200)], ..Snapshot::default() };
+        let mut ev = Evidence::default();
+        last.apply(&mut ev, Some(&first), &BTreeSet::new());
+        assert_eq!(ev.threads[&7].hits[1], 150);
+        // Running since 500: 200 + 500 by the first reading, 200 + 2500 by the last.
+        assert_eq!(ev.sched[&7].on_cpu_ns, 2_000);
+    }
+
+    #[test]
+    fn from_the_session_start_everything_counts_and_skipped_threads_do_not() {
+        let last = Snapshot { at_ns: 3_000, threads: vec![hits(7, 250), hits(8, 5)], losses: vec![0, 3], ..Snapshot::default() };
+        let mut ev = Evidence::default();
+        last.apply(&mut ev, None, &BTreeSet::from([8]));
+        assert_eq!(ev.threads[&7].hits[1], 250);
+        assert!(!ev.threads.contains_key(&8));
+        assert_eq!(last.losses_since(None)[1], 3);
+    }
+}

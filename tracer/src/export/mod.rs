@@ -1,0 +1,3 @@
+//! Exports: a recording turned into formats other tools open.
+
+pub mod perfetto;

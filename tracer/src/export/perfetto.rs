@@ -1,0 +1,257 @@
+//! A recording as a timeline in the Chrome trace-event JSON format, which ui.perfetto.dev
+//! (and `chrome://tracing`, and Perfetto's SQL trace processor) open:
+//! <https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU>.
+//!
+//! Tracks: one per traced thread with its CUDA calls (copies, syncs, allocations …), the
+//! periods its GPU queue sat empty, its block I/O and its lifecycle; per process, counter
+//! tracks of kernel launches per second and of each thread's scheduler states; per GPU,
+//! NVML counter tracks; and the diagnoses as global annotations at the end. Timestamps are
+//! microseconds since the recording's start.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fs::File,
+    io::{self, BufWriter, Write as _},
+    path::Path,
+};
+
+use gputrace_common::{spec_of, Family};
+use serde_json::{json, Value};
+
+use crate::{
+    decode::{decode, Event},
+    evidence::{
+        host::op_of,
+        snapshot::{Snapshot, ThreadHits},
+    },
+    gpu::Sample,
+    record::{
+        file::create_private,
+        format::{kind, Checkpoint, End, GpuSamples, Trigger},
+        reader::Reader,
+        Replayed,
+    },
+    report::Report,
+};
+
+/// GPUs get pids of their own, far above real ones, so their tracks never mix with a process.
+const GPU_PID_BASE: u64 = 4_000_000_000;
+
+/// Write the timeline of the recording at `file` to `out`; returns how many events it holds.
+pub fn write(file: &Path, replayed: &Replayed, report: &Report, out: &Path) -> io::Result<u64> {
+    let mut w = TraceWriter::new(create_private(out, 0o600, b"")?)?;
+    let start_ns = replayed.start.start_ns;
+    let mut timeline = Timeline { start_ns, ..Timeline::default() };
+    let mut reader = Reader::open(file).map_err(io::Error::other)?;
+    while let Some(Ok(frame)) = reader.next_frame() {
+        match frame.kind {
+            kind::EVENT => {
+                if let Ok(event) = decode(&frame.payload) {
+                    timeline.event(&mut w, &event)?;
+                }
+            }
+            kind::THREAD_EXIT => {
+                if let Some((tid, c)) = crate::record::replay::thread_exit(&frame.payload) {
+                    timeline.exited.push(crate::evidence::snapshot::ThreadHits::of(tid, &c));
+                }
+            }
+            kind::CHECKPOINT => {
+                if let Ok(cp) = serde_json::from_slice::<Checkpoint>(&frame.payload) {
+                    timeline.checkpoint(&mut w, &cp.snapshot)?;
+                }
+            }
+            kind::END => {
+                if let Ok(end) = serde_json::from_slice::<End>(&frame.payload) {
+                    timeline.checkpoint(&mut w, &end.checkpoint.snapshot)?;
+                }
+            }
+            kind::GPU_SAMPLES => {
+                if let Ok(samples) = serde_json::from_slice::<GpuSamples>(&frame.payload) {
+                    for s in &samples {
+                        timeline.gpu_sample(&mut w, s)?;
+                    }
+                }
+            }
+            kind::TRIGGER => {
+                if let Ok(t) = serde_json::from_slice::<Trigger>(&frame.payload) {
+                    let what = t.diagnosis.map_or_else(|| format!("flight recorder written out ({})", t.reason), |d| format!("flight recorder: {d} fired"));
+                    w.put(&json!({"ph": "i", "s": "g", "name": what, "ts": timeline.us(t.at_ns), "pid": 0, "tid": 0}))?;
+                }
+            }
+            _ => {}
+        }
+    }
+    let end_ts = report.window.duration_s * 1e6;
+    for (rank, d) in report.diagnoses.iter().enumerate() {
+        w.put(&json!({
+            "ph": "i", "s": "g", "name": format!("{}: {}", d.id, d.severity), "ts": end_ts, "pid": 0, "tid": 0,
+            "args": {"rank": rank + 1, "impact": d.impact, "summary": d.summary, "evidence": d.evidence, "fix": d.fix},
+        }))?;
+    }
+    w.put(&json!({"ph": "i", "s": "g", "name": format!("verdict: {}", report.verdict), "ts": end_ts, "pid": 0, "tid": 0}))?;
+    timeline.names(&mut w, replayed)?;
+    w.finish()
+}
+
+/// Streams `{"traceEvents": [ … ]}` without holding the events in memory.
+struct TraceWriter {
+    out: BufWriter<File>,
+    count: u64,
+}
+
+impl TraceWriter {
+    fn new(file: File) -> io::Result<Self> {
+        let mut out = BufWriter::new(file);
+        out.write_all(b"{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n")?;
+        Ok(Self { out, count: 0 })
+    }
+
+    fn put(&mut self, event: &Value) -> io::Result<()> {
+        if self.count > 0 {
+            self.out.write_all(b",\n")?;
+        }
+        serde_json::to_writer(&mut self.out, event)?;
+        self.count += 1;
+        Ok(())
+    }
+
+    fn finish(mut self) -> io::Result<u64> {
+        self.out.write_all(b"\n]}\n")?;
+        self.out.flush()?;
+        Ok(self.count)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Timeline {
+    start_ns: u64,
+    /// Threads and processes seen, for their track names.
+    threads: BTreeSet<(u32, u32)>,
+    gpus: BTreeSet<u32>,
+    /// The previous checkpoint, for rates over the interval.
+    previous: Option<Snapshot>,
+    /// Threads that exited since: their last launches count in this interval.
+    exited: Vec<ThreadHits>,
+}
+
+impl Timeline {
+    fn us(&self, ns: u64) -> f64 {
+        (ns as f64 - self.start_ns as f64) / 1e3
+    }
+
+    fn event(&mut self, w: &mut TraceWriter, event: &Event) -> io::Result<()> {
+        let h = event.header();
+        let (pid, tid) = (h.tgid, h.tid);
+        self.threads.insert((pid, tid));
+        let slice = |name: String, cat: &str, from: u64, to: u64, args: Value| {
+            json!({"ph": "X", "name": name, "cat": cat, "ts": self.us(from), "dur": to.saturating_sub(from) as f64 / 1e3, "pid": pid, "tid": tid, "args": args})
+        };
+        let e = match event {
+            Event::Call(c) => {
+                let Some(spec) = spec_of(c.header.probe) else { return Ok(()) };
+                let mut args = serde_json::Map::new();
+                if let Some(i) = spec.size_arg {
+                    args.insert("bytes".into(), json!(c.args[usize::from(i)]));
+                }
+                args.insert("result".into(), json!(c.ret));
+                slice(spec.symbol.into(), family_name(spec.family), c.start_ns, c.header.ts_ns, Value::Object(args))
+            }
+            Event::IdleEnd(e) => slice("GPU queue empty".into(), "gpu-idle", e.drained_at_ns, e.header.ts_ns, json!({})),
+            Event::Io(e) => {
+                let op = format!("block {:?}", op_of(e.rwbs)).to_lowercase();
+                slice(op, "block-io", e.start_ns, e.header.ts_ns, json!({"bytes": e.bytes, "dev": e.dev, "error": e.error}))
+            }
+            Event::TaskNew(e) => json!({"ph": "i", "s": "t", "name": "clone", "ts": self.us(h.ts_ns), "pid": pid, "tid": tid, "args": {"child": e.child_tid}}),
+            Event::TaskExit(_) => json!({"ph": "i", "s": "t", "name": "exit", "ts": self.us(h.ts_ns), "pid": pid, "tid": tid}),
+            Event::TaskExec(_) => json!({"ph": "i", "s": "t", "name": "exec", "ts": self.us(h.ts_ns), "pid": pid, "tid": tid}),
+            Event::SchedFinal(_) => return Ok(()),
+        };
+        w.put(&e)
+    }
+
+    /// Counter tracks from the change since the previous checkpoint.
+    fn checkpoint(&mut self, w: &mut TraceWriter, s: &Snapshot) -> io::Result<()> {
+        let exited = std::mem::take(&mut self.exited);
+        let Some(prev) = self.previous.replace(s.clone()) else { return Ok(()) };
+        let span_ns = s.at_ns.saturating_sub(prev.at_ns);
+        if span_ns == 0 {
+            return Ok(());
+        }
+        let ts = self.us(prev.at_ns);
+        let mut launches: BTreeMap<u32, u64> = BTreeMap::new();
+        for t in s.threads.iter().chain(&exited) {
+            let before = prev.hits_of(t.tid);
+            let added: u64 = t
+                .hits
+                .iter()
+                .filter(|(id, _)| spec_of(*id).is_some_and(|p| matches!(p.family, Family::Launch | Family::GraphLaunch)))
+                .map(|&(id, n)| n.saturating_sub(before.and_then(|b| b.hits.iter().find(|(i, _)| *i == id)).map_or(0, |(_, m)| *m)))
+                .sum();
+            *launches.entry(t.tgid).or_default() += added;
+        }
+        for (pid, n) in launches {
+            w.put(&json!({"ph": "C", "name": "kernel launches/s", "ts": ts, "pid": pid, "args": {"launches": n as f64 * 1e9 / span_ns as f64}}))?;
+        }
+        for t in &s.sched {
+            let now = t.sched.closed_at(s.at_ns);
+            let then = prev.sched_of(t.tid).unwrap_or_default();
+            let d = now.since(&then);
+            let f = |ns: u64| (ns as f64 / span_ns as f64 * 100.0).min(100.0);
+            w.put(&json!({
+                "ph": "C", "name": format!("cpu state % (thread {})", t.tid), "ts": ts, "pid": t.sched.tgid,
+                "args": {"running": f(d.on_cpu_ns), "runnable": f(d.runqueue_ns), "blocked": f(d.blocked_ns), "sleeping": f(d.sleep_ns)},
+            }))?;
+        }
+        Ok(())
+    }
+
+    fn gpu_sample(&mut self, w: &mut TraceWriter, s: &Sample) -> io::Result<()> {
+        self.gpus.insert(s.device);
+        let pid = GPU_PID_BASE + u64::from(s.device);
+        let ts = self.us(s.at_ns);
+        let mut activity = serde_json::Map::new();
+        for (name, v) in [("utilization", s.util_pct), ("sm_active", s.sm_pct), ("tensor_active", s.tensor_pct)] {
+            if let Some(v) = v {
+                activity.insert(name.into(), json!(v));
+            }
+        }
+        if !activity.is_empty() {
+            w.put(&json!({"ph": "C", "name": "activity %", "ts": ts, "pid": pid, "args": activity}))?;
+        }
+        if let Some(m) = s.mem_used_bytes {
+            w.put(&json!({"ph": "C", "name": "memory used MiB", "ts": ts, "pid": pid, "args": {"used": m as f64 / 1_048_576.0}}))?;
+        }
+        Ok(())
+    }
+
+    /// Name the tracks: processes by pid and command, GPUs by index and model.
+    fn names(&self, w: &mut TraceWriter, replayed: &Replayed) -> io::Result<()> {
+        let target = replayed.outcome.target_pid;
+        let pids: BTreeSet<u32> = self.threads.iter().map(|(p, _)| *p).chain([target]).collect();
+        for pid in pids {
+            let name = if pid == target { format!("{} (pid {pid})", replayed.outcome.command) } else { format!("pid {pid}") };
+            w.put(&json!({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}))?;
+        }
+        for (pid, tid) in &self.threads {
+            w.put(&json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": format!("thread {tid}")}}))?;
+        }
+        let devices = replayed.start.gpu.as_ref().map(|g| g.devices.as_slice()).unwrap_or_default();
+        for index in &self.gpus {
+            let model = devices.iter().find(|d| d.index == *index).map_or("", |d| d.name.as_str());
+            w.put(&json!({"ph": "M", "name": "process_name", "pid": GPU_PID_BASE + u64::from(*index), "tid": 0, "args": {"name": format!("GPU {index} {model}")}}))?;
+        }
+        w.put(&json!({"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "gputrace diagnoses"}}))
+    }
+}
+
+fn family_name(f: Family) -> &'static str {
+    match f {
+        Family::Launch | Family::GraphLaunch => "launch",
+        Family::Copy => "copy",
+        Family::Memset => "memset",
+        Family::Sync => "sync",
+        Family::Alloc | Family::Free | Family::Map | Family::Unmap => "device-memory",
+        Family::HostPin | Family::HostUnpin => "host-pinning",
+        Family::Context => "context",
+    }
+}

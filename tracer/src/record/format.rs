@@ -1,0 +1,190 @@
+//! The recording format, version 1 (docs/recording.md is the reference).
+//!
+//! A file is a 16-byte preamble then frames. A frame is
+//! `[u32 payload length][u16 kind][u16 zero][payload][u32 CRC-32 of kind, zero and payload]`,
+//! little-endian. Frames are self-delimiting and checked one by one, so a reader keeps
+//! everything before the first damaged or cut frame: a recorder killed mid-write loses at
+//! most the frames since its last flush.
+//!
+//! Kinds are stable, gapped numbers; a reader skips kinds it does not know (a newer minor
+//! writer may add some), and refuses a preamble with a newer major version.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    evidence::snapshot::Snapshot,
+    gpu::{DeviceInfo, Sample},
+};
+
+pub const MAGIC: &[u8; 8] = b"GPUTRACE";
+/// Bumped when a reader of the previous version could misread a file of this one.
+pub const VERSION: u32 = 1;
+pub const PREAMBLE_LEN: usize = 16;
+/// Length, kind and reserved half-word before the payload; the CRC after it.
+pub const FRAME_HEAD: usize = 8;
+pub const FRAME_TAIL: usize = 4;
+/// No frame is larger: a length above this is damage, not a reason to allocate.
+pub const MAX_PAYLOAD: usize = 16 << 20;
+
+/// Frame kinds.
+pub mod kind {
+    /// JSON [`super::Start`]: opens every file.
+    pub const START: u16 = 1;
+    /// A ring-buffer record, byte for byte as the kernel wrote it.
+    pub const EVENT: u16 = 2;
+    /// How a host address was classified while the next event was folded in (binary, 24 bytes).
+    pub const HOST_CLASS: u16 = 3;
+    /// An exited thread's counters: tid (u32), 4 zero bytes, `ThreadCounters`.
+    pub const THREAD_EXIT: u16 = 4;
+    /// JSON [`super::Checkpoint`], about once a second.
+    pub const CHECKPOINT: u16 = 10;
+    /// JSON list of NVML samples taken since the previous one.
+    pub const GPU_SAMPLES: u16 = 11;
+    /// JSON [`super::Trigger`]: a flight recorder wrote its buffer out, and why.
+    pub const TRIGGER: u16 = 12;
+    /// JSON [`super::End`]: closes a complete file.
+    pub const END: u16 = 20;
+}
+
+/// Everything known when tracing begins.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Start {
+    /// `gputrace.recording/1`.
+    pub format: String,
+    pub tool_version: String,
+    pub host: String,
+    pub kernel: String,
+    /// Wall-clock time of `start_ns`, seconds since the epoch (for humans: when it happened).
+    pub started_unix_s: f64,
+    /// Monotonic time tracing began.
+    pub start_ns: u64,
+    pub target_pid: u32,
+    pub command: String,
+    pub attach_ms: f64,
+    pub sched_traced: bool,
+    pub io_traced: bool,
+    /// NVML's view at the start, or null without NVML.
+    pub gpu: Option<GpuStart>,
+    /// 0 for the first file of a session; rotated and flight-recorder files count up.
+    pub segment: u32,
+    /// Whether this file starts where the session started. When not, the file's first
+    /// checkpoint is its baseline: counters are reported as their increase over it.
+    pub from_session_start: bool,
+    /// `file` or `flight`.
+    pub mode: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuStart {
+    pub driver_version: Option<String>,
+    pub devices: Vec<DeviceInfo>,
+    pub sample_interval_s: f64,
+}
+
+/// A library gputrace probed, by the name the process uses and the inode it maps.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LibraryRecord {
+    pub path: String,
+    pub dev: u64,
+    pub inode: u64,
+    pub symbols: Vec<String>,
+}
+
+/// The periodic state of the session: kernel counters and what the session learnt.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    pub snapshot: Snapshot,
+    pub libraries: Vec<LibraryRecord>,
+    pub notes: Vec<String>,
+    pub maps_reads: u64,
+    /// Owner (real uid) of each process seen, looked up live.
+    pub uids: Vec<(u32, Option<u32>)>,
+    /// Frames the recorder could not write (a full disk) before this one.
+    pub frames_dropped: u64,
+}
+
+/// Why a flight recorder wrote its buffer out.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Trigger {
+    pub at_ns: u64,
+    /// `signal`, `diagnosis` or `end`.
+    pub reason: String,
+    /// For `diagnosis`: its id and summary.
+    pub diagnosis: Option<String>,
+    pub summary: Option<String>,
+}
+
+/// How a session ended.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct End {
+    pub end_ns: u64,
+    /// As in the report's `window.stopped_by`.
+    pub stopped_by: String,
+    pub exit_status: Option<i32>,
+    /// Devices with the memory the traced processes held at the end.
+    pub gpu_devices: Option<Vec<DeviceInfo>>,
+    pub checkpoint: Checkpoint,
+}
+
+/// A classified host address (the answer [`crate::evidence::HostMemory`] gave live).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostAnswer {
+    pub pid: u32,
+    pub class: u32,
+    pub addr: u64,
+    pub at_ns: u64,
+}
+
+impl HostAnswer {
+    pub const LEN: usize = 24;
+
+    #[must_use]
+    pub fn to_bytes(self) -> [u8; Self::LEN] {
+        let mut b = [0; Self::LEN];
+        b[0..4].copy_from_slice(&self.pid.to_le_bytes());
+        b[4..8].copy_from_slice(&self.class.to_le_bytes());
+        b[8..16].copy_from_slice(&self.addr.to_le_bytes());
+        b[16..24].copy_from_slice(&self.at_ns.to_le_bytes());
+        b
+    }
+
+    #[must_use]
+    pub fn from_bytes(b: &[u8]) -> Option<Self> {
+        let b: &[u8; Self::LEN] = b.try_into().ok()?;
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default());
+        Some(Self { pid: u32_at(0), class: u32_at(4), addr: u64_at(8), at_ns: u64_at(16) })
+    }
+}
+
+/// The NVML samples frame's payload.
+pub type GpuSamples = Vec<Sample>;
+
+#[must_use]
+pub fn preamble() -> [u8; PREAMBLE_LEN] {
+    let mut p = [0; PREAMBLE_LEN];
+    p[..8].copy_from_slice(MAGIC);
+    p[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    p
+}
+
+/// One frame, encoded.
+#[must_use]
+pub fn frame(kind: u16, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(FRAME_HEAD + payload.len() + FRAME_TAIL);
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&kind.to_le_bytes());
+    out.extend_from_slice(&[0, 0]);
+    out.extend_from_slice(payload);
+    let crc = checksum(&out[4..]);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// CRC-32 over kind, reserved half-word and payload.
+#[must_use]
+pub fn checksum(kind_and_payload: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(kind_and_payload);
+    h.finalize()
+}

@@ -1,0 +1,265 @@
+//! Reading frames back. Input is untrusted (a file may be cut, damaged or crafted): every
+//! length is checked against [`MAX_PAYLOAD`] and the bytes left in the file before anything
+//! is allocated, every frame's CRC is verified, and nothing panics. Reading stops at the first
+//! bad frame and says where and why; what came before stays usable.
+
+use std::{
+    fs::File,
+    io::{self, BufReader, Read},
+    path::{Path, PathBuf},
+};
+
+use super::format::{checksum, FRAME_HEAD, FRAME_TAIL, MAGIC, MAX_PAYLOAD, PREAMBLE_LEN, VERSION};
+
+/// Why a file is not a recording at all (the reader returns nothing from it).
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("cannot open the recording {}: {source}", .path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{} is not a gputrace recording (no GPUTRACE preamble)", .path.display())]
+    NotARecording { path: PathBuf },
+    #[error("{} is a version {found} recording; this gputrace reads version {VERSION} and older — use a newer gputrace", .path.display())]
+    TooNew { path: PathBuf, found: u32 },
+}
+
+/// Where and why reading stopped early. The frames before `offset` were good.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Damage {
+    #[error("the file ends inside a frame at byte {offset} (cut short: the recorder was killed or the disk filled)")]
+    Truncated { offset: u64 },
+    #[error("frame at byte {offset} claims {len} bytes, more than {limit} (damaged)")]
+    Oversize { offset: u64, len: u64, limit: u64 },
+    #[error("frame at byte {offset} fails its checksum (damaged)")]
+    Checksum { offset: u64 },
+    #[error("frame at byte {offset} has a non-zero reserved field (damaged)")]
+    Reserved { offset: u64 },
+    #[error("frame of kind {kind} at byte {offset} does not parse: {why} (damaged)")]
+    Payload { offset: u64, kind: u16, why: String },
+    #[error("reading byte {offset}: {why}")]
+    Io { offset: u64, why: String },
+}
+
+/// One good frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    pub offset: u64,
+    pub kind: u16,
+    pub payload: Vec<u8>,
+}
+
+#[derive(Debug)]
+pub struct Reader<R> {
+    input: R,
+    offset: u64,
+    /// Bytes the input holds after `offset`, where known: a claimed length beyond it is
+    /// damage, found without allocating for it.
+    remaining: Option<u64>,
+    stopped: bool,
+}
+
+impl Reader<BufReader<File>> {
+    /// Open a recording file and check its preamble.
+    pub fn open(path: &Path) -> Result<Self, OpenError> {
+        let io_err = |source| OpenError::Io { path: path.to_owned(), source };
+        let file = File::open(path).map_err(io_err)?;
+        let len = file.metadata().map_err(io_err)?.len();
+        Self::new(BufReader::new(file), Some(len)).map_err(|e| match e {
+            PreambleError::Io(source) => OpenError::Io { path: path.to_owned(), source },
+            PreambleError::NotARecording => OpenError::NotARecording { path: path.to_owned() },
+            PreambleError::TooNew(found) => OpenError::TooNew { path: path.to_owned(), found },
+        })
+    }
+}
+
+#[derive(Debug)]
+pub enum PreambleError {
+    Io(io::Error),
+    NotARecording,
+    TooNew(u32),
+}
+
+impl<R: Read> Reader<R> {
+    /// A reader over `input`, of `len` bytes in all where known.
+    pub fn new(mut input: R, len: Option<u64>) -> Result<Self, PreambleError> {
+        let mut pre = [0u8; PREAMBLE_LEN];
+        match read_full(&mut input, &mut pre) {
+            Ok(true) => {}
+            Ok(false) => return Err(PreambleError::NotARecording),
+            Err(e) => return Err(PreambleError::Io(e)),
+        }
+        if &pre[..8] != MAGIC {
+            return Err(PreambleError::NotARecording);
+        }
+        let version = u32::from_le_bytes([pre[8], pre[9], pre[10], pre[11]]);
+        if version > VERSION || version == 0 {
+            return Err(PreambleError::TooNew(version));
+        }
+        Ok(Self { input, offset: PREAMBLE_LEN as u64, remaining: len.map(|l| l.saturating_sub(PREAMBLE_LEN as u64)), stopped: false })
+    }
+
+    /// The next frame; `None` at a clean end of file; `Some(Err)` once, where reading stopped.
+    pub fn next_frame(&mut self) -> Option<Result<Frame, Damage>> {
+        if self.stopped {
+            return None;
+        }
+        let r = self.read_frame();
+        if !matches!(r, Some(Ok(_))) {
+            self.stopped = true;
+        }
+        r
+    }
+
+    fn read_frame(&mut self) -> Option<Result<Frame, Damage>> {
+        let offset = self.offset;
+        let mut head = [0u8; FRAME_HEAD];
+        match read_some(&mut self.input, &mut head) {
+            Ok(0) => return None,
+            Ok(n) if n < FRAME_HEAD => return Some(Err(Damage::Truncated { offset })),
+            Ok(_) => {}
+            Err(e) => return Some(Err(Damage::Io { offset, why: e.to_string() })),
+        }
+        let len = u64::from(u32::from_le_bytes([head[0], head[1], head[2], head[3]]));
+        let kind = u16::from_le_bytes([head[4], head[5]]);
+        if head[6] != 0 || head[7] != 0 {
+            return Some(Err(Damage::Reserved { offset }));
+        }
+        if len > MAX_PAYLOAD as u64 {
+            return Some(Err(Damage::Oversize { offset, len, limit: MAX_PAYLOAD as u64 }));
+        }
+        let frame_len = FRAME_HEAD as u64 + len + FRAME_TAIL as u64;
+        if self.remaining.is_some_and(|left| frame_len > left) {
+            return Some(Err(Damage::Truncated { offset }));
+        }
+        // Within MAX_PAYLOAD (16 MiB), so the allocation is bounded even for a crafted file.
+        let mut body = vec![0u8; len as usize + FRAME_TAIL];
+        match read_full(&mut self.input, &mut body) {
+            Ok(true) => {}
+            Ok(false) => return Some(Err(Damage::Truncated { offset })),
+            Err(e) => return Some(Err(Damage::Io { offset, why: e.to_string() })),
+        }
+        let crc_at = len as usize;
+        let stored = u32::from_le_bytes([body[crc_at], body[crc_at + 1], body[crc_at + 2], body[crc_at + 3]]);
+        body.truncate(crc_at);
+        let mut covered = Vec::with_capacity(4 + body.len());
+        covered.extend_from_slice(&head[4..8]);
+        covered.extend_from_slice(&body);
+        if checksum(&covered) != stored {
+            return Some(Err(Damage::Checksum { offset }));
+        }
+        self.offset += frame_len;
+        if let Some(left) = self.remaining.as_mut() {
+            *left -= frame_len;
+        }
+        Some(Ok(Frame { offset, kind, payload: body }))
+    }
+}
+
+/// Fill `buf`; `Ok(false)` if the input ended first.
+fn read_full(input: &mut impl Read, buf: &mut [u8]) -> io::Result<bool> {
+    Ok(read_some(input, buf)? == buf.len())
+}
+
+/// Read until `buf` is full or the input ends; how many bytes were read.
+fn read_some(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match input.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{
+        super::format::{frame, kind, preamble},
+        *,
+    };
+
+    fn file(frames: &[(u16, &[u8])]) -> Vec<u8> {
+        let mut out = preamble().to_vec();
+        for (k, p) in frames {
+            out.extend(frame(*k, p));
+        }
+        out
+    }
+
+    fn read_all(bytes: &[u8]) -> (Vec<Frame>, Option<Damage>) {
+        let mut r = Reader::new(bytes, Some(bytes.len() as u64)).expect("preamble");
+        let mut frames = Vec::new();
+        while let Some(f) = r.next_frame() {
+            match f {
+                Ok(f) => frames.push(f),
+                Err(d) => return (frames, Some(d)),
+            }
+        }
+        (frames, None)
+    }
+
+    #[test]
+    fn frames_round_trip() {
+        let bytes = file(&[(kind::START, b"{}"), (kind::EVENT, &[1, 2, 3]), (kind::END, b"")]);
+        let (frames, damage) = read_all(&bytes);
+        assert_eq!(damage, None);
+        assert_eq!(frames.iter().map(|f| (f.kind, f.payload.clone())).collect::<Vec<_>>(), vec![
+            (kind::START, b"{}".to_vec()),
+            (kind::EVENT, vec![1, 2, 3]),
+            (kind::END, vec![])
+        ]);
+    }
+
+    #[test]
+    fn every_cut_keeps_the_whole_frames_before_it() {
+        let bytes = file(&[(kind::START, b"{}"), (kind::EVENT, &[9; 40]), (kind::EVENT, &[7; 10])]);
+        let second = PREAMBLE_LEN + FRAME_HEAD + 2 + FRAME_TAIL;
+        let third = second + FRAME_HEAD + 40 + FRAME_TAIL;
+        for cut in PREAMBLE_LEN..bytes.len() {
+            let (frames, damage) = read_all(&bytes[..cut]);
+            let whole = usize::from(cut >= second) + usize::from(cut >= third);
+            assert_eq!(frames.len(), whole, "cut at {cut}");
+            let at_boundary = cut == PREAMBLE_LEN || cut == second || cut == third;
+            assert_eq!(damage.is_none(), at_boundary, "cut at {cut}: {damage:?}");
+        }
+    }
+
+    #[test]
+    fn a_flipped_bit_anywhere_is_caught() {
+        let bytes = file(&[(kind::START, b"{\"a\":1}"), (kind::EVENT, &[5; 24])]);
+        for i in PREAMBLE_LEN..bytes.len() {
+            for bit in 0..8 {
+                let mut bad = bytes.clone();
+                bad[i] ^= 1 << bit;
+                assert!(read_all(&bad).1.is_some(), "byte {i} bit {bit} went unnoticed");
+            }
+        }
+    }
+
+    #[test]
+    fn crafted_lengths_allocate_nothing() {
+        let mut bytes = preamble().to_vec();
+        bytes.extend_from_slice(&u32::MAX.to_le_bytes());
+        bytes.extend_from_slice(&[2, 0, 0, 0]);
+        assert!(matches!(read_all(&bytes).1, Some(Damage::Oversize { .. })));
+        let mut bytes = preamble().to_vec();
+        bytes.extend_from_slice(&(1u32 << 20).to_le_bytes());
+        bytes.extend_from_slice(&[2, 0, 0, 0]);
+        assert!(matches!(read_all(&bytes).1, Some(Damage::Truncated { .. })), "a length past the end is a cut, found before reading");
+    }
+
+    #[test]
+    fn not_a_recording_and_newer_versions_are_refused() {
+        assert!(matches!(Reader::new(&b"hello"[..], None), Err(PreambleError::NotARecording)));
+        assert!(matches!(Reader::new(&b"NOTATRACE\0\0\0\0\0\0\0"[..], None), Err(PreambleError::NotARecording)));
+        let mut newer = preamble();
+        newer[8] = 9;
+        assert!(matches!(Reader::new(&newer[..], None), Err(PreambleError::TooNew(9))));
+    }
+}

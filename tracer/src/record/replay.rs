@@ -1,0 +1,280 @@
+//! A recording played back into the same [`Outcome`] a live session hands the report, by the
+//! same code: events are folded into the evidence in order (host-address lookups answered
+//! from the recorded answers), then the last checkpoint's kernel counters are folded in as
+//! the live session folds in its final reading.
+
+use std::{
+    collections::{BTreeSet, VecDeque},
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use gputrace_common::{probe::PROBE_SLOTS, ThreadCounters, PROBES};
+
+use super::{
+    format::{kind, Checkpoint, End, GpuSamples, HostAnswer, Start, Trigger},
+    reader::{Damage, Frame, OpenError, Reader},
+};
+use crate::{
+    decode::{decode, Event},
+    discover::libraries::Library,
+    evidence::{snapshot::Snapshot, Evidence, HostClass, HostMemory},
+    gpu::nvml::Finished,
+    probes::AttachedLibrary,
+    session::{Outcome, RecordingNote, StopReason},
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    #[error("{}: {why}", .path.display())]
+    NoStart { path: PathBuf, why: String },
+}
+
+/// A played-back recording.
+#[derive(Debug)]
+pub struct Replayed {
+    pub outcome: Outcome,
+    pub start: Start,
+    /// Where reading stopped early, if it did.
+    pub damage: Option<Damage>,
+    pub triggers: Vec<Trigger>,
+}
+
+/// The host-memory answers given live, handed out again in the same order.
+#[derive(Debug, Default)]
+struct RecordedAnswers(VecDeque<HostAnswer>);
+
+impl HostMemory for RecordedAnswers {
+    fn classify(&mut self, pid: u32, addr: u64, _at_ns: u64) -> HostClass {
+        match self.0.pop_front() {
+            Some(a) if a.pid == pid && a.addr == addr => class_of(a.class),
+            // Out of step (a damaged or hand-made file): say we do not know.
+            _ => HostClass::Unmapped,
+        }
+    }
+}
+
+/// The recorded number of a host class.
+#[must_use]
+pub fn class_number(c: HostClass) -> u32 {
+    match c {
+        HostClass::PinnedMapping => 1,
+        HostClass::Pageable => 2,
+        HostClass::Unmapped => 3,
+    }
+}
+
+fn class_of(n: u32) -> HostClass {
+    match n {
+        1 => HostClass::PinnedMapping,
+        2 => HostClass::Pageable,
+        _ => HostClass::Unmapped,
+    }
+}
+
+/// Everything read so far.
+#[derive(Debug, Default)]
+struct State {
+    evidence: Evidence,
+    answers: RecordedAnswers,
+    baseline: Option<Snapshot>,
+    from_session_start: bool,
+    last: Option<Checkpoint>,
+    /// Threads whose exit records came after the last checkpoint: that checkpoint still
+    /// holds them, and they are counted already.
+    exited_since_last: BTreeSet<u32>,
+    samples: GpuSamples,
+    end: Option<End>,
+    triggers: Vec<Trigger>,
+    last_ts_ns: u64,
+    frames: u64,
+    unknown_frames: u64,
+    ended_with_trigger: bool,
+}
+
+/// Play back the recording at `path`.
+pub fn replay(path: &Path) -> Result<Replayed, ReplayError> {
+    let mut reader = Reader::open(path)?;
+    let no_start = |why: String| ReplayError::NoStart { path: path.to_owned(), why };
+    let start: Start = match reader.next_frame() {
+        Some(Ok(Frame { kind: kind::START, payload, .. })) => {
+            serde_json::from_slice(&payload).map_err(|e| no_start(format!("its start record does not parse ({e})")))?
+        }
+        Some(Ok(f)) => return Err(no_start(format!("it begins with a frame of kind {} instead of a start record", f.kind))),
+        Some(Err(d)) => return Err(no_start(format!("its start record is unreadable: {d}"))),
+        None => return Err(no_start("it holds no start record (empty recording)".into())),
+    };
+    let mut st = State { from_session_start: start.from_session_start, frames: 1, ..State::default() };
+    let mut damage = None;
+    while let Some(frame) = reader.next_frame() {
+        match frame.map(|f| st.apply(&f)) {
+            Ok(Ok(())) => st.frames += 1,
+            Ok(Err(d)) | Err(d) => {
+                damage = Some(d);
+                break;
+            }
+        }
+    }
+    let triggers = std::mem::take(&mut st.triggers);
+    let outcome = st.finish(&start, path, damage.as_ref());
+    Ok(Replayed { outcome, start, damage, triggers })
+}
+
+fn parse<T: serde::de::DeserializeOwned>(f: &Frame) -> Result<T, Damage> {
+    serde_json::from_slice(&f.payload).map_err(|e| Damage::Payload { offset: f.offset, kind: f.kind, why: e.to_string() })
+}
+
+impl State {
+    fn apply(&mut self, f: &Frame) -> Result<(), Damage> {
+        match f.kind {
+            kind::EVENT => self.event(&f.payload),
+            kind::HOST_CLASS => {
+                let a = HostAnswer::from_bytes(&f.payload).ok_or(Damage::Payload {
+                    offset: f.offset,
+                    kind: f.kind,
+                    why: format!("{} bytes, expected {}", f.payload.len(), HostAnswer::LEN),
+                })?;
+                self.answers.0.push_back(a);
+            }
+            kind::THREAD_EXIT => {
+                let (tid, c) = thread_exit(&f.payload).ok_or(Damage::Payload { offset: f.offset, kind: f.kind, why: "wrong length".into() })?;
+                self.evidence.add_counters(tid, &Snapshot::exited_counters(self.baseline.as_ref(), tid, &c));
+                self.exited_since_last.insert(tid);
+            }
+            kind::CHECKPOINT => {
+                let cp: Checkpoint = parse(f)?;
+                self.checkpoint(cp);
+            }
+            kind::GPU_SAMPLES => self.samples.extend(parse::<GpuSamples>(f)?),
+            kind::TRIGGER => {
+                self.triggers.push(parse(f)?);
+                self.ended_with_trigger = true;
+                return Ok(());
+            }
+            kind::END => {
+                let end: End = parse(f)?;
+                self.checkpoint(end.checkpoint.clone());
+                self.end = Some(end);
+            }
+            kind::START => return Err(Damage::Payload { offset: f.offset, kind: f.kind, why: "a second start record".into() }),
+            // A newer writer's frame: skipped, as docs/recording.md promises.
+            _ => self.unknown_frames += 1,
+        }
+        self.ended_with_trigger = false;
+        Ok(())
+    }
+
+    fn checkpoint(&mut self, cp: Checkpoint) {
+        if self.baseline.is_none() && !self.from_session_start {
+            self.baseline = Some(cp.snapshot.clone());
+        }
+        for (pid, uid) in &cp.uids {
+            self.evidence.uids.insert(*pid, *uid);
+        }
+        self.last = Some(cp);
+        self.exited_since_last.clear();
+    }
+
+    fn event(&mut self, bytes: &[u8]) {
+        let event = match decode(bytes) {
+            Ok(e) => e,
+            Err(e) => {
+                log::debug!("undecodable recorded event: {e}");
+                self.evidence.decode_errors += 1;
+                return;
+            }
+        };
+        self.last_ts_ns = self.last_ts_ns.max(event.header().ts_ns);
+        self.evidence.apply(&event, &mut self.answers);
+        if let Event::SchedFinal(e) = event {
+            // The exit reading is cumulative since the thread began: a segment keeps its part.
+            let tid = e.header.tid;
+            if let Some(before) = self.baseline.as_ref().and_then(|b| b.sched_of(tid)) {
+                if let Some(s) = self.evidence.sched.get_mut(&tid) {
+                    *s = s.since(&before);
+                }
+            }
+            self.exited_since_last.insert(tid);
+        }
+    }
+
+    fn finish(mut self, start: &Start, path: &Path, damage: Option<&Damage>) -> Outcome {
+        let mut notes = Vec::new();
+        let last = self.last.take().unwrap_or_default();
+        last.snapshot.apply(&mut self.evidence, self.baseline.as_ref(), &self.exited_since_last);
+        let stopped_by = match (&self.end, self.ended_with_trigger) {
+            (Some(end), _) => StopReason::parse(&end.stopped_by),
+            (None, true) => StopReason::FlightDump,
+            (None, false) => StopReason::RecordingCut,
+        };
+        if let Some(d) = damage {
+            notes.push(format!("the recording is incomplete: {d}; this report covers what was read before it"));
+        } else if self.end.is_none() && !self.ended_with_trigger {
+            notes.push("the recording has no end record (the recorder stopped without closing it); this report covers what it holds".into());
+        }
+        if self.unknown_frames > 0 {
+            notes.push(format!("{} frames of kinds this gputrace does not know were skipped (written by a newer version)", self.unknown_frames));
+        }
+        notes.extend(last.notes.iter().cloned());
+        let end_ns = self.end.as_ref().map_or_else(|| last.snapshot.at_ns.max(self.last_ts_ns).max(start.start_ns), |e| e.end_ns);
+        let gpu = start.gpu.as_ref().map(|g| {
+            let devices = self.end.as_ref().and_then(|e| e.gpu_devices.clone()).unwrap_or_else(|| g.devices.clone());
+            let finished = Finished { devices, samples: std::mem::take(&mut self.samples), driver_version: g.driver_version.clone() };
+            (finished, Duration::from_secs_f64(g.sample_interval_s.clamp(0.001, 60.0)))
+        });
+        Outcome {
+            losses: last.snapshot.losses_since(self.baseline.as_ref()),
+            evidence: self.evidence,
+            target_pid: start.target_pid,
+            command: start.command.clone(),
+            exit_status: self.end.as_ref().and_then(|e| e.exit_status),
+            start_ns: start.start_ns,
+            end_ns,
+            stopped_by,
+            libraries: last.libraries.iter().map(library).collect(),
+            attach_ms: start.attach_ms,
+            notes,
+            maps_reads: last.maps_reads,
+            sched_traced: start.sched_traced,
+            io_traced: start.io_traced,
+            probes: None,
+            gpu,
+            written: None,
+            recording: Some(RecordingNote {
+                file: path.display().to_string(),
+                mode: start.mode.clone(),
+                segment: start.segment,
+                from_session_start: start.from_session_start,
+                frames: self.frames,
+                frames_dropped: last.frames_dropped,
+                damage: damage.map(ToString::to_string),
+                closed: self.end.is_some() || self.ended_with_trigger,
+            }),
+        }
+    }
+}
+
+/// A `THREAD_EXIT` payload: the thread and its counters.
+#[must_use]
+pub fn thread_exit(p: &[u8]) -> Option<(u32, ThreadCounters)> {
+    if p.len() != 8 + 16 + 8 * PROBE_SLOTS {
+        return None;
+    }
+    let u32_at = |i: usize| u32::from_le_bytes([p[i], p[i + 1], p[i + 2], p[i + 3]]);
+    let u64_at = |i: usize| p.get(i..i + 8).and_then(|b| b.try_into().ok()).map_or(0, u64::from_le_bytes);
+    let mut c = ThreadCounters { tgid: u32_at(8), _reserved: 0, drained_at_ns: u64_at(16), hits: [0; PROBE_SLOTS] };
+    for (i, h) in c.hits.iter_mut().enumerate() {
+        *h = u64_at(24 + 8 * i);
+    }
+    Some((u32_at(0), c))
+}
+
+fn library(l: &super::format::LibraryRecord) -> AttachedLibrary {
+    AttachedLibrary {
+        library: Library { dev: l.dev, inode: l.inode, open_path: PathBuf::from(&l.path), name: l.path.clone() },
+        // Names this build does not probe are dropped: their hits could not be shown anyway.
+        symbols: l.symbols.iter().filter_map(|s| PROBES.iter().find(|p| p.symbol == s).map(|p| p.symbol)).collect(),
+    }
+}
