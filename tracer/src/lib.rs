@@ -15,6 +15,7 @@ pub mod discover;
 pub mod error;
 pub mod evidence;
 pub mod export;
+pub mod fuzzing;
 pub mod gpu;
 mod preflight;
 pub mod probes;

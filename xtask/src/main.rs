@@ -1,4 +1,4 @@
-//! Project tasks: `cargo xtask setup | build | demo | test | ci`.
+//! Project tasks: `cargo xtask setup | build | demo | test | bench | fuzz`.
 //!
 //! `setup` installs what the eBPF build needs and is idempotent; every other task runs it
 //! first, so the README's two commands work on a fresh machine.
@@ -35,6 +35,47 @@ enum Task {
     Test,
     /// Measure the added cost per traced launch against a bare uprobe (root; docs/benchmarks.md).
     Bench,
+    /// Fuzz the parsers of untrusted bytes with cargo-fuzz (installed if missing; nightly).
+    Fuzz {
+        /// One of the targets in fuzz/Cargo.toml; all of them by default.
+        target: Option<String>,
+        /// How long each target runs.
+        #[arg(long, default_value_t = 60)]
+        seconds: u32,
+    },
+}
+
+const FUZZ_TARGETS: &[&str] = &["decode_event", "read_recording", "replay_frames", "parse_proc", "parse_elf"];
+
+/// Seed the corpora (written by a test of the library, which knows the formats), then run
+/// each target for `seconds`. Crashes land in fuzz/artifacts/; keep one as a regression by
+/// copying it into fuzz/corpus/TARGET/, which CI replays.
+fn fuzz(target: Option<&str>, seconds: u32) -> Result<()> {
+    toolchain::setup()?;
+    if Command::new("cargo").args(["fuzz", "--version"]).output().map_or(true, |o| !o.status.success()) {
+        run(Command::new("cargo").args(["install", "cargo-fuzz", "--locked"]))?;
+    }
+    let seeds = root().join("target/fuzz-seeds");
+    run(Command::new("cargo")
+        .current_dir(root())
+        .env("GPUTRACE_EBPF_STUB", "1")
+        .env("GPUTRACE_FUZZ_SEEDS", &seeds)
+        .args(["test", "--package", "gputrace", "--lib", "fuzzing::tests::write_seeds", "--", "--ignored", "--exact"]))?;
+    let targets: Vec<&str> = target.map_or_else(|| FUZZ_TARGETS.to_vec(), |t| vec![t]);
+    for t in targets {
+        let corpus = root().join("target/fuzz-corpus").join(t);
+        std::fs::create_dir_all(&corpus)?;
+        run(Command::new("cargo")
+            .current_dir(root().join("fuzz"))
+            .env("GPUTRACE_EBPF_STUB", "1")
+            .args(["+nightly", "fuzz", "run", t])
+            .arg(&corpus)
+            .arg(seeds.join(t))
+            .arg(root().join("fuzz/corpus").join(t))
+            .arg("--")
+            .arg(format!("-max_total_time={seconds}")))?;
+    }
+    Ok(())
 }
 
 fn root() -> PathBuf {
@@ -139,5 +180,6 @@ fn main() -> Result<()> {
             builder::build_fake_cuda(&root().join("tests/fake-cuda"), &fake).map_err(anyhow::Error::msg)?;
             bench::run(&release, &fake)
         }
+        Task::Fuzz { target, seconds } => fuzz(target.as_deref(), seconds),
     }
 }

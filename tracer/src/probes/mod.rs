@@ -6,7 +6,7 @@
 
 pub mod floor;
 mod layout;
-mod tracefs;
+pub mod tracefs;
 
 use std::collections::BTreeMap;
 

@@ -96,7 +96,11 @@ struct State {
 
 /// Play back the recording at `path`.
 pub fn replay(path: &Path) -> Result<Replayed, ReplayError> {
-    let mut reader = Reader::open(path)?;
+    replay_from(Reader::open(path)?, path)
+}
+
+/// Play back frames from any reader (`path` names the source in messages and the report).
+pub fn replay_from<R: std::io::Read>(mut reader: Reader<R>, path: &Path) -> Result<Replayed, ReplayError> {
     let no_start = |why: String| ReplayError::NoStart { path: path.to_owned(), why };
     let start: Start = match reader.next_frame() {
         Some(Ok(Frame { kind: kind::START, payload, .. })) => {
