@@ -34,8 +34,7 @@ fn gpu_with_sm(util: f64, sm: Option<f64>) -> Vec<GpuDevice> {
         utilization_gpu_pct: Some(util as u32),
         utilization: Some(Distribution { mean: util, p50: util, p95: util, samples: 10 }),
         sm_activity_pct: sm.map(|m| Distribution { mean: m, p50: m, p95: m, samples: 10 }),
-        tensor_activity_pct: None,
-        target_memory_bytes: None,
+        ..GpuDevice::default()
     }]
 }
 

@@ -2,7 +2,9 @@
 //! hung driver must not stall the event loop), and a pure summary of the samples over the
 //! traced window. NVML is loaded at run time, so a machine without a GPU (our CI) gets one
 //! clear note and `gpu: null`, and everything else works.
+pub mod identity;
 pub mod nvml;
+pub mod sampler;
 pub mod summary;
 
-pub use summary::{summarize, DeviceInfo, Sample};
+pub use summary::{summarize, Context, DeviceInfo, ProcessUse, Sample};

@@ -1,166 +1,154 @@
-//! The NVML sampler. Runs on its own thread at a fixed rate (default 10 Hz); each tick reads
-//! per device only cheap counters — utilization, memory, and on Hopper a GPM sample (SM and
-//! tensor activity between two ticks). Slow calls (process lists take milliseconds) run once,
-//! at the end. Samples are handed over as they are taken, so a recording keeps them on disk
-//! second by second.
-
-use std::{sync::mpsc, thread, time::Duration};
+//! The NVML source: what one tick reads of one device. Fast reads every tick (utilization and
+//! the driver's high-resolution utilization samples, memory, power, SM clock, throttle
+//! reasons, Hopper GPM SM activity, occupancy and tensor activity); slow reads every
+//! [`super::sampler::SLOW_EVERY`] ticks (PCIe throughput, which NVML measures over ~20 ms
+//! inside the call, and per-process utilization, which enumerates processes).
 
 use nvml_wrapper::{
+    enum_wrappers::device::{Clock, PcieUtilCounter, Sampling},
     enums::{device::UsedGpuMemory, gpm::GpmMetricId},
-    error::NvmlError,
     gpm, Device, GpmSample, Nvml,
 };
 
-use super::{DeviceInfo, Sample};
+use super::{sampler::Source, DeviceInfo, ProcessUse, Sample};
 use crate::clock;
 
-/// How long NVML may take to start or to hand back its samples before we give up on it.
-const NVML_TIMEOUT: Duration = Duration::from_secs(3);
-
-#[derive(Debug)]
-pub struct Sampler {
-    /// Sending the traced pids ends the sampling (they are wanted for the final process list).
-    stop: mpsc::Sender<Vec<u32>>,
-    done: mpsc::Receiver<Finished>,
-    samples: mpsc::Receiver<Sample>,
-    pub interval: Duration,
-    /// The driver and the devices, known from the start (for a recording's start record).
-    pub driver_version: Option<String>,
-    pub devices: Vec<DeviceInfo>,
+pub struct NvmlSource<'n> {
+    nvml: &'n Nvml,
+    devices: Vec<Device<'n>>,
+    last_gpm: Vec<Option<GpmSample<'n>>>,
+    /// Per device, the newest driver timestamp (µs) of utilization and process samples read.
+    last_util_us: Vec<u64>,
+    last_process_us: Vec<u64>,
 }
 
-/// What the sampler hands back at the end.
-#[derive(Debug, Default)]
-pub struct Finished {
-    pub devices: Vec<DeviceInfo>,
-    pub samples: Vec<Sample>,
-    pub driver_version: Option<String>,
-}
-
-impl Sampler {
-    /// Start sampling; `Err` says why there is no GPU view (no driver, no GPU, NVML hung).
-    pub fn start(interval: Duration) -> Result<Self, String> {
-        if interval.is_zero() {
-            return Err("NVML sampling is off (--nvml-hz 0)".into());
-        }
-        let (stop, stop_rx) = mpsc::channel();
-        let (ready_tx, ready_rx) = mpsc::channel();
-        let (done_tx, done_rx) = mpsc::channel();
-        let (sample_tx, sample_rx) = mpsc::channel();
-        let channels = Channels { stop: stop_rx, ready: ready_tx, samples: sample_tx, done: done_tx };
-        thread::Builder::new()
-            .name("gputrace-nvml".into())
-            .spawn(move || run(interval, &channels))
-            .map_err(|e| format!("cannot start the NVML thread: {e}"))?;
-        match ready_rx.recv_timeout(NVML_TIMEOUT) {
-            Ok(Ok((driver_version, devices))) => Ok(Self { stop, done: done_rx, samples: sample_rx, interval, driver_version, devices }),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(format!("NVML did not initialise within {NVML_TIMEOUT:?}; GPU-side figures are omitted")),
-        }
-    }
-
-    /// The samples taken since the last call (never blocks).
-    #[must_use]
-    pub fn take_samples(&self) -> Vec<Sample> {
-        self.samples.try_iter().collect()
-    }
-
-    /// Stop and collect; `pids` are the traced processes whose GPU memory is wanted. The
-    /// samples are those not taken by [`Self::take_samples`] yet.
-    pub fn finish(self, pids: Vec<u32>) -> Result<Finished, String> {
-        let _ = self.stop.send(pids);
-        let mut finished =
-            self.done.recv_timeout(NVML_TIMEOUT + self.interval).map_err(|_| "NVML did not answer at the end of the trace".to_owned())?;
-        finished.samples = self.samples.try_iter().collect();
-        Ok(finished)
+impl std::fmt::Debug for NvmlSource<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NvmlSource").field("devices", &self.devices.len()).finish_non_exhaustive()
     }
 }
 
-/// The driver version and the devices, sent once NVML answered.
-type Ready = (Option<String>, Vec<DeviceInfo>);
-
-/// The sampler thread's ends of its channels.
-struct Channels {
-    /// Sending the traced pids ends the sampling.
-    stop: mpsc::Receiver<Vec<u32>>,
-    /// The driver version and the devices, or why NVML is unusable.
-    ready: mpsc::Sender<Result<Ready, String>>,
-    samples: mpsc::Sender<Sample>,
-    done: mpsc::Sender<Finished>,
-}
-
-fn device_info(index: usize, dev: &Device<'_>, pids: Option<&[u32]>) -> DeviceInfo {
-    DeviceInfo {
-        index: index as u32,
-        uuid: dev.uuid().unwrap_or_default(),
-        name: dev.name().unwrap_or_default(),
-        memory_total_bytes: dev.memory_info().map_or(0, |m| m.total),
-        target_memory_bytes: pids.and_then(|p| target_memory(dev, p).ok()),
+impl<'n> NvmlSource<'n> {
+    /// `Err` says why there is no GPU view.
+    pub fn new(nvml: &'n Nvml) -> Result<Self, String> {
+        let count = nvml.device_count().unwrap_or(0);
+        let devices: Vec<Device<'n>> = (0..count).filter_map(|i| nvml.device_by_index(i).ok()).collect();
+        if devices.is_empty() {
+            return Err("NVML sees no GPU; GPU-side figures are omitted".into());
+        }
+        let last_gpm = devices.iter().map(|d| d.gpm_sample().ok()).collect();
+        let n = devices.len();
+        // Buffers are read from now on: their history before the trace is not the trace's.
+        let now = wall_us();
+        Ok(Self { nvml, devices, last_gpm, last_util_us: vec![now; n], last_process_us: vec![now; n] })
     }
 }
 
-fn run(interval: Duration, ch: &Channels) {
-    let (stop, ready, done) = (&ch.stop, &ch.ready, &ch.done);
-    let nvml = match Nvml::init() {
-        Ok(n) => n,
-        Err(e) => {
-            let _ = ready.send(Err(format!("NVML is unavailable ({e}); GPU-side figures are omitted")));
-            return;
-        }
-    };
-    let count = nvml.device_count().unwrap_or(0);
-    let devices: Vec<Device<'_>> = (0..count).filter_map(|i| nvml.device_by_index(i).ok()).collect();
-    if devices.is_empty() {
-        let _ = ready.send(Err("NVML sees no GPU; GPU-side figures are omitted".into()));
-        return;
-    }
-    let infos = devices.iter().enumerate().map(|(i, d)| device_info(i, d, None)).collect();
-    let _ = ready.send(Ok((nvml.sys_driver_version().ok(), infos)));
-    let mut last_gpm: Vec<Option<GpmSample<'_>>> = devices.iter().map(|d| d.gpm_sample().ok()).collect();
-    // Waiting on the stop channel is the tick: it ends the wait at once when the trace stops.
-    let pids = loop {
-        match stop.recv_timeout(interval) {
-            Ok(pids) => break pids,
-            Err(mpsc::RecvTimeoutError::Disconnected) => break Vec::new(),
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-        }
-        for (index, dev) in devices.iter().enumerate() {
-            let (sm_pct, tensor_pct) = gpm_activity(&nvml, dev, &mut last_gpm[index]);
-            let _ = ch.samples.send(Sample {
-                at_ns: clock::monotonic_ns(),
-                device: index as u32,
-                util_pct: dev.utilization_rates().ok().map(|u| f64::from(u.gpu)),
-                mem_used_bytes: dev.memory_info().ok().map(|m| m.used),
-                sm_pct,
-                tensor_pct,
-            });
-        }
-    };
-    let infos = devices.iter().enumerate().map(|(i, d)| device_info(i, d, Some(&pids))).collect();
-    let _ = done.send(Finished { devices: infos, samples: Vec::new(), driver_version: nvml.sys_driver_version().ok() });
+/// Wall-clock now in µs: NVML stamps its sample buffers with it.
+fn wall_us() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
 }
 
-/// SM and tensor activity since the previous GPM sample (Hopper and newer; None elsewhere).
-fn gpm_activity<'n>(nvml: &'n Nvml, dev: &Device<'n>, last: &mut Option<GpmSample<'n>>) -> (Option<f64>, Option<f64>) {
-    let Some(prev) = last.take() else { return (None, None) };
-    let Ok(now) = dev.gpm_sample() else { return (None, None) };
-    let values = gpm::gpm_metrics_get(nvml, &prev, &now, &[GpmMetricId::SmUtil, GpmMetricId::AnyTensorUtil]).ok();
+impl Source for NvmlSource<'_> {
+    fn devices(&self) -> Vec<DeviceInfo> {
+        self.devices
+            .iter()
+            .enumerate()
+            .map(|(index, dev)| DeviceInfo {
+                index: index as u32,
+                uuid: dev.uuid().unwrap_or_default(),
+                name: dev.name().unwrap_or_default(),
+                memory_total_bytes: dev.memory_info().map_or(0, |m| m.total),
+                target_memory_bytes: None,
+                pci_bus_id: dev.pci_info().map(|p| p.bus_id).unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    fn driver_version(&self) -> Option<String> {
+        self.nvml.sys_driver_version().ok()
+    }
+
+    fn fast(&mut self, index: usize) -> Sample {
+        let dev = &self.devices[index];
+        let rates = dev.utilization_rates().ok();
+        // The driver's own buffer of utilization samples (one per ~1/6 s on recent drivers):
+        // finer than the one-second average `utilization.gpu` is.
+        let fine: Vec<(u64, f64)> = dev
+            .samples(Sampling::GpuUtilization, self.last_util_us[index])
+            .map(|v| v.iter().map(|s| (s.timestamp, sample_value(&s.value))).collect())
+            .unwrap_or_default();
+        if let Some(newest) = fine.iter().map(|(t, _)| *t).max() {
+            self.last_util_us[index] = newest;
+        }
+        let (sm_pct, occupancy_pct, tensor_pct) = gpm_activity(self.nvml, dev, &mut self.last_gpm[index]);
+        Sample {
+            at_ns: clock::monotonic_ns(),
+            device: index as u32,
+            util_pct: rates.as_ref().map(|u| f64::from(u.gpu)),
+            util_fine_pct: fine.into_iter().map(|(_, v)| v).collect(),
+            mem_util_pct: rates.map(|u| f64::from(u.memory)),
+            mem_used_bytes: dev.memory_info().ok().map(|m| m.used),
+            power_w: dev.power_usage().ok().map(|mw| f64::from(mw) / 1000.0),
+            sm_clock_mhz: dev.clock_info(Clock::SM).ok(),
+            throttle_reasons: dev.current_throttle_reasons().ok().map(|r| r.bits()),
+            sm_pct,
+            occupancy_pct,
+            tensor_pct,
+            ..Sample::default()
+        }
+    }
+
+    fn slow(&mut self, index: usize, sample: &mut Sample) {
+        let dev = &self.devices[index];
+        // KB/s over NVML's own ~20 ms window.
+        sample.pcie_rx_bytes_s = dev.pcie_throughput(PcieUtilCounter::Receive).ok().map(|kb| f64::from(kb) * 1024.0);
+        sample.pcie_tx_bytes_s = dev.pcie_throughput(PcieUtilCounter::Send).ok().map(|kb| f64::from(kb) * 1024.0);
+        let since = self.last_process_us[index];
+        if let Ok(stats) = dev.process_utilization_stats(since) {
+            self.last_process_us[index] = stats.iter().map(|p| p.timestamp).max().unwrap_or(since).max(since);
+            sample.processes = stats.iter().map(|p| ProcessUse { pid: p.pid, sm_pct: f64::from(p.sm_util), mem_pct: f64::from(p.mem_util) }).collect();
+        }
+    }
+
+    fn process_memory(&mut self, index: usize) -> Option<Vec<(u32, u64)>> {
+        let dev = &self.devices[index];
+        let procs = dev.running_compute_processes().ok()?;
+        let graphics = dev.running_graphics_processes().unwrap_or_default();
+        Some(
+            procs
+                .iter()
+                .chain(&graphics)
+                .map(|p| {
+                    let bytes = match p.used_gpu_memory {
+                        UsedGpuMemory::Used(b) => b,
+                        UsedGpuMemory::Unavailable => 0,
+                    };
+                    (p.pid, bytes)
+                })
+                .collect(),
+        )
+    }
+}
+
+fn sample_value(v: &nvml_wrapper::enums::device::SampleValue) -> f64 {
+    use nvml_wrapper::enums::device::SampleValue as V;
+    match *v {
+        V::F64(x) => x,
+        V::U32(x) => f64::from(x),
+        V::U64(x) => x as f64,
+        V::I64(x) => x as f64,
+    }
+}
+
+/// SM activity, SM occupancy and tensor activity since the previous GPM sample (Hopper and
+/// newer; None elsewhere).
+fn gpm_activity<'n>(nvml: &'n Nvml, dev: &Device<'n>, last: &mut Option<GpmSample<'n>>) -> (Option<f64>, Option<f64>, Option<f64>) {
+    let Some(prev) = last.take() else { return (None, None, None) };
+    let Ok(now) = dev.gpm_sample() else { return (None, None, None) };
+    let wanted = [GpmMetricId::SmUtil, GpmMetricId::SmOccupancy, GpmMetricId::AnyTensorUtil];
+    let values = gpm::gpm_metrics_get(nvml, &prev, &now, &wanted).ok();
     *last = Some(now);
     let get = |i: usize| values.as_ref().and_then(|v| v.get(i)?.as_ref().ok().map(|r| r.value));
-    (get(0), get(1))
-}
-
-/// GPU memory held by the traced processes. NVML reports host pids; inside a container
-/// whose pid namespace differs they do not match ours, and this is then 0.
-fn target_memory(dev: &Device<'_>, pids: &[u32]) -> Result<u64, NvmlError> {
-    Ok(dev
-        .running_compute_processes()?
-        .iter()
-        .filter(|p| pids.contains(&p.pid))
-        .map(|p| match p.used_gpu_memory {
-            UsedGpuMemory::Used(b) => b,
-            UsedGpuMemory::Unavailable => 0,
-        })
-        .sum())
+    (get(0), get(1), get(2))
 }

@@ -72,6 +72,9 @@ pub struct Start {
     pub from_session_start: bool,
     /// `file` or `flight`.
     pub mode: String,
+    /// The target's CUDA device environment.
+    #[serde(default)]
+    pub cuda_env: crate::gpu::identity::CudaEnv,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -123,6 +126,9 @@ pub struct End {
     pub exit_status: Option<i32>,
     /// Devices with the memory the traced processes held at the end.
     pub gpu_devices: Option<Vec<DeviceInfo>>,
+    /// Per device, every process holding memory there at the end: (pid, bytes).
+    #[serde(default)]
+    pub gpu_holders: Vec<Vec<(u32, u64)>>,
     pub checkpoint: Checkpoint,
 }
 

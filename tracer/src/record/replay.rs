@@ -19,7 +19,7 @@ use crate::{
     decode::{decode, Event},
     discover::libraries::Library,
     evidence::{snapshot::Snapshot, Evidence, HostClass, HostMemory},
-    gpu::nvml::Finished,
+    gpu::sampler::Finished,
     probes::AttachedLibrary,
     session::{Outcome, RecordingNote, StopReason},
 };
@@ -225,7 +225,8 @@ impl State {
         let end_ns = self.end.as_ref().map_or_else(|| last.snapshot.at_ns.max(self.last_ts_ns).max(start.start_ns), |e| e.end_ns);
         let gpu = start.gpu.as_ref().map(|g| {
             let devices = self.end.as_ref().and_then(|e| e.gpu_devices.clone()).unwrap_or_else(|| g.devices.clone());
-            let finished = Finished { devices, samples: std::mem::take(&mut self.samples), driver_version: g.driver_version.clone() };
+            let holders = self.end.as_ref().map(|e| e.gpu_holders.clone()).unwrap_or_default();
+            let finished = Finished { devices, samples: std::mem::take(&mut self.samples), driver_version: g.driver_version.clone(), holders };
             (finished, Duration::from_secs_f64(g.sample_interval_s.clamp(0.001, 60.0)))
         });
         Outcome {
@@ -246,6 +247,7 @@ impl State {
             probes: None,
             gpu,
             written: None,
+            cuda_env: start.cuda_env.clone(),
             recording: Some(RecordingNote {
                 file: path.display().to_string(),
                 mode: start.mode.clone(),

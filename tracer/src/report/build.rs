@@ -21,11 +21,24 @@ fn secs(ns: u64) -> f64 {
 pub fn build(outcome: &Outcome) -> Report {
     let ev = &outcome.evidence;
     let window_ns = outcome.end_ns.saturating_sub(outcome.start_ns);
-    let gpu = outcome.gpu.as_ref().map(|(samples, interval)| Gpu {
-        available: true,
-        driver_version: samples.driver_version.clone(),
-        sample_hz: 1.0 / interval.as_secs_f64(),
-        devices: crate::gpu::summarize(&samples.devices, &samples.samples, outcome.start_ns, outcome.end_ns),
+    let traced: Vec<u32> = ev.processes.keys().copied().chain([outcome.target_pid]).collect();
+    let gpu = outcome.gpu.as_ref().map(|(samples, interval)| {
+        let mut devices = crate::gpu::summarize(&samples.devices, &samples.samples, &crate::gpu::Context {
+            holders: &samples.holders,
+            traced: &traced,
+            start_ns: outcome.start_ns,
+            end_ns: outcome.end_ns,
+        });
+        for (d, info) in devices.iter_mut().zip(&samples.devices) {
+            d.visible_to_target = outcome.cuda_env.sees(info, &samples.devices);
+        }
+        Gpu {
+            available: true,
+            driver_version: samples.driver_version.clone(),
+            sample_hz: 1.0 / interval.as_secs_f64(),
+            devices,
+            cuda_env: outcome.cuda_env.clone(),
+        }
     });
     let cuda = cuda(ev, outcome, window_ns);
     let losses = &outcome.losses;

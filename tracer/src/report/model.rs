@@ -323,9 +323,12 @@ pub struct Gpu {
     /// NVML sampling rate.
     pub sample_hz: f64,
     pub devices: Vec<GpuDevice>,
+    /// The target's `CUDA_VISIBLE_DEVICES` and `CUDA_DEVICE_ORDER` at attach.
+    #[serde(default)]
+    pub cuda_env: crate::gpu::identity::CudaEnv,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct GpuDevice {
     /// NVML's index (CUDA may number devices differently; match by `uuid`).
     pub index: u32,
@@ -334,14 +337,61 @@ pub struct GpuDevice {
     /// Highest memory use seen in the window.
     pub memory_used_bytes: u64,
     pub memory_total_bytes: u64,
-    /// Mean `utilization.gpu` over the window (percent of time some kernel ran).
+    /// Mean utilization over the window (percent of time some kernel ran).
     pub utilization_gpu_pct: Option<u32>,
     pub utilization: Option<Distribution>,
+    /// `sample-buffer` (the driver's high-resolution samples) or `utilization.gpu`.
+    #[serde(default)]
+    pub utilization_source: String,
     /// Hopper GPM SM activity (percent of SM time busy): how much of the GPU worked.
     pub sm_activity_pct: Option<Distribution>,
     pub tensor_activity_pct: Option<Distribution>,
     /// GPU memory the traced processes hold on this device.
     pub target_memory_bytes: Option<u64>,
+    #[serde(default)]
+    pub pci_bus_id: String,
+    /// Percent of time device memory was read or written.
+    #[serde(default)]
+    pub memory_util_pct: Option<Distribution>,
+    /// Hopper GPM: resident warps over the maximum.
+    #[serde(default)]
+    pub sm_occupancy_pct: Option<Distribution>,
+    #[serde(default)]
+    pub power_w: Option<Distribution>,
+    #[serde(default)]
+    pub sm_clock_mhz: Option<Distribution>,
+    /// PCIe throughput, MB/s (read once a second).
+    #[serde(default)]
+    pub pcie_rx_mb_s: Option<Distribution>,
+    #[serde(default)]
+    pub pcie_tx_mb_s: Option<Distribution>,
+    /// Clock throttle reasons seen, with the fraction of readings each was active in.
+    #[serde(default)]
+    pub throttle_reasons: Vec<ThrottleSeen>,
+    /// Processes holding memory here at the end, or seen using it: who else is on the GPU.
+    #[serde(default)]
+    pub processes: Vec<GpuProcess>,
+    /// Mean SM utilization NVML attributes to the traced processes (once a second).
+    #[serde(default)]
+    pub target_sm_util_pct: Option<f64>,
+    /// Whether the target's `CUDA_VISIBLE_DEVICES` shows it this device (null: cannot be told).
+    #[serde(default)]
+    pub visible_to_target: Option<bool>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThrottleSeen {
+    pub reason: String,
+    pub fraction: f64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuProcess {
+    pub pid: u32,
+    /// Whether it is one of the traced processes (NVML reports host pids: see docs/report.md).
+    pub traced: bool,
+    pub memory_bytes: Option<u64>,
+    pub sm_util_pct: Option<f64>,
 }
 
 /// A summary of samples over the window.

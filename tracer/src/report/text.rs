@@ -62,6 +62,36 @@ fn wrap(out: &mut String, lead: &str, text: &str) {
     }
 }
 
+/// Power, clocks, PCIe, throttling and the other processes on a device, where NVML said.
+fn gpu_extras(out: &mut String, d: &crate::report::model::GpuDevice) {
+    let mean = |d: &Option<crate::report::model::Distribution>| d.as_ref().map(|x| x.mean);
+    let mut power = Vec::new();
+    if let Some(w) = mean(&d.power_w) {
+        power.push(format!("{w:.0} W"));
+    }
+    if let Some(mhz) = mean(&d.sm_clock_mhz) {
+        power.push(format!("SM clock {mhz:.0} MHz"));
+    }
+    if let (Some(rx), Some(tx)) = (mean(&d.pcie_rx_mb_s), mean(&d.pcie_tx_mb_s)) {
+        power.push(format!("PCIe in {rx:.0} / out {tx:.0} MB/s"));
+    }
+    if !power.is_empty() {
+        let _ = writeln!(out, "    {}", power.join(", "));
+    }
+    for t in &d.throttle_reasons {
+        let _ = writeln!(out, "    clocks held back by {} {:.0}% of the time", clean(&t.reason), t.fraction * 100.0);
+    }
+    let others: Vec<String> = d
+        .processes
+        .iter()
+        .filter(|p| !p.traced)
+        .map(|p| format!("pid {} ({})", p.pid, p.memory_bytes.map_or("? B".into(), bytes)))
+        .collect();
+    if !others.is_empty() {
+        wrap(out, "    also on this GPU: ", &others.join(", "));
+    }
+}
+
 #[must_use]
 pub fn render(r: &Report, color: bool) -> String {
     let st = Style { color };
@@ -126,6 +156,7 @@ pub fn render(r: &Report, color: bool) -> String {
             let _ =
                 writeln!(out, "  {} {}: {} of {} used", d.index, clean(&d.name), bytes(d.memory_used_bytes), bytes(d.memory_total_bytes));
             let _ = writeln!(out, "    a kernel running {util} of the time{sm}");
+            gpu_extras(&mut out, d);
         }
     }
     let t = &r.tracer;

@@ -20,7 +20,7 @@ use crate::{
     error::{Result, TraceError},
     evidence::{Evidence, HostClass, HostMemory},
     gpu::{
-        nvml::{Finished as GpuSamples, Sampler},
+        sampler::{Finished as GpuSamples, Sampler},
         Sample,
     },
     probes::Kernel,
@@ -126,6 +126,8 @@ pub struct Outcome {
     pub recording: Option<RecordingNote>,
     /// What a live session wrote to its recording.
     pub written: Option<Written>,
+    /// The target's CUDA device environment.
+    pub cuda_env: crate::gpu::identity::CudaEnv,
 }
 
 /// Trace `target` until `duration`, a signal, or the end of the traced process tree; with a
@@ -144,6 +146,14 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
     let attach_ms = began.elapsed().as_secs_f64() * 1e3;
     let start_ns = clock::monotonic_ns();
     let pid = started.pid;
+    let cuda_env = crate::gpu::identity::CudaEnv::of(pid);
+    if sampler.is_some() && crate::gpu::identity::in_child_pid_namespace() {
+        notes.push(
+            "gputrace runs in a pid namespace of its own (a container): NVML reports host pids, so GPU memory and \
+             utilization cannot be matched to the traced processes by pid; the job's GPU is inferred from activity"
+                .into(),
+        );
+    }
     // Tests and scripts wait for this line (with -v) before starting the traced work.
     log::info!("armed: tracing pid {pid} with probes in {} libraries after {attach_ms:.0} ms", kernel.attached_libraries().len());
     if kernel.attached_libraries().is_empty() {
@@ -163,7 +173,7 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
         start_ns,
     };
     if let Some(r) = recorder {
-        live.begin_recording(r, &started.command, pid, attach_ms);
+        live.begin_recording(r, &started.command, pid, attach_ms, &cuda_env);
     }
     let flight = live.tape.as_ref().is_some_and(|t| t.recorder.is_flight());
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| TraceError::io("installing", "SIGINT handler", e))?;
@@ -217,6 +227,7 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
     let mut outcome = live.conclude(pid, end_ns, stopped_by, exit_status, nvml_interval).await;
     outcome.command = started.command;
     outcome.attach_ms = attach_ms;
+    outcome.cuda_env = cuda_env;
     Ok(outcome)
 }
 
@@ -238,8 +249,10 @@ impl Live {
         drain(&mut self.ring, &mut self.kernel, &mut self.evidence, &mut self.host, self.tape.as_mut());
     }
 
-    fn begin_recording(&mut self, mut r: Recorder, command: &str, pid: u32, attach_ms: f64) {
-        r.begin(start_record(&self.kernel, command, pid, self.start_ns, attach_ms, self.sampler.as_ref()));
+    fn begin_recording(&mut self, mut r: Recorder, command: &str, pid: u32, attach_ms: f64, cuda_env: &crate::gpu::identity::CudaEnv) {
+        let mut start = start_record(&self.kernel, command, pid, self.start_ns, attach_ms, self.sampler.as_ref());
+        start.cuda_env = cuda_env.clone();
+        r.begin(start);
         // The first checkpoint: a baseline for files that do not start with the session.
         let first = self.snapshots.read(&self.kernel, self.start_ns);
         r.checkpoint(checkpoint::checkpoint(first, &self.kernel, &self.evidence, &self.notes, 0), &[]);
@@ -288,6 +301,7 @@ impl Live {
                 stopped_by: stopped_by.as_str().into(),
                 exit_status,
                 gpu_devices: gpu.as_ref().map(|(g, _)| g.devices.clone()),
+                gpu_holders: gpu.as_ref().map(|(g, _)| g.holders.clone()).unwrap_or_default(),
                 checkpoint: checkpoint::checkpoint(last, &self.kernel, &self.evidence, &self.notes, self.host.reads),
             };
             t.recorder.end(&end)
@@ -311,6 +325,7 @@ impl Live {
             maps_reads: self.host.reads,
             recording: None,
             written,
+            cuda_env: crate::gpu::identity::CudaEnv::default(),
         }
     }
 }
@@ -329,7 +344,8 @@ impl Tape {
     fn check_diagnosis(&mut self, ev: &Evidence, snapshot: &crate::evidence::snapshot::Snapshot, start_ns: u64, sampler: Option<&Sampler>) {
         let mut so_far = ev.clone();
         snapshot.apply(&mut so_far, None, &BTreeSet::new());
-        let devices = sampler.map(|s| crate::gpu::summarize(&s.devices, &self.samples, start_ns, snapshot.at_ns));
+        let cx = crate::gpu::Context { start_ns, end_ns: snapshot.at_ns, ..crate::gpu::Context::default() };
+        let devices = sampler.map(|s| crate::gpu::summarize(&s.devices, &self.samples, &cx));
         let window_ns = snapshot.at_ns.saturating_sub(start_ns);
         let (verdict, diagnoses) = crate::detect::diagnose(&crate::detect::Inputs { window_ns, evidence: &so_far, gpu: devices.as_deref() });
         if let Some(d) = diagnoses.iter().find(|d| d.id == verdict && d.severity == "high" && d.id != "gpu-bound") {
@@ -377,6 +393,7 @@ fn start_record(kernel: &Kernel, command: &str, pid: u32, start_ns: u64, attach_
         segment: 0,
         from_session_start: true,
         mode: String::new(),
+        cuda_env: crate::gpu::identity::CudaEnv::default(),
     }
 }
 
