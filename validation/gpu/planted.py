@@ -12,6 +12,7 @@
   loader_cpu    a DataLoader with 2 workers doing heavy CPU work per sample
   contention    the launch-bound loop pinned to one core shared with 3 busy processes
                 (planted.sh starts the busy processes and pins the job)
+  idle          holds a CUDA context and 1 GiB of device memory and sleeps (an idle GPU)
 """
 import argparse
 import mmap
@@ -35,7 +36,12 @@ def mlp(width, depth, dtype=torch.float32):
     return torch.nn.Sequential(*layers).to(dev, dtype)
 
 
-if args.mode == "launch_bound":
+if args.mode == "idle":
+    held = torch.empty(1 << 30, dtype=torch.uint8, device=dev)
+
+    def step(i):
+        time.sleep(0.1)
+elif args.mode == "launch_bound":
     model = mlp(64, 40)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     x = torch.randn(8, 64, device=dev)

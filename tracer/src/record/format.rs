@@ -129,6 +129,9 @@ pub struct End {
     /// Per device, every process holding memory there at the end: (pid, bytes).
     #[serde(default)]
     pub gpu_holders: Vec<Vec<(u32, u64)>>,
+    /// The recorder's peak resident memory.
+    #[serde(default)]
+    pub peak_rss_bytes: Option<u64>,
     pub checkpoint: Checkpoint,
 }
 

@@ -248,6 +248,7 @@ impl State {
             gpu,
             written: None,
             cuda_env: start.cuda_env.clone(),
+            peak_rss_bytes: self.end.as_ref().and_then(|e| e.peak_rss_bytes),
             recording: Some(RecordingNote {
                 file: path.display().to_string(),
                 mode: start.mode.clone(),

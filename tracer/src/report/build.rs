@@ -103,6 +103,7 @@ pub fn build(outcome: &Outcome) -> Report {
             maps_reads: outcome.maps_reads,
             notes: outcome.notes.clone(),
             recording: outcome.recording.clone(),
+            peak_rss_bytes: outcome.peak_rss_bytes,
         },
     }
 }

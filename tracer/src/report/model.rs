@@ -428,6 +428,9 @@ pub struct Tracer {
     /// Times a process memory map was read to classify copies.
     pub maps_reads: u64,
     pub notes: Vec<String>,
+    /// gputrace's peak resident memory while tracing (`VmHWM`), where known.
+    #[serde(default)]
+    pub peak_rss_bytes: Option<u64>,
     /// Present when the report was made from a recording (`gputrace report FILE`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recording: Option<crate::session::RecordingNote>,

@@ -128,6 +128,15 @@ pub struct Outcome {
     pub written: Option<Written>,
     /// The target's CUDA device environment.
     pub cuda_env: crate::gpu::identity::CudaEnv,
+    /// gputrace's own peak resident memory at the end of tracing (`VmHWM`).
+    pub peak_rss_bytes: Option<u64>,
+}
+
+/// This process's peak resident set, from `/proc/self/status`.
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: u64 = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kb * 1024)
 }
 
 /// Trace `target` until `duration`, a signal, or the end of the traced process tree; with a
@@ -295,6 +304,7 @@ impl Live {
             }
             None => None,
         };
+        let peak_rss_bytes = peak_rss();
         let written = self.tape.take().map(|t| {
             let end = End {
                 end_ns,
@@ -302,6 +312,7 @@ impl Live {
                 exit_status,
                 gpu_devices: gpu.as_ref().map(|(g, _)| g.devices.clone()),
                 gpu_holders: gpu.as_ref().map(|(g, _)| g.holders.clone()).unwrap_or_default(),
+                peak_rss_bytes,
                 checkpoint: checkpoint::checkpoint(last, &self.kernel, &self.evidence, &self.notes, self.host.reads),
             };
             t.recorder.end(&end)
@@ -326,6 +337,7 @@ impl Live {
             recording: None,
             written,
             cuda_env: crate::gpu::identity::CudaEnv::default(),
+            peak_rss_bytes,
         }
     }
 }
