@@ -183,6 +183,13 @@ impl Evidence {
         }
     }
 
+    /// Every process of the traced tree seen: through task events, CUDA calls or the
+    /// scheduler (a process that existed before attach has no task event).
+    #[must_use]
+    pub fn pids(&self) -> std::collections::BTreeSet<u32> {
+        self.processes.keys().copied().chain(self.threads.values().map(|t| t.pid)).chain(self.sched.values().map(|s| s.pid)).filter(|&p| p != 0).collect()
+    }
+
     /// Hits per probe id over all threads.
     #[must_use]
     pub fn hits(&self) -> BTreeMap<u32, u64> {

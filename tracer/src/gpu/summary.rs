@@ -168,9 +168,10 @@ fn target_util(mine: &[&Sample], traced: &[u32]) -> Option<f64> {
         return None;
     }
     // Per reading, the traced processes' shares add up (they share the device).
+    // (A fold from 0.0: an empty float sum is -0.0.)
     let per_reading: Vec<f64> =
-        slow.iter().map(|s| s.processes.iter().filter(|p| traced.contains(&p.pid)).map(|p| p.sm_pct).sum::<f64>().min(100.0)).collect();
-    Some(per_reading.iter().sum::<f64>() / per_reading.len() as f64)
+        slow.iter().map(|s| s.processes.iter().filter(|p| traced.contains(&p.pid)).fold(0.0, |a, p| a + p.sm_pct).min(100.0)).collect();
+    Some(per_reading.iter().fold(0.0, |a, v| a + v) / per_reading.len() as f64)
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ fn secs(ns: u64) -> f64 {
 pub fn build(outcome: &Outcome) -> Report {
     let ev = &outcome.evidence;
     let window_ns = outcome.end_ns.saturating_sub(outcome.start_ns);
-    let traced: Vec<u32> = ev.processes.keys().copied().chain([outcome.target_pid]).collect();
+    let traced: Vec<u32> = ev.pids().into_iter().chain([outcome.target_pid]).collect();
     let gpu = outcome.gpu.as_ref().map(|(samples, interval)| {
         let mut devices = crate::gpu::summarize(&samples.devices, &samples.samples, &crate::gpu::Context {
             holders: &samples.holders,

@@ -292,7 +292,7 @@ impl Live {
         last.apply(&mut self.evidence, None, &BTreeSet::new());
         let gpu = match self.sampler.take() {
             Some(sampler) => {
-                let pids: Vec<u32> = self.evidence.processes.keys().copied().chain([pid]).collect();
+                let pids: Vec<u32> = self.evidence.pids().into_iter().chain(self.kernel.traced_processes()).chain([pid]).collect();
                 let taken = self.tape.as_mut().map(|t| std::mem::take(&mut t.samples)).unwrap_or_default();
                 finish_sampler(sampler, pids, &mut self.notes).await.map(|mut finished| {
                     if let Some(t) = self.tape.as_mut() {
