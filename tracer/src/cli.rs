@@ -12,6 +12,7 @@ use crate::{
     error::{exit, TraceError},
     report::{self, Report},
     session::{self, Target},
+    sweep,
 };
 
 #[derive(Debug, Parser)]
@@ -41,6 +42,19 @@ enum Command {
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true, value_name = "CMD")]
         argv: Vec<String>,
+    },
+    /// Every process on the host that holds or uses a GPU, judged; idle holders are named.
+    Sweep {
+        /// Watch CUDA calls for this many seconds.
+        #[arg(long, value_name = "SECS", value_parser = parse_seconds, default_value = "5")]
+        duration: Duration,
+        /// Print the sweep as one JSON document on stdout.
+        #[arg(long)]
+        json: bool,
+        /// Show other users' command lines (root sees them anyway); otherwise only their
+        /// short process name.
+        #[arg(long)]
+        show_commands: bool,
     },
 }
 
@@ -94,25 +108,60 @@ impl Common {
     }
 }
 
+/// What the command line asks for: a trace, or a host-wide sweep.
+#[derive(Debug)]
+pub enum Task {
+    Trace(Job),
+    Sweep { options: sweep::Options, json: bool },
+}
+
 impl Cli {
     #[must_use]
-    pub fn job(self) -> Job {
+    pub fn job(self) -> Task {
         match self.command {
-            Command::Attach { pid, common } => {
-                Job { target: Target::Attach { pid }, duration: common.duration, json: common.json, nvml_interval: common.nvml_interval() }
-            }
-            Command::Run { common, argv } => Job {
+            Command::Attach { pid, common } => Task::Trace(Job {
+                target: Target::Attach { pid },
+                duration: common.duration,
+                json: common.json,
+                nvml_interval: common.nvml_interval(),
+            }),
+            Command::Run { common, argv } => Task::Trace(Job {
                 target: Target::Run { argv, quiet_stdout: common.json },
                 duration: common.duration,
                 json: common.json,
                 nvml_interval: common.nvml_interval(),
-            },
+            }),
+            Command::Sweep { duration, json, show_commands } => Task::Sweep { options: sweep::Options { duration, show_commands }, json },
         }
     }
 }
 
-/// Run a job to its report; returns the process exit code.
-pub async fn execute(job: Job) -> i32 {
+/// Run a task to its report; returns the process exit code.
+pub async fn execute(task: Task) -> i32 {
+    match task {
+        Task::Trace(job) => execute_trace(job).await,
+        Task::Sweep { options, json } => execute_sweep(&options, json).await,
+    }
+}
+
+async fn execute_sweep(options: &sweep::Options, json: bool) -> i32 {
+    let mut finished = match sweep::sweep(options).await {
+        Ok(f) => f,
+        Err(e) => return fail(&e),
+    };
+    let report = &finished.report;
+    let code = print_with(|out| {
+        if json {
+            serde_json::to_writer_pretty(&mut *out, report).map_err(io::Error::from).and_then(|()| writeln!(out))
+        } else {
+            out.write_all(sweep::text::render(report, io::stdout().is_terminal()).as_bytes())
+        }
+    });
+    finished.detach();
+    code
+}
+
+async fn execute_trace(job: Job) -> i32 {
     let mut outcome = match session::trace(job.target, job.duration, job.nvml_interval).await {
         Ok(o) => o,
         Err(e) => return fail(&e),
@@ -137,13 +186,19 @@ fn fail(e: &TraceError) -> i32 {
 }
 
 fn print_report(report: &Report, json: bool) -> i32 {
-    let stdout = io::stdout();
-    let mut out = stdout.lock();
-    let written = if json {
-        serde_json::to_writer_pretty(&mut out, report).map_err(io::Error::from).and_then(|()| writeln!(out))
-    } else {
-        out.write_all(report::text::render(report, io::stdout().is_terminal()).as_bytes())
-    };
+    print_with(|out| {
+        if json {
+            serde_json::to_writer_pretty(&mut *out, report).map_err(io::Error::from).and_then(|()| writeln!(out))
+        } else {
+            out.write_all(report::text::render(report, io::stdout().is_terminal()).as_bytes())
+        }
+    })
+}
+
+/// Write a report to stdout; a closed pipe is a clean exit.
+fn print_with(write: impl FnOnce(&mut io::StdoutLock<'static>) -> io::Result<()>) -> i32 {
+    let mut out = io::stdout().lock();
+    let written = write(&mut out);
     match written.and_then(|()| out.flush()) {
         Ok(()) => exit::OK,
         // A closed pipe (`gputrace ... | head`) is the reader's choice, not an error.
