@@ -112,11 +112,7 @@ impl Tracer {
     }
 
     fn start(command: &mut Command) -> Self {
-        let mut child = command
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("gputrace starts");
+        let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("gputrace starts");
         let stderr = child.stderr.take().expect("piped");
         let (armed_tx, armed_rx) = mpsc::channel();
         let (rest_tx, rest_rx) = mpsc::channel();

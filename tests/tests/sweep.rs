@@ -8,7 +8,7 @@ use gputrace_tests::{fake_cuda_dir, fakejob, num, require_root, Gated, Tracer};
 use serde_json::Value;
 
 /// The row of one pid; panics with the sweep if it is missing.
-fn row<'a>(sweep: &'a Value, pid: u32) -> &'a Value {
+fn row(sweep: &Value, pid: u32) -> &Value {
     sweep["processes"]
         .as_array()
         .expect("processes is a list")
@@ -106,7 +106,8 @@ fn a_job_that_starts_during_the_window_is_counted() {
 #[test]
 fn bad_durations_are_usage_errors() {
     for bad in ["0", "-1", "abc", "nan", "inf"] {
-        let out = std::process::Command::new(gputrace_tests::gputrace()).arg("sweep").arg(format!("--duration={bad}")).output().expect("runs");
+        let out =
+            std::process::Command::new(gputrace_tests::gputrace()).arg("sweep").arg(format!("--duration={bad}")).output().expect("runs");
         assert_eq!(out.status.code(), Some(2), "--duration {bad}");
         assert!(String::from_utf8_lossy(&out.stderr).contains("duration"), "{}", String::from_utf8_lossy(&out.stderr));
     }

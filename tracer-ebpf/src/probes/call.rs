@@ -19,7 +19,7 @@ use gputrace_common::{
     drains_queue_after, is_probe, loss, out_arg, CallEvent, EventHeader, InflightCall, CALL_ARGS, KIND_CALL,
 };
 
-use crate::maps::{count_loss, thread_counters, cuda_caller, Current, EVENTS, INFLIGHT, THREADS};
+use crate::maps::{count_loss, cuda_caller, thread_counters, Current, EVENTS, INFLIGHT, THREADS};
 
 #[inline(always)]
 fn inflight_key(tid: u32, probe: u32) -> u64 {

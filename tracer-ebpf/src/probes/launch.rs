@@ -6,7 +6,7 @@
 use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::uprobe, programs::ProbeContext};
 use gputrace_common::{is_probe, loss, EventHeader, IdleEndEvent, KIND_IDLE_END};
 
-use crate::maps::{count_loss, thread_counters, cuda_caller, EVENTS};
+use crate::maps::{count_loss, cuda_caller, thread_counters, EVENTS};
 
 #[inline(always)]
 fn on_launch(probe: u32) -> u32 {

@@ -4,7 +4,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use super::{
-    activity::Activity,
+    activity::{Activity, Calls, Timed},
     classify::{self, Facts, State},
     model::{ContextCall, Cuda, Diagnosis, Gpu, GpuDevice, GpuUse, Process},
     nvml::GpuView,
@@ -85,7 +85,7 @@ fn row(inputs: &Inputs<'_>, c: &Candidate) -> Option<(State, Process)> {
     let d = c.details.as_ref();
     let ppid = d.map(|d| d.ppid);
     let orphaned = ppid.is_some_and(classify::orphaned);
-    let state = classify::classify(&Facts {
+    let state = classify::classify(Facts {
         alive: c.alive,
         proc_state: d.filter(|_| c.alive).map(|d| d.state),
         worked,
@@ -112,30 +112,7 @@ fn row(inputs: &Inputs<'_>, c: &Candidate) -> Option<(State, Process)> {
         Some(_) => uses.iter().map(|u| u.memory_bytes).sum(),
     };
     let secs = |ns: u64| ns as f64 / 1e9;
-    let cuda = inputs.probes.then(|| Cuda {
-        kernels: calls.kernels,
-        graphs: calls.graphs,
-        memsets: calls.memsets,
-        sync_wait_s: timed.map_or(0.0, |t| secs(t.sync_wait_ns)),
-        copy_bytes: timed.map_or(0, |t| t.copy_bytes),
-        allocs: calls.allocs,
-        frees: calls.frees,
-        allocated_in_window_bytes: timed.map_or(0, super::activity::Timed::held_bytes),
-        contexts: timed
-            .map(|t| {
-                t.contexts
-                    .iter()
-                    .map(|x| ContextCall {
-                        symbol: x.symbol.to_owned(),
-                        tid: x.tid,
-                        at_s: secs(x.at_ns.saturating_sub(inputs.start_ns)),
-                        result: x.result,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
-        calls: calls.total(),
-    });
+    let cuda = inputs.probes.then(|| cuda(inputs.start_ns, &calls, timed));
     let device_files: BTreeSet<String> = c.holding.mapped.iter().chain(&c.holding.open).cloned().collect();
     let process = Process {
         pid: c.pid,
@@ -162,6 +139,35 @@ fn row(inputs: &Inputs<'_>, c: &Candidate) -> Option<(State, Process)> {
         cuda,
     };
     Some((state, process))
+}
+
+/// The window's CUDA calls of one process in detail.
+fn cuda(start_ns: u64, calls: &Calls, timed: Option<&Timed>) -> Cuda {
+    let secs = |ns: u64| ns as f64 / 1e9;
+    Cuda {
+        kernels: calls.kernels,
+        graphs: calls.graphs,
+        memsets: calls.memsets,
+        sync_wait_s: timed.map_or(0.0, |t| secs(t.sync_wait_ns)),
+        copy_bytes: timed.map_or(0, |t| t.copy_bytes),
+        allocs: calls.allocs,
+        frees: calls.frees,
+        allocated_in_window_bytes: timed.map_or(0, Timed::held_bytes),
+        contexts: timed
+            .map(|t| {
+                t.contexts
+                    .iter()
+                    .map(|x| ContextCall {
+                        symbol: x.symbol.to_owned(),
+                        tid: x.tid,
+                        at_s: secs(x.at_ns.saturating_sub(start_ns)),
+                        result: x.result,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        calls: calls.total(),
+    }
 }
 
 /// `idle-gpu-holder` for each idle or zombie holder, most memory first.
@@ -278,7 +284,13 @@ mod tests {
         let users = HashMap::new();
         let view = GpuView {
             driver_version: Some("580".into()),
-            devices: vec![DeviceView { index: 0, uuid: "GPU-1".into(), name: "H200".into(), memory_total_bytes: Some(100 << 30), memory_used_bytes: None }],
+            devices: vec![DeviceView {
+                index: 0,
+                uuid: "GPU-1".into(),
+                name: "H200".into(),
+                memory_total_bytes: Some(100 << 30),
+                memory_used_bytes: None,
+            }],
             processes: [
                 (10, vec![ProcessUse { device: 0, memory_bytes: Some(20 << 30), sm_util_pct: None }]),
                 (20, vec![ProcessUse { device: 0, memory_bytes: None, sm_util_pct: Some(35) }]),

@@ -50,7 +50,7 @@ pub struct Facts {
 }
 
 #[must_use]
-pub fn classify(f: &Facts) -> State {
+pub fn classify(f: Facts) -> State {
     if !f.alive {
         return State::Exited;
     }
@@ -137,10 +137,7 @@ pub fn idle_gpu_holder(p: &Process, window_s: f64, device_total: Option<u64>) ->
             p.parent.map_or_else(|| "?".to_owned(), |x| x.to_string())
         )
     } else {
-        format!(
-            "ask {} whether pid {} ({command}) still needs the GPU; ending it frees {frees}. gputrace kills nothing",
-            p.user, p.pid
-        )
+        format!("ask {} whether pid {} ({command}) still needs the GPU; ending it frees {frees}. gputrace kills nothing", p.user, p.pid)
     };
     Some(Diagnosis {
         id: "idle-gpu-holder".to_owned(),
@@ -179,18 +176,18 @@ mod tests {
 
     #[test]
     fn states() {
-        assert_eq!(classify(&facts(true, 'S', Some(true), true, false)), State::Active);
-        assert_eq!(classify(&facts(true, 'S', Some(false), true, false)), State::Idle);
+        assert_eq!(classify(facts(true, 'S', Some(true), true, false)), State::Active);
+        assert_eq!(classify(facts(true, 'S', Some(false), true, false)), State::Idle);
         // Orphaned and idle while holding: a likely leftover.
-        assert_eq!(classify(&facts(true, 'S', Some(false), true, true)), State::Zombie);
+        assert_eq!(classify(facts(true, 'S', Some(false), true, true)), State::Zombie);
         // Orphaned but working (a daemonized server): active.
-        assert_eq!(classify(&facts(true, 'R', Some(true), true, true)), State::Active);
+        assert_eq!(classify(facts(true, 'R', Some(true), true, true)), State::Active);
         // A real zombie, whatever else is known.
-        assert_eq!(classify(&facts(true, 'Z', Some(true), true, false)), State::Zombie);
-        assert_eq!(classify(&facts(true, 'Z', None, false, false)), State::Zombie);
-        assert_eq!(classify(&facts(false, 'S', Some(true), true, false)), State::Exited);
+        assert_eq!(classify(facts(true, 'Z', Some(true), true, false)), State::Zombie);
+        assert_eq!(classify(facts(true, 'Z', None, false, false)), State::Zombie);
+        assert_eq!(classify(facts(false, 'S', Some(true), true, false)), State::Exited);
         // No probes and no NVML samples: we do not guess.
-        assert_eq!(classify(&facts(true, 'S', None, true, true)), State::Unknown);
+        assert_eq!(classify(facts(true, 'S', None, true, true)), State::Unknown);
         assert!(orphaned(1) && !orphaned(0) && !orphaned(4242));
         assert!(State::Zombie < State::Idle && State::Idle < State::Active);
     }

@@ -101,26 +101,7 @@ pub async fn sweep(options: &Options) -> Result<Finished> {
     );
 
     let mut activity = activity::Activity::default();
-    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| TraceError::io("installing", "SIGINT handler", e))?;
-    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| TraceError::io("installing", "SIGTERM handler", e))?;
-    let deadline = tokio::time::sleep(options.duration);
-    tokio::pin!(deadline);
-    let mut poll = tokio::time::interval(POLL);
-    let stopped_by = loop {
-        tokio::select! {
-            r = readable(probes.as_mut()) => {
-                r.map_err(|e| TraceError::io("reading", "the ring buffer", e))?;
-                drain(probes.as_mut(), &mut activity);
-            }
-            () = &mut deadline => break "duration",
-            _ = sigint.recv() => break "signal",
-            _ = sigterm.recv() => break "signal",
-            _ = poll.tick() => {
-                drain(probes.as_mut(), &mut activity);
-                observe(probes.as_ref(), &mut activity, &mut seen);
-            }
-        }
-    };
+    let stopped_by = watch(options.duration, probes.as_mut(), &mut activity, &mut seen).await?;
     let end_ns = clock::monotonic_ns();
     drain(probes.as_mut(), &mut activity);
     observe(probes.as_ref(), &mut activity, &mut seen);
@@ -142,19 +123,7 @@ pub async fn sweep(options: &Options) -> Result<Finished> {
     let end = scan::census(me, true, false);
     cost.add(&end.cost);
     scans += 1;
-    let mut pids: BTreeSet<u32> = start.holders.keys().chain(end.holders.keys()).copied().collect();
-    pids.extend(activity.pids());
-    pids.extend(gpu.iter().flat_map(|g| g.processes.keys().copied()));
-    pids.remove(&me);
-    let candidates: Vec<Candidate> = pids
-        .into_iter()
-        .map(|pid| {
-            let now = scan::details(pid).filter(|d| d.state != 'X');
-            let alive = now.is_some();
-            let holding = end.holders.get(&pid).or_else(|| start.holders.get(&pid).filter(|_| !alive)).cloned().unwrap_or_default();
-            Candidate { pid, details: now.or_else(|| seen.remove(&pid)), alive, holding }
-        })
-        .collect();
+    let candidates = candidates(me, &start, &end, &activity, gpu.as_ref(), seen);
     // SAFETY: geteuid has no preconditions.
     let viewer = unsafe { libc::geteuid() };
     if cost.unreadable > 0 {
@@ -197,6 +166,59 @@ pub async fn sweep(options: &Options) -> Result<Finished> {
     Ok(Finished { report, probes: kernel })
 }
 
+/// Collect during the window, until its end or a signal; returns what stopped it.
+async fn watch(
+    duration: Duration,
+    mut probes: Option<&mut Probes>,
+    activity: &mut activity::Activity,
+    seen: &mut BTreeMap<u32, Details>,
+) -> Result<&'static str> {
+    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| TraceError::io("installing", "SIGINT handler", e))?;
+    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| TraceError::io("installing", "SIGTERM handler", e))?;
+    let deadline = tokio::time::sleep(duration);
+    tokio::pin!(deadline);
+    let mut poll = tokio::time::interval(POLL);
+    Ok(loop {
+        tokio::select! {
+            r = readable(probes.as_deref_mut()) => {
+                r.map_err(|e| TraceError::io("reading", "the ring buffer", e))?;
+                drain(probes.as_deref_mut(), activity);
+            }
+            () = &mut deadline => break "duration",
+            _ = sigint.recv() => break "signal",
+            _ = sigterm.recv() => break "signal",
+            _ = poll.tick() => {
+                drain(probes.as_deref_mut(), activity);
+                observe(probes.as_deref(), activity, seen);
+            }
+        }
+    })
+}
+
+/// Every process to judge: holders before and after the window, processes that called CUDA
+/// and processes NVML lists; each with its details read now, or when first seen if gone.
+fn candidates(
+    me: u32,
+    start: &scan::Census,
+    end: &scan::Census,
+    activity: &activity::Activity,
+    gpu: Option<&nvml::GpuView>,
+    mut seen: BTreeMap<u32, Details>,
+) -> Vec<Candidate> {
+    let mut pids: BTreeSet<u32> = start.holders.keys().chain(end.holders.keys()).copied().collect();
+    pids.extend(activity.pids());
+    pids.extend(gpu.iter().flat_map(|g| g.processes.keys().copied()));
+    pids.remove(&me);
+    pids.into_iter()
+        .map(|pid| {
+            let now = scan::details(pid).filter(|d| d.state != 'X');
+            let alive = now.is_some();
+            let holding = end.holders.get(&pid).or_else(|| start.holders.get(&pid).filter(|_| !alive)).cloned().unwrap_or_default();
+            Candidate { pid, details: now.or_else(|| seen.remove(&pid)), alive, holding }
+        })
+        .collect()
+}
+
 /// Load the probes host-wide and attach them to every distinct libcuda mapped on the host,
 /// plus the one the dynamic loader would give a process starting now (so a job that starts
 /// during the window is counted from its first call). Where the probes cannot be loaded (not
@@ -223,9 +245,7 @@ fn arm(mapped: &[libraries::Library], notes: &mut Vec<String>) -> Option<Probes>
         }
     }
     if kernel.attached_libraries().is_empty() {
-        notes.push(
-            "no process maps the CUDA driver (libcuda) and none is on the loader path: no CUDA call can be counted".to_owned(),
-        );
+        notes.push("no process maps the CUDA driver (libcuda) and none is on the loader path: no CUDA call can be counted".to_owned());
     }
     notes.extend(kernel.notes.iter().cloned());
     match RingReader::new(ring) {

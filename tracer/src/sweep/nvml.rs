@@ -58,8 +58,7 @@ pub fn query(since_unix_us: u64) -> Result<GpuView, String> {
 fn ask(since_unix_us: u64) -> Result<GpuView, String> {
     let nvml = Nvml::init().map_err(|e| format!("NVML is unavailable ({e}); GPU memory per process is unknown (gpu: null)"))?;
     let count = nvml.device_count().map_err(|e| format!("NVML cannot count the GPUs ({e}); gpu: null"))?;
-    let mut view =
-        GpuView { driver_version: nvml.sys_driver_version().ok(), utilization_known: count > 0, ..GpuView::default() };
+    let mut view = GpuView { driver_version: nvml.sys_driver_version().ok(), utilization_known: count > 0, ..GpuView::default() };
     for index in 0..count {
         let Ok(dev) = nvml.device_by_index(index) else { continue };
         let memory = dev.memory_info().ok();
@@ -78,7 +77,8 @@ fn ask(since_unix_us: u64) -> Result<GpuView, String> {
 
 /// Add one device's processes; returns whether per-process utilization was readable.
 fn device_processes(dev: &Device<'_>, index: u32, since_unix_us: u64, out: &mut BTreeMap<u32, Vec<ProcessUse>>) -> bool {
-    let listed = dev.running_compute_processes().unwrap_or_default().into_iter().chain(dev.running_graphics_processes().unwrap_or_default());
+    let listed =
+        dev.running_compute_processes().unwrap_or_default().into_iter().chain(dev.running_graphics_processes().unwrap_or_default());
     let mut here: BTreeMap<u32, ProcessUse> = BTreeMap::new();
     for p in listed {
         let memory = match p.used_gpu_memory {

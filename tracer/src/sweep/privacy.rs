@@ -46,12 +46,13 @@ mod tests {
 
     #[test]
     fn other_users_command_lines_are_hidden_unless_allowed() {
-        let line = Some("python train.py --token=SECRET");
+        const LINE: &str = "python train.py --token=SECRET";
+        let line = Some(LINE);
         // Not root, someone else's process: comm only, and it says so.
         assert_eq!(command(line, "python", Some(1001), 1000, false), Shown { command: "python".into(), hidden: true });
         // Own process, root, or the explicit flag: the whole line.
         for (owner, viewer, flag) in [(Some(1000), 1000, false), (Some(1001), 0, false), (Some(1001), 1000, true)] {
-            assert_eq!(command(line, "python", owner, viewer, flag), Shown { command: line.unwrap_or_default().into(), hidden: false });
+            assert_eq!(command(line, "python", owner, viewer, flag), Shown { command: LINE.into(), hidden: false });
         }
         // Unknown owner: hidden from non-root.
         assert!(command(line, "python", None, 1000, false).hidden);

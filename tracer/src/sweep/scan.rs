@@ -306,7 +306,10 @@ garbage line
 
     #[test]
     fn cgroups_and_containers() {
-        assert_eq!(cgroup_path("0::/user.slice/user-1000.slice/session-3.scope\n").as_deref(), Some("/user.slice/user-1000.slice/session-3.scope"));
+        assert_eq!(
+            cgroup_path("0::/user.slice/user-1000.slice/session-3.scope\n").as_deref(),
+            Some("/user.slice/user-1000.slice/session-3.scope")
+        );
         assert_eq!(cgroup_path("12:cpu,cpuacct:/job\n0::/unified\n").as_deref(), Some("/unified"));
         assert_eq!(cgroup_path("12:cpu,cpuacct:/job\n").as_deref(), Some("/job"));
         assert_eq!(cgroup_path(""), None);

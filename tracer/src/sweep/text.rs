@@ -37,7 +37,11 @@ pub fn render(r: &SweepReport, color: bool) -> String {
     let _ = writeln!(out, "{}\n", paint(color, "1", &title));
     let opt = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
     if n > 0 {
-        let _ = writeln!(out, "{:>7} {:<10} {:<7} {:>9} {:>8} {:>6} {:>6} {:>8}", "PID", "USER", "STATE", "GPU MEM", "LAUNCHES", "SYNCS", "COPIES", "LAST");
+        let _ = writeln!(
+            out,
+            "{:>7} {:<10} {:<7} {:>9} {:>8} {:>6} {:>6} {:>8}",
+            "PID", "USER", "STATE", "GPU MEM", "LAUNCHES", "SYNCS", "COPIES", "LAST"
+        );
     }
     for p in &r.processes {
         let state = match p.state.as_str() {

@@ -42,7 +42,9 @@ mod tests {
 
     #[test]
     fn names_and_numeric_fallback() {
-        let users = parse_passwd("root:x:0:0:root:/root:/bin/bash\nbad line\nalice:x:1000:1000::/home/alice:/bin/sh\nx:x:notanumber\nalias:x:0:0::/:/bin/sh\n");
+        let users = parse_passwd(
+            "root:x:0:0:root:/root:/bin/bash\nbad line\nalice:x:1000:1000::/home/alice:/bin/sh\nx:x:notanumber\nalias:x:0:0::/:/bin/sh\n",
+        );
         assert_eq!(name(&users, Some(0)), "root");
         assert_eq!(name(&users, Some(1000)), "alice");
         assert_eq!(name(&users, Some(4242)), "4242");
