@@ -97,7 +97,7 @@ pub fn idle_gpu_holder(p: &Process, window_s: f64, device_total: Option<u64>) ->
     } else {
         "low"
     };
-    let command = escape(&p.command);
+    let command = short_command(&p.command);
     let what = match memory {
         Some(m) => format!("holds {} of GPU memory", bytes(m)),
         None if nvml || mapped => "holds a CUDA context (its memory is unknown without NVML)".to_owned(),
@@ -152,6 +152,20 @@ pub fn idle_gpu_holder(p: &Process, window_s: f64, device_total: Option<u64>) ->
         evidence,
         fix,
     })
+}
+
+/// A command line short enough for a sentence: the program's file name, then the
+/// arguments, escaped and cut at 60 characters (the whole line is in the row's `command`).
+#[must_use]
+pub fn short_command(command: &str) -> String {
+    let (program, args) = command.split_once(' ').unwrap_or((command, ""));
+    let program = program.rsplit('/').next().filter(|p| !p.is_empty()).unwrap_or(program);
+    let short = escape(format!("{program} {args}").trim_end());
+    if short.chars().count() <= 60 {
+        short
+    } else {
+        short.chars().take(59).chain(['…']).collect()
+    }
 }
 
 /// `3 h 12 min`, `4 min 10 s`, `12 s`.
@@ -251,6 +265,16 @@ mod tests {
         ] {
             assert!(idle_gpu_holder(&process(state, holds, Some(GIB)), 5.0, None).is_none(), "{state} {holds:?}");
         }
+    }
+
+    #[test]
+    fn commands_are_shortened_for_prose() {
+        assert_eq!(short_command("/opt/venv/bin/python train.py --lr 0.1"), "python train.py --lr 0.1");
+        assert_eq!(short_command("python"), "python");
+        assert_eq!(short_command("/"), "/");
+        assert_eq!(short_command(""), "");
+        assert_eq!(short_command(&"a ".repeat(100)).chars().count(), 60);
+        assert_eq!(short_command("x\x1b[2J"), "x\\u{1b}[2J");
     }
 
     #[test]

@@ -62,15 +62,16 @@ pub fn render(r: &SweepReport, color: bool) -> String {
             if p.launches.is_some() { last } else { "?".to_owned() },
         );
         let hidden = if p.command_hidden { " [command line hidden]" } else { "" };
-        let mut where_ = String::new();
+        let mut facts = Vec::new();
         if let Some(age) = p.age_s {
-            let _ = write!(where_, "up {}", duration(age));
+            facts.push(format!("up {}", duration(age)));
         }
         if let Some(c) = &p.container {
-            let _ = write!(where_, ", container {c}");
+            facts.push(format!("container {c}"));
         }
+        facts.push(format!("holds: {}", p.holds.join(", ")));
         let _ = writeln!(out, "        {}", fit(&format!("{}{hidden}", clean(&p.command)), 72));
-        let _ = writeln!(out, "        {}", fit(&format!("{}; holds: {}", where_.trim_start_matches(", "), p.holds.join(", ")), 72));
+        let _ = writeln!(out, "        {}", fit(&facts.join("; "), 72));
     }
     if n == 0 {
         let _ = writeln!(out, "  no process holds or uses a GPU");
