@@ -35,6 +35,8 @@
  *                          CUDA_ERROR_OUT_OF_MEMORY)
  *   --print-time           print "work_ns N": wall time of the workers' loops (benchmarks)
  *   --settle-ms M          sleep M ms after loading CUDA, before working
+ *   --hold-ms M            after the workload, print "holding PID" and sleep M ms still
+ *                          holding its device memory (an idle GPU holder, for sweep)
  *   --lib-dir DIR          where libcuda.so.1 and libcudart.so.13 are (default: beside the binary)
  */
 #define _GNU_SOURCE
@@ -96,7 +98,7 @@ static int (*drv_launch_ex)(const launch_config *, void *, void **, void **);
 static struct {
     int gate, threads, steps, runtime_launches, driver_launches, ex_launches, graphs, item, sync, alloc_churn, fork, vmm;
     int load_after_gate, pin_after_gate, print_time;
-    long kernel_us, host_us, settle_ms, sleep_ms, device_memory_mib;
+    long kernel_us, host_us, settle_ms, sleep_ms, device_memory_mib, hold_ms;
     long read_bytes, read_per_step;
     char read_file[PATH_MAX];
     size_t pageable_h2d, pinned_h2d, copy2d, copy3d;
@@ -306,7 +308,7 @@ int main(int argc, char **argv) {
         NUM("--driver-launches", driver_launches) NUM("--ex-launches", ex_launches) NUM("--graphs", graphs)
         NUM("--kernel-us", kernel_us) NUM("--host-us", host_us) NUM("--pageable-h2d", pageable_h2d)
         NUM("--pinned-h2d", pinned_h2d) NUM("--item", item) NUM("--alloc-churn", alloc_churn)
-        NUM("--settle-ms", settle_ms) NUM("--device-memory-mib", device_memory_mib) NUM("--sleep-ms", sleep_ms) NUM("--read-bytes", read_bytes) NUM("--read-per-step", read_per_step)
+        NUM("--settle-ms", settle_ms) NUM("--hold-ms", hold_ms) NUM("--device-memory-mib", device_memory_mib) NUM("--sleep-ms", sleep_ms) NUM("--read-bytes", read_bytes) NUM("--read-per-step", read_per_step)
         NUM("--copy2d", copy2d) NUM("--copy3d", copy3d) NUM("--vmm", vmm)
         if (!strcmp(a, "--read-file")) { snprintf(opt.read_file, sizeof opt.read_file, "%s", v); i++; continue; }
         if (!strcmp(a, "--lib-dir")) { snprintf(opt.lib_dir, sizeof opt.lib_dir, "%s", v); i++; continue; }
@@ -338,6 +340,11 @@ int main(int argc, char **argv) {
     uint64_t t0 = now_ns();
     run_workload();
     if (opt.print_time) printf("work_ns %llu\n", (unsigned long long)(now_ns() - t0));
+    if (opt.hold_ms) {
+        printf("holding %d\n", getpid());
+        fflush(stdout);
+        usleep((useconds_t)opt.hold_ms * 1000);
+    }
     if (reader > 0 && child == 0 && !opt.fork) waitpid(reader, NULL, 0);
     if (reader > 0 && opt.fork && child > 0) waitpid(reader, NULL, 0);
     rt_free(device_buf);

@@ -62,6 +62,23 @@ impl Gated {
         self.child.stdin.as_mut().expect("piped").write_all(b"go\n").expect("gate opens");
     }
 
+    /// Wait until the workload prints a line starting with `prefix` (`holding`). Reads byte
+    /// by byte, so nothing after the line is consumed.
+    pub fn wait_for(&mut self, prefix: &str) {
+        let stdout = self.child.stdout.as_mut().expect("piped");
+        loop {
+            let mut line = Vec::new();
+            let mut byte = [0u8];
+            while stdout.read(&mut byte).expect("fakejob output") == 1 && byte[0] != b'\n' {
+                line.push(byte[0]);
+            }
+            assert!(!line.is_empty(), "fakejob ended before printing {prefix:?}");
+            if line.starts_with(prefix.as_bytes()) {
+                return;
+            }
+        }
+    }
+
     /// Wait for the workload to finish; asserts success.
     pub fn finish(mut self) {
         let status = self.child.wait().expect("fakejob waits");
@@ -79,13 +96,23 @@ pub struct Tracer {
 impl Tracer {
     #[must_use]
     pub fn attach(pid: u32, extra: &[&str]) -> Self {
-        let mut child = Command::new(gputrace())
-            .args(["-v", "attach", "--json", "--pid", &pid.to_string()])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("gputrace starts");
+        Self::start(Command::new(gputrace()).args(["-v", "attach", "--json", "--pid", &pid.to_string()]).args(extra))
+    }
+
+    /// `gputrace -v sweep --json EXTRA`, armed; `loader_path`: its `LD_LIBRARY_PATH`, where
+    /// it looks for the libcuda a process starting during the window would load.
+    #[must_use]
+    pub fn sweep(extra: &[&str], loader_path: Option<&std::path::Path>) -> Self {
+        let mut command = Command::new(gputrace());
+        command.args(["-v", "sweep", "--json"]).args(extra);
+        if let Some(dir) = loader_path {
+            command.env("LD_LIBRARY_PATH", dir);
+        }
+        Self::start(&mut command)
+    }
+
+    fn start(command: &mut Command) -> Self {
+        let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("gputrace starts");
         let stderr = child.stderr.take().expect("piped");
         let (armed_tx, armed_rx) = mpsc::channel();
         let (rest_tx, rest_rx) = mpsc::channel();
@@ -120,7 +147,8 @@ impl Tracer {
 
 fn forward_stderr(stderr: ChildStderr, armed: &mpsc::Sender<()>, rest: &mpsc::Sender<String>) {
     for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-        if line.contains("armed: tracing pid") {
+        // `attach` says "armed: tracing pid …", `sweep` says "armed: sweeping …".
+        if line.contains("armed: ") {
             let _ = armed.send(());
         }
         let _ = rest.send(line + "\n");

@@ -81,6 +81,8 @@ pub mod globals {
     pub const NEWTASK_PID_OFFSET: &str = "NEWTASK_PID_OFFSET";
     /// Byte offset of `clone_flags` in the `task:task_newtask` tracepoint record.
     pub const NEWTASK_FLAGS_OFFSET: &str = "NEWTASK_FLAGS_OFFSET";
+    /// Nonzero: the CUDA probes count every process, not only the traced set (`sweep`).
+    pub const TRACE_ALL_CUDA: &str = "TRACE_ALL_CUDA";
 }
 
 #[cfg(feature = "user")]

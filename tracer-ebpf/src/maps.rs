@@ -51,6 +51,26 @@ pub fn traced_current() -> Option<Current> {
     Some(Current { tgid, tid: pid_tgid as u32 })
 }
 
+/// Set by user space before loading: nonzero makes the CUDA probes count every process that
+/// calls into a probed library (`gputrace sweep`), not only those in `TRACED`. A load-time
+/// global rather than a map, so `attach`/`run` pay one read-only load and no lookup for it.
+/// Only the CUDA probes consult it: the task, scheduler and block tracepoints keep to
+/// `TRACED`, so a host-wide sweep never starts per-thread scheduler accounting.
+#[unsafe(no_mangle)]
+static TRACE_ALL_CUDA: u32 = 0;
+
+/// The calling thread, if its CUDA calls are to be counted: every process in a sweep,
+/// otherwise only a traced one.
+#[inline(always)]
+pub fn cuda_caller() -> Option<Current> {
+    // SAFETY: read_volatile keeps the compiler from folding the load-time constant.
+    if unsafe { core::ptr::read_volatile(&TRACE_ALL_CUDA) } == 0 {
+        return traced_current();
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    Some(Current { tgid: (pid_tgid >> 32) as u32, tid: pid_tgid as u32 })
+}
+
 /// Count one loss of the given kind.
 #[inline(always)]
 pub fn count_loss(kind: u32) {

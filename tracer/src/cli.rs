@@ -14,6 +14,7 @@ use crate::{
     record::{self, reader::Damage, Plan, Recorder},
     report::{self, Report},
     session::{self, Target},
+    sweep,
 };
 
 #[derive(Debug, Parser)]
@@ -84,6 +85,19 @@ enum Command {
         /// Write a Chrome trace-event JSON file that ui.perfetto.dev (and `chrome://tracing`) opens.
         #[arg(long, value_name = "OUT.json")]
         perfetto: PathBuf,
+    },
+    /// Every process on the host that holds or uses a GPU, judged; idle holders are named.
+    Sweep {
+        /// Watch CUDA calls for this many seconds.
+        #[arg(long, value_name = "SECS", value_parser = parse_seconds, default_value = "5")]
+        duration: Duration,
+        /// Print the sweep as one JSON document on stdout.
+        #[arg(long)]
+        json: bool,
+        /// Show other users' command lines (root sees them anyway); otherwise only their
+        /// short process name.
+        #[arg(long)]
+        show_commands: bool,
     },
 }
 
@@ -170,6 +184,10 @@ pub enum Job {
         file: PathBuf,
         perfetto: PathBuf,
     },
+    Sweep {
+        options: sweep::Options,
+        json: bool,
+    },
 }
 
 fn nvml_interval(hz: f64) -> Duration {
@@ -216,6 +234,7 @@ impl Cli {
             },
             Command::Report { file, json } => Job::Report { file, json },
             Command::Export { file, perfetto } => Job::Export { file, perfetto },
+            Command::Sweep { duration, json, show_commands } => Job::Sweep { options: sweep::Options { duration, show_commands }, json },
         }
     }
 }
@@ -226,7 +245,25 @@ pub async fn execute(job: Job) -> i32 {
         Job::Trace { target, duration, json, nvml_interval, record } => trace(target, duration, json, nvml_interval, record).await,
         Job::Report { file, json } => offline_report(&file, json),
         Job::Export { file, perfetto } => export(&file, &perfetto),
+        Job::Sweep { options, json } => execute_sweep(&options, json).await,
     }
+}
+
+async fn execute_sweep(options: &sweep::Options, json: bool) -> i32 {
+    let mut finished = match sweep::sweep(options).await {
+        Ok(f) => f,
+        Err(e) => return fail(&e),
+    };
+    let report = &finished.report;
+    let code = print_with(|out| {
+        if json {
+            serde_json::to_writer_pretty(&mut *out, report).map_err(io::Error::from).and_then(|()| writeln!(out))
+        } else {
+            out.write_all(sweep::text::render(report, io::stdout().is_terminal()).as_bytes())
+        }
+    });
+    finished.detach();
+    code
 }
 
 async fn trace(target: Target, duration: Option<Duration>, json: bool, nvml_interval: Duration, record: Option<Plan>) -> i32 {
@@ -344,13 +381,19 @@ fn fail(e: &TraceError) -> i32 {
 }
 
 fn print_report(report: &Report, json: bool) -> i32 {
-    let stdout = io::stdout();
-    let mut out = stdout.lock();
-    let written = if json {
-        serde_json::to_writer_pretty(&mut out, report).map_err(io::Error::from).and_then(|()| writeln!(out))
-    } else {
-        out.write_all(report::text::render(report, io::stdout().is_terminal()).as_bytes())
-    };
+    print_with(|out| {
+        if json {
+            serde_json::to_writer_pretty(&mut *out, report).map_err(io::Error::from).and_then(|()| writeln!(out))
+        } else {
+            out.write_all(report::text::render(report, io::stdout().is_terminal()).as_bytes())
+        }
+    })
+}
+
+/// Write a report to stdout; a closed pipe is a clean exit.
+fn print_with(write: impl FnOnce(&mut io::StdoutLock<'static>) -> io::Result<()>) -> i32 {
+    let mut out = io::stdout().lock();
+    let written = write(&mut out);
     match written.and_then(|()| out.flush()) {
         Ok(()) => exit::OK,
         // A closed pipe (`gputrace ... | head`) is the reader's choice, not an error.

@@ -4,7 +4,7 @@
 //! `discover` (processes, libraries, symbols) → `probes` (load and attach eBPF) →
 //! `collect` (ring buffer, memory maps) → `decode` (bytes → events) → `evidence` (totals) →
 //! `detect` (diagnoses) → `report` (model, JSON, text). `session` sequences them; `cli`
-//! is the command line; `gpu` is the NVML view.
+//! is the command line; `gpu` is the NVML view; `sweep` is the host-wide census.
 
 pub mod cli;
 pub mod clock;
@@ -22,3 +22,4 @@ pub mod probes;
 pub mod record;
 pub mod report;
 pub mod session;
+pub mod sweep;

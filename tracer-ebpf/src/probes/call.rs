@@ -19,7 +19,7 @@ use gputrace_common::{
     drains_queue_after, is_probe, loss, out_arg, CallEvent, EventHeader, InflightCall, CALL_ARGS, KIND_CALL,
 };
 
-use crate::maps::{count_loss, thread_counters, traced_current, Current, EVENTS, INFLIGHT, THREADS};
+use crate::maps::{count_loss, cuda_caller, thread_counters, Current, EVENTS, INFLIGHT, THREADS};
 
 #[inline(always)]
 fn inflight_key(tid: u32, probe: u32) -> u64 {
@@ -45,7 +45,7 @@ fn remember(cur: &Current, probe: u32, args: [u64; CALL_ARGS]) {
 
 #[inline(always)]
 fn on_enter(ctx: &ProbeContext, probe: u32) -> u32 {
-    let Some(cur) = traced_current() else { return 0 };
+    let Some(cur) = cuda_caller() else { return 0 };
     let mut args = [0; CALL_ARGS];
     let mut i = 0;
     while i < CALL_ARGS {
@@ -71,7 +71,7 @@ fn user_field<T: Into<u64>>(base: u64, offset: u64) -> u64 {
 /// user space reads as "decide from the pointers".
 #[inline(always)]
 fn on_enter_struct_copy(ctx: &ProbeContext, probe: u32, layout: &CopyLayout) -> u32 {
-    let Some(cur) = traced_current() else { return 0 };
+    let Some(cur) = cuda_caller() else { return 0 };
     let base = ctx.arg::<u64>(0).unwrap_or(0);
     let src_type = user_field::<u32>(base, layout.src_type);
     let dst_type = user_field::<u32>(base, layout.dst_type);
@@ -100,7 +100,7 @@ fn on_return(ctx: &RetProbeContext, probe: u32) -> u32 {
     // SAFETY: the value is copied out before the entry is removed.
     let Some(call) = (unsafe { INFLIGHT.get(&key) }).copied() else {
         // Untraced processes also land here; only count it for traced ones.
-        if traced_current().is_some() {
+        if cuda_caller().is_some() {
             count_loss(loss::UNMATCHED_RETURN);
         }
         return 0;

@@ -6,11 +6,11 @@
 use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::uprobe, programs::ProbeContext};
 use gputrace_common::{is_probe, loss, EventHeader, IdleEndEvent, KIND_IDLE_END};
 
-use crate::maps::{count_loss, thread_counters, traced_current, EVENTS};
+use crate::maps::{count_loss, cuda_caller, thread_counters, EVENTS};
 
 #[inline(always)]
 fn on_launch(probe: u32) -> u32 {
-    let Some(cur) = traced_current() else { return 0 };
+    let Some(cur) = cuda_caller() else { return 0 };
     let Some(counters) = thread_counters(&cur) else { return 0 };
     // SAFETY: `counters` points at this thread's own map entry; no other CPU writes it.
     let drained_at_ns = unsafe {

@@ -82,15 +82,34 @@ fn map_error(name: &str) -> TraceError {
     TraceError::Map { name: name.to_owned() }
 }
 
+/// Which processes the probes count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// The `TRACED` process tree, followed by the task tracepoints, with scheduler and block
+    /// evidence (`attach`, `run`).
+    Tree,
+    /// Every process's CUDA calls and no tracepoint at all (`sweep`): a host-wide census
+    /// must not start per-thread scheduler accounting for every thread on the host.
+    AllCuda,
+}
+
 impl Kernel {
     /// Load every program (so a verifier problem shows at once, not mid-trace), attach the
     /// task tracepoints, and hand back the ring buffer for the reader.
     pub fn load() -> Result<(Self, RingBuf<MapData>)> {
+        Self::load_scoped(Scope::Tree)
+    }
+
+    /// As [`Self::load`], for the given scope.
+    pub fn load_scoped(scope: Scope) -> Result<(Self, RingBuf<MapData>)> {
         if OBJECT.is_empty() {
             return Err(TraceError::NoEbpfObject);
         }
         crate::preflight::check()?;
-        let tracefs = tracefs::ensure_mounted();
+        let tracefs = match scope {
+            Scope::Tree => tracefs::ensure_mounted(),
+            Scope::AllCuda => Err("no tracepoints are attached in a sweep".to_owned()),
+        };
         let mut loader = EbpfLoader::new();
         let (mut pid_off, mut flags_off) = (8u32, 32u32);
         if let Ok(root) = &tracefs {
@@ -113,6 +132,8 @@ impl Kernel {
         loader.set_global(globals::NEWTASK_PID_OFFSET, &pid_off, true);
         loader.set_global(globals::NEWTASK_FLAGS_OFFSET, &flags_off, true);
         loader.set_global(LAYOUT_GLOBAL, &layout, true);
+        let trace_all = u32::from(scope == Scope::AllCuda);
+        loader.set_global(globals::TRACE_ALL_CUDA, &trace_all, true);
         let mut ebpf = loader.load(OBJECT).map_err(crate::preflight::classify_load_error)?;
 
         for spec in PROBES {
@@ -124,7 +145,8 @@ impl Kernel {
 
         let mut attached = [false; TRACEPOINT_GROUPS.len()];
         let mut tracepoint_links = Vec::new();
-        for (ok, (group, what)) in attached.iter_mut().zip(TRACEPOINT_GROUPS) {
+        let groups: &[(Tracepoints, &str)] = if scope == Scope::Tree { &TRACEPOINT_GROUPS } else { &[] };
+        for (ok, (group, what)) in attached.iter_mut().zip(groups.iter().copied()) {
             let result = match &tracefs {
                 Ok(_) => attach_tracepoints(&mut ebpf, group, &mut tracepoint_links).map_err(|e| e.to_string()),
                 Err(e) => Err(e.clone()),

@@ -19,7 +19,7 @@ impl Style {
     }
 }
 
-fn bytes(n: u64) -> String {
+pub(crate) fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = n as f64;
     let mut u = 0;
@@ -36,13 +36,13 @@ fn bytes(n: u64) -> String {
 
 /// Make a string from the traced process safe to print: no control characters reach the
 /// terminal (a hostile command name could otherwise move the cursor or recolour output).
-fn clean(s: &str) -> String {
+pub(crate) fn clean(s: &str) -> String {
     s.chars().map(|c| if c.is_control() { '?' } else { c }).collect()
 }
 
 /// Word-wrap `text` to 78 columns; the first line starts with `lead`, the others are
 /// indented to line up under it.
-fn wrap(out: &mut String, lead: &str, text: &str) {
+pub(crate) fn wrap(out: &mut String, lead: &str, text: &str) {
     let hang = " ".repeat(lead.chars().count());
     let mut indent = lead;
     let mut line = String::new();

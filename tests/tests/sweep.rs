@@ -1,0 +1,116 @@
+//! `gputrace sweep` against fake-CUDA processes: an idle holder (loads the driver, allocates
+//! device memory, then sits) and a busy job (released only once the sweep is armed, so its
+//! calls in the window are known exactly). The fake libcuda is not on any system path: the
+//! sweep must find it through the processes' memory maps. There is no NVML here, so memory
+//! held from before the window is unknown (null); what the probes see allocated in the
+//! window is `cuda.allocated_in_window_bytes`.
+use gputrace_tests::{fake_cuda_dir, fakejob, num, require_root, Gated, Tracer};
+use serde_json::Value;
+
+/// The row of one pid; panics with the sweep if it is missing.
+fn row(sweep: &Value, pid: u32) -> &Value {
+    sweep["processes"]
+        .as_array()
+        .expect("processes is a list")
+        .iter()
+        .find(|p| p["pid"] == pid)
+        .unwrap_or_else(|| panic!("pid {pid} missing from the sweep: {sweep:#}"))
+}
+
+fn stop(mut job: Gated) {
+    let _ = job.child.kill();
+    let _ = job.child.wait();
+}
+
+#[test]
+fn names_the_idle_holder_and_counts_the_busy_job_exactly() {
+    require_root();
+    let mut idle = Gated::start(&["--hold-ms", "60000"]);
+    idle.release();
+    idle.wait_for("holding");
+    let mut busy = Gated::start(&["--steps", "10", "--driver-launches", "100", "--sync", "--hold-ms", "60000"]);
+
+    let sweep = Tracer::sweep(&["--duration", "3"], None);
+    busy.release();
+    busy.wait_for("holding");
+    let (r, code, stderr) = sweep.report();
+    let (idle_pid, busy_pid) = (idle.pid, busy.pid);
+    stop(idle);
+    stop(busy);
+
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(r["schema"], "gputrace.sweep/1");
+    assert!(r["window"]["cuda_probes"].as_bool().expect("bool"), "{r:#}");
+    // No NVML on this machine: one note, gpu null.
+    assert!(r["gpu"].is_null());
+    assert!(stderr.contains("NVML"), "{stderr}");
+
+    let b = row(&r, busy_pid);
+    assert_eq!(b["state"], "active", "{b:#}");
+    assert_eq!(num(b, "/launches"), 1000, "{b:#}");
+    // One cudaDeviceSynchronize per step reaches cuCtxSynchronize_v2.
+    assert_eq!(num(b, "/syncs"), 10, "{b:#}");
+    assert_eq!(num(b, "/copies"), 0, "{b:#}");
+    assert_eq!(num(b, "/cuda/kernels"), 1000, "{b:#}");
+    // Its 64 MiB device buffer was allocated after the gate, inside the window.
+    assert_eq!(num(b, "/cuda/allocated_in_window_bytes"), 64 << 20, "{b:#}");
+    // The runtime retained the primary context on its first call, inside the window.
+    let contexts = b["cuda"]["contexts"].as_array().expect("contexts");
+    assert!(contexts.iter().any(|c| c["symbol"] == "cuDevicePrimaryCtxRetain" && c["result"] == 0), "{b:#}");
+    let last = b["last_activity_s"].as_f64().expect("busy was seen");
+    assert!((0.0..3.5).contains(&last), "{b:#}");
+    assert_eq!(b["user"], "root");
+    assert!(b["command"].as_str().expect("command").contains("fakejob"), "root sees command lines: {b:#}");
+    assert!(b["gpu_memory_bytes"].is_null(), "without NVML memory is unknown: {b:#}");
+
+    let i = row(&r, idle_pid);
+    assert_eq!(i["state"], "idle", "{i:#}");
+    assert_eq!((num(i, "/launches"), num(i, "/syncs"), num(i, "/copies")), (0, 0, 0), "{i:#}");
+    assert!(i["last_activity_s"].is_null(), "{i:#}");
+    assert!(i["gpu_memory_bytes"].is_null(), "{i:#}");
+    // Its allocation was made before the window: the probes cannot see it.
+    assert_eq!(num(i, "/cuda/allocated_in_window_bytes"), 0, "{i:#}");
+    assert!(i["holds"].as_array().expect("holds").contains(&Value::from("libcuda")), "{i:#}");
+    assert!(i["age_s"].as_f64().expect("age") >= 0.0);
+
+    let diagnoses = r["diagnoses"].as_array().expect("diagnoses");
+    let named: Vec<&Value> = diagnoses.iter().filter(|d| d["id"] == "idle-gpu-holder").collect();
+    assert!(named.iter().any(|d| d["pid"] == idle_pid && d["user"] == "root"), "{r:#}");
+    assert!(!named.iter().any(|d| d["pid"] == busy_pid), "the busy job is not blamed: {r:#}");
+
+    let libraries = r["tracer"]["libraries"].as_array().expect("libraries");
+    assert!(libraries.iter().any(|l| l["path"].as_str().is_some_and(|p| p.ends_with("libcuda.so.1"))), "{r:#}");
+    assert!(r["tracer"]["complete"].as_bool().expect("bool"), "{r:#}");
+    assert!(num(&r, "/tracer/processes_scanned") > 0);
+    assert!(num(&r, "/tracer/probe_hits") >= 1010, "{r:#}");
+}
+
+#[test]
+fn a_job_that_starts_during_the_window_is_counted() {
+    require_root();
+    // Nothing maps the fake driver when the sweep arms: it is probed because it is the
+    // libcuda a process starting now would load (the loader path).
+    let sweep = Tracer::sweep(&["--duration", "2"], Some(&fake_cuda_dir()));
+    let mut job = Gated::start(&["--steps", "5", "--driver-launches", "20", "--hold-ms", "60000"]);
+    job.release();
+    job.wait_for("holding");
+    let (r, code, stderr) = sweep.report();
+    let pid = job.pid;
+    stop(job);
+    assert_eq!(code, 0, "{stderr}");
+    let j = row(&r, pid);
+    assert_eq!(j["state"], "active", "{j:#}");
+    assert_eq!(num(j, "/launches"), 100, "{j:#}");
+}
+
+#[test]
+fn bad_durations_are_usage_errors() {
+    for bad in ["0", "-1", "abc", "nan", "inf"] {
+        let out =
+            std::process::Command::new(gputrace_tests::gputrace()).arg("sweep").arg(format!("--duration={bad}")).output().expect("runs");
+        assert_eq!(out.status.code(), Some(2), "--duration {bad}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("duration"), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    // The fakejob binary exists (keeps the fixture honest for the other tests).
+    assert!(fakejob().exists());
+}

@@ -1,0 +1,174 @@
+//! The sweep's JSON shape, `gputrace.sweep/1` (docs/sweep.md). Field names are a contract
+//! (../shared/CONTRACT.md): add freely, rename nothing.
+
+use serde::{Deserialize, Serialize};
+
+use crate::report::model::Tool;
+
+pub const SCHEMA: &str = "gputrace.sweep/1";
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SweepReport {
+    pub schema: String,
+    pub tool: Tool,
+    pub window: Window,
+    /// Rogue holders first (zombie, idle), then the rest; most memory first within a state.
+    pub processes: Vec<Process>,
+    pub diagnoses: Vec<Diagnosis>,
+    /// NVML's view; null where NVML is unavailable.
+    pub gpu: Option<Gpu>,
+    pub tracer: Tracer,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Window {
+    pub duration_s: f64,
+    /// `duration` or `signal`.
+    pub stopped_by: String,
+    /// Whether CUDA calls were counted (probes loaded); false in the `/proc`-only view.
+    pub cuda_probes: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Process {
+    pub pid: u32,
+    /// User name, or the uid as a number where it has no name; `?` if unknown.
+    pub user: String,
+    pub uid: Option<u32>,
+    /// The command line, or `comm` where it is hidden (`command_hidden`) or there is none.
+    pub command: String,
+    pub command_hidden: bool,
+    /// The kernel's short name (15 bytes at most).
+    pub comm: String,
+    /// `active`, `idle`, `zombie`, `exited` or `unknown` (docs/sweep.md).
+    pub state: String,
+    /// The `/proc` state letter at the end (R, S, D, Z, …); null once exited.
+    pub process_state: Option<String>,
+    pub parent: Option<u32>,
+    /// Its parent is init (pid 1): its own parent exited.
+    pub orphaned: bool,
+    pub cgroup: Option<String>,
+    /// A container id found in the cgroup path (12 hex digits), or null.
+    pub container: Option<String>,
+    /// Seconds since the process started.
+    pub age_s: Option<f64>,
+    /// Why it is listed: `nvml`, `device-mapped`, `device-open`, `libcuda`, `cuda-calls`.
+    pub holds: Vec<String>,
+    /// NVIDIA device files it maps or has open (`nvidia0`, `nvidiactl`, …).
+    pub device_files: Vec<String>,
+    /// Its use of each GPU per NVML.
+    pub gpus: Vec<GpuUse>,
+    /// GPU memory it holds per NVML (sum over devices); null where NVML cannot say.
+    pub gpu_memory_bytes: Option<u64>,
+    /// Calls in the window; null where CUDA calls were not counted.
+    pub launches: Option<u64>,
+    pub syncs: Option<u64>,
+    pub copies: Option<u64>,
+    /// Seconds before the end of the window of its last CUDA call; null if none was seen.
+    pub last_activity_s: Option<f64>,
+    /// The window's CUDA calls in more detail; null where they were not counted.
+    pub cuda: Option<Cuda>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GpuUse {
+    pub index: u32,
+    pub uuid: String,
+    pub memory_bytes: Option<u64>,
+    pub sm_util_pct: Option<u32>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Cuda {
+    pub kernels: u64,
+    pub graphs: u64,
+    pub memsets: u64,
+    pub sync_wait_s: f64,
+    pub copy_bytes: u64,
+    pub allocs: u64,
+    pub frees: u64,
+    /// Device memory allocated in the window and still held at its end (memory allocated
+    /// before the window is not seen by the probes: see `gpu_memory_bytes`).
+    pub allocated_in_window_bytes: u64,
+    pub contexts: Vec<ContextCall>,
+    /// Every probed call, all kinds together.
+    pub calls: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ContextCall {
+    pub symbol: String,
+    pub tid: u32,
+    /// Seconds from the window's start.
+    pub at_s: f64,
+    pub result: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Diagnosis {
+    /// `idle-gpu-holder`.
+    pub id: String,
+    pub severity: String,
+    /// Fraction of its GPU's memory it blocks, where NVML says; else null.
+    pub impact: Option<f64>,
+    pub pid: u32,
+    pub user: String,
+    pub command: String,
+    pub state: String,
+    pub gpu_memory_bytes: Option<u64>,
+    pub summary: String,
+    pub evidence: Vec<String>,
+    pub fix: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Gpu {
+    pub available: bool,
+    pub driver_version: Option<String>,
+    pub devices: Vec<GpuDevice>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GpuDevice {
+    pub index: u32,
+    pub uuid: String,
+    pub name: String,
+    pub memory_total_bytes: Option<u64>,
+    pub memory_used_bytes: Option<u64>,
+    /// Processes NVML lists on it.
+    pub processes: usize,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Tracer {
+    /// CPU time gputrace itself used, whole run (user + system), and the two parts.
+    pub cpu_s: f64,
+    pub user_cpu_s: f64,
+    pub system_cpu_s: f64,
+    /// Peak resident memory of gputrace.
+    pub max_rss_bytes: u64,
+    /// Wall time of the `/proc` scans, all passes together, and how many passes.
+    pub proc_scan_ms: f64,
+    pub proc_scans: u32,
+    /// Processes looked at over all passes, those whose entries we may not read, and file
+    /// descriptors resolved.
+    pub processes_scanned: u64,
+    pub processes_unreadable: u64,
+    pub fds_read: u64,
+    /// Milliseconds from start to all probes armed.
+    pub attach_ms: f64,
+    pub libraries: Vec<Library>,
+    /// Probed CUDA calls on the whole host during the window: each cost the caller one
+    /// uprobe trap (about 1 µs, docs/benchmarks.md).
+    pub probe_hits: u64,
+    pub lost_events: u64,
+    pub complete: bool,
+    pub notes: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Library {
+    pub path: String,
+    pub inode: u64,
+    pub symbols: usize,
+}

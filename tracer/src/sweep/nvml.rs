@@ -1,0 +1,106 @@
+//! The GPU's own account of who holds it: NVML's per-device process lists (memory held) and
+//! per-process utilization samples since the window began. One query at the end of the
+//! window, on its own thread with a deadline, since NVML calls block and a hung driver must
+//! not hang the sweep. NVML is loaded at run time; without it the sweep says so once.
+
+use std::{collections::BTreeMap, sync::mpsc, thread, time::Duration};
+
+use nvml_wrapper::{enums::device::UsedGpuMemory, error::NvmlError, Device, Nvml};
+
+/// How long NVML may take to answer before the sweep goes on without it.
+const NVML_TIMEOUT: Duration = Duration::from_secs(3);
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceView {
+    pub index: u32,
+    pub uuid: String,
+    pub name: String,
+    pub memory_total_bytes: Option<u64>,
+    pub memory_used_bytes: Option<u64>,
+}
+
+/// One process on one device, as NVML lists it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcessUse {
+    pub device: u32,
+    /// None where NVML will not say (`NVML_VALUE_NOT_AVAILABLE`: no permission, some
+    /// containers, MIG without the right privilege).
+    pub memory_bytes: Option<u64>,
+    /// Highest SM utilization NVML sampled for it since the window began; None where
+    /// NVML has no per-process samples (unsupported, or the process did not run).
+    pub sm_util_pct: Option<u32>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GpuView {
+    pub driver_version: Option<String>,
+    pub devices: Vec<DeviceView>,
+    /// Host pid → its use of each device.
+    pub processes: BTreeMap<u32, Vec<ProcessUse>>,
+    /// Whether per-process utilization samples could be read on every device: only then does
+    /// a missing sample mean "did not run".
+    pub utilization_known: bool,
+}
+
+/// Ask NVML; `since_unix_us` is the window's start on the wall clock, which NVML's
+/// per-process samples use. `Err` says why there is no GPU view.
+pub fn query(since_unix_us: u64) -> Result<GpuView, String> {
+    let (tx, rx) = mpsc::channel();
+    thread::Builder::new()
+        .name("gputrace-nvml".into())
+        .spawn(move || {
+            let _ = tx.send(ask(since_unix_us));
+        })
+        .map_err(|e| format!("cannot start the NVML thread: {e}"))?;
+    rx.recv_timeout(NVML_TIMEOUT).map_err(|_| format!("NVML did not answer within {NVML_TIMEOUT:?}; GPU memory per process is unknown"))?
+}
+
+fn ask(since_unix_us: u64) -> Result<GpuView, String> {
+    let nvml = Nvml::init().map_err(|e| format!("NVML is unavailable ({e}); GPU memory per process is unknown (gpu: null)"))?;
+    let count = nvml.device_count().map_err(|e| format!("NVML cannot count the GPUs ({e}); gpu: null"))?;
+    let mut view = GpuView { driver_version: nvml.sys_driver_version().ok(), utilization_known: count > 0, ..GpuView::default() };
+    for index in 0..count {
+        let Ok(dev) = nvml.device_by_index(index) else { continue };
+        let memory = dev.memory_info().ok();
+        view.devices.push(DeviceView {
+            index,
+            uuid: dev.uuid().unwrap_or_default(),
+            name: dev.name().unwrap_or_default(),
+            memory_total_bytes: memory.as_ref().map(|m| m.total),
+            memory_used_bytes: memory.as_ref().map(|m| m.used),
+        });
+        let utilization = device_processes(&dev, index, since_unix_us, &mut view.processes);
+        view.utilization_known &= utilization;
+    }
+    Ok(view)
+}
+
+/// Add one device's processes; returns whether per-process utilization was readable.
+fn device_processes(dev: &Device<'_>, index: u32, since_unix_us: u64, out: &mut BTreeMap<u32, Vec<ProcessUse>>) -> bool {
+    let listed =
+        dev.running_compute_processes().unwrap_or_default().into_iter().chain(dev.running_graphics_processes().unwrap_or_default());
+    let mut here: BTreeMap<u32, ProcessUse> = BTreeMap::new();
+    for p in listed {
+        let memory = match p.used_gpu_memory {
+            UsedGpuMemory::Used(b) => Some(b),
+            UsedGpuMemory::Unavailable => None,
+        };
+        let entry = here.entry(p.pid).or_insert(ProcessUse { device: index, memory_bytes: None, sm_util_pct: None });
+        // A process in both lists (compute and graphics) holds one pool: keep the larger.
+        entry.memory_bytes = entry.memory_bytes.max(memory);
+    }
+    let (samples, known) = match dev.process_utilization_stats(since_unix_us) {
+        Ok(samples) => (samples, true),
+        // NVML_ERROR_NOT_FOUND: no process ran on this device since then.
+        Err(NvmlError::NotFound) => (Vec::new(), true),
+        Err(_) => (Vec::new(), false),
+    };
+    for s in samples {
+        let entry = here.entry(s.pid).or_insert(ProcessUse { device: index, memory_bytes: None, sm_util_pct: None });
+        entry.sm_util_pct = entry.sm_util_pct.max(Some(s.sm_util));
+    }
+    for (pid, u) in here {
+        out.entry(pid).or_default().push(u);
+    }
+    known
+}
