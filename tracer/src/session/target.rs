@@ -115,7 +115,9 @@ pub fn gate_then_exec(fd: i32, argv: &[String]) -> i32 {
     }
     let Some((program, program_args)) = argv.split_first() else { return crate::error::exit::USAGE };
     let err = std::process::Command::new(program).args(program_args).exec();
-    eprintln!("gputrace: cannot run `{program}`: {err}");
+    // One write: eprintln! writes its pieces one by one to the unbuffered stderr, and the
+    // parent's log lines, on the same stderr, could land between them.
+    let _ = io::Write::write_all(&mut io::stderr(), format!("gputrace: cannot run `{program}`: {err}\n").as_bytes());
     // The shell's convention: 127 for not found, 126 for found but not executable.
     if err.kind() == io::ErrorKind::NotFound {
         127
