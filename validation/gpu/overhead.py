@@ -1,5 +1,5 @@
 """A PyTorch loop whose steps/s is measured in phases, for the overhead benchmark
-(overhead.sh). After warming up it prints `ready`; then each stdin line is a command:
+(overhead.sh). After warming up it prints `ready PID`; then each stdin line is a command:
 
   measure NAME SECONDS   run steps for SECONDS, print `NAME STEPS_PER_S STEPS`
   profile NAME SECONDS   the same under torch.profiler (CPU + CUDA activities): the peer
@@ -11,6 +11,7 @@ Workloads:
   bf16    GPU-bound: bf16 MLP of 8192² layers, batch 4096, forward/backward/step
   graph   the eager MLP's forward and backward captured once in a CUDA graph, replayed
 """
+import os
 import sys
 import time
 
@@ -83,7 +84,7 @@ def run_for(seconds):
 for _ in range(50):
     step()
 torch.cuda.synchronize()
-print("ready", flush=True)
+print("ready", os.getpid(), flush=True)
 for line in sys.stdin:
     parts = line.split()
     if not parts or parts[0] == "quit":

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# `gputrace sweep` on the GPU machine (issue #8): a PyTorch job that works (launch-bound loop)
+# and a second process that allocates 1 GiB and sleeps; the sweep must call the job active and
+# the sleeper idle with its memory.
+# Usage: sweep_real.sh GPUTRACE OUT_DIR
+set -u
+BIN=$1
+OUT=$2
+HERE=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$OUT"
+cd "$OUT" || exit 1
+start() { # NAME MODE
+  rm -f "in.$1" "out.$1"
+  mkfifo "in.$1" "out.$1"
+  PYTHONUNBUFFERED=1 python3 "$HERE/planted.py" "$2" --seconds 25 <"in.$1" >"out.$1" 2>"$1.py.err" &
+}
+start job launch_bound
+job=$!
+start sleeper idle
+sleeper=$!
+exec {jin}>in.job {jout}<out.job {sin}>in.sleeper {sout}<out.sleeper
+read -r -u "$jout" a
+read -r -u "$sout" b
+echo go >&"$jin"
+echo go >&"$sin"
+echo "job pid $job ($a), sleeper pid $sleeper ($b)" | tee sweep.txt
+"$BIN" -v sweep --duration 5 --json >sweep.json 2>sweep.err
+echo "sweep exit $?" | tee -a sweep.txt
+python3 - "$job" "$sleeper" <<'PY' | tee -a sweep.txt
+import json, sys
+r = json.load(open("sweep.json"))
+want = {int(sys.argv[1]): "job", int(sys.argv[2]): "sleeper"}
+for p in r["processes"]:
+    # python may be a child of the pid we started (a shell in between): match by parent too.
+    who = want.get(p["pid"]) or want.get(p.get("parent") or -1) or "other"
+    print(who, p["pid"], p["state"], "mem", p["gpu_memory_bytes"], "launches", p.get("launches"), "last", p["last_activity_s"], p["command"][:40])
+for d in r["diagnoses"]:
+    print("diagnosis", d["id"], d["severity"], d["summary"][:150])
+print("tracer", {k: v for k, v in r["tracer"].items() if k != "notes"})
+PY
+exec {jin}>&- {sin}>&-
+kill $job $sleeper 2>/dev/null
+wait
