@@ -363,6 +363,23 @@ pub struct Diagnosis {
     pub summary: String,
     pub evidence: Vec<String>,
     pub fix: String,
+    /// The time-account bucket (`time_account.buckets[].name`) the impact is a part of.
+    pub bucket: Option<String>,
+    /// What the fix would save; null for `gpu-bound`.
+    pub saving: Option<Saving>,
+}
+
+/// An estimate of what a diagnosis's fix, applied alone, would save over the window.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Saving {
+    /// Fraction of the window (never more than the impact).
+    pub fraction: f64,
+    /// `fraction × window.duration_s`.
+    pub seconds: f64,
+    /// Steps per second after the fix, when steps were found.
+    pub steps_per_s_after: Option<f64>,
+    /// How the estimate was made, in a sentence.
+    pub basis: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
