@@ -170,8 +170,10 @@ impl TimeAccount {
         // buckets in that spell (staging the next batch, waiting for input or a CPU) have
         // their own diagnoses; only what is left is host work that kept the GPU waiting. The
         // spells are not timed against the buckets, so this assumes the other stalls all fell
-        // inside them: the smallest share host work can have.
-        let others = a.in_copies_ns + a.allocating_ns + a.waiting_for_cpu_ns + a.io_wait_ns + a.sleeping_ns;
+        // inside them: the smallest share host work can have. Copy calls count only for their
+        // own transfer: the rest of their time they waited for queued GPU work, so the queue
+        // was not empty then (a pageable `.item()` waits for the step inside the copy call).
+        let others = a.pageable_staging_ns + a.sync_copy_transfer_ns + a.allocating_ns + a.waiting_for_cpu_ns + a.io_wait_ns + a.sleeping_ns;
         a.host_while_queue_empty_ns = a.queue_empty_ns.saturating_sub(others).min(a.launching_and_host_ns);
         a
     }

@@ -85,6 +85,10 @@ pub fn render(r: &Report, color: bool) -> String {
         };
         let _ = writeln!(out, "\n[{sev}] {} — costs {:.0}% of the time ({:.2} s)", d.id, d.impact * 100.0, d.impact * r.window.duration_s);
         wrap(&mut out, "  ", &d.summary);
+        // A problem too small to matter is named, not detailed (the JSON has it all).
+        if d.severity == "info" && d.saving.is_some() {
+            continue;
+        }
         for e in &d.evidence {
             wrap(&mut out, "  · ", e);
         }
