@@ -43,7 +43,11 @@ pub fn estimate(found: &mut [Diagnosis], a: &Account, steps_per_s: Option<f64>) 
         let (share, why) = recoverable(&d.id);
         let cap = a.gpu_idle_cap();
         let fraction = (d.impact * share).min(cap).clamp(0.0, d.impact);
-        let bound = if cap < d.impact * share { format!("; capped at the {:.0}% of the time the GPU did not work (NVML)", cap * 100.0) } else { String::new() };
+        let bound = if cap < d.impact * share {
+            format!("; capped at the {:.0}% of the time the GPU did not work (NVML)", cap * 100.0)
+        } else {
+            String::new()
+        };
         d.saving = Some(Saving {
             fraction,
             seconds: fraction * a.window_s,

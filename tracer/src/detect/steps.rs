@@ -30,7 +30,7 @@ pub fn find(ev: &Evidence, time: &TimeAccount) -> Option<Steps> {
     };
     let symbol = spec_of(kind.probe).map_or("?", |s| s.symbol);
     let what = match (spec_of(kind.probe).map(|s| s.family), kind.class) {
-        (Some(gputrace_common::Family::Sync), 0) => format!("{symbol}"),
+        (Some(gputrace_common::Family::Sync), 0) => symbol.to_owned(),
         (Some(gputrace_common::Family::Sync), 1) => format!("{symbol} after a scalar read"),
         (Some(gputrace_common::Family::Sync), _) => format!("{symbol} after a bulk copy"),
         _ => format!("{symbol} of {}–{} bytes", 1u64 << kind.class, (2u64 << kind.class) - 1),
@@ -40,11 +40,7 @@ pub fn find(ev: &Evidence, time: &TimeAccount) -> Option<Steps> {
         markers,
         on_beat: r.on_beat,
         per_second: 1e9 / mean_ns,
-        step_time_s: StepTime {
-            mean: mean_ns / 1e9,
-            p50: r.quantile_ns(0.5) as f64 / 1e9,
-            p95: r.quantile_ns(0.95) as f64 / 1e9,
-        },
+        step_time_s: StepTime { mean: mean_ns / 1e9, p50: r.quantile_ns(0.5) as f64 / 1e9, p95: r.quantile_ns(0.95) as f64 / 1e9 },
         per_step: PerStep {
             launches: on_path(|t| t.kernel_launches() + t.graph_launches()) / steps,
             syncs: on_path(|t| t.syncs) / steps,

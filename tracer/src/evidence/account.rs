@@ -173,13 +173,19 @@ impl TimeAccount {
         // inside them: the smallest share host work can have. Copy calls count only for their
         // own transfer: the rest of their time they waited for queued GPU work, so the queue
         // was not empty then (a pageable `.item()` waits for the step inside the copy call).
-        let others = a.pageable_staging_ns + a.sync_copy_transfer_ns + a.allocating_ns + a.waiting_for_cpu_ns + a.io_wait_ns + a.sleeping_ns;
+        let others =
+            a.pageable_staging_ns + a.sync_copy_transfer_ns + a.allocating_ns + a.waiting_for_cpu_ns + a.io_wait_ns + a.sleeping_ns;
         a.host_while_queue_empty_ns = a.queue_empty_ns.saturating_sub(others).min(a.launching_and_host_ns);
         a
     }
 
     fn active_ns(&self) -> u64 {
-        self.waiting_on_gpu_ns + self.in_copies_ns + self.allocating_ns + self.waiting_for_cpu_ns + self.io_wait_ns + self.launching_and_host_ns
+        self.waiting_on_gpu_ns
+            + self.in_copies_ns
+            + self.allocating_ns
+            + self.waiting_for_cpu_ns
+            + self.io_wait_ns
+            + self.launching_and_host_ns
     }
 
     /// The buckets in report order, with their names.
@@ -272,7 +278,10 @@ mod tests {
     fn threads_taking_turns_add_up_and_the_rest_is_sleep() {
         // Python thread 400 on a CPU, autograd's 500: together 900 of 1000 active.
         let sleepy = |on: u64| SchedStats { pid: 1, on_cpu_ns: on, sleep_ns: 1000 - on, ..SchedStats::default() };
-        let a = combined(&[TimeAccount::of(&thread(0, 0, 0), Some(&sleepy(400)), 1000), TimeAccount::of(&thread(0, 0, 0), Some(&sleepy(500)), 1000)]);
+        let a = combined(&[
+            TimeAccount::of(&thread(0, 0, 0), Some(&sleepy(400)), 1000),
+            TimeAccount::of(&thread(0, 0, 0), Some(&sleepy(500)), 1000),
+        ]);
         assert_eq!((a.launching_and_host_ns, a.sleeping_ns, a.concurrent), (900, 100, false));
     }
 

@@ -5,7 +5,7 @@
 //! over the bus (or through the driver's staging buffer) plus a fixed cost, so each call is
 //! charged the smaller of its wait and that transfer time.
 
-/// Pinned (DMA) transfer rate for the estimate, bytes per second. PCIe gen4 x16 moves about
+/// Pinned (DMA) transfer rate for the estimate, bytes per second. A gen4 x16 PCI Express link moves about
 /// 25 GB/s in practice; the H200's gen5 link moved 4 MiB pinned in 0.08 ms (52 GB/s,
 /// FACTS.md). Estimating at the slower rate blames the copy generously, never too little.
 pub const PINNED_BYTES_PER_S: f64 = 25e9;

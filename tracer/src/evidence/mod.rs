@@ -7,9 +7,9 @@ mod copies;
 pub mod cost;
 pub mod host;
 mod memory;
+pub mod steps;
 #[cfg(test)]
 mod tests;
-pub mod steps;
 mod threads;
 mod vmm;
 

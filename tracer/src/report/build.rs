@@ -239,7 +239,12 @@ fn time_account(account: &crate::evidence::account::TimeAccount) -> super::model
         parts: account
             .parts()
             .iter()
-            .map(|&(name, bucket, ns)| super::model::Part { name: name.into(), bucket: bucket.into(), seconds: secs(ns), fraction: fraction(ns) })
+            .map(|&(name, bucket, ns)| super::model::Part {
+                name: name.into(),
+                bucket: bucket.into(),
+                seconds: secs(ns),
+                fraction: fraction(ns),
+            })
             .collect(),
     }
 }

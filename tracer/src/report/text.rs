@@ -109,7 +109,15 @@ pub fn render(r: &Report, color: bool) -> String {
         let _ = writeln!(out, "\n{}", st.paint("1", &format!("WHERE THE LAUNCHING TIME WENT ({who})")));
         if a.threads.len() > 1 {
             let tids: Vec<String> = a.threads.iter().map(u32::to_string).collect();
-            wrap(&mut out, "  ", &format!("threads {} taking turns{}", tids.join(", "), if a.concurrent { " (ran at once: scaled to the window)" } else { "" }));
+            wrap(
+                &mut out,
+                "  ",
+                &format!(
+                    "threads {} taking turns{}",
+                    tids.join(", "),
+                    if a.concurrent { " (ran at once: scaled to the window)" } else { "" }
+                ),
+            );
         }
         for b in a.buckets.iter().filter(|b| b.fraction >= 0.005) {
             let bar = "#".repeat((b.fraction * 40.0).round() as usize);
@@ -180,7 +188,14 @@ fn steps_section(out: &mut String, st: &Style, r: &Report) {
         t.p95 * 1e3
     );
     let p = &s.per_step;
-    let _ = writeln!(out, "  per step: {:.1} launches, {:.1} syncs, H2D {}, D2H {}", p.launches, p.syncs, bytes(p.h2d_bytes as u64), bytes(p.d2h_bytes as u64));
+    let _ = writeln!(
+        out,
+        "  per step: {:.1} launches, {:.1} syncs, H2D {}, D2H {}",
+        p.launches,
+        p.syncs,
+        bytes(p.h2d_bytes as u64),
+        bytes(p.d2h_bytes as u64)
+    );
     let _ = writeln!(out, "  {:>10} waiting for input {:.1} ms, for the GPU {:.1} ms", "", p.input_wait_s * 1e3, p.gpu_wait_s * 1e3);
 }
 
@@ -195,7 +210,11 @@ fn cuda_section(out: &mut String, st: &Style, r: &Report) {
             (Some(idle), _) => format!("; NVML says {:.0}%: INCONSISTENT", idle * 100.0),
             _ => String::new(),
         };
-        wrap(out, "  GPU idle   ", &format!("≥ {:.3} s ({:.0}%): queue empty after syncs{nvml}", g.lower_bound_s, g.lower_bound_fraction * 100.0));
+        wrap(
+            out,
+            "  GPU idle   ",
+            &format!("≥ {:.3} s ({:.0}%): queue empty after syncs{nvml}", g.lower_bound_s, g.lower_bound_fraction * 100.0),
+        );
     } else {
         let _ = writeln!(out, "  queue idle {:.3} s after syncs (lower bound on GPU idle)", c.queue_idle_s);
     }
