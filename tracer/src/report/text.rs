@@ -76,57 +76,11 @@ pub fn render(r: &Report, color: bool) -> String {
     let _ = writeln!(out);
     let pace = r.steps.as_ref().map_or(String::new(), |s| format!(" ({:.2} steps/s)", s.per_second));
     let _ = writeln!(out, "{} {}{pace}", st.paint("1", "VERDICT:"), st.paint("1;33", &r.verdict));
-    for d in &r.diagnoses {
-        let sev = match d.severity.as_str() {
-            "high" => st.paint("1;31", "HIGH"),
-            "medium" => st.paint("33", "MEDIUM"),
-            "low" => "low".to_owned(),
-            _ => "info".to_owned(),
-        };
-        let _ = writeln!(out, "\n[{sev}] {} — costs {:.0}% of the time ({:.2} s)", d.id, d.impact * 100.0, d.impact * r.window.duration_s);
-        wrap(&mut out, "  ", &d.summary);
-        // A problem too small to matter is named, not detailed (the JSON has it all).
-        if d.severity == "info" && d.saving.is_some() {
-            continue;
-        }
-        for e in &d.evidence {
-            wrap(&mut out, "  · ", e);
-        }
-        wrap(&mut out, "  fix: ", &d.fix);
-        if let Some(s) = &d.saving {
-            let after = s.steps_per_s_after.map_or(String::new(), |a| format!(", {a:.2} steps/s"));
-            wrap(&mut out, "  saves: ", &format!("~{:.2} s ({:.0}%){after} — {}", s.seconds, s.fraction * 100.0, s.basis));
-        }
-    }
-    if r.diagnoses.is_empty() {
-        let _ = writeln!(out, "  no problem found in the CUDA calls seen");
-    }
+    diagnoses_section(&mut out, &st, r);
 
     steps_section(&mut out, &st, r);
     cuda_section(&mut out, &st, r);
-    if let Some(a) = &r.time_account {
-        let who = if a.threads.len() > 1 { format!("threads {}", a.threads.len()) } else { format!("thread {}", a.tid) };
-        let _ = writeln!(out, "\n{}", st.paint("1", &format!("WHERE THE LAUNCHING TIME WENT ({who})")));
-        if a.threads.len() > 1 {
-            let tids: Vec<String> = a.threads.iter().map(u32::to_string).collect();
-            wrap(
-                &mut out,
-                "  ",
-                &format!(
-                    "threads {} taking turns{}",
-                    tids.join(", "),
-                    if a.concurrent { " (ran at once: scaled to the window)" } else { "" }
-                ),
-            );
-        }
-        for b in a.buckets.iter().filter(|b| b.fraction >= 0.005) {
-            let bar = "#".repeat((b.fraction * 40.0).round() as usize);
-            let _ = writeln!(out, "  {:<20} {:>5.1}%  {bar}", b.name.replace('_', " "), b.fraction * 100.0);
-            for p in a.parts.iter().filter(|p| p.bucket == b.name && p.fraction >= 0.005) {
-                let _ = writeln!(out, "    of which {:<22} {:>5.1}%", p.name.replace('_', " "), p.fraction * 100.0);
-            }
-        }
-    }
+    account_section(&mut out, &st, r);
     if let Some(m) = r.cpu.main_thread.as_ref().filter(|m| m.on_cpu_s.is_some()) {
         let f = |v: Option<f64>| v.unwrap_or(0.0);
         let _ = writeln!(out, "\n{}", st.paint("1", "HOST"));
@@ -172,6 +126,60 @@ pub fn render(r: &Report, color: bool) -> String {
         wrap(&mut out, "  note: ", &clean(n));
     }
     out
+}
+
+fn diagnoses_section(out: &mut String, st: &Style, r: &Report) {
+    for d in &r.diagnoses {
+        let sev = match d.severity.as_str() {
+            "high" => st.paint("1;31", "HIGH"),
+            "medium" => st.paint("33", "MEDIUM"),
+            "low" => "low".to_owned(),
+            _ => "info".to_owned(),
+        };
+        let _ = writeln!(out, "\n[{sev}] {} — costs {:.0}% of the time ({:.2} s)", d.id, d.impact * 100.0, d.impact * r.window.duration_s);
+        wrap(out, "  ", &d.summary);
+        // A problem too small to matter is named, not detailed (the JSON has it all).
+        if d.severity == "info" && d.saving.is_some() {
+            continue;
+        }
+        for e in &d.evidence {
+            wrap(out, "  · ", e);
+        }
+        wrap(out, "  fix: ", &d.fix);
+        if let Some(s) = &d.saving {
+            let after = s.steps_per_s_after.map_or(String::new(), |a| format!(", {a:.2} steps/s"));
+            wrap(out, "  saves: ", &format!("~{:.2} s ({:.0}%){after} — {}", s.seconds, s.fraction * 100.0, s.basis));
+        }
+    }
+    if r.diagnoses.is_empty() {
+        let _ = writeln!(out, "  no problem found in the CUDA calls seen");
+    }
+}
+
+fn account_section(out: &mut String, st: &Style, r: &Report) {
+    if let Some(a) = &r.time_account {
+        let who = if a.threads.len() > 1 { format!("{} threads", a.threads.len()) } else { format!("thread {}", a.tid) };
+        let _ = writeln!(out, "\n{}", st.paint("1", &format!("WHERE THE LAUNCHING TIME WENT ({who})")));
+        if a.threads.len() > 1 {
+            let tids: Vec<String> = a.threads.iter().map(u32::to_string).collect();
+            wrap(
+                out,
+                "  ",
+                &format!(
+                    "threads {} taking turns{}",
+                    tids.join(", "),
+                    if a.concurrent { " (ran at once: scaled to the window)" } else { "" }
+                ),
+            );
+        }
+        for b in a.buckets.iter().filter(|b| b.fraction >= 0.005) {
+            let bar = "#".repeat((b.fraction * 40.0).round() as usize);
+            let _ = writeln!(out, "  {:<20} {:>5.1}%  {bar}", b.name.replace('_', " "), b.fraction * 100.0);
+            for p in a.parts.iter().filter(|p| p.bucket == b.name && p.fraction >= 0.005) {
+                let _ = writeln!(out, "    of which {:<22} {:>5.1}%", p.name.replace('_', " "), p.fraction * 100.0);
+            }
+        }
+    }
 }
 
 fn steps_section(out: &mut String, st: &Style, r: &Report) {
