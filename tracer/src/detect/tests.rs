@@ -244,7 +244,9 @@ fn waiting_on_large_transfers_is_blocking_copy() {
     assert_eq!(v, "blocking-copy", "{found:#?}");
     let d = &found[0];
     assert!((d.impact - 0.6).abs() < 1e-9, "{d:?}");
-    assert_eq!(d.saving.as_ref().map(|s| s.fraction), Some(d.impact));
+    // Overlapped, the 6 s of transfers hide behind the other 4 s of the window at most.
+    let saved = d.saving.as_ref().map_or(0.0, |s| s.fraction);
+    assert!((saved - 0.4).abs() < 1e-9, "{d:?}");
 }
 
 fn sync_kind() -> crate::evidence::steps::MarkerKind {
