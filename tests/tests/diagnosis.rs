@@ -108,14 +108,15 @@ fn the_text_report_fits_80_columns_and_has_no_colour_off_a_terminal() {
 
 #[test]
 fn a_scalar_read_every_step_is_host_sync() {
-    let r = verdict(&["--steps", "200", "--driver-launches", "20", "--kernel-us", "50", "--item", "1", "--host-us", "1500"]);
+    let r = verdict(&["--steps", "200", "--driver-launches", "20", "--kernel-us", "50", "--item", "1", "--host-us", "3000"]);
     assert_eq!(r["verdict"], "host-sync", "{r:#}");
-    // 1.5 ms of host work after each read, in steps of about 2.6 ms: the queue sits empty
-    // more than half the time, and nearly all of it is charged to host-sync (the reads' wait
-    // for the kernels, inside the pageable copy call, is GPU time, not an empty queue).
+    // 3 ms of host work after each read, in steps of about 4 ms: the queue sits empty most
+    // of the time, and the host's share of it is charged to host-sync (the reads' wait for
+    // the kernels, inside the pageable copy call, is GPU time, not an empty queue). On a
+    // loaded 2-core machine the job also waits for a CPU, which takes its share.
     let idle = r["gpu_idle"]["lower_bound_fraction"].as_f64().expect("gpu idle");
-    assert!(idle > 0.4, "{:#}", r["gpu_idle"]);
-    assert!(r["diagnoses"][0]["impact"].as_f64().is_some_and(|i| i > 0.8 * idle), "{r:#}");
+    assert!(idle > 0.5, "{:#}", r["gpu_idle"]);
+    assert!(r["diagnoses"][0]["impact"].as_f64().is_some_and(|i| i > 0.5 * idle), "{r:#}");
 }
 
 #[test]
