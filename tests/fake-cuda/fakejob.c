@@ -15,6 +15,9 @@
  *   --pinned-h2d B         per step: B bytes async H2D from cudaHostAlloc'ed memory
  *   --pin-after-gate       allocate that pinned buffer after the gate (default: before)
  *   --item N               per step: N × (4-byte D2H async + cudaStreamSynchronize) (.item())
+ *   --blocking-d2h B       per step, after the launches: B bytes async D2H into cudaHostAlloc'ed
+ *                          (pinned) memory, then cudaStreamSynchronize: the host waits for the
+ *                          kernels queued before and for the transfer (B ≤ 64 MiB)
  *   --copy2d B             per step: one cudaMemcpy2DAsync H2D of B bytes (16 rows of B/16,
  *                          B a multiple of 16) from malloc'ed memory with a wider pitch
  *   --copy3d B             per step, after the launches: one cudaMemcpy3D D2H of B bytes
@@ -101,12 +104,13 @@ static struct {
     long kernel_us, host_us, settle_ms, sleep_ms, device_memory_mib, hold_ms;
     long read_bytes, read_per_step;
     char read_file[PATH_MAX];
-    size_t pageable_h2d, pinned_h2d, copy2d, copy3d;
+    size_t pageable_h2d, pinned_h2d, copy2d, copy3d, blocking_d2h;
     char lib_dir[PATH_MAX];
 } opt = {.threads = 1, .steps = 1, .kernel_us = 5, .read_bytes = 64l << 20};
 
 static struct fake_kernel kernel, graph;
 static void *pinned_buf;
+static void *pinned_d2h_buf;
 static void *device_buf;
 
 static void die(const char *what) {
@@ -160,6 +164,7 @@ static uint64_t now_ns(void) {
 
 static void pin_buffer(void) {
     if (opt.pinned_h2d && rt_host_alloc(&pinned_buf, opt.pinned_h2d, 0)) die("cudaHostAlloc failed");
+    if (opt.blocking_d2h && rt_host_alloc(&pinned_d2h_buf, opt.blocking_d2h, 0)) die("cudaHostAlloc failed");
 }
 
 /* One 2D H2D copy of `opt.copy2d` bytes: COPY_ROWS rows read from a host buffer whose
@@ -234,6 +239,10 @@ static void *worker(void *arg) {
         for (int i = 0; i < opt.ex_launches; i++) drv_launch_ex(&cfg, &kernel, 0, 0);
         for (int i = 0; i < opt.graphs; i++) rt_graph(&graph, 0);
         if (rows_3d) copy_3d(rows_3d);
+        if (pinned_d2h_buf) {
+            rt_memcpy_async(pinned_d2h_buf, device_buf, opt.blocking_d2h, D2H, 0);
+            rt_stream_sync(0);
+        }
         for (int i = 0; i < opt.item; i++) {
             rt_memcpy_async(&scalar, device_buf, sizeof scalar, 2, 0);
             rt_stream_sync(0);
@@ -309,7 +318,7 @@ int main(int argc, char **argv) {
         NUM("--kernel-us", kernel_us) NUM("--host-us", host_us) NUM("--pageable-h2d", pageable_h2d)
         NUM("--pinned-h2d", pinned_h2d) NUM("--item", item) NUM("--alloc-churn", alloc_churn)
         NUM("--settle-ms", settle_ms) NUM("--hold-ms", hold_ms) NUM("--device-memory-mib", device_memory_mib) NUM("--sleep-ms", sleep_ms) NUM("--read-bytes", read_bytes) NUM("--read-per-step", read_per_step)
-        NUM("--copy2d", copy2d) NUM("--copy3d", copy3d) NUM("--vmm", vmm)
+        NUM("--copy2d", copy2d) NUM("--copy3d", copy3d) NUM("--vmm", vmm) NUM("--blocking-d2h", blocking_d2h)
         if (!strcmp(a, "--read-file")) { snprintf(opt.read_file, sizeof opt.read_file, "%s", v); i++; continue; }
         if (!strcmp(a, "--lib-dir")) { snprintf(opt.lib_dir, sizeof opt.lib_dir, "%s", v); i++; continue; }
         fprintf(stderr, "fakejob: unknown argument %s\n", a);
@@ -318,6 +327,7 @@ int main(int argc, char **argv) {
     if (opt.copy2d % COPY_ROWS || opt.copy3d % COPY_ROWS) die("--copy2d and --copy3d take a multiple of 16 bytes");
     if (opt.copy2d > (64 << 20) || opt.copy3d > (64 << 20)) die("--copy2d and --copy3d copy at most the 64 MiB device buffer");
     if (opt.vmm > VMM_MAX) die("--vmm takes at most 64");
+    if (opt.blocking_d2h > (64 << 20)) die("--blocking-d2h copies at most the 64 MiB device buffer");
     kernel.duration_ns = (uint64_t)opt.kernel_us * 1000;
     graph.duration_ns = kernel.duration_ns * 10;
 

@@ -1,32 +1,27 @@
-//! The time account the detectors share: where the host threads of the job spent the window,
-//! and what the GPU said about itself.
+//! What the detectors share: the job's time account (one partition of the window over the
+//! threads on its critical path, `evidence::account`), rates, the loader workers, and what
+//! the GPU said about itself.
 //!
-//! PyTorch spreads one training step over threads (the Python thread launches the forward
-//! pass and syncs; autograd's device thread launches the backward pass — seen on the GPU
-//! machine, docs/validation.md), so each figure is taken from the thread where it is largest:
-//! that thread is on the critical path for it.
+//! Every problem's impact is a disjoint part of that one partition, so the impacts of the
+//! problems found add up to at most 1 (unit test: `impacts_add_up_to_at_most_one`). Earlier
+//! each figure came from the thread where it was largest, and a PyTorch job split across the
+//! Python and autograd threads could be charged twice for one second.
 
-use crate::{evidence::Evidence, report::model::GpuDevice};
+use crate::{
+    evidence::{account::TimeAccount, Evidence},
+    report::model::GpuDevice,
+};
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Account {
     pub window_s: f64,
     /// Kernel launches per second, whole traced tree.
     pub launch_rate: f64,
-    /// Fraction of the window a thread was blocked in syncs and copies.
-    pub waiting: f64,
-    /// Fraction of the window a thread was blocked in synchronize calls alone: waiting for
-    /// GPU work to finish (copy calls also stage pageable data on the host).
-    pub sync_waiting: f64,
-    /// Fraction of the window a thread spent inside device allocation calls (alloc, free,
-    /// and the virtual-memory map and unmap calls).
-    pub allocating: f64,
-    /// Fraction of the window a thread's GPU queue was empty after it drained it.
-    pub idle_after_sync: f64,
     /// Synchronizing calls per second on the thread that synchronizes most.
     pub sync_rate: f64,
-    /// Scheduler figures of the CUDA threads (those that made any CUDA call), each the
-    /// largest over them, as fractions of the window; None without scheduler evidence.
+    /// Where the critical path's time went; None when no thread launched kernels.
+    pub time: Option<TimeAccount>,
+    /// Loader workers and whether scheduler evidence exists; None without it.
     pub host: Option<HostTime>,
     /// NVML: mean fraction of time a kernel ran, and of SM time busy (Hopper GPM), on the
     /// device the job uses; None without NVML.
@@ -38,21 +33,11 @@ pub struct Account {
 /// window is not counted as a worker.
 const ACTIVE_WORKER: f64 = 0.05;
 
-/// Where the launching threads' time went, by scheduler state (fractions of the window).
+/// The other processes of the tree (DataLoader workers), from scheduler evidence.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct HostTime {
-    pub runqueue: f64,
-    pub blocked: f64,
-    /// Interruptible sleep outside CUDA calls (a CUDA wait may sleep too, so the thread's
-    /// sync and copy time is taken off): waiting on a queue, a lock, a pipe. Per process the
-    /// smallest over its CUDA threads — in PyTorch the Python thread sleeps while autograd's
-    /// thread launches the backward pass, and that is not waiting for input — then the
-    /// largest over processes.
-    pub sleep_outside_cuda: f64,
-    /// Whether some process has a single CUDA thread (then its sleep is unambiguous).
-    pub single_cuda_thread: bool,
-    /// Other processes of the tree (DataLoader workers): mean on-CPU, largest blocked and
-    /// run-queue fractions, and how many there were.
+    /// Other processes of the tree: mean on-CPU, largest blocked and run-queue fractions, and
+    /// how many there were.
     pub workers: usize,
     pub workers_on_cpu: f64,
     pub workers_blocked: f64,
@@ -65,25 +50,9 @@ impl HostTime {
             return None;
         }
         let w = window_ns as f64;
-        // The threads that feed the GPU: those that launch. (A thread that only allocated
-        // or synchronized once is not on the feeding path.)
-        let cuda_threads: Vec<(&u32, &crate::evidence::ThreadStats)> =
-            ev.threads.iter().filter(|(_, t)| t.kernel_launches() + t.graph_launches() > 0).collect();
         let cuda_pids: std::collections::BTreeSet<u32> =
             ev.threads.values().filter(|t| t.hits.iter().any(|&h| h > 0)).map(|t| t.pid).collect();
         let mut h = Self::default();
-        let mut sleep_by_pid: std::collections::BTreeMap<u32, Vec<f64>> = std::collections::BTreeMap::new();
-        for (tid, t) in &cuda_threads {
-            let Some(s) = ev.sched.get(tid) else { continue };
-            h.runqueue = h.runqueue.max(s.runqueue_ns as f64 / w);
-            h.blocked = h.blocked.max(s.blocked_ns as f64 / w);
-            let outside = s.sleep_ns.saturating_sub(t.sync_wait_ns + t.copy_ns);
-            sleep_by_pid.entry(t.pid).or_default().push(outside as f64 / w);
-        }
-        for sleeps in sleep_by_pid.values() {
-            h.sleep_outside_cuda = h.sleep_outside_cuda.max(sleeps.iter().copied().fold(f64::INFINITY, f64::min));
-            h.single_cuda_thread |= sleeps.len() == 1;
-        }
         // Workers: processes of the tree that made no CUDA call; a process's figure is its
         // busiest thread's.
         let mut per_worker: std::collections::BTreeMap<u32, (f64, f64, f64)> = std::collections::BTreeMap::new();
@@ -100,9 +69,6 @@ impl HostTime {
             h.workers_on_cpu = per_worker.values().map(|v| v.0).sum::<f64>() / h.workers as f64;
             h.workers_blocked = per_worker.values().map(|v| v.1).fold(0.0, f64::max);
             h.workers_runqueue = per_worker.values().map(|v| v.2).fold(0.0, f64::max);
-        }
-        for f in [&mut h.runqueue, &mut h.blocked, &mut h.sleep_outside_cuda] {
-            *f = f.clamp(0.0, 1.0);
         }
         Some(h)
     }
@@ -135,13 +101,6 @@ impl Account {
     }
 }
 
-fn max_fraction(ev: &Evidence, window_ns: u64, f: impl Fn(&crate::evidence::ThreadStats) -> u64) -> f64 {
-    if window_ns == 0 {
-        return 0.0;
-    }
-    ev.threads.values().map(|t| f(t) as f64 / window_ns as f64).fold(0.0, f64::max).clamp(0.0, 1.0)
-}
-
 impl Account {
     #[must_use]
     pub fn new(ev: &Evidence, window_ns: u64, gpu: Option<&[GpuDevice]>) -> Self {
@@ -152,15 +111,35 @@ impl Account {
         Self {
             window_s: seconds,
             launch_rate: per_s(kernels),
-            waiting: max_fraction(ev, window_ns, |t| t.sync_wait_ns + t.copy_ns),
-            sync_waiting: max_fraction(ev, window_ns, |t| t.sync_wait_ns),
-            allocating: max_fraction(ev, window_ns, |t| t.alloc_ns),
-            idle_after_sync: max_fraction(ev, window_ns, |t| t.queue_idle_ns),
             sync_rate: per_s(ev.threads.values().map(|t| t.syncs).max().unwrap_or(0)),
+            time: TimeAccount::critical_path(ev, window_ns),
             host: HostTime::new(ev, window_ns),
             gpu_util: device.and_then(|d| d.utilization.as_ref()).map(|u| u.mean / 100.0),
             sm_active: device.and_then(|d| d.sm_activity_pct.as_ref()).map(|u| u.mean / 100.0),
         }
+    }
+
+    /// A share of the window from the time account (0 without one).
+    #[must_use]
+    pub fn share(&self, part: impl Fn(&TimeAccount) -> u64) -> f64 {
+        self.time.as_ref().map_or(0.0, |t| t.fraction(part(t)))
+    }
+
+    /// Host time blocked while the GPU worked: synchronize waits and copy calls, less what
+    /// the copies cost by their own doing (staging, transfers).
+    #[must_use]
+    pub fn waiting_for_gpu_work(&self) -> f64 {
+        self.share(|t| {
+            (t.waiting_on_gpu_ns + t.in_copies_ns)
+                .saturating_sub(t.copy_transfer_waits_ns + t.pageable_staging_ns + t.sync_copy_transfer_ns)
+        })
+    }
+
+    /// The most of the window a host-side fix can give back: the time the GPU did not work
+    /// (NVML), or all of it without NVML.
+    #[must_use]
+    pub fn gpu_idle_cap(&self) -> f64 {
+        self.gpu_activity().map_or(1.0, |a| (1.0 - a).clamp(0.0, 1.0))
     }
 }
 

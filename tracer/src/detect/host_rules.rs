@@ -32,11 +32,12 @@ fn top_preemptors(ev: &Evidence) -> Option<String> {
 }
 
 pub fn cpu_starved(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
-    let h = a.host.as_ref()?;
-    if h.runqueue < RUNQUEUE_STARVED {
+    a.host.as_ref()?;
+    let runqueue = a.share(|t| t.waiting_for_cpu_ns);
+    if runqueue < RUNQUEUE_STARVED {
         return None;
     }
-    let mut evidence = vec![format!("a CUDA thread was runnable but not running {} of the window", pct(h.runqueue))];
+    let mut evidence = vec![format!("the launching threads were runnable but not running {} of the window", pct(runqueue))];
     if let Some(who) = top_preemptors(ev) {
         evidence.push(format!("the CPU went to: {who}"));
     }
@@ -50,20 +51,22 @@ pub fn cpu_starved(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     }
     Some(diagnosis(
         "cpu-starved",
-        h.runqueue,
-        format!("the threads feeding the GPU wait for a CPU {} of the time", pct(h.runqueue)),
+        "waiting_for_cpu",
+        runqueue,
+        format!("the threads feeding the GPU wait for a CPU {} of the time", pct(runqueue)),
         evidence,
         "give the job its CPUs: stop or move competing processes, raise the cgroup/container CPU limit, and keep DataLoader workers + training threads within the cores you have",
     ))
 }
 
 pub fn io_stall(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
-    let h = a.host.as_ref()?;
-    if h.blocked < BLOCKED_STALL {
+    a.host.as_ref()?;
+    let blocked = a.share(|t| t.io_wait_ns);
+    if blocked < BLOCKED_STALL {
         return None;
     }
     let io = &ev.io.total;
-    let mut evidence = vec![format!("a CUDA thread was blocked in uninterruptible I/O wait {} of the window", pct(h.blocked))];
+    let mut evidence = vec![format!("the launching threads were blocked in uninterruptible I/O wait {} of the window", pct(blocked))];
     if io.reads + io.writes > 0 {
         evidence.push(format!(
             "block I/O of the job: {} reads ({} bytes), {} writes ({} bytes), p95 latency {} µs",
@@ -77,8 +80,9 @@ pub fn io_stall(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     let writes = io.write_bytes > io.read_bytes;
     Some(diagnosis(
         "io-stall",
-        h.blocked,
-        format!("the training thread itself waits on the disk {} of the time", pct(h.blocked)),
+        "io_wait",
+        blocked,
+        format!("the training thread itself waits on the disk {} of the time", pct(blocked)),
         evidence,
         if writes {
             "write checkpoints and logs asynchronously (a background thread or process), less often, or to faster local storage"
@@ -90,12 +94,11 @@ pub fn io_stall(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
 
 pub fn input_starved(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     let h = a.host.as_ref()?;
-    // Sleep is only read as waiting for input where it is unambiguous: the job has loader
-    // workers, or a single CUDA thread (see `HostTime::sleep_outside_cuda`).
-    if h.sleep_outside_cuda < SLEEP_STARVED
-        || (h.workers == 0 && !h.single_cuda_thread)
-        || a.gpu_activity().is_some_and(|g| g >= GPU_WAITING)
-    {
+    // Sleeping in the time account is time when none of the threads on the critical path
+    // was doing anything (threads that take turns are added up, `evidence::account`), so it
+    // is unambiguous: nobody was launching, the GPU was not being fed.
+    let sleeping = a.share(|t| t.sleeping_ns);
+    if sleeping < SLEEP_STARVED || a.gpu_activity().is_some_and(|g| g >= GPU_WAITING) {
         return None;
     }
     let (cause, fix) = if h.workers == 0 {
@@ -112,7 +115,7 @@ pub fn input_starved(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
             "raise num_workers and prefetch_factor, set persistent_workers=True and pin_memory=True",
         )
     };
-    let mut evidence = vec![format!("a CUDA thread slept outside CUDA calls {} of the window", pct(h.sleep_outside_cuda))];
+    let mut evidence = vec![format!("the launching threads all slept outside CUDA calls {} of the window", pct(sleeping))];
     if h.workers > 0 {
         evidence.push(format!(
             "{} worker processes: on CPU {} of the time on average, blocked on I/O up to {}, waiting for a CPU up to {}",
@@ -126,5 +129,5 @@ pub fn input_starved(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
         evidence.push(format!("the job read {} bytes in {} requests", ev.io.total.read_bytes, ev.io.total.reads));
     }
     evidence.extend(gpu_line(a));
-    Some(diagnosis("input-starved", h.sleep_outside_cuda, format!("the GPU waits for input: {cause}"), evidence, fix))
+    Some(diagnosis("input-starved", "sleeping", sleeping, format!("the GPU waits for input: {cause}"), evidence, fix))
 }

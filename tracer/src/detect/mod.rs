@@ -5,14 +5,17 @@
 //! "the GPU is busy".
 
 mod account;
+mod gpu_idle;
 mod host_rules;
 mod rules;
+mod saving;
+mod steps;
 
 pub use account::Account;
 
 use crate::{
-    evidence::Evidence,
-    report::model::{Diagnosis, GpuDevice},
+    evidence::{account::TimeAccount, Evidence},
+    report::model::{Diagnosis, GpuDevice, GpuIdle, Steps},
 };
 
 /// What the detectors look at.
@@ -46,13 +49,35 @@ pub fn severity(impact: f64) -> &'static str {
     }
 }
 
-/// Ranked diagnoses and the verdict: the problem with the largest impact if any is at least
-/// `medium`, else `gpu-bound` when the GPU keeps the host waiting, else the largest found.
+/// Everything the analysis concludes.
+#[derive(Debug)]
+pub struct Findings {
+    pub verdict: String,
+    /// Largest impact first, each with its saving.
+    pub diagnoses: Vec<Diagnosis>,
+    /// The time account the impacts are parts of.
+    pub time: Option<TimeAccount>,
+    pub gpu_idle: Option<GpuIdle>,
+    pub steps: Option<Steps>,
+}
+
+/// Ranked diagnoses and the verdict (see [`analyze`]).
 #[must_use]
 pub fn diagnose(inputs: &Inputs<'_>) -> (String, Vec<Diagnosis>) {
+    let f = analyze(inputs);
+    (f.verdict, f.diagnoses)
+}
+
+/// The diagnoses ranked by impact, with savings; the verdict: the problem with the largest
+/// impact if any is at least `medium`, else `gpu-bound` when the GPU keeps the host waiting,
+/// else the largest found; the time account, GPU idle time and steps.
+#[must_use]
+pub fn analyze(inputs: &Inputs<'_>) -> Findings {
     let account = Account::new(inputs.evidence, inputs.window_ns, inputs.gpu);
     let mut found: Vec<Diagnosis> = rules::ALL.iter().filter_map(|rule| rule(inputs.evidence, &account)).collect();
     found.sort_by(|a, b| b.impact.total_cmp(&a.impact));
+    let steps = account.time.as_ref().and_then(|t| steps::find(inputs.evidence, t));
+    saving::estimate(&mut found, &account, steps.as_ref().map(|s| s.per_second));
     let problems = || found.iter().filter(|d| d.id != rules::GPU_BOUND);
     let saw_cuda = inputs.evidence.threads.values().any(|t| t.hits.iter().any(|&h| h > 0));
     let verdict = if let Some(top) = problems().find(|d| d.impact >= MEDIUM) {
@@ -66,7 +91,8 @@ pub fn diagnose(inputs: &Inputs<'_>) -> (String, Vec<Diagnosis>) {
     } else {
         NO_CUDA_WORK.to_owned()
     };
-    (verdict, found)
+    let gpu_idle = gpu_idle::gpu_idle(&account);
+    Findings { verdict, diagnoses: found, time: account.time, gpu_idle, steps }
 }
 
 #[cfg(test)]

@@ -31,9 +31,19 @@ const SYNCS_PER_S: f64 = 10.0;
 /// Alloc + free calls per second that mean the caching allocator is not caching.
 const ALLOCS_PER_S: f64 = 20.0;
 
-pub(super) fn diagnosis(id: &str, impact: f64, summary: String, evidence: Vec<String>, fix: &str) -> Diagnosis {
+/// A diagnosis whose impact is the part `bucket` of the time account.
+pub(super) fn diagnosis(id: &str, bucket: &str, impact: f64, summary: String, evidence: Vec<String>, fix: &str) -> Diagnosis {
     let impact = impact.clamp(0.0, 1.0);
-    Diagnosis { id: id.into(), severity: severity(impact).into(), impact, summary, evidence, fix: fix.into() }
+    Diagnosis {
+        id: id.into(),
+        severity: severity(impact).into(),
+        impact,
+        summary,
+        evidence,
+        fix: fix.into(),
+        bucket: Some(bucket.into()),
+        saving: None,
+    }
 }
 
 pub(super) fn pct(f: f64) -> String {
@@ -49,21 +59,22 @@ pub(super) fn gpu_line(a: &Account) -> Option<String> {
 }
 
 fn launch_bound(_: &Evidence, a: &Account) -> Option<Diagnosis> {
-    if a.launch_rate < LAUNCH_BOUND_RATE || a.waiting >= HOST_WAIT_LOW || a.gpu_busy() == Some(true) {
+    let blocked = a.share(|t| t.waiting_on_gpu_ns + t.in_copies_ns);
+    if a.launch_rate < LAUNCH_BOUND_RATE || blocked >= HOST_WAIT_LOW || a.gpu_busy() == Some(true) {
         return None;
     }
-    // The host's share of the window spent launching: not blocked, not allocating, not
-    // idling after a sync. NVML, where present, caps it by how idle the GPU really was.
-    let off_cpu = a.host.as_ref().map_or(0.0, |h| h.runqueue + h.blocked + h.sleep_outside_cuda);
-    let host_share = (1.0 - a.waiting - a.allocating - a.idle_after_sync - off_cpu).max(0.0);
-    let impact = a.gpu_activity().map_or(host_share, |active| host_share.min(1.0 - active));
+    // The critical path's host work, less the part after a sync that host-sync is charged
+    // with. NVML, where present, caps it by how idle the GPU really was.
+    let host_share = a.share(|t| t.launching_and_host_ns - t.host_while_queue_empty_ns);
+    let impact = host_share.min(a.gpu_idle_cap());
     let mut evidence = vec![
         format!("{:.0} kernel launches/s over {:.2} s", a.launch_rate, a.window_s),
-        format!("host threads blocked on the GPU at most {} of the time", pct(a.waiting)),
+        format!("the launching threads ran host code {} of the time and were blocked on the GPU {}", pct(host_share), pct(blocked)),
     ];
     evidence.extend(gpu_line(a));
     Some(diagnosis(
         "launch-bound",
+        "launching_and_host",
         impact,
         format!("the host launches {:.0} small kernels per second and the GPU waits for it", a.launch_rate),
         evidence,
@@ -72,25 +83,27 @@ fn launch_bound(_: &Evidence, a: &Account) -> Option<Diagnosis> {
 }
 
 fn host_sync(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
-    if a.sync_rate < SYNCS_PER_S || a.idle_after_sync < LOW {
+    let empty = a.share(|t| t.queue_empty_ns);
+    // The queue's empty spells less the other stalls that may lie in them, capped by the
+    // time NVML saw no kernel running.
+    let impact = a.share(|t| t.host_while_queue_empty_ns).min(a.gpu_util.map_or(1.0, |u| 1.0 - u));
+    if a.sync_rate < SYNCS_PER_S || impact < LOW {
         return None;
     }
     let (count, wait): (u64, u64) = ev.threads.values().fold((0, 0), |(c, w), t| (c + t.syncs, w + t.sync_wait_ns));
     let periods: u64 = ev.threads.values().map(|t| t.idle_periods).sum();
     Some(diagnosis(
         "host-sync",
-        a.idle_after_sync,
+        "launching_and_host",
+        impact,
         format!(
-            "the host synchronizes {:.0} times/s; after each, the GPU queue sits empty until the host launches again ({} of the time)",
+            "the host synchronizes {:.0} times/s; after each, the GPU queue sits empty while the host works, until it launches again ({} of the time)",
             a.sync_rate,
-            pct(a.idle_after_sync)
+            pct(impact)
         ),
         vec![
             format!("{count} synchronizing calls waited {:.3} s in total", wait as f64 / 1e9),
-            format!(
-                "{periods} periods with an empty GPU queue, {} of the window on the worst thread (lower bound)",
-                pct(a.idle_after_sync)
-            ),
+            format!("{periods} periods with an empty GPU queue, {} of the window (a lower bound on GPU idle)", pct(empty)),
         ],
         "synchronize less: avoid .item()/.cpu()/torch.cuda.synchronize() every step, log metrics every N steps, keep values on the GPU",
     ))
@@ -103,17 +116,21 @@ fn pageable_copy(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
         return None;
     }
     let copies = c.h2d.count + c.d2h.count;
-    // Pageable copies are staged through a driver buffer while the host waits, so their
-    // host time is the cost (FACTS.md: 4 MiB pageable H2D 0.34 ms vs pinned 0.08 ms).
-    let share = pageable as f64 / copies.max(1) as f64;
-    let impact = (c.h2d.call_ns + c.d2h.call_ns) as f64 * share / 1e9 / a.window_s;
+    // Pageable copies are staged through a driver buffer while the host waits (FACTS.md: 4 MiB
+    // pageable H2D 0.34 ms vs pinned 0.08 ms). The call also waits for the GPU work queued
+    // before it, which is not the copy's cost: each call is charged at most its staging time
+    // (`evidence::cost`). NVML caps it by the time the GPU did not work.
+    let staging = a.share(|t| t.pageable_staging_ns);
+    let impact = staging.min(a.gpu_idle_cap());
     Some(diagnosis(
         "pageable-copy",
+        "in_copies",
         impact,
         format!("{pageable} of {copies} host↔device copies use pageable memory, which the host must stage synchronously"),
         vec![
             format!("H2D: {} pageable copies, {} bytes", c.h2d.pageable, c.h2d.pageable_bytes),
             format!("D2H: {} pageable copies, {} bytes", c.d2h.pageable, c.d2h.pageable_bytes),
+            format!("staging them took about {} of the time on the launching threads", pct(staging)),
             "classified from the traced pinning calls and the process memory map (pinned memory is a shared /dev/zero mapping)".into(),
         ],
         "pin the host buffers: DataLoader(pin_memory=True) or tensor.pin_memory(), then copy with .to(device, non_blocking=True)",
@@ -123,6 +140,13 @@ fn pageable_copy(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
 /// Copies that stall the host by their own doing: synchronous copy APIs, and async copies
 /// the program then waited for (`non_blocking=False`, `.cpu()`). Scalar reads (`.item()`)
 /// are `host-sync`'s: what they cost is the GPU idling afterwards, not the read.
+///
+/// The synchronize after a copy waits for everything queued before it. In a GPU-bound loop
+/// ending each step with `.cpu()`, that is the step's compute: the GPU is working, and
+/// making the copy non-blocking would not make it finish sooner. Only the copy's transfer
+/// (bytes over the bus, estimated per call, `evidence::cost`) is the copy's cost — and
+/// where NVML says the GPU was busy, at most the time it was not. So a GPU-bound loop
+/// stays `gpu-bound`, and a large blocking transfer with little compute is `blocking-copy`.
 fn blocking_copy(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     let c = &ev.copies;
     let then_synced = c.h2d.then_synced + c.d2h.then_synced;
@@ -130,20 +154,26 @@ fn blocking_copy(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     if then_synced + sync_api == 0 || a.window_s == 0.0 {
         return None;
     }
-    let waited = c.h2d.then_synced_wait_ns + c.d2h.then_synced_wait_ns;
-    let impact = waited as f64 / 1e9 / a.window_s;
+    let transfer = a.share(|t| t.copy_transfer_waits_ns + t.sync_copy_transfer_ns);
+    let impact = transfer.min(a.gpu_idle_cap());
     if impact < LOW {
         return None;
     }
+    let waited = (c.h2d.then_synced_wait_ns + c.d2h.then_synced_wait_ns) as f64 / 1e9;
     Some(diagnosis(
         "blocking-copy",
+        "waiting_on_gpu",
         impact,
-        format!("{} copies made the host wait for the GPU ({then_synced} async copies followed by a synchronize, {sync_api} synchronous copy calls)", then_synced + sync_api),
+        format!("{} copies made the host wait for them ({then_synced} async copies followed by a synchronize, {sync_api} synchronous copy calls)", then_synced + sync_api),
         vec![
             format!("H2D then synchronize (non_blocking=False): {} times, {:.3} s waiting", c.h2d.then_synced, c.h2d.then_synced_wait_ns as f64 / 1e9),
             format!("D2H then synchronize (.cpu()): {} times, {:.3} s waiting", c.d2h.then_synced, c.d2h.then_synced_wait_ns as f64 / 1e9),
+            format!(
+                "of the {waited:.3} s waited, the transfers themselves account for about {} of the time; the rest was the GPU finishing earlier work",
+                pct(transfer)
+            ),
         ],
-        "copy with non_blocking=True from pinned memory, and fetch results to the host (.cpu(), .item()) only when needed",
+        "copy with non_blocking=True into pinned memory and wait on an event only when the data is needed, so the transfer overlaps the next step; fetch results to the host (.cpu(), .item()) only when needed",
     ))
 }
 
@@ -153,13 +183,15 @@ fn alloc_churn(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     if rate < ALLOCS_PER_S {
         return None;
     }
+    let allocating = a.share(|t| t.allocating_ns);
     Some(diagnosis(
         "alloc-churn",
-        a.allocating.max(LOW),
+        "allocating",
+        allocating,
         format!("device memory is allocated and freed {rate:.0} times/s: the caching allocator is being bypassed or emptied"),
         vec![
             format!("{} allocations ({} bytes), {} frees, {} failed", m.count, m.bytes, m.frees, m.failures),
-            format!("a thread spent {} of the window inside allocation calls", pct(a.allocating)),
+            format!("the launching threads spent {} of the window inside allocation calls", pct(allocating)),
         ],
         // Mappings mean expandable segments are already on: advising them would be noise.
         if ev.vmm.maps > 0 {
@@ -171,19 +203,23 @@ fn alloc_churn(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
 }
 
 fn gpu_bound(_: &Evidence, a: &Account) -> Option<Diagnosis> {
-    // NVML decides where it answered; without it, the host waiting in syncs most of the time.
-    let busy = a.gpu_busy().unwrap_or(a.sync_waiting >= HOST_WAIT_HIGH);
+    // NVML decides where it answered; without it, the host waiting for GPU work most of the
+    // time (syncs and copy calls, less what the copies cost by their own doing).
+    let waiting = a.waiting_for_gpu_work();
+    let busy = a.gpu_busy().unwrap_or(waiting >= HOST_WAIT_HIGH);
     if !busy {
         return None;
     }
-    let mut evidence = vec![format!("host threads blocked in synchronize calls {} of the time", pct(a.sync_waiting))];
+    let mut evidence = vec![format!("the launching threads waited for GPU work {} of the time", pct(waiting))];
     evidence.extend(gpu_line(a));
     Some(Diagnosis {
         id: GPU_BOUND.into(),
         severity: "info".into(),
-        impact: a.gpu_activity().unwrap_or(a.sync_waiting),
+        impact: a.gpu_activity().unwrap_or(waiting),
         summary: "the GPU is the limiter: the host keeps it fed — healthy".into(),
         evidence,
         fix: "nothing on the host side; to go faster, make the GPU work cheaper (mixed precision, better kernels, larger tiles)".into(),
+        bucket: Some("waiting_on_gpu".into()),
+        saving: None,
     })
 }

@@ -144,3 +144,154 @@ fn waiting_for_a_cpu_is_cpu_starved() {
     sched(&mut ev, 1, 1, [9 * S, S / 20, 0, S]);
     assert_ne!(verdict(&ev, None), "cpu-starved", "5% run-queue is below the threshold");
 }
+
+fn launcher(ev: &mut Evidence, tid: u32, pid: u32, kernels: u64) -> &mut crate::evidence::ThreadStats {
+    let mut c = ThreadCounters { tgid: pid, _reserved: 0, drained_at_ns: 0, hits: [0; gputrace_common::PROBE_SLOTS] };
+    c.hits[1] = kernels;
+    ev.add_counters(tid, &c);
+    ev.threads.get_mut(&tid).expect("thread")
+}
+
+fn problem_sum(found: &[Diagnosis]) -> f64 {
+    found.iter().filter(|d| d.id != "gpu-bound").map(|d| d.impact).sum()
+}
+
+/// Every problem's impact is a disjoint part of one time account, so they add up to at most
+/// 1 whatever the evidence; each saving is at most its impact.
+#[test]
+fn impacts_add_up_to_at_most_one() {
+    let mut cases: Vec<(&str, Evidence, Option<Vec<GpuDevice>>)> = Vec::new();
+    // Everything at once on one thread: launches, syncs with an empty queue after them,
+    // copies, allocations, run-queue, I/O and sleep, with loader workers.
+    let mut ev = evidence(200_000, 5_000, 2 * S, 3 * S);
+    {
+        let t = ev.threads.get_mut(&1).expect("thread");
+        (t.copy_ns, t.pageable_copy_cost_ns, t.alloc_ns) = (2 * S, 2 * S, S);
+        (t.copy_sync_wait_ns, t.copy_wait_transfer_ns) = (2 * S, 2 * S);
+    }
+    ev.copies.h2d = crate::evidence::DirStats { count: 100, pageable: 100, then_synced: 100, ..Default::default() };
+    ev.allocs.count = 10_000;
+    sched(&mut ev, 1, 1, [4 * S, 2 * S, 2 * S, 2 * S]);
+    sched(&mut ev, 9, 9, [5 * S, 0, 4 * S, S]);
+    cases.push(("all at once", ev, None));
+    // The old way's worst case: two threads of one process, each with a different figure at
+    // its largest (the Python thread syncs and idles, autograd's launches and waits for a CPU).
+    let mut ev = evidence(100_000, 4_000, 6 * S, 4 * S);
+    launcher(&mut ev, 2, 1, 120_000).alloc_ns = 3 * S;
+    ev.allocs.count = 10_000;
+    sched(&mut ev, 1, 1, [3 * S, S, 0, 6 * S]);
+    sched(&mut ev, 2, 1, [2 * S, 6 * S, S, S]);
+    cases.push(("two threads", ev, Some(gpu_with_sm(20.0, Some(5.0)))));
+    // Figures beyond the window (overlapping sources), without scheduler evidence.
+    let mut ev = evidence(10_000_000, 100_000, 3 * S, 30 * S);
+    {
+        let t = ev.threads.get_mut(&1).expect("thread");
+        (t.copy_ns, t.pageable_copy_cost_ns, t.alloc_ns) = (30 * S, 30 * S, 30 * S);
+        (t.copy_sync_wait_ns, t.copy_wait_transfer_ns) = (30 * S, 30 * S);
+    }
+    ev.copies.h2d = crate::evidence::DirStats { count: 100, pageable: 100, then_synced: 100, ..Default::default() };
+    ev.allocs.count = 100_000;
+    cases.push(("beyond the window", ev, None));
+    // Four training threads running at once.
+    let mut ev = evidence(50_000, 0, 0, 0);
+    for tid in 2..5 {
+        launcher(&mut ev, tid, 1, 50_000);
+    }
+    for tid in 1..5 {
+        sched(&mut ev, tid, 1, [5 * S, 4 * S, S, 0]);
+    }
+    cases.push(("concurrent", ev, None));
+    for (name, ev, gpu) in &cases {
+        let f = analyze(&Inputs { window_ns: 10 * S, evidence: ev, gpu: gpu.as_deref() });
+        let sum = problem_sum(&f.diagnoses);
+        assert!(sum <= 1.0 + 1e-9, "{name}: impacts add up to {sum}: {:#?}", f.diagnoses);
+        assert!(f.diagnoses.iter().filter(|d| d.id != "gpu-bound").count() >= 2, "{name}: a case that tests nothing: {:?}", f.diagnoses);
+        for d in &f.diagnoses {
+            let saved = d.saving.as_ref().map_or(0.0, |s| s.fraction);
+            assert!(saved <= d.impact + 1e-12, "{name}: {} saves {saved} of {}", d.id, d.impact);
+        }
+        let t = f.time.as_ref().expect("account");
+        assert_eq!(t.buckets().iter().map(|(_, ns)| ns).sum::<u64>(), 10 * S, "{name}: the buckets partition the window");
+    }
+}
+
+/// A GPU-bound loop that ends each step with `.cpu()`: the synchronize after the copy waits
+/// 8 s of 10, but the transfers account for 0.1 s. The copy is not the problem.
+fn cpu_copy_loop(transfer_ns: u64) -> Evidence {
+    let mut ev = evidence(10_000, 1_000, 8 * S, S / 20);
+    let t = ev.threads.get_mut(&1).expect("thread");
+    (t.copy_sync_wait_ns, t.copy_wait_transfer_ns) = (8 * S, transfer_ns);
+    ev.copies.d2h = crate::evidence::DirStats { count: 1_000, then_synced: 1_000, then_synced_wait_ns: 8 * S, ..Default::default() };
+    ev
+}
+
+#[test]
+fn a_gpu_bound_loop_ending_in_cpu_copies_is_gpu_bound() {
+    let (v, found) = diagnose(&Inputs { window_ns: 10 * S, evidence: &cpu_copy_loop(S / 10), gpu: None });
+    assert_eq!(v, "gpu-bound", "{found:#?}");
+    assert!(found.iter().all(|d| d.id != "blocking-copy" || d.impact < MEDIUM), "{found:#?}");
+    // NVML says the SMs were busy 90%: even a large transfer is charged at most the rest.
+    let gpu = gpu_with_sm(99.0, Some(90.0));
+    let (v, found) = diagnose(&Inputs { window_ns: 10 * S, evidence: &cpu_copy_loop(6 * S), gpu: Some(&gpu) });
+    assert_eq!(v, "gpu-bound", "{found:#?}");
+    assert!(found.iter().all(|d| d.id != "blocking-copy" || d.impact <= 0.1 + 1e-9), "{found:#?}");
+}
+
+#[test]
+fn waiting_on_large_transfers_is_blocking_copy() {
+    let (v, found) = diagnose(&Inputs { window_ns: 10 * S, evidence: &cpu_copy_loop(6 * S), gpu: None });
+    assert_eq!(v, "blocking-copy", "{found:#?}");
+    let d = &found[0];
+    assert!((d.impact - 0.6).abs() < 1e-9, "{d:?}");
+    // Overlapped, the 6 s of transfers hide behind the other 4 s of the window at most.
+    let saved = d.saving.as_ref().map_or(0.0, |s| s.fraction);
+    assert!((saved - 0.4).abs() < 1e-9, "{d:?}");
+}
+
+fn sync_kind() -> crate::evidence::steps::MarkerKind {
+    let probe = gputrace_common::PROBES.iter().find(|p| p.symbol == "cuStreamSynchronize").expect("probed").id;
+    crate::evidence::steps::MarkerKind { probe, class: 0 }
+}
+
+#[test]
+fn a_steady_sync_every_step_gives_steps_and_figures_per_step() {
+    // 100 steps of 100 ms, 50 launches each, one sync each.
+    let mut ev = evidence(5_000, 100, 5 * S, 0);
+    let t = ev.threads.get_mut(&1).expect("thread");
+    for i in 0..100 {
+        t.markers.record(sync_kind(), S / 100 + i * S / 10 + (i % 3) * 1_000_000);
+    }
+    let f = analyze(&Inputs { window_ns: 10 * S, evidence: &ev, gpu: None });
+    let s = f.steps.expect("steps found");
+    assert!((s.per_second - 10.0).abs() < 0.2, "{s:?}");
+    assert!((s.per_step.launches - 50.0).abs() < 1.0 && (s.per_step.syncs - 1.0).abs() < 0.05, "{s:?}");
+    assert!(s.step_time_s.p95 >= s.step_time_s.p50, "{s:?}");
+    assert!(s.marker.contains("cuStreamSynchronize"), "{}", s.marker);
+    // Savings say what steps/s would become.
+    let after = f.diagnoses.iter().filter_map(|d| d.saving.as_ref()).filter_map(|s| s.steps_per_s_after);
+    assert!(after.clone().all(|a| a >= 10.0 - 0.2));
+}
+
+#[test]
+fn irregular_syncs_give_no_steps() {
+    let mut ev = evidence(5_000, 100, 5 * S, 0);
+    let t = ev.threads.get_mut(&1).expect("thread");
+    let mut at = 0;
+    for i in 0..100u64 {
+        at += (i * i * 7_919 % 97 + 1) * 2_000_000;
+        t.markers.record(sync_kind(), at);
+    }
+    assert!(analyze(&Inputs { window_ns: 10 * S, evidence: &ev, gpu: None }).steps.is_none());
+}
+
+/// The GPU's idle lower bound is reported and checked against NVML.
+#[test]
+fn the_queue_idle_bound_is_checked_against_nvml() {
+    let ev = evidence(10_000, 2_000, 2 * S, 4 * S);
+    let f = analyze(&Inputs { window_ns: 10 * S, evidence: &ev, gpu: Some(&gpu(55.0)) });
+    let g = f.gpu_idle.expect("gpu idle");
+    assert!((g.lower_bound_fraction - 0.4).abs() < 1e-9);
+    assert_eq!(g.consistent, Some(true), "0.40 idle within NVML's 0.45");
+    let f = analyze(&Inputs { window_ns: 10 * S, evidence: &ev, gpu: Some(&gpu(90.0)) });
+    assert_eq!(f.gpu_idle.expect("gpu idle").consistent, Some(false), "0.40 idle but NVML saw a kernel 90% of the time");
+}

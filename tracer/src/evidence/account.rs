@@ -1,17 +1,37 @@
-//! Where the main (launching) thread's wall time went: one partition of the window into
-//! buckets that never overlap, so fractions add up to exactly 1.
+//! Where the job's launching wall time went: one partition of the window into buckets that
+//! never overlap, so fractions add up to exactly 1. The detectors take their impacts from
+//! disjoint parts of it, so the impacts of the problems found add up to at most 1.
 //!
-//! The sources overlap — a thread inside a synchronize may be spinning on a CPU, sleeping, or
-//! preempted — so CUDA call time is taken first (what the thread was doing), scheduler time
-//! outside those calls next, and the rest is launching and other host work. Where the sources
-//! add up to more than the window (a preempted thread inside a sync is counted by both), the
-//! scheduler buckets are trimmed to fit.
+//! Per thread, the sources overlap — a thread inside a synchronize may be spinning on a CPU,
+//! sleeping, or preempted — so CUDA call time is taken first (what the thread was doing),
+//! scheduler time outside those calls next, and the rest is launching and other host work.
+//! Where the sources add up to more than the thread's life (a preempted thread inside a sync
+//! is counted by both), the scheduler buckets are trimmed to fit.
+//!
+//! **Which threads.** PyTorch spreads one training step over two threads of one process: the
+//! Python thread launches the forward pass, the optimizer step and synchronizes; autograd's
+//! device thread launches the backward pass, and each sleeps while the other works
+//! (docs/validation.md). Neither thread alone is the job's critical path; the two together
+//! are. So the account covers the main thread (most launches) and the threads of its process
+//! that launched or synchronized a fair share as much (`CRITICAL_PATH_SHARE`): their active
+//! buckets (everything but sleeping outside CUDA calls) add up, and the window's rest is
+//! time when none of them was doing anything — sleeping. Threads that truly run at once (one
+//! training loop per thread) add up to more than the window; then every active bucket is
+//! scaled down alike, which makes the account that of the average thread.
 
-use super::{host::SchedStats, ThreadStats};
+use super::{host::SchedStats, Evidence, ThreadStats};
+
+/// A thread of the main thread's process joins the account if it made at least this share
+/// of the main thread's launches, or of the most synchronizes any thread of the process made
+/// (the Python thread of a PyTorch job may launch less than autograd's but make every sync).
+/// Helper threads that launch once in a while (a logger, a memset at start) stay out.
+pub const CRITICAL_PATH_SHARE: f64 = 0.05;
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TimeAccount {
     pub window_ns: u64,
+    /// The threads accounted for, the main thread first.
+    pub threads: Vec<u32>,
     /// Blocked in synchronize calls: the host waits for the GPU.
     pub waiting_on_gpu_ns: u64,
     /// Inside copy calls (staging pageable memory, synchronous copies).
@@ -26,14 +46,32 @@ pub struct TimeAccount {
     pub sleeping_ns: u64,
     /// Everything else: on a CPU, launching kernels and running the program's own code.
     pub launching_and_host_ns: u64,
+    /// Parts of buckets, each inside the bucket named. `waiting_on_gpu`: the transfer part of
+    /// the waits that followed async bulk copies (the rest was the GPU finishing the work
+    /// queued before them).
+    pub copy_transfer_waits_ns: u64,
+    /// `in_copies`: the staging of pageable copies.
+    pub pageable_staging_ns: u64,
+    /// `in_copies`: the transfer of synchronous copies from or to pinned memory.
+    pub sync_copy_transfer_ns: u64,
+    /// `launching_and_host`: host work while the GPU queue was known to be empty (after a
+    /// synchronize, before the next launch), not explained by another bucket.
+    pub host_while_queue_empty_ns: u64,
+    /// Not a bucket (it overlaps them): time the GPU queue was known to be empty, from a
+    /// queue-draining call's return to the next launch. A lower bound on GPU idle time.
+    pub queue_empty_ns: u64,
+    /// Whether the threads' active time exceeded the window (they ran at once) and was scaled.
+    pub concurrent: bool,
 }
 
 impl TimeAccount {
     /// The account of one thread over a window of `window_ns`; `sched` is None without
-    /// scheduler evidence (then all non-CUDA time is "launching and host").
+    /// scheduler evidence (then all non-CUDA time is "launching and host"). A thread that
+    /// lived for only part of the window (the scheduler saw it for less) sleeps the rest.
     #[must_use]
     pub fn of(t: &ThreadStats, sched: Option<&SchedStats>, window_ns: u64) -> Self {
-        let mut left = window_ns;
+        let life = sched.map_or(window_ns, |s| s.total_ns().min(window_ns));
+        let mut left = life;
         let mut take = |ns: u64| {
             let got = ns.min(left);
             left -= got;
@@ -49,16 +87,109 @@ impl TimeAccount {
             Some(s) => (take(s.runqueue_ns), take(s.blocked_ns), take(s.sleep_ns.saturating_sub(cuda_ns))),
             None => (0, 0, 0),
         };
+        let pageable_staging_ns = t.pageable_copy_cost_ns.min(in_copies_ns);
         Self {
             window_ns,
+            threads: Vec::new(),
             waiting_on_gpu_ns,
             in_copies_ns,
             allocating_ns,
             waiting_for_cpu_ns,
             io_wait_ns,
-            sleeping_ns,
+            sleeping_ns: sleeping_ns + (window_ns - life),
             launching_and_host_ns: left,
+            copy_transfer_waits_ns: t.copy_wait_transfer_ns.min(waiting_on_gpu_ns),
+            pageable_staging_ns,
+            sync_copy_transfer_ns: t.sync_copy_cost_ns.min(in_copies_ns - pageable_staging_ns),
+            host_while_queue_empty_ns: 0,
+            queue_empty_ns: t.queue_idle_ns.min(window_ns),
+            concurrent: false,
         }
+    }
+
+    /// The job's account: the main thread and the threads of its process on its critical
+    /// path (module docs). None when no thread launched kernels.
+    #[must_use]
+    pub fn critical_path(ev: &Evidence, window_ns: u64) -> Option<Self> {
+        let launches = |t: &ThreadStats| t.kernel_launches() + t.graph_launches();
+        let (main_tid, main) = ev.main_thread().filter(|(_, t)| launches(t) > 0)?;
+        let mut threads = vec![main_tid];
+        // Without scheduler evidence a thread's sleep is unknown, so threads that take turns
+        // cannot be told from threads that run at once: the main thread stands alone.
+        if ev.sched.contains_key(&main_tid) {
+            let most_syncs = ev.threads.values().filter(|t| t.pid == main.pid).map(|t| t.syncs).max().unwrap_or(0);
+            let share = |n: u64, of: u64| of > 0 && n as f64 >= CRITICAL_PATH_SHARE * of as f64;
+            threads.extend(ev.threads.iter().filter_map(|(&tid, t)| {
+                let joins = tid != main_tid
+                    && t.pid == main.pid
+                    && ev.sched.contains_key(&tid)
+                    && launches(t) > 0
+                    && (share(launches(t), launches(main)) || share(t.syncs, most_syncs));
+                joins.then_some(tid)
+            }));
+        }
+        let parts: Vec<Self> = threads.iter().map(|tid| Self::of(&ev.threads[tid], ev.sched.get(tid), window_ns)).collect();
+        let mut a = Self::combine(&parts, window_ns);
+        a.threads = threads;
+        Some(a)
+    }
+
+    /// Add up the active buckets of `parts`; the window's rest is sleeping. Scaled down alike
+    /// where they exceed the window.
+    fn combine(parts: &[Self], window_ns: u64) -> Self {
+        let sum = |f: fn(&Self) -> u64| parts.iter().map(f).sum::<u64>();
+        let active = sum(Self::active_ns);
+        let concurrent = active > window_ns;
+        let scale = |ns: u64| if concurrent { (ns as f64 * window_ns as f64 / active as f64) as u64 } else { ns };
+        let mut a = Self {
+            window_ns,
+            threads: Vec::new(),
+            waiting_on_gpu_ns: scale(sum(|p| p.waiting_on_gpu_ns)),
+            in_copies_ns: scale(sum(|p| p.in_copies_ns)),
+            allocating_ns: scale(sum(|p| p.allocating_ns)),
+            waiting_for_cpu_ns: scale(sum(|p| p.waiting_for_cpu_ns)),
+            io_wait_ns: scale(sum(|p| p.io_wait_ns)),
+            sleeping_ns: 0,
+            launching_and_host_ns: scale(sum(|p| p.launching_and_host_ns)),
+            copy_transfer_waits_ns: scale(sum(|p| p.copy_transfer_waits_ns)),
+            pageable_staging_ns: scale(sum(|p| p.pageable_staging_ns)),
+            sync_copy_transfer_ns: scale(sum(|p| p.sync_copy_transfer_ns)),
+            host_while_queue_empty_ns: 0,
+            // Threads that take turns empty the queue at different times: their empty spells
+            // add up. Threads running at once share one queue: one thread's empty spell may
+            // be another's busy one, so only the longest counts.
+            queue_empty_ns: if concurrent {
+                parts.iter().map(|p| p.queue_empty_ns).max().unwrap_or(0)
+            } else {
+                sum(|p| p.queue_empty_ns).min(window_ns)
+            },
+            concurrent,
+        };
+        a.sleeping_ns = window_ns.saturating_sub(a.active_ns());
+        // The queue's empty spells are host time between a sync and the next launch. Other
+        // buckets in those spells (staging the next batch, waiting for input or a CPU) have
+        // their own diagnoses; only host work in them is host-sync's. The spells are not timed
+        // against the buckets, so the host's share of them is taken to be its share of the
+        // time they can hold: everything but GPU waits. (Assuming every other stall fell inside
+        // the spells instead let a little run-queue noise erase the finding on a busy machine.)
+        // Copy calls count only for their own transfer: the rest of their time they waited for
+        // queued GPU work, so the queue was not empty then (a pageable `.item()` waits for the
+        // step inside the copy call).
+        let others =
+            a.pageable_staging_ns + a.sync_copy_transfer_ns + a.allocating_ns + a.waiting_for_cpu_ns + a.io_wait_ns + a.sleeping_ns;
+        let host = a.launching_and_host_ns;
+        a.host_while_queue_empty_ns =
+            if host == 0 { 0 } else { ((a.queue_empty_ns as f64 * host as f64 / (host + others) as f64) as u64).min(host) };
+        a
+    }
+
+    fn active_ns(&self) -> u64 {
+        self.waiting_on_gpu_ns
+            + self.in_copies_ns
+            + self.allocating_ns
+            + self.waiting_for_cpu_ns
+            + self.io_wait_ns
+            + self.launching_and_host_ns
     }
 
     /// The buckets in report order, with their names.
@@ -73,6 +204,27 @@ impl TimeAccount {
             ("io_wait", self.io_wait_ns),
             ("sleeping", self.sleeping_ns),
         ]
+    }
+
+    /// The parts of buckets, with their names and the bucket each lies in.
+    #[must_use]
+    pub fn parts(&self) -> [(&'static str, &'static str, u64); 4] {
+        [
+            ("host_while_queue_empty", "launching_and_host", self.host_while_queue_empty_ns),
+            ("copy_transfer_waits", "waiting_on_gpu", self.copy_transfer_waits_ns),
+            ("pageable_staging", "in_copies", self.pageable_staging_ns),
+            ("sync_copy_transfer", "in_copies", self.sync_copy_transfer_ns),
+        ]
+    }
+
+    /// A share of the window.
+    #[must_use]
+    pub fn fraction(&self, ns: u64) -> f64 {
+        if self.window_ns == 0 {
+            0.0
+        } else {
+            (ns as f64 / self.window_ns as f64).clamp(0.0, 1.0)
+        }
     }
 }
 
@@ -113,5 +265,46 @@ mod tests {
     fn without_scheduler_evidence_the_rest_is_host_work() {
         let a = TimeAccount::of(&thread(100, 0, 0), None, 1000);
         assert_eq!((a.waiting_on_gpu_ns, a.launching_and_host_ns), (100, 900));
+    }
+
+    #[test]
+    fn a_thread_that_lived_part_of_the_window_sleeps_the_rest() {
+        let s = SchedStats { pid: 1, on_cpu_ns: 400, ..SchedStats::default() };
+        let a = TimeAccount::of(&thread(0, 0, 0), Some(&s), 1000);
+        assert_eq!((a.launching_and_host_ns, a.sleeping_ns), (400, 600));
+    }
+
+    fn combined(parts: &[TimeAccount]) -> TimeAccount {
+        TimeAccount::combine(parts, 1000)
+    }
+
+    #[test]
+    fn threads_taking_turns_add_up_and_the_rest_is_sleep() {
+        // Python thread 400 on a CPU, autograd's 500: together 900 of 1000 active.
+        let sleepy = |on: u64| SchedStats { pid: 1, on_cpu_ns: on, sleep_ns: 1000 - on, ..SchedStats::default() };
+        let a = combined(&[
+            TimeAccount::of(&thread(0, 0, 0), Some(&sleepy(400)), 1000),
+            TimeAccount::of(&thread(0, 0, 0), Some(&sleepy(500)), 1000),
+        ]);
+        assert_eq!((a.launching_and_host_ns, a.sleeping_ns, a.concurrent), (900, 100, false));
+    }
+
+    #[test]
+    fn threads_running_at_once_are_scaled_to_the_window() {
+        let busy = SchedStats { pid: 1, on_cpu_ns: 800, runqueue_ns: 200, ..SchedStats::default() };
+        let a = combined(&[TimeAccount::of(&thread(0, 0, 0), Some(&busy), 1000), TimeAccount::of(&thread(0, 0, 0), Some(&busy), 1000)]);
+        assert!(a.concurrent);
+        assert_eq!((a.launching_and_host_ns, a.waiting_for_cpu_ns), (800, 200));
+        assert_eq!(a.buckets().iter().map(|(_, ns)| ns).sum::<u64>(), 1000);
+    }
+
+    #[test]
+    fn host_work_gets_its_share_of_the_queue_idle() {
+        let s = SchedStats { pid: 1, on_cpu_ns: 700, sleep_ns: 300, ..SchedStats::default() };
+        let mut t = thread(0, 0, 0);
+        t.queue_idle_ns = 500;
+        let a = combined(&[TimeAccount::of(&t, Some(&s), 1000)]);
+        assert_eq!(a.queue_empty_ns, 500);
+        assert_eq!(a.host_while_queue_empty_ns, 350, "the host's 700 of the 1000 the spells can hold");
     }
 }

@@ -95,7 +95,8 @@ impl CopyStats {
         }
     }
 
-    /// Record one copy call; returns its direction.
+    /// Record one copy call; returns its direction and how its host side was classified
+    /// (None for copies without a host end).
     pub(super) fn record(
         &mut self,
         spec: &ProbeSpec,
@@ -104,7 +105,7 @@ impl CopyStats {
         allocs: &AllocStats,
         pins: &HostPinStats,
         host: &mut dyn HostMemory,
-    ) -> Direction {
+    ) -> (Direction, Option<CopyClass>) {
         let pid = call.header.tgid;
         let arg = |i: Option<u8>| i.map(|i| call.args[usize::from(i)]);
         let (dir, host_ptr) = match spec.copy {
@@ -131,18 +132,18 @@ impl CopyStats {
         if spec.sync_api {
             stats.sync_api += 1;
         }
-        if let Some(ptr) = host_ptr {
-            match classify(ptr, pid, call.start_ns, pins, host) {
-                CopyClass::PinnedTraced => stats.pinned_traced += 1,
-                CopyClass::PinnedByMap => stats.pinned_by_map += 1,
-                CopyClass::Pageable => {
-                    stats.pageable += 1;
-                    stats.pageable_bytes += bytes;
-                }
-                CopyClass::Unknown => stats.unknown_host += 1,
+        let class = host_ptr.map(|ptr| classify(ptr, pid, call.start_ns, pins, host));
+        match class {
+            Some(CopyClass::PinnedTraced) => stats.pinned_traced += 1,
+            Some(CopyClass::PinnedByMap) => stats.pinned_by_map += 1,
+            Some(CopyClass::Pageable) => {
+                stats.pageable += 1;
+                stats.pageable_bytes += bytes;
             }
+            Some(CopyClass::Unknown) => stats.unknown_host += 1,
+            None => {}
         }
-        dir
+        (dir, class)
     }
 }
 

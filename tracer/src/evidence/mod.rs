@@ -4,9 +4,11 @@
 
 pub mod account;
 mod copies;
+pub mod cost;
 pub mod host;
 mod memory;
 pub mod snapshot;
+pub mod steps;
 #[cfg(test)]
 mod tests;
 mod threads;
@@ -111,13 +113,28 @@ impl Evidence {
         let (tid, pid) = (call.header.tid, call.header.tgid);
         match spec.family {
             Family::Copy => {
-                let dir = self.copies.record(spec, call, duration, &self.allocs, &self.host_pins, host);
+                let (dir, class) = self.copies.record(spec, call, duration, &self.allocs, &self.host_pins, host);
                 let bytes = spec.size_arg.map_or(0, |i| call.args[usize::from(i)]);
                 let t = self.thread(tid, pid);
                 t.copies += 1;
                 t.copy_ns += duration;
-                // A copy that drained the queue needs no later sync to be waited for.
-                t.last_async_copy = (!drains_queue_after(spec.id, &call.args)).then_some((dir, bytes));
+                let to_or_from_device = matches!(dir, Direction::HostToDevice | Direction::DeviceToHost);
+                if class == Some(CopyClass::Pageable) {
+                    t.pageable_copy_cost_ns += duration.min(cost::transfer_ns(bytes, cost::PAGEABLE_BYTES_PER_S));
+                } else if spec.sync_api && to_or_from_device {
+                    t.sync_copy_cost_ns += duration.min(cost::transfer_ns(bytes, cost::PINNED_BYTES_PER_S));
+                }
+                // A copy that drained the queue needs no later sync to be waited for. Async
+                // copies in one direction before a sync add up (a batch and its labels).
+                t.last_async_copy = if drains_queue_after(spec.id, &call.args) {
+                    None
+                } else {
+                    match t.last_async_copy {
+                        Some((d, before)) if d == dir => Some((dir, before + bytes)),
+                        _ => Some((dir, bytes)),
+                    }
+                };
+                t.markers.record(steps::MarkerKind { probe: spec.id, class: bytes.max(1).ilog2() }, call.header.ts_ns);
             }
             Family::Memset => {
                 self.memsets.0 += 1;
@@ -132,18 +149,26 @@ impl Evidence {
                 let t = self.thread(tid, pid);
                 t.syncs += 1;
                 t.sync_wait_ns += duration;
+                let after_copy = t.last_async_copy.take();
                 // An async copy then a sync on the same thread is how a copy with
                 // non_blocking=False, .cpu() and .item() look at the driver (FACTS.md).
-                if let Some((dir, bytes)) = t.last_async_copy.take() {
+                let mut marker_class = 0;
+                if let Some((dir, bytes)) = after_copy {
                     let d = self.copies.dir_mut(dir);
                     if dir == Direction::DeviceToHost && bytes <= SCALAR_READ_BYTES {
                         d.scalar_reads += 1;
                         d.scalar_read_wait_ns += duration;
+                        marker_class = 1;
                     } else {
                         d.then_synced += 1;
                         d.then_synced_wait_ns += duration;
+                        let t = self.thread(tid, pid);
+                        t.copy_sync_wait_ns += duration;
+                        t.copy_wait_transfer_ns += duration.min(cost::transfer_ns(bytes, cost::PINNED_BYTES_PER_S));
+                        marker_class = 2 + dir as u32;
                     }
                 }
+                self.thread(tid, pid).markers.record(steps::MarkerKind { probe: spec.id, class: marker_class }, call.header.ts_ns);
             }
             Family::Alloc | Family::Free => {
                 self.allocs.record(spec, call);

@@ -22,8 +22,19 @@ pub struct ThreadStats {
     pub idle_periods: u64,
     pub first_ns: u64,
     pub last_ns: u64,
-    /// Direction and size of this thread's last call if it was an async copy (cleared by
-    /// a sync).
+    /// What the copies cost by their own doing, as estimated per call (see
+    /// `evidence::copy_cost`): pageable copies' staging, synchronous copy APIs' transfer, and
+    /// the transfer part of the synchronizes that waited for async bulk copies.
+    pub pageable_copy_cost_ns: u64,
+    pub sync_copy_cost_ns: u64,
+    pub copy_wait_transfer_ns: u64,
+    /// Synchronize waits that followed an async bulk copy (the whole wait: GPU work queued
+    /// before the copy, then the copy).
+    pub copy_sync_wait_ns: u64,
+    /// Times of the recurring synchronizes and copies, to find training steps.
+    pub markers: super::steps::Markers,
+    /// Direction and bytes of this thread's async copies since its last sync (cleared by a
+    /// sync; a copy in another direction replaces them).
     pub(super) last_async_copy: Option<(Direction, u64)>,
 }
 
@@ -43,6 +54,11 @@ impl ThreadStats {
             idle_periods: 0,
             first_ns: 0,
             last_ns: 0,
+            pageable_copy_cost_ns: 0,
+            sync_copy_cost_ns: 0,
+            copy_wait_transfer_ns: 0,
+            copy_sync_wait_ns: 0,
+            markers: super::steps::Markers::default(),
             last_async_copy: None,
         }
     }

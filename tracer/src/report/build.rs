@@ -60,8 +60,7 @@ pub fn build(outcome: &Outcome) -> Report {
         + loss.sched_map_full
         + loss.io_map_full
         + loss.undecodable;
-    let (verdict, diagnoses) =
-        detect::diagnose(&detect::Inputs { window_ns, evidence: ev, gpu: gpu.as_ref().map(|g| g.devices.as_slice()) });
+    let findings = detect::analyze(&detect::Inputs { window_ns, evidence: ev, gpu: gpu.as_ref().map(|g| g.devices.as_slice()) });
     let mut processes: Vec<ProcessEntry> =
         ev.processes.iter().map(|(&pid, p)| ProcessEntry { pid, parent: p.parent, execs: p.execs, exited: p.exited }).collect();
     if !ev.processes.contains_key(&outcome.target_pid) {
@@ -85,9 +84,11 @@ pub fn build(outcome: &Outcome) -> Report {
         cuda,
         io: outcome.io_traced.then(|| super::host::io(&ev.io)),
         gpu,
-        verdict,
-        diagnoses,
-        time_account: time_account(ev, window_ns),
+        time_account: findings.time.as_ref().map(time_account),
+        verdict: findings.verdict,
+        diagnoses: findings.diagnoses,
+        gpu_idle: findings.gpu_idle,
+        steps: findings.steps,
         tracer: Tracer {
             lost_events,
             // A damaged recording lost an unknown amount after the damage.
@@ -238,17 +239,28 @@ fn probe_hits(ev: &Evidence, outcome: &Outcome) -> Vec<ProbeHits> {
         .collect()
 }
 
-fn time_account(ev: &Evidence, window_ns: u64) -> Option<super::model::TimeAccount> {
-    let (tid, t) = ev.main_thread().filter(|(_, t)| t.kernel_launches() + t.graph_launches() > 0)?;
-    let account = crate::evidence::account::TimeAccount::of(t, ev.sched.get(&tid), window_ns);
+fn time_account(account: &crate::evidence::account::TimeAccount) -> super::model::TimeAccount {
+    let window_ns = account.window_ns;
     let fraction = |ns: u64| if window_ns == 0 { 0.0 } else { ns as f64 / window_ns as f64 };
-    Some(super::model::TimeAccount {
-        tid,
+    super::model::TimeAccount {
+        tid: account.threads.first().copied().unwrap_or(0),
         window_s: secs(window_ns),
         buckets: account
             .buckets()
             .iter()
             .map(|&(name, ns)| super::model::Bucket { name: name.into(), seconds: secs(ns), fraction: fraction(ns) })
             .collect(),
-    })
+        threads: account.threads.clone(),
+        concurrent: account.concurrent,
+        parts: account
+            .parts()
+            .iter()
+            .map(|&(name, bucket, ns)| super::model::Part {
+                name: name.into(),
+                bucket: bucket.into(),
+                seconds: secs(ns),
+                fraction: fraction(ns),
+            })
+            .collect(),
+    }
 }

@@ -21,7 +21,62 @@ pub struct Report {
     pub diagnoses: Vec<Diagnosis>,
     /// Where the main thread's wall time went; null when no thread launched kernels.
     pub time_account: Option<TimeAccount>,
+    /// How long the GPU was known to be idle, and what NVML says; null when no thread
+    /// launched kernels.
+    pub gpu_idle: Option<GpuIdle>,
+    /// Training steps found from the job's rhythm, and figures per step; null when none.
+    pub steps: Option<Steps>,
     pub tracer: Tracer,
+}
+
+/// The GPU's idle time: a lower bound from the host's side, checked against NVML.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GpuIdle {
+    /// Time the GPU queue was known to be empty (from a synchronize's or synchronous D→H
+    /// copy's return to the next launch) on the threads of the time account.
+    pub lower_bound_s: f64,
+    pub lower_bound_fraction: f64,
+    /// 1 − NVML's mean `utilization.gpu` (time no kernel ran); null without NVML.
+    pub nvml_idle_fraction: Option<f64>,
+    /// Whether the lower bound is within NVML's idle time (with a tolerance for sampling);
+    /// null without NVML.
+    pub consistent: Option<bool>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Steps {
+    /// The recurring call taken as one per step.
+    pub marker: String,
+    /// How many of those markers were kept (the most recent, at most 4096).
+    pub markers: usize,
+    /// Share of step times within 25% of the median.
+    pub on_beat: f64,
+    /// Steps per second (1 / mean step time).
+    pub per_second: f64,
+    pub step_time_s: StepTime,
+    pub per_step: PerStep,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StepTime {
+    pub mean: f64,
+    pub p50: f64,
+    pub p95: f64,
+}
+
+/// Figures of the window divided by its steps (`window.duration_s / step_time_s.mean`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PerStep {
+    /// Kernel and graph launches by the time account's threads.
+    pub launches: f64,
+    /// Synchronizing calls by the time account's threads.
+    pub syncs: f64,
+    pub h2d_bytes: f64,
+    pub d2h_bytes: f64,
+    /// The time account's `sleeping`: waiting for input.
+    pub input_wait_s: f64,
+    /// The time account's `waiting_on_gpu`.
+    pub gpu_wait_s: f64,
 }
 
 /// A partition of the window for the main (launching) thread: the fractions add up to 1.
@@ -31,6 +86,23 @@ pub struct TimeAccount {
     pub window_s: f64,
     /// Bucket name → seconds and fraction of the window, in a fixed order.
     pub buckets: Vec<Bucket>,
+    /// The threads accounted for: the main thread first, then the threads of its process that
+    /// take turns with it on the critical path.
+    pub threads: Vec<u32>,
+    /// Whether those threads ran at once (their active time exceeded the window) and the
+    /// buckets were scaled down alike.
+    pub concurrent: bool,
+    /// Parts of buckets that diagnoses are charged with: `{name, bucket, seconds, fraction}`.
+    pub parts: Vec<Part>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Part {
+    pub name: String,
+    /// The bucket it lies in.
+    pub bucket: String,
+    pub seconds: f64,
+    pub fraction: f64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -413,6 +485,23 @@ pub struct Diagnosis {
     pub summary: String,
     pub evidence: Vec<String>,
     pub fix: String,
+    /// The time-account bucket (`time_account.buckets[].name`) the impact is a part of.
+    pub bucket: Option<String>,
+    /// What the fix would save; null for `gpu-bound`.
+    pub saving: Option<Saving>,
+}
+
+/// An estimate of what a diagnosis's fix, applied alone, would save over the window.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Saving {
+    /// Fraction of the window (never more than the impact).
+    pub fraction: f64,
+    /// `fraction × window.duration_s`.
+    pub seconds: f64,
+    /// Steps per second after the fix, when steps were found.
+    pub steps_per_s_after: Option<f64>,
+    /// How the estimate was made, in a sentence.
+    pub basis: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

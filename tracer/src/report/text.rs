@@ -104,33 +104,13 @@ pub fn render(r: &Report, color: bool) -> String {
     let _ = writeln!(out, "{}", st.paint("1", &title));
     let _ = writeln!(out, "traced {:.2} s, stopped by {}", r.window.duration_s, r.window.stopped_by);
     let _ = writeln!(out);
-    let _ = writeln!(out, "{} {}", st.paint("1", "VERDICT:"), st.paint("1;33", &r.verdict));
-    for d in &r.diagnoses {
-        let sev = match d.severity.as_str() {
-            "high" => st.paint("1;31", "HIGH"),
-            "medium" => st.paint("33", "MEDIUM"),
-            "low" => "low".to_owned(),
-            _ => "info".to_owned(),
-        };
-        let _ = writeln!(out, "\n[{sev}] {} — costs {:.0}% of the time", d.id, d.impact * 100.0);
-        wrap(&mut out, "  ", &d.summary);
-        for e in &d.evidence {
-            wrap(&mut out, "  · ", e);
-        }
-        wrap(&mut out, "  fix: ", &d.fix);
-    }
-    if r.diagnoses.is_empty() {
-        let _ = writeln!(out, "  no problem found in the CUDA calls seen");
-    }
+    let pace = r.steps.as_ref().map_or(String::new(), |s| format!(" ({:.2} steps/s)", s.per_second));
+    let _ = writeln!(out, "{} {}{pace}", st.paint("1", "VERDICT:"), st.paint("1;33", &r.verdict));
+    diagnoses_section(&mut out, &st, r);
 
+    steps_section(&mut out, &st, r);
     cuda_section(&mut out, &st, r);
-    if let Some(a) = &r.time_account {
-        let _ = writeln!(out, "\n{}", st.paint("1", &format!("WHERE THE MAIN THREAD'S TIME WENT (thread {})", a.tid)));
-        for b in a.buckets.iter().filter(|b| b.fraction >= 0.005) {
-            let bar = "#".repeat((b.fraction * 40.0).round() as usize);
-            let _ = writeln!(out, "  {:<20} {:>5.1}%  {bar}", b.name.replace('_', " "), b.fraction * 100.0);
-        }
-    }
+    account_section(&mut out, &st, r);
     if let Some(m) = r.cpu.main_thread.as_ref().filter(|m| m.on_cpu_s.is_some()) {
         let f = |v: Option<f64>| v.unwrap_or(0.0);
         let _ = writeln!(out, "\n{}", st.paint("1", "HOST"));
@@ -185,12 +165,104 @@ pub fn render(r: &Report, color: bool) -> String {
     out
 }
 
+fn diagnoses_section(out: &mut String, st: &Style, r: &Report) {
+    for d in &r.diagnoses {
+        let sev = match d.severity.as_str() {
+            "high" => st.paint("1;31", "HIGH"),
+            "medium" => st.paint("33", "MEDIUM"),
+            "low" => "low".to_owned(),
+            _ => "info".to_owned(),
+        };
+        let _ = writeln!(out, "\n[{sev}] {} — costs {:.0}% of the time ({:.2} s)", d.id, d.impact * 100.0, d.impact * r.window.duration_s);
+        wrap(out, "  ", &d.summary);
+        // A problem too small to matter is named, not detailed (the JSON has it all).
+        if d.severity == "info" && d.saving.is_some() {
+            continue;
+        }
+        for e in &d.evidence {
+            wrap(out, "  · ", e);
+        }
+        wrap(out, "  fix: ", &d.fix);
+        if let Some(s) = &d.saving {
+            let after = s.steps_per_s_after.map_or(String::new(), |a| format!(", {a:.2} steps/s"));
+            wrap(out, "  saves: ", &format!("~{:.2} s ({:.0}%){after} — {}", s.seconds, s.fraction * 100.0, s.basis));
+        }
+    }
+    if r.diagnoses.is_empty() {
+        let _ = writeln!(out, "  no problem found in the CUDA calls seen");
+    }
+}
+
+fn account_section(out: &mut String, st: &Style, r: &Report) {
+    if let Some(a) = &r.time_account {
+        let who = if a.threads.len() > 1 { format!("{} threads", a.threads.len()) } else { format!("thread {}", a.tid) };
+        let _ = writeln!(out, "\n{}", st.paint("1", &format!("WHERE THE LAUNCHING TIME WENT ({who})")));
+        if a.threads.len() > 1 {
+            let tids: Vec<String> = a.threads.iter().map(u32::to_string).collect();
+            wrap(
+                out,
+                "  ",
+                &format!(
+                    "threads {} taking turns{}",
+                    tids.join(", "),
+                    if a.concurrent { " (ran at once: scaled to the window)" } else { "" }
+                ),
+            );
+        }
+        for b in a.buckets.iter().filter(|b| b.fraction >= 0.005) {
+            let bar = "#".repeat((b.fraction * 40.0).round() as usize);
+            let _ = writeln!(out, "  {:<20} {:>5.1}%  {bar}", b.name.replace('_', " "), b.fraction * 100.0);
+            for p in a.parts.iter().filter(|p| p.bucket == b.name && p.fraction >= 0.005) {
+                let _ = writeln!(out, "    of which {:<22} {:>5.1}%", p.name.replace('_', " "), p.fraction * 100.0);
+            }
+        }
+    }
+}
+
+fn steps_section(out: &mut String, st: &Style, r: &Report) {
+    let Some(s) = &r.steps else { return };
+    let _ = writeln!(out, "\n{}", st.paint("1", "STEPS"));
+    wrap(out, "  marker ", &format!("{} ({} seen, {:.0}% on the beat)", s.marker, s.markers, s.on_beat * 100.0));
+    let t = &s.step_time_s;
+    let _ = writeln!(
+        out,
+        "  {:.2} steps/s; step time mean {:.1} ms, p50 {:.1} ms, p95 {:.1} ms",
+        s.per_second,
+        t.mean * 1e3,
+        t.p50 * 1e3,
+        t.p95 * 1e3
+    );
+    let p = &s.per_step;
+    let _ = writeln!(
+        out,
+        "  per step: {:.1} launches, {:.1} syncs, H2D {}, D2H {}",
+        p.launches,
+        p.syncs,
+        bytes(p.h2d_bytes as u64),
+        bytes(p.d2h_bytes as u64)
+    );
+    let _ = writeln!(out, "  {:>10} waiting for input {:.1} ms, for the GPU {:.1} ms", "", p.input_wait_s * 1e3, p.gpu_wait_s * 1e3);
+}
+
 fn cuda_section(out: &mut String, st: &Style, r: &Report) {
     let c = &r.cuda;
     let _ = writeln!(out, "\n{}", st.paint("1", "CUDA"));
     let _ = writeln!(out, "  launches   {} kernels ({:.0}/s), {} graphs", c.launches.kernels, c.launches.per_second, c.launches.graphs);
     let _ = writeln!(out, "  syncs      {} calls, {:.3} s waiting", c.syncs.count, c.syncs.wait_s);
-    let _ = writeln!(out, "  queue idle {:.3} s after syncs (lower bound on GPU idle)", c.queue_idle_s);
+    if let Some(g) = &r.gpu_idle {
+        let nvml = match (g.nvml_idle_fraction, g.consistent) {
+            (Some(idle), Some(true)) => format!("; NVML: no kernel {:.0}% of the time", idle * 100.0),
+            (Some(idle), _) => format!("; NVML says {:.0}%: INCONSISTENT", idle * 100.0),
+            _ => String::new(),
+        };
+        wrap(
+            out,
+            "  GPU idle   ",
+            &format!("≥ {:.3} s ({:.0}%): queue empty after syncs{nvml}", g.lower_bound_s, g.lower_bound_fraction * 100.0),
+        );
+    } else {
+        let _ = writeln!(out, "  queue idle {:.3} s after syncs (lower bound on GPU idle)", c.queue_idle_s);
+    }
     for (name, d) in [("H2D", &c.copies.h2d), ("D2H", &c.copies.d2h), ("D2D", &c.copies.d2d), ("H2H", &c.copies.h2h)] {
         copy_line(out, name, d);
     }

@@ -1,0 +1,53 @@
+//! Training steps from the job's own rhythm (`evidence::steps`): among the recurring
+//! synchronizes and copies of the threads on the critical path, the steady marker made most
+//! often is taken as one per step, and the window's figures are divided by the steps.
+
+use gputrace_common::spec_of;
+
+use crate::{
+    evidence::{account::TimeAccount, steps::rhythm, Evidence},
+    report::model::{PerStep, StepTime, Steps},
+};
+
+/// The job's steps, if its critical path keeps a steady rhythm; None otherwise.
+#[must_use]
+pub fn find(ev: &Evidence, time: &TimeAccount) -> Option<Steps> {
+    let window_ns = time.window_ns;
+    let best = time
+        .threads
+        .iter()
+        .filter_map(|tid| ev.threads.get(tid))
+        .flat_map(|t| t.markers.kinds())
+        .filter_map(|(kind, times)| rhythm(times, window_ns).map(|r| (kind, times.len(), r)))
+        // Most markers wins (a marker made once per step beats one made every tenth step);
+        // then the steadier one.
+        .max_by(|a, b| a.1.cmp(&b.1).then(a.2.on_beat.total_cmp(&b.2.on_beat)))?;
+    let (kind, markers, r) = best;
+    let mean_ns = r.mean_ns();
+    let steps = window_ns as f64 / mean_ns;
+    let on_path = |f: fn(&crate::evidence::ThreadStats) -> u64| -> f64 {
+        time.threads.iter().filter_map(|tid| ev.threads.get(tid)).map(f).sum::<u64>() as f64
+    };
+    let symbol = spec_of(kind.probe).map_or("?", |s| s.symbol);
+    let what = match (spec_of(kind.probe).map(|s| s.family), kind.class) {
+        (Some(gputrace_common::Family::Sync), 0) => symbol.to_owned(),
+        (Some(gputrace_common::Family::Sync), 1) => format!("{symbol} after a scalar read"),
+        (Some(gputrace_common::Family::Sync), _) => format!("{symbol} after a bulk copy"),
+        _ => format!("{symbol} of {}–{} bytes", 1u64 << kind.class, (2u64 << kind.class) - 1),
+    };
+    Some(Steps {
+        marker: what,
+        markers,
+        on_beat: r.on_beat,
+        per_second: 1e9 / mean_ns,
+        step_time_s: StepTime { mean: mean_ns / 1e9, p50: r.quantile_ns(0.5) as f64 / 1e9, p95: r.quantile_ns(0.95) as f64 / 1e9 },
+        per_step: PerStep {
+            launches: on_path(|t| t.kernel_launches() + t.graph_launches()) / steps,
+            syncs: on_path(|t| t.syncs) / steps,
+            h2d_bytes: ev.copies.h2d.bytes as f64 / steps,
+            d2h_bytes: ev.copies.d2h.bytes as f64 / steps,
+            input_wait_s: time.sleeping_ns as f64 / 1e9 / steps,
+            gpu_wait_s: time.waiting_on_gpu_ns as f64 / 1e9 / steps,
+        },
+    })
+}
