@@ -34,12 +34,13 @@ for mode in $MODES; do
     wait $gp
   }
   for r in $(seq 1 "$REPS"); do
+    [ "$REPS" = 0 ] && break
     measure measure "untraced_$r"
     traced "traced_$r" 10
   done
   measure measure "untraced_$((REPS + 1))"
   if [ "$mode" = eager ]; then
-    for r in 1 2; do
+    for r in $(seq 1 "${NVML0_REPS:-2}"); do
       traced "traced_nvml0_$r" 0
       measure measure "untraced_nvml0_$r"
     done
@@ -48,6 +49,7 @@ for mode in $MODES; do
     rm -f fl.in fl.out
     mkfifo fl.in fl.out
     "$FLOOR" "$lib" cuLaunchKernel <fl.in >fl.out 2>floor.err &
+    fp=$!
     exec {fin}>fl.in {fout}<fl.out
     read -r -u "$fout" armed
     measure measure floor_cuLaunchKernel
@@ -55,12 +57,12 @@ for mode in $MODES; do
     read -r -u "$fout" hits
     echo "$mode floor $armed $hits" | tee -a overhead.txt
     exec {fin}>&- {fout}<&-
-    wait
+    wait $fp
     measure measure untraced_after_floor
     measure profile torch_profiler
     measure measure untraced_last
   fi
   echo quit >&"$to"
   exec {to}>&- {from}<&-
-  wait
+  wait "$pid"
 done
