@@ -61,3 +61,30 @@ fn a_sigkilled_tracer_leaves_nothing_behind_and_the_job_goes_on() {
     job.finish();
     wait_for_programs_at_most(before);
 }
+
+#[test]
+fn killed_at_any_moment_it_leaves_nothing_behind() {
+    require_root();
+    let before = loaded_programs();
+    // Moments across a session's life: loading, attaching, tracing, printing, detaching (a
+    // session of 0.3 s spends the next ~6 s removing its probes on the fake CUDA).
+    for delay_ms in [0u64, 3, 10, 25, 60, 150, 400, 900, 1600, 2600, 4000] {
+        let mut job = gputrace_tests::Gated::start(&["--steps", "400", "--driver-launches", "20", "--host-us", "2000"]);
+        let mut tracer = std::process::Command::new(gputrace_tests::gputrace())
+            .args(["attach", "--json", "--duration", "0.3", "--pid", &job.pid.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("gputrace starts");
+        job.release();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let _ = tracer.kill();
+        let _ = tracer.wait();
+        // The job is unharmed wherever the tracer died.
+        job.finish();
+    }
+    wait_for_programs_at_most(before);
+    // Uprobes made through perf_event_open leave no tracefs entries; check none appeared.
+    let events = std::fs::read_to_string("/sys/kernel/tracing/uprobe_events").unwrap_or_default();
+    assert!(!events.contains("gputrace"), "{events}");
+}

@@ -59,6 +59,9 @@ pub struct Evidence {
     pub processes: BTreeMap<u32, ProcessSeen>,
     /// Records that failed to decode (a kernel/user version mismatch or a damaged recording).
     pub decode_errors: u64,
+    /// Records delivered through the ring buffer and folded in; of them, CUDA call records.
+    pub delivered: u64,
+    pub calls_delivered: u64,
     /// Events whose probe id we do not know.
     pub unknown_probes: u64,
     /// Owner (real uid) of each process seen, looked up while it was alive.
@@ -77,8 +80,12 @@ pub struct Evidence {
 impl Evidence {
     /// Fold one event in.
     pub fn apply(&mut self, event: &Event, host: &mut dyn HostMemory) {
+        self.delivered += 1;
         match event {
-            Event::Call(call) => self.apply_call(call, host),
+            Event::Call(call) => {
+                self.calls_delivered += 1;
+                self.apply_call(call, host);
+            }
             Event::IdleEnd(e) => {
                 let t = self.thread(e.header.tid, e.header.tgid);
                 t.queue_idle_ns += e.header.ts_ns.saturating_sub(e.drained_at_ns);

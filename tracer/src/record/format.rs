@@ -132,6 +132,9 @@ pub struct End {
     /// The recorder's peak resident memory.
     #[serde(default)]
     pub peak_rss_bytes: Option<u64>,
+    /// The recorder's CPU time to the end of tracing.
+    #[serde(default)]
+    pub cpu_s: Option<f64>,
     pub checkpoint: Checkpoint,
 }
 

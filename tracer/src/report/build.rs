@@ -105,6 +105,9 @@ pub fn build(outcome: &Outcome) -> Report {
             notes: outcome.notes.clone(),
             recording: outcome.recording.clone(),
             peak_rss_bytes: outcome.peak_rss_bytes,
+            cpu_s: outcome.cpu_s,
+            events_delivered: ev.delivered,
+            call_events_delivered: ev.calls_delivered,
         },
     }
 }

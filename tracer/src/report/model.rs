@@ -520,6 +520,16 @@ pub struct Tracer {
     /// gputrace's peak resident memory while tracing (`VmHWM`), where known.
     #[serde(default)]
     pub peak_rss_bytes: Option<u64>,
+    /// gputrace's CPU time (user + system) from its start to the end of tracing.
+    #[serde(default)]
+    pub cpu_s: Option<f64>,
+    /// Ring-buffer records delivered and folded in (kernel launches are counted in the
+    /// kernel, not sent: they are not among them).
+    #[serde(default)]
+    pub events_delivered: u64,
+    /// Of them, CUDA call records (one per traced call that returned).
+    #[serde(default)]
+    pub call_events_delivered: u64,
     /// Present when the report was made from a recording (`gputrace report FILE`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recording: Option<crate::session::RecordingNote>,

@@ -130,6 +130,20 @@ pub struct Outcome {
     pub cuda_env: crate::gpu::identity::CudaEnv,
     /// gputrace's own peak resident memory at the end of tracing (`VmHWM`).
     pub peak_rss_bytes: Option<u64>,
+    /// gputrace's own CPU time (user + system) from its start to the end of tracing.
+    pub cpu_s: Option<f64>,
+}
+
+/// CPU time this process has used so far, user + system, in seconds.
+fn own_cpu_s() -> Option<f64> {
+    // SAFETY: getrusage writes into the struct we pass and has no other effect.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a rusage; RUSAGE_SELF is always valid.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &raw mut usage) } != 0 {
+        return None;
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Some(secs(usage.ru_utime) + secs(usage.ru_stime))
 }
 
 /// This process's peak resident set, from `/proc/self/status`.
@@ -305,6 +319,7 @@ impl Live {
             None => None,
         };
         let peak_rss_bytes = peak_rss();
+        let cpu_s = own_cpu_s();
         let written = self.tape.take().map(|t| {
             let end = End {
                 end_ns,
@@ -313,6 +328,7 @@ impl Live {
                 gpu_devices: gpu.as_ref().map(|(g, _)| g.devices.clone()),
                 gpu_holders: gpu.as_ref().map(|(g, _)| g.holders.clone()).unwrap_or_default(),
                 peak_rss_bytes,
+                cpu_s,
                 checkpoint: checkpoint::checkpoint(last, &self.kernel, &self.evidence, &self.notes, self.host.reads),
             };
             t.recorder.end(&end)
@@ -338,6 +354,7 @@ impl Live {
             written,
             cuda_env: crate::gpu::identity::CudaEnv::default(),
             peak_rss_bytes,
+            cpu_s,
         }
     }
 }

@@ -1,0 +1,41 @@
+//! Every drop is counted: what the kernel sent is what was delivered plus what was dropped,
+//! exactly, and a report with drops says it is incomplete.
+use std::time::Duration;
+
+use gputrace_tests::{num, require_root, Gated, Tracer};
+
+#[test]
+fn delivered_plus_dropped_is_what_was_sent() {
+    require_root();
+    // 300 × 1000 × (a 4-byte D2H copy + a stream synchronize): 600,000 call records, far more
+    // than the 4 MiB ring holds while nobody reads it.
+    let mut job = Gated::start(&["--steps", "300", "--item", "1000", "--hold-ms", "4000"]);
+    let tracer = Tracer::attach(job.pid, &[]);
+    // Stop the reader: the ring fills and the kernel counts each record it cannot reserve.
+    tracer.signal(libc::SIGSTOP);
+    job.release();
+    job.wait_for("holding");
+    tracer.signal(libc::SIGCONT);
+    std::thread::sleep(Duration::from_millis(200));
+    let (r, code, stderr) = tracer.report();
+    assert_eq!(code, 0, "{stderr}");
+    // Sent: the kernel counts every probe hit in its per-thread counters, whatever the ring
+    // did. Launch probes send no record; every other probe sends one per returning call.
+    let sent: u64 = r["tracer"]["probes"]
+        .as_array()
+        .expect("probes")
+        .iter()
+        .filter(|p| !p["symbol"].as_str().expect("symbol").contains("Launch"))
+        .map(|p| p["hits"].as_u64().expect("hits"))
+        .sum();
+    let delivered = num(&r, "/tracer/call_events_delivered");
+    let dropped = num(&r, "/tracer/loss/ring_full");
+    assert!(dropped > 0, "the ring overflowed while the reader was stopped: {r:#}");
+    assert!(delivered > 0);
+    // 600,000 plus the few context calls each worker thread makes when it starts.
+    assert!((600_000..600_010).contains(&sent), "every call was counted in the kernel: {sent}");
+    assert_eq!(delivered + dropped, sent, "delivered {delivered} + dropped {dropped} != sent {sent}");
+    assert_eq!(num(&r, "/tracer/lost_events"), dropped);
+    assert_eq!(r["tracer"]["complete"], false, "a report with drops says so");
+    job.finish();
+}
