@@ -29,13 +29,15 @@ fn delivered_plus_dropped_is_what_was_sent() {
         .map(|p| p["hits"].as_u64().expect("hits"))
         .sum();
     let delivered = num(&r, "/tracer/call_events_delivered");
-    let dropped = num(&r, "/tracer/loss/ring_full");
+    let dropped = num(&r, "/tracer/loss/ring_full_calls");
     assert!(dropped > 0, "the ring overflowed while the reader was stopped: {r:#}");
     assert!(delivered > 0);
     // 600,000 plus the few context calls each worker thread makes when it starts.
     assert!((600_000..600_010).contains(&sent), "every call was counted in the kernel: {sent}");
     assert_eq!(delivered + dropped, sent, "delivered {delivered} + dropped {dropped} != sent {sent}");
-    assert_eq!(num(&r, "/tracer/lost_events"), dropped);
+    // Thread exits while the ring was full are dropped records too (not calls).
+    assert!(num(&r, "/tracer/lost_events") >= dropped);
+    assert_eq!(num(&r, "/tracer/lost_events"), num(&r, "/tracer/loss/ring_full"));
     assert_eq!(r["tracer"]["complete"], false, "a report with drops says so");
     job.finish();
 }

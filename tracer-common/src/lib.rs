@@ -41,7 +41,10 @@ pub mod loss {
     pub const SCHED_MAP_FULL: u32 = 5;
     /// A block request of the traced tree could not be remembered until completion.
     pub const IO_MAP_FULL: u32 = 6;
-    pub const COUNT: u32 = 7;
+    /// Of the `RING_FULL` drops, those of CUDA call records (so that delivered + dropped can
+    /// be checked against the per-probe hit counts, which only calls have).
+    pub const RING_FULL_CALLS: u32 = 7;
+    pub const COUNT: u32 = 8;
 }
 
 /// Per-thread counters kept in the kernel: one hit count per probe, plus the state the launch

@@ -127,6 +127,7 @@ fn on_return(ctx: &RetProbeContext, probe: u32) -> u32 {
 
     let Some(mut entry) = EVENTS.reserve::<CallEvent>(0) else {
         count_loss(loss::RING_FULL);
+        count_loss(loss::RING_FULL_CALLS);
         return 0;
     };
     entry.write(CallEvent {

@@ -44,6 +44,7 @@ pub fn build(outcome: &Outcome) -> Report {
     let losses = &outcome.losses;
     let loss = Loss {
         ring_full: losses[loss::RING_FULL as usize],
+        ring_full_calls: losses[loss::RING_FULL_CALLS as usize],
         thread_map_full: losses[loss::THREAD_MAP_FULL as usize],
         inflight_full: losses[loss::INFLIGHT_FULL as usize],
         unmatched_return: losses[loss::UNMATCHED_RETURN as usize],

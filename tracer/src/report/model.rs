@@ -538,6 +538,9 @@ pub struct Tracer {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Loss {
     pub ring_full: u64,
+    /// Of `ring_full`, CUDA call records (already in `ring_full`; not added twice).
+    #[serde(default)]
+    pub ring_full_calls: u64,
     pub thread_map_full: u64,
     pub inflight_full: u64,
     pub unmatched_return: u64,
