@@ -3,6 +3,7 @@
 pub mod build;
 mod host;
 pub mod model;
+pub mod overhead;
 pub mod text;
 
 pub use model::Report;

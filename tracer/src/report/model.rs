@@ -508,6 +508,9 @@ pub struct Saving {
 pub struct Tracer {
     /// Events lost anywhere (sum of `loss`); 0 means the counts are complete.
     pub lost_events: u64,
+    /// What tracing cost the job, estimated from the probe hits.
+    #[serde(default)]
+    pub overhead: Overhead,
     pub complete: bool,
     pub loss: Loss,
     pub probes: Vec<ProbeHits>,
@@ -533,6 +536,22 @@ pub struct Tracer {
     /// Present when the report was made from a recording (`gputrace report FILE`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recording: Option<crate::session::RecordingNote>,
+}
+
+/// The estimated cost of tracing to the job (docs/report.md, `tracer.overhead`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Overhead {
+    /// Uprobe traps taken by the job's threads (a call with a return probe traps twice).
+    pub traps: u64,
+    /// The cost assumed per trap, ns.
+    pub trap_ns: f64,
+    /// Traps × cost, all threads.
+    pub estimated_s: f64,
+    /// The thread that took the most traps, its cost, and that cost over the window: the
+    /// slowdown of the job's most affected thread.
+    pub busiest_thread: Option<u32>,
+    pub busiest_thread_s: f64,
+    pub fraction_of_window: f64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

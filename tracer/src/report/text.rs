@@ -155,6 +155,15 @@ pub fn render(r: &Report, color: bool) -> String {
             st.paint("31", "the recording is incomplete: counts are a lower bound")
         }
     );
+    if t.overhead.traps > 0 {
+        let cost = format!(
+            "{:.1}% of its busiest thread ({} probe traps × {:.0} µs)",
+            t.overhead.fraction_of_window * 100.0,
+            t.overhead.traps,
+            t.overhead.trap_ns / 1e3
+        );
+        wrap(&mut out, "  estimated cost to the job: ", &cost);
+    }
     if let Some(rec) = &t.recording {
         let what = if rec.from_session_start { "from the start of the session" } else { "a later part of the session" };
         wrap(&mut out, "  from recording: ", &clean(&format!("{} ({} mode, segment {}, {what}, {} frames)", rec.file, rec.mode, rec.segment, rec.frames)));
