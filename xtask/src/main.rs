@@ -156,6 +156,15 @@ fn test() -> Result<()> {
         "--exclude",
         "gputrace-ebpf",
     ]))?;
+    // The fuzz corpus and mutations again, in a debug build: overflow checks on, as the
+    // fuzzer runs them (release builds would wrap silently and hide an overflow).
+    run(Command::new("cargo").current_dir(root()).env("GPUTRACE_EBPF_STUB", "1").args([
+        "test",
+        "--package",
+        "gputrace",
+        "--lib",
+        "fuzzing::",
+    ]))?;
     // The privileged tests load eBPF into the one kernel: one at a time.
     run(Command::new("cargo").current_dir(root()).env("GPUTRACE_BIN", &gputrace).args([
         "test",
