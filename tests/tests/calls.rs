@@ -148,3 +148,28 @@ fn failed_allocations_are_counted_as_out_of_memory() {
     assert_eq!(a["out_of_memory"], 30, "{a}");
     assert_eq!(a["bytes"], 64 * MIB, "failed allocations add no bytes: {a}");
 }
+
+#[test]
+fn return_probes_are_on_where_the_kernel_is_safe_and_off_when_asked() {
+    require_root();
+    let args = ["--steps", "100", "--driver-launches", "5", "--item", "2"];
+    // This kernel lets a probed return bypass seccomp (checked at start): return probes on.
+    let (r, code, stderr) = gputrace_tests::run_fakejob(&args);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(r["tracer"]["entry_only"], false, "{r:#}");
+    assert_eq!(num(&r, "/cuda/syncs/count"), 200);
+    // Forced off: the calls are still counted (probe hits), without their details.
+    let out = std::process::Command::new(gputrace_tests::gputrace())
+        .env("LD_LIBRARY_PATH", gputrace_tests::fake_cuda_dir())
+        .args(["run", "--json", "--entry-only", "--"])
+        .arg(gputrace_tests::fakejob())
+        .args(args)
+        .output()
+        .expect("gputrace runs");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a report");
+    assert_eq!(r["tracer"]["entry_only"], true);
+    assert_eq!(num(&r, "/cuda/launches/kernels"), 500, "launches are entry probes: exact either way");
+    assert_eq!(gputrace_tests::hits(&r, "cuStreamSynchronize"), 200, "calls counted at their entry");
+    assert_eq!(num(&r, "/cuda/syncs/count"), 0, "no return probe, no sync record");
+    assert!(r["tracer"]["notes"].as_array().expect("notes").iter().any(|n| n.as_str().is_some_and(|s| s.contains("entry-only"))));
+}

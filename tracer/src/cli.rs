@@ -66,6 +66,9 @@ enum Command {
         /// goes to stderr).
         #[arg(long)]
         json: bool,
+        /// Attach no return probes (see `attach --help`).
+        #[arg(long)]
+        entry_only: bool,
         /// The command to start and record, after `--`.
         #[arg(last = true, value_name = "CMD")]
         argv: Vec<String>,
@@ -128,6 +131,10 @@ struct Common {
     /// started by `run`, go to stderr.
     #[arg(long)]
     json: bool,
+    /// Attach no return probes (calls are counted, not timed). gputrace turns this on by
+    /// itself where the kernel would kill seccomp-confined processes at a probed return.
+    #[arg(long)]
+    entry_only: bool,
 }
 
 fn parse_seconds(s: &str) -> Result<Duration, String> {
@@ -201,6 +208,14 @@ fn nvml_interval(hz: f64) -> Duration {
 impl Cli {
     #[must_use]
     pub fn job(self) -> Job {
+        let entry_only = match &self.command {
+            Command::Attach { common, .. } | Command::Run { common, .. } => common.entry_only,
+            Command::Record { entry_only, .. } => *entry_only,
+            _ => false,
+        };
+        if entry_only {
+            crate::probes::force_entry_only();
+        }
         match self.command {
             Command::Attach { pid, common } => Job::Trace {
                 target: Target::Attach { pid },
@@ -216,7 +231,7 @@ impl Cli {
                 nvml_interval: nvml_interval(common.nvml_hz),
                 record: None,
             },
-            Command::Record { pid, output, limits, duration, nvml_hz, json, argv } => Job::Trace {
+            Command::Record { pid, output, limits, duration, nvml_hz, json, argv, .. } => Job::Trace {
                 target: match pid {
                     Some(pid) => Target::Attach { pid },
                     None => Target::Run { argv, quiet_stdout: json },

@@ -6,6 +6,7 @@
 
 pub mod floor;
 mod layout;
+pub mod return_safety;
 pub mod tracefs;
 
 use std::collections::BTreeMap;
@@ -62,6 +63,16 @@ pub struct Kernel {
     /// Which tracepoint groups are attached (see `TRACEPOINT_GROUPS`).
     pub sched_traced: bool,
     pub io_traced: bool,
+    /// Return probes are off: calls are counted from their entries only.
+    pub entry_only: bool,
+}
+
+/// Set by `--entry-only`: never attach return probes.
+static FORCE_ENTRY_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Ask for entry-only mode whatever the kernel check says.
+pub fn force_entry_only() {
+    FORCE_ENTRY_ONLY.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Reads format files from a mounted tracefs.
@@ -76,6 +87,31 @@ impl std::fmt::Debug for Kernel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Kernel").field("attached", &self.attached).finish_non_exhaustive()
     }
+}
+
+/// Whether to leave return probes off, with a note saying why when they are.
+fn entry_only_decision(ebpf: &mut Ebpf, notes: &mut Vec<String>) -> bool {
+    const CONSEQUENCE: &str = "calls are counted from their entries (tracer.probes), without durations, copy sizes or \
+         classification, sync waits or allocations";
+    if FORCE_ENTRY_ONLY.load(std::sync::atomic::Ordering::Relaxed) {
+        notes.push(format!("entry-only mode (--entry-only): return probes are off; {CONSEQUENCE}"));
+        return true;
+    }
+    let Some(program) = PROBES.iter().find(|s| has_return(s)).map(|s| return_program(s.symbol)) else { return false };
+    let safety = return_safety::check(ebpf, &program);
+    log::info!("return probes under seccomp: {safety:?}");
+    if safety.safe() {
+        return false;
+    }
+    let why = match safety {
+        return_safety::Safety::Killed => "this kernel kills a process under a seccomp filter when a probed function returns \
+             (its uretprobe system call is filtered; probed at start)"
+            .to_owned(),
+        other => format!("return probes could not be shown safe for processes under seccomp ({other:?})"),
+    };
+    log::warn!("{why}: return probes are off");
+    notes.push(format!("entry-only mode: {why}; return probes are off, since they would apply to every process mapping the library; {CONSEQUENCE}"));
+    true
 }
 
 fn map_error(name: &str) -> TraceError {
@@ -143,6 +179,7 @@ impl Kernel {
             }
         }
 
+        let entry_only = entry_only_decision(&mut ebpf, &mut notes);
         let mut attached = [false; TRACEPOINT_GROUPS.len()];
         let mut tracepoint_links = Vec::new();
         let groups: &[(Tracepoints, &str)] = if scope == Scope::Tree { &TRACEPOINT_GROUPS } else { &[] };
@@ -184,6 +221,7 @@ impl Kernel {
                 tracepoint_links,
                 sched_traced,
                 io_traced,
+                entry_only,
             },
             ring,
         ))
@@ -226,7 +264,7 @@ impl Kernel {
         for spec in PROBES {
             let Some(&offset) = offsets.get(spec.symbol) else { continue };
             self.attach_one(spec.symbol, offset, library)?;
-            if has_return(spec) {
+            if has_return(spec) && !self.entry_only {
                 self.attach_one(&return_program(spec.symbol), offset, library)?;
             }
             attached.push(spec.symbol);

@@ -47,6 +47,7 @@ pub mod kind {
 }
 
 /// Everything known when tracing begins.
+#[expect(clippy::struct_excessive_bools, reason = "a serialized record: each flag is a documented field of the format")]
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Start {
     /// `gputrace.recording/1`.
@@ -75,6 +76,9 @@ pub struct Start {
     /// The target's CUDA device environment.
     #[serde(default)]
     pub cuda_env: crate::gpu::identity::CudaEnv,
+    /// Return probes were off.
+    #[serde(default)]
+    pub entry_only: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

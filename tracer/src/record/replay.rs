@@ -250,6 +250,7 @@ impl State {
             cuda_env: start.cuda_env.clone(),
             peak_rss_bytes: self.end.as_ref().and_then(|e| e.peak_rss_bytes),
             cpu_s: self.end.as_ref().and_then(|e| e.cpu_s),
+            entry_only: start.entry_only,
             recording: Some(RecordingNote {
                 file: path.display().to_string(),
                 mode: start.mode.clone(),

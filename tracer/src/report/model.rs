@@ -508,6 +508,9 @@ pub struct Saving {
 pub struct Tracer {
     /// Events lost anywhere (sum of `loss`); 0 means the counts are complete.
     pub lost_events: u64,
+    /// Return probes were off: calls are counted (in `probes`), not timed or detailed.
+    #[serde(default)]
+    pub entry_only: bool,
     /// What tracing cost the job, estimated from the probe hits.
     #[serde(default)]
     pub overhead: Overhead,

@@ -132,6 +132,8 @@ pub struct Outcome {
     pub peak_rss_bytes: Option<u64>,
     /// gputrace's own CPU time (user + system) from its start to the end of tracing.
     pub cpu_s: Option<f64>,
+    /// Return probes were off (calls counted, not timed).
+    pub entry_only: bool,
 }
 
 /// CPU time this process has used so far, user + system, in seconds.
@@ -320,6 +322,7 @@ impl Live {
         };
         let peak_rss_bytes = peak_rss();
         let cpu_s = own_cpu_s();
+        let entry_only = self.kernel.entry_only;
         let written = self.tape.take().map(|t| {
             let end = End {
                 end_ns,
@@ -355,6 +358,7 @@ impl Live {
             cuda_env: crate::gpu::identity::CudaEnv::default(),
             peak_rss_bytes,
             cpu_s,
+            entry_only,
         }
     }
 }
@@ -423,6 +427,7 @@ fn start_record(kernel: &Kernel, command: &str, pid: u32, start_ns: u64, attach_
         from_session_start: true,
         mode: String::new(),
         cuda_env: crate::gpu::identity::CudaEnv::default(),
+        entry_only: kernel.entry_only,
     }
 }
 
