@@ -76,6 +76,6 @@ pub fn block_rq_complete(ctx: TracePointContext) -> u32 {
         rwbs: start.rwbs,
         error,
     });
-    entry.submit(0);
+    entry.submit(crate::maps::batched_submit());
     0
 }

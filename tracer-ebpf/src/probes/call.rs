@@ -137,7 +137,7 @@ fn on_return(ctx: &RetProbeContext, probe: u32) -> u32 {
         ret: ctx.ret::<u64>().unwrap_or(u64::MAX),
         out,
     });
-    entry.submit(0);
+    entry.submit(crate::maps::batched_submit());
     0
 }
 

@@ -27,7 +27,7 @@ fn on_launch(probe: u32) -> u32 {
             header: EventHeader { kind: KIND_IDLE_END, probe, tgid: cur.tgid, tid: cur.tid, ts_ns: unsafe { bpf_ktime_get_ns() } },
             drained_at_ns,
         });
-        entry.submit(0);
+        entry.submit(crate::maps::batched_submit());
     }
     0
 }

@@ -78,7 +78,7 @@ fn switch_out(tgid: u32, tid: u32, prev: u64, next: u32, now: u64) {
         // The thread's last switch: hand its totals over and free the slot.
         if let Some(mut entry) = EVENTS.reserve::<SchedFinalEvent>(0) {
             entry.write(SchedFinalEvent { header: EventHeader { kind: KIND_SCHED_FINAL, probe: 0, tgid, tid, ts_ns: now }, sched: *s });
-            entry.submit(0);
+            entry.submit(crate::maps::batched_submit());
         } else {
             count_loss(loss::RING_FULL);
         }
