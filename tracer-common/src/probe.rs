@@ -331,6 +331,18 @@ pub const fn spec_of(id: u32) -> Option<&'static ProbeSpec> {
     None
 }
 
+/// Whether a call's record must reach user space at once rather than with the next batch:
+/// copies, whose host memory user space classifies from the process's live memory map — a
+/// record read after the memory was unmapped or the process exited can no longer be
+/// classified (compile-time helper for eBPF).
+#[must_use]
+pub const fn needs_prompt_delivery(id: u32) -> bool {
+    match spec_of(id) {
+        Some(s) => matches!(s.family, Family::Copy),
+        None => false,
+    }
+}
+
 /// Whether `id` is the probe of `symbol` in [`PROBES`] (compile-time check that each eBPF
 /// program is built with its symbol's id).
 #[must_use]

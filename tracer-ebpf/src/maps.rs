@@ -41,6 +41,9 @@ const WAKEUP_BYTES: u64 = (RING_BYTES / 8) as u64;
 const BPF_RB_AVAIL_DATA: u64 = 0;
 const BPF_RB_NO_WAKEUP: u64 = 1;
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
+/// Submit flags that wake the reader whatever is queued before (flags 0 wake it only when the
+/// ring was empty).
+pub const FORCE_WAKEUP: u64 = BPF_RB_FORCE_WAKEUP;
 
 /// Flags for submitting a record that can wait for the next batch.
 #[inline(always)]

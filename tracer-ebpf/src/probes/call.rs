@@ -92,7 +92,8 @@ fn on_enter_struct_copy(ctx: &ProbeContext, probe: u32, layout: &CopyLayout) -> 
 }
 
 #[inline(always)]
-fn on_return(ctx: &RetProbeContext, probe: u32) -> u32 {
+/// `prompt`: wake the reader for this record (see `needs_prompt_delivery`).
+fn on_return(ctx: &RetProbeContext, probe: u32, prompt: bool) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
     let key = inflight_key(tid, probe);
@@ -137,7 +138,7 @@ fn on_return(ctx: &RetProbeContext, probe: u32) -> u32 {
         ret: ctx.ret::<u64>().unwrap_or(u64::MAX),
         out,
     });
-    entry.submit(crate::maps::batched_submit());
+    entry.submit(if prompt { crate::maps::FORCE_WAKEUP } else { crate::maps::batched_submit() });
     0
 }
 
@@ -152,7 +153,8 @@ macro_rules! call_probes {
 
         #[uretprobe]
         pub fn $ret(ctx: RetProbeContext) -> u32 {
-            on_return(&ctx, $id)
+            const PROMPT: bool = gputrace_common::needs_prompt_delivery($id);
+            on_return(&ctx, $id, PROMPT)
         }
     )*};
 }
@@ -174,7 +176,8 @@ macro_rules! struct_copy_probes {
 
         #[uretprobe]
         pub fn $ret(ctx: RetProbeContext) -> u32 {
-            on_return(&ctx, $id)
+            const PROMPT: bool = gputrace_common::needs_prompt_delivery($id);
+            on_return(&ctx, $id, PROMPT)
         }
     )*};
 }

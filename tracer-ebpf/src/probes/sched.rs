@@ -75,14 +75,16 @@ fn switch_out(tgid: u32, tid: u32, prev: u64, next: u32, now: u64) {
     let s = unsafe { &mut *ptr };
     account(s, now);
     if prev & (prev_state::EXIT_DEAD | prev_state::EXIT_ZOMBIE) != 0 {
-        // The thread's last switch: hand its totals over and free the slot.
+        // The thread's last switch: free the slot, then hand its totals over (in this order,
+        // so that user space never sees them both in the map and in a record).
+        let totals = *s;
+        let _ = SCHED.remove(&tid);
         if let Some(mut entry) = EVENTS.reserve::<SchedFinalEvent>(0) {
-            entry.write(SchedFinalEvent { header: EventHeader { kind: KIND_SCHED_FINAL, probe: 0, tgid, tid, ts_ns: now }, sched: *s });
+            entry.write(SchedFinalEvent { header: EventHeader { kind: KIND_SCHED_FINAL, probe: 0, tgid, tid, ts_ns: now }, sched: totals });
             entry.submit(crate::maps::batched_submit());
         } else {
             count_loss(loss::RING_FULL);
         }
-        let _ = SCHED.remove(&tid);
         return;
     }
     s.state = next_state(prev);

@@ -33,7 +33,7 @@ pub fn find(ev: &Evidence, time: &TimeAccount) -> Option<Steps> {
         (Some(gputrace_common::Family::Sync), 0) => symbol.to_owned(),
         (Some(gputrace_common::Family::Sync), 1) => format!("{symbol} after a scalar read"),
         (Some(gputrace_common::Family::Sync), _) => format!("{symbol} after a bulk copy"),
-        _ => format!("{symbol} of {}–{} bytes", 1u64 << kind.class, (2u64 << kind.class) - 1),
+        _ => format!("{symbol} of {}–{} bytes", 1u64 << kind.class, u64::MAX >> 63u32.saturating_sub(kind.class)),
     };
     Some(Steps {
         marker: what,

@@ -27,16 +27,17 @@ impl SchedStats {
         let mut spent = s.spent_ns;
         if open_until_ns > 0 {
             if let Some(slot) = spent.get_mut(s.state as usize) {
-                *slot += open_until_ns.saturating_sub(s.since_ns);
+                *slot = slot.saturating_add(open_until_ns.saturating_sub(s.since_ns));
             }
         }
+        // Saturating: a recording may carry any numbers.
         self.pid = s.tgid;
-        self.on_cpu_ns += spent[state::RUNNING as usize];
-        self.runqueue_ns += spent[state::RUNNABLE as usize];
-        self.blocked_ns += spent[state::BLOCKED as usize];
-        self.sleep_ns += spent[state::SLEEPING as usize];
-        self.preemptions += s.preemptions;
-        self.voluntary_switches += s.voluntary_switches;
+        self.on_cpu_ns = self.on_cpu_ns.saturating_add(spent[state::RUNNING as usize]);
+        self.runqueue_ns = self.runqueue_ns.saturating_add(spent[state::RUNNABLE as usize]);
+        self.blocked_ns = self.blocked_ns.saturating_add(spent[state::BLOCKED as usize]);
+        self.sleep_ns = self.sleep_ns.saturating_add(spent[state::SLEEPING as usize]);
+        self.preemptions = self.preemptions.saturating_add(s.preemptions);
+        self.voluntary_switches = self.voluntary_switches.saturating_add(s.voluntary_switches);
     }
 
     /// Add another reading's figures (a thread seen in two segments, or exited and final).

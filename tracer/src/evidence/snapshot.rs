@@ -127,29 +127,29 @@ impl Snapshot {
         for t in self.threads.iter().filter(|t| !skip.contains(&t.tid)) {
             ev.add_counters(t.tid, &t.counters_since(base_hits.get(&t.tid).copied()));
         }
+        // Baseline lookups by key, built once: a checkpoint may list many thousands of threads.
+        let base_sched: BTreeMap<u32, &SchedRaw> = baseline.map(|b| b.sched.iter().map(|t| (t.tid, &t.sched)).collect()).unwrap_or_default();
+        let base_at = baseline.map_or(0, |b| b.at_ns);
         for t in self.sched.iter().filter(|t| !skip.contains(&t.tid)) {
             let mut stats = t.sched.closed_at(self.at_ns);
-            if let Some(b) = baseline.and_then(|b| b.sched_of(t.tid)) {
-                stats = stats.since(&b);
+            if let Some(b) = base_sched.get(&t.tid) {
+                stats = stats.since(&b.closed_at(base_at));
             }
             ev.sched.entry(t.tid).or_default().merge(&stats);
         }
+        let base_preempt: BTreeMap<u32, u64> = baseline.map(|b| b.preempted_by.iter().map(|q| (q.tid, q.count)).collect()).unwrap_or_default();
         ev.preempted_by = self
             .preempted_by
             .iter()
-            .map(|p| {
-                let before = baseline.and_then(|b| b.preempted_by.iter().find(|q| q.tid == p.tid)).map_or(0, |q| q.count);
-                (p.tid, p.count.saturating_sub(before), p.pid, p.command.clone())
-            })
+            .map(|p| (p.tid, p.count.saturating_sub(base_preempt.get(&p.tid).copied().unwrap_or(0)), p.pid, p.command.clone()))
             .filter(|(_, n, _, _)| *n > 0)
             .collect();
+        let base_cgroups: BTreeMap<&str, CpuStat> =
+            baseline.map(|b| b.cgroups.iter().map(|(p, s)| (p.as_str(), *s)).collect()).unwrap_or_default();
         ev.cgroups = self
             .cgroups
             .iter()
-            .map(|(path, s)| {
-                let before = baseline.and_then(|b| b.cgroups.iter().find(|(p, _)| p == path)).map(|(_, b)| *b).unwrap_or_default();
-                (path.clone(), s.since(&before))
-            })
+            .map(|(path, s)| (path.clone(), s.since(&base_cgroups.get(path.as_str()).copied().unwrap_or_default())))
             .collect();
     }
 

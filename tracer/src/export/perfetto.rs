@@ -179,8 +179,11 @@ impl Timeline {
         }
         let ts = self.us(prev.at_ns);
         let mut launches: BTreeMap<u32, u64> = BTreeMap::new();
+        // The previous reading by thread, indexed once (a checkpoint may list thousands).
+        let prev_hits: BTreeMap<u32, &ThreadHits> = prev.threads.iter().map(|t| (t.tid, t)).collect();
+        let prev_sched: BTreeMap<u32, &crate::evidence::snapshot::SchedRaw> = prev.sched.iter().map(|t| (t.tid, &t.sched)).collect();
         for t in s.threads.iter().chain(&exited) {
-            let before = prev.hits_of(t.tid);
+            let before = prev_hits.get(&t.tid).copied();
             let added: u64 = t
                 .hits
                 .iter()
@@ -194,7 +197,7 @@ impl Timeline {
         }
         for t in &s.sched {
             let now = t.sched.closed_at(s.at_ns);
-            let then = prev.sched_of(t.tid).unwrap_or_default();
+            let then = prev_sched.get(&t.tid).map(|r| r.closed_at(prev.at_ns)).unwrap_or_default();
             let d = now.since(&then);
             let f = |ns: u64| (ns as f64 / span_ns as f64 * 100.0).min(100.0);
             w.put(&json!({

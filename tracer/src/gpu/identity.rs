@@ -44,7 +44,10 @@ impl CudaEnv {
         let mut undecided = false;
         // CUDA stops at the first entry it cannot parse; so does this.
         for entry in list.split(',').map(str::trim).take_while(|e| !e.is_empty()) {
-            if entry.starts_with("GPU-") || entry.starts_with("MIG-") {
+            if entry.starts_with("MIG-") {
+                // A MIG instance's UUID is not its GPU's: which GPU it lives on is not told here.
+                undecided = true;
+            } else if entry.starts_with("GPU-") {
                 // A unique prefix of the UUID is enough for CUDA.
                 if device.uuid.starts_with(entry) {
                     return Some(true);

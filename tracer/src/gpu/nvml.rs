@@ -145,7 +145,11 @@ fn sample_value(v: &nvml_wrapper::enums::device::SampleValue) -> f64 {
 /// newer; None elsewhere).
 fn gpm_activity<'n>(nvml: &'n Nvml, dev: &Device<'n>, last: &mut Option<GpmSample<'n>>) -> (Option<f64>, Option<f64>, Option<f64>) {
     let Some(prev) = last.take() else { return (None, None, None) };
-    let Ok(now) = dev.gpm_sample() else { return (None, None, None) };
+    let Ok(now) = dev.gpm_sample() else {
+        // Keep the old sample: the next tick measures from it.
+        *last = Some(prev);
+        return (None, None, None);
+    };
     let wanted = [GpmMetricId::SmUtil, GpmMetricId::SmOccupancy, GpmMetricId::AnyTensorUtil];
     let values = gpm::gpm_metrics_get(nvml, &prev, &now, &wanted).ok();
     *last = Some(now);

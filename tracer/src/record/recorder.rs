@@ -180,6 +180,12 @@ impl Recorder {
     }
 
     fn put_frame(&mut self, frame: &[u8]) {
+        if frame.len() > format::MAX_PAYLOAD + format::FRAME_HEAD + format::FRAME_TAIL {
+            // A reader would take it for damage and stop there: drop it, and count it.
+            log::warn!("a recording frame of {} bytes exceeds the format's limit; dropped", frame.len());
+            self.written.frames_dropped += 1;
+            return;
+        }
         match &mut self.sink {
             Sink::File { out: Some(out), .. } => {
                 if out.write(frame) {
@@ -232,7 +238,8 @@ impl Recorder {
         let end = End { end_ns: cp.snapshot.at_ns, stopped_by: "rotated".into(), checkpoint: cp.clone(), ..End::default() };
         if let Some(mut o) = out.take() {
             o.write(&format::frame(kind::END, &json(&end)));
-            o.sync();
+            // A flush, not a sync: waiting for the disk here would stall draining the ring.
+            o.flush();
             *closed_bytes += o.bytes;
         }
         *segment += 1;
@@ -277,8 +284,11 @@ impl Recorder {
             out.write(trigger);
             if let Some(end) = end {
                 out.write(end);
+                out.sync();
+            } else {
+                // Mid-session: a flush; waiting for the disk would stall draining the ring.
+                out.flush();
             }
-            out.sync();
             match out.failed.take() {
                 Some(e) => Err(e),
                 None => Ok(out.bytes),

@@ -42,16 +42,18 @@ pub struct Replayed {
     pub triggers: Vec<Trigger>,
 }
 
-/// The host-memory answers given live, handed out again in the same order.
+/// The host-memory answers given live for the next event, found again by address. (A replay
+/// may ask about an address the live session did not — a file that starts mid-session lacks
+/// the pins and allocations made before it — so answers are matched, not handed out in turn.)
 #[derive(Debug, Default)]
 struct RecordedAnswers(VecDeque<HostAnswer>);
 
 impl HostMemory for RecordedAnswers {
     fn classify(&mut self, pid: u32, addr: u64, _at_ns: u64) -> HostClass {
-        match self.0.pop_front() {
-            Some(a) if a.pid == pid && a.addr == addr => class_of(a.class),
-            // Out of step (a damaged or hand-made file): say we do not know.
-            _ => HostClass::Unmapped,
+        match self.0.iter().position(|a| a.pid == pid && a.addr == addr) {
+            Some(i) => self.0.remove(i).map_or(HostClass::Unmapped, |a| class_of(a.class)),
+            // Not asked live: say we do not know.
+            None => HostClass::Unmapped,
         }
     }
 }
@@ -192,6 +194,8 @@ impl State {
         };
         self.last_ts_ns = self.last_ts_ns.max(event.header().ts_ns);
         self.evidence.apply(&event, &mut self.answers);
+        // The answers belonged to this event: none carries over to the next.
+        self.answers.0.clear();
         if let Event::SchedFinal(e) = event {
             // The exit reading is cumulative since the thread began: a segment keeps its part.
             let tid = e.header.tid;

@@ -92,7 +92,7 @@ pub fn build(outcome: &Outcome) -> Report {
         steps: findings.steps,
         tracer: Tracer {
             lost_events,
-            overhead: super::overhead::estimate(ev, window_ns),
+            overhead: super::overhead::estimate(ev, window_ns, outcome.entry_only),
             entry_only: outcome.entry_only,
             // A damaged recording lost an unknown amount after the damage.
             complete: lost_events == 0 && outcome.recording.as_ref().is_none_or(|r| r.closed && r.damage.is_none() && r.frames_dropped == 0),

@@ -13,23 +13,25 @@ use crate::evidence::Evidence;
 /// (docs/benchmarks.md). Rounded up, so the estimate errs high.
 pub const TRAP_NS: f64 = 1_000.0;
 
-/// Traps per hit of probe `id`: entry-only probes trap once, probes with a return probe twice.
-fn traps(id: u32) -> u64 {
+/// Traps per hit of probe `id`: entry-only probes trap once, probes with a return probe twice
+/// (once in entry-only mode, where no return probe is attached).
+fn traps(id: u32, entry_only: bool) -> u64 {
     match spec_of(id).map(|s| s.family) {
         Some(Family::Launch | Family::GraphLaunch) => 1,
+        Some(_) if entry_only => 1,
         Some(_) => 2,
         None => 0,
     }
 }
 
 #[must_use]
-pub fn estimate(ev: &Evidence, window_ns: u64) -> Overhead {
+pub fn estimate(ev: &Evidence, window_ns: u64, entry_only: bool) -> Overhead {
     let per_thread: Vec<(u32, u64)> = ev
         .threads
         .iter()
-        .map(|(tid, t)| (*tid, t.hits.iter().enumerate().map(|(id, &n)| n * traps(id as u32)).sum()))
+        .map(|(tid, t)| (*tid, t.hits.iter().enumerate().map(|(id, &n)| n.saturating_mul(traps(id as u32, entry_only))).fold(0, u64::saturating_add)))
         .collect();
-    let total: u64 = per_thread.iter().map(|(_, n)| n).sum();
+    let total: u64 = per_thread.iter().map(|(_, n)| *n).fold(0, u64::saturating_add);
     let (busiest_tid, busiest) = per_thread.iter().copied().max_by_key(|(_, n)| *n).unwrap_or_default();
     let cost_s = |traps: u64| traps as f64 * TRAP_NS / 1e9;
     Overhead {
@@ -60,11 +62,12 @@ mod tests {
         b.hits = [0; gputrace_common::probe::PROBE_SLOTS];
         b.hits[launch as usize] = 10;
         ev.add_counters(11, &b);
-        let o = estimate(&ev, 1_000_000_000);
+        let o = estimate(&ev, 1_000_000_000, false);
         assert_eq!(o.traps, 100_000 + 2_000 + 10);
         assert_eq!(o.busiest_thread, Some(10));
         assert!((o.busiest_thread_s - 0.102).abs() < 1e-9);
         assert!((o.fraction_of_window - 0.102).abs() < 1e-9, "102,000 µs of traps in a 1 s window");
-        assert_eq!(estimate(&Evidence::default(), 0).busiest_thread, None);
+        assert_eq!(estimate(&Evidence::default(), 0, false).busiest_thread, None);
+        assert_eq!(estimate(&ev, 1_000_000_000, true).traps, 100_000 + 1_000 + 10, "entry-only: one trap per call");
     }
 }

@@ -302,8 +302,10 @@ fn tracer(
 ) -> model::Tracer {
     use gputrace_common::loss;
     let losses = kernel.map(Kernel::losses).unwrap_or_default();
-    // A return without its entry is a call already running when the probes were armed.
-    let lost_events = losses.iter().enumerate().filter(|(i, _)| *i != loss::UNMATCHED_RETURN as usize).map(|(_, n)| n).sum::<u64>()
+    // A return without its entry is a call already running when the probes were armed; the
+    // ring-full drops of call records are already among the ring-full drops.
+    let not_losses = [loss::UNMATCHED_RETURN as usize, loss::RING_FULL_CALLS as usize];
+    let lost_events = losses.iter().enumerate().filter(|(i, _)| !not_losses.contains(i)).map(|(_, n)| n).sum::<u64>()
         + activity.decode_errors;
     let usage = rusage();
     model::Tracer {
