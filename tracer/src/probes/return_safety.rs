@@ -9,7 +9,12 @@
 
 use std::{path::Path, time::Duration};
 
-use aya::{programs::UProbe, Ebpf};
+use aya::{
+    maps::{HashMap as BpfHashMap, PerCpuArray},
+    programs::UProbe,
+    Ebpf,
+};
+use gputrace_common::loss;
 
 use crate::discover::maps;
 
@@ -32,7 +37,7 @@ pub extern "C" fn gputrace_return_probe_check(x: u64) -> u64 {
 pub enum Safety {
     /// Return probes do not go through a system call here (no `uretprobe` call in the kernel).
     NoSyscall,
-    /// The child under the filter survived its probed return.
+    /// The child under the filter survived its probed return (and the probe did fire).
     Survived,
     /// The child was killed at its probed return: return probes would kill confined processes.
     Killed,
@@ -76,12 +81,77 @@ pub fn check(ebpf: &mut Ebpf, program: &str) -> Safety {
         Ok(l) => l,
         Err(e) => return Safety::Unknown(format!("attaching the check probe: {e}")),
     };
-    let verdict = run_child(NR_URETPROBE, || {
+    // The return program only counts (as an unmatched return: the check has no entry probe)
+    // for a traced process: the child is traced for the check, so a survival can be told
+    // from a probe that never fired.
+    let fired_before = unmatched_returns(ebpf);
+    let verdict = run_child_traced(ebpf, NR_URETPROBE, || {
         std::hint::black_box(gputrace_return_probe_check(std::hint::black_box(41)));
     });
-    if let Ok(link) = prog.take_link(link) {
+    let fired = unmatched_returns(ebpf) > fired_before;
+    // The check's returns are not the job's: start the count from zero again (nothing else
+    // is attached yet when the check runs).
+    if let Some(mut counts) = ebpf.map_mut("LOSS").and_then(|m| PerCpuArray::<_, u64>::try_from(m).ok()) {
+        if let Ok(cpus) = aya::util::nr_cpus() {
+            if let Ok(zeros) = aya::maps::PerCpuValues::try_from(vec![0u64; cpus]) {
+                let _ = counts.set(loss::UNMATCHED_RETURN, zeros, 0);
+            }
+        }
+    }
+    if let Some(Ok(link)) = ebpf.program_mut(program).and_then(|p| <&mut UProbe>::try_from(p).ok()).map(|p| p.take_link(link)) {
         // Removal waits for a grace period; nothing needs to wait for it.
         std::thread::spawn(move || drop(link));
+    }
+    match verdict {
+        Safety::Survived if !fired => Safety::Unknown("the check probe did not fire".into()),
+        other => other,
+    }
+}
+
+/// Unmatched returns counted so far, all CPUs.
+fn unmatched_returns(ebpf: &Ebpf) -> u64 {
+    ebpf.map("LOSS")
+        .and_then(|m| PerCpuArray::<_, u64>::try_from(m).ok())
+        .and_then(|a| a.get(&loss::UNMATCHED_RETURN, 0).ok())
+        .map_or(0, |v| v.iter().sum())
+}
+
+/// As [`run_child`], with the child in the `TRACED` set while it runs `work`.
+fn run_child_traced(ebpf: &mut Ebpf, nr: u32, work: impl FnOnce()) -> Safety {
+    let mut fds = [0; 2];
+    // SAFETY: a valid two-int array for pipe2.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Safety::Unknown(format!("pipe: {}", std::io::Error::last_os_error()));
+    }
+    let (rd, wr) = (fds[0], fds[1]);
+    let mut traced = ebpf.map_mut("TRACED").and_then(|m| BpfHashMap::<_, u32, u32>::try_from(m).ok());
+    let mut child_pid = None;
+    let verdict = run_child_with(
+        nr,
+        || {
+            // Wait until the parent has traced us (the filter allows read).
+            let mut byte = 0u8;
+            // SAFETY: reading one byte into a local from our end of the pipe.
+            unsafe { libc::read(rd, (&raw mut byte).cast(), 1) };
+            work();
+        },
+        |child| {
+            child_pid = Some(child as u32);
+            if let Some(t) = traced.as_mut() {
+                let _ = t.insert(child as u32, 0, 0);
+            }
+            // SAFETY: writing one byte from a local to our end of the pipe.
+            unsafe { libc::write(wr, [1u8].as_ptr().cast(), 1) };
+        },
+    );
+    if let (Some(t), Some(pid)) = (traced.as_mut(), child_pid) {
+        // The child is gone and its pid may be reused by anyone: untrace it.
+        let _ = t.remove(&pid);
+    }
+    // SAFETY: closing the two descriptors pipe2 gave us.
+    unsafe {
+        libc::close(rd);
+        libc::close(wr);
     }
     verdict
 }
@@ -98,6 +168,11 @@ fn own_file_offset(addr: u64) -> Option<u64> {
 /// Fork a child that installs a filter killing the process on system call `nr` (the
 /// `uretprobe` call), runs `work`, and exits 0; report how it ended.
 pub fn run_child(nr: u32, work: impl FnOnce()) -> Safety {
+    run_child_with(nr, work, |_| {})
+}
+
+/// As [`run_child`]; `parent` runs in the parent with the child's pid once it is forked.
+fn run_child_with(nr: u32, work: impl FnOnce(), parent: impl FnOnce(libc::pid_t)) -> Safety {
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: the child only makes system calls and calls `work` (no locks taken that a
@@ -115,11 +190,12 @@ pub fn run_child(nr: u32, work: impl FnOnce()) -> Safety {
             // SAFETY: as above.
             unsafe { libc::_exit(2) };
         }
+        parent(pid);
         wait_child(pid)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = work;
+        let _ = (work, parent);
         Safety::NoSyscall
     }
 }
