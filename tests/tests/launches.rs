@@ -126,3 +126,30 @@ fn duration_and_signals_stop_the_trace_with_a_report() {
     job.child.kill().expect("kill the endless job");
     let _ = job.child.wait();
 }
+
+#[test]
+fn a_library_replaced_on_disk_is_probed_where_the_process_maps_it() {
+    require_root();
+    // The job maps a libcuda that is then replaced on disk (an upgrade under a running job):
+    // the path now names another file, and only the mapped inode sees the job's calls.
+    let dir = std::env::temp_dir().join(format!("gputrace-replaced-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    for lib in ["libcuda.so.1", "libcudart.so.13"] {
+        std::fs::copy(gputrace_tests::fake_cuda_dir().join(lib), dir.join(lib)).expect("copy the fake CUDA");
+    }
+    let lib_dir = dir.display().to_string();
+    let mut job = Gated::start(&["--lib-dir", &lib_dir, "--steps", "50", "--driver-launches", "10"]);
+    let mapped = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(dir.join("libcuda.so.1")).expect("stat"));
+    std::fs::copy(dir.join("libcudart.so.13"), dir.join("replacement")).expect("a different file");
+    std::fs::rename(dir.join("replacement"), dir.join("libcuda.so.1")).expect("replace on disk");
+    let tracer = Tracer::attach(job.pid, &[]);
+    job.release();
+    job.finish();
+    let (r, code, stderr) = tracer.report();
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(num(&r, "/cuda/launches/kernels"), 50 * 10, "{r:#}");
+    let libraries = r["tracer"]["libraries"].as_array().expect("libraries");
+    assert!(libraries.iter().any(|l| l["inode"] == mapped), "probed the mapped inode {mapped}: {libraries:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
