@@ -56,19 +56,9 @@ enum Command {
         output: PathBuf,
         #[command(flatten)]
         limits: RecordLimits,
-        /// Stop after this many seconds (default: when the target exits or on Ctrl-C).
-        #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
-        duration: Option<Duration>,
-        /// NVML samples per second; 0 turns NVML off.
-        #[arg(long, value_name = "HZ", default_value_t = 10.0, value_parser = parse_hz)]
-        nvml_hz: f64,
-        /// Also print the live report as JSON on stdout (a recorded command's output then
-        /// goes to stderr).
-        #[arg(long)]
-        json: bool,
-        /// Attach no return probes (see `attach --help`).
-        #[arg(long)]
-        entry_only: bool,
+        /// As for `attach`; `--json` also prints the live report.
+        #[command(flatten)]
+        common: Common,
         /// The command to start and record, after `--`.
         #[arg(last = true, value_name = "CMD")]
         argv: Vec<String>,
@@ -209,8 +199,7 @@ impl Cli {
     #[must_use]
     pub fn job(self) -> Job {
         let entry_only = match &self.command {
-            Command::Attach { common, .. } | Command::Run { common, .. } => common.entry_only,
-            Command::Record { entry_only, .. } => *entry_only,
+            Command::Attach { common, .. } | Command::Run { common, .. } | Command::Record { common, .. } => common.entry_only,
             _ => false,
         };
         if entry_only {
@@ -231,14 +220,14 @@ impl Cli {
                 nvml_interval: nvml_interval(common.nvml_hz),
                 record: None,
             },
-            Command::Record { pid, output, limits, duration, nvml_hz, json, argv, .. } => Job::Trace {
+            Command::Record { pid, output, limits, common, argv } => Job::Trace {
                 target: match pid {
                     Some(pid) => Target::Attach { pid },
-                    None => Target::Run { argv, quiet_stdout: json },
+                    None => Target::Run { argv, quiet_stdout: common.json },
                 },
-                duration,
-                json,
-                nvml_interval: nvml_interval(nvml_hz),
+                duration: common.duration,
+                json: common.json,
+                nvml_interval: nvml_interval(common.nvml_hz),
                 record: Some(Plan {
                     path: output,
                     max_bytes: limits.max_size,

@@ -129,7 +129,6 @@ fn seed_frame_list() -> Vec<(u16, Vec<u8>)> {
     last.snapshot.at_ns = 3_000_000;
     last.snapshot.threads.push(crate::evidence::snapshot::ThreadHits { tid: 101, tgid: 100, hits: vec![(1, 42)] });
     let end = format::End { end_ns: 3_000_000, stopped_by: "target-exited".into(), checkpoint: last, ..Default::default() };
-    let json = |v: &dyn erased::Json| v.to_json();
     let mut frames = vec![(kind::START, json(&start)), (kind::CHECKPOINT, json(&cp))];
     for e in seed_events() {
         frames.push((kind::HOST_CLASS, format::HostAnswer { pid: 100, class: 2, addr: 0x7f00_0000_0000, at_ns: 1 }.to_bytes().to_vec()));
@@ -140,16 +139,8 @@ fn seed_frame_list() -> Vec<(u16, Vec<u8>)> {
     frames
 }
 
-/// Serialising plain data to JSON without naming each type at the call site.
-mod erased {
-    pub trait Json {
-        fn to_json(&self) -> Vec<u8>;
-    }
-    impl<T: serde::Serialize> Json for T {
-        fn to_json(&self) -> Vec<u8> {
-            serde_json::to_vec(self).unwrap_or_default()
-        }
-    }
+fn json<T: serde::Serialize>(value: &T) -> Vec<u8> {
+    serde_json::to_vec(value).unwrap_or_default()
 }
 
 #[must_use]

@@ -23,3 +23,4 @@ pub mod record;
 pub mod report;
 pub mod session;
 pub mod sweep;
+pub mod usage;

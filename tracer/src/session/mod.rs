@@ -136,25 +136,6 @@ pub struct Outcome {
     pub entry_only: bool,
 }
 
-/// CPU time this process has used so far, user + system, in seconds.
-fn own_cpu_s() -> Option<f64> {
-    // SAFETY: getrusage writes into the struct we pass and has no other effect.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid pointer to a rusage; RUSAGE_SELF is always valid.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &raw mut usage) } != 0 {
-        return None;
-    }
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    Some(secs(usage.ru_utime) + secs(usage.ru_stime))
-}
-
-/// This process's peak resident set, from `/proc/self/status`.
-fn peak_rss() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let kb: u64 = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
-    Some(kb * 1024)
-}
-
 /// Trace `target` until `duration`, a signal, or the end of the traced process tree; with a
 /// `recorder`, everything the report needs is also written to it as it happens.
 pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Duration, recorder: Option<Recorder>) -> Result<Outcome> {
@@ -320,8 +301,9 @@ impl Live {
             }
             None => None,
         };
-        let peak_rss_bytes = peak_rss();
-        let cpu_s = own_cpu_s();
+        let usage = crate::usage::now();
+        let peak_rss_bytes = usage.map(|u| u.peak_rss_bytes);
+        let cpu_s = usage.map(|u| u.user_s + u.system_s);
         let entry_only = self.kernel.entry_only;
         let written = self.tape.take().map(|t| {
             let end = End {
@@ -405,7 +387,7 @@ async fn recv_or_pend(sig: Option<&mut tokio::signal::unix::Signal>) {
 }
 
 fn start_record(kernel: &Kernel, command: &str, pid: u32, start_ns: u64, attach_ms: f64, sampler: Option<&Sampler>) -> Start {
-    let uname = nix_uname();
+    let uname = host_and_kernel();
     Start {
         format: "gputrace.recording/1".into(),
         tool_version: env!("CARGO_PKG_VERSION").into(),
@@ -432,7 +414,7 @@ fn start_record(kernel: &Kernel, command: &str, pid: u32, start_ns: u64, attach_
 }
 
 /// Host name and kernel release.
-fn nix_uname() -> (String, String) {
+fn host_and_kernel() -> (String, String) {
     let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_owned()).unwrap_or_default();
     (read("/proc/sys/kernel/hostname"), read("/proc/sys/kernel/osrelease"))
 }

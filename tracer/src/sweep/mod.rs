@@ -307,7 +307,8 @@ fn tracer(
     let not_losses = [loss::UNMATCHED_RETURN as usize, loss::RING_FULL_CALLS as usize];
     let lost_events = losses.iter().enumerate().filter(|(i, _)| !not_losses.contains(i)).map(|(_, n)| n).sum::<u64>()
         + activity.decode_errors;
-    let usage = rusage();
+    let u = crate::usage::now().unwrap_or_default();
+    let usage = (u.user_s, u.system_s, u.peak_rss_bytes);
     model::Tracer {
         cpu_s: usage.0 + usage.1,
         user_cpu_s: usage.0,
@@ -330,18 +331,6 @@ fn tracer(
         complete: lost_events == 0,
         notes,
     }
-}
-
-/// User and system CPU seconds and peak RSS in bytes of this process so far.
-fn rusage() -> (f64, f64, u64) {
-    // SAFETY: an all-zero rusage is a valid value for getrusage to overwrite.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid rusage is passed by pointer.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &raw mut u) } != 0 {
-        return (0.0, 0.0, 0);
-    }
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    (secs(u.ru_utime), secs(u.ru_stime), u.ru_maxrss as u64 * 1024)
 }
 
 /// The window when `--duration` is not given: long enough to see a training step or two,
