@@ -49,8 +49,15 @@ pub struct Gated {
 impl Gated {
     #[must_use]
     pub fn start(args: &[&str]) -> Self {
+        Self::start_as(&fakejob(), args)
+    }
+
+    /// As [`Gated::start`], with the fakejob reached through `program` (a link of another
+    /// name: the process is named after it).
+    #[must_use]
+    pub fn start_as(program: &std::path::Path, args: &[&str]) -> Self {
         let mut child =
-            Command::new(fakejob()).arg("--gate").args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("fakejob starts");
+            Command::new(program).arg("--gate").args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("fakejob starts");
         let mut line = String::new();
         BufReader::new(child.stdout.as_mut().expect("piped")).read_line(&mut line).expect("fakejob says ready");
         let pid = line.trim().strip_prefix("ready ").and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("unexpected: {line:?}"));

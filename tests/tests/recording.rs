@@ -286,7 +286,10 @@ fn a_planted_symlink_at_the_output_is_not_followed() {
     fs::write(&victim, b"keep me").expect("victim");
     let file = dir.join("job.gtr");
     std::os::unix::fs::symlink(&victim, &file).expect("symlink");
-    assert!(record(&file, &[], &["--steps", "5", "--driver-launches", "1"]).status.success());
+    // Refused by default (a link is not written through); --force replaces the link itself.
+    assert_eq!(record(&file, &[], &["--steps", "5", "--driver-launches", "1"]).status.code(), Some(2));
+    assert!(fs::symlink_metadata(&file).expect("file").file_type().is_symlink());
+    assert!(record(&file, &["--force"], &["--steps", "5", "--driver-launches", "1"]).status.success());
     assert_eq!(fs::read(&victim).expect("victim"), b"keep me");
     assert!(fs::symlink_metadata(&file).expect("file").file_type().is_file());
     let _ = fs::remove_dir_all(&dir);

@@ -2,6 +2,7 @@
 //! turned once into a validated [`Job`]; nothing downstream sees clap types.
 
 use std::{
+    ffi::OsString,
     io::{self, IsTerminal as _, Write as _},
     path::PathBuf,
     time::Duration,
@@ -11,6 +12,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::{
     error::{exit, TraceError},
+    output::{self, Destination},
     record::{self, reader::Damage, Plan, Recorder},
     report::{self, Report},
     session::{self, Target},
@@ -43,17 +45,21 @@ enum Command {
         common: Common,
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true, value_name = "CMD")]
-        argv: Vec<String>,
+        argv: Vec<OsString>,
     },
     /// Record a process (or a command) to a file, to report on or export later.
     Record {
         /// The process to record (or give a command after `--`).
         #[arg(long, required_unless_present = "argv", conflicts_with = "argv")]
         pid: Option<u32>,
-        /// The recording file (created 0600; a file or symlink there is replaced, never
-        /// written through).
+        /// The recording file (created 0600), `-` for standard output, or a FIFO or
+        /// character device written through. An existing file is kept unless --force.
         #[arg(short, long, value_name = "FILE")]
         output: PathBuf,
+        /// Replace an existing file (or a symlink: the link is replaced, never followed) at
+        /// the output path; the files rotation would shift are replaced too.
+        #[arg(long)]
+        force: bool,
         #[command(flatten)]
         limits: RecordLimits,
         /// As for `attach`; `--json` also prints the live report.
@@ -61,7 +67,7 @@ enum Command {
         common: Common,
         /// The command to start and record, after `--`.
         #[arg(last = true, value_name = "CMD")]
-        argv: Vec<String>,
+        argv: Vec<OsString>,
     },
     /// The report of a recording, computed offline.
     Report {
@@ -75,9 +81,13 @@ enum Command {
     Export {
         /// A file written by `gputrace record`.
         file: PathBuf,
-        /// Write a Chrome trace-event JSON file that ui.perfetto.dev (and `chrome://tracing`) opens.
+        /// Write a Chrome trace-event JSON file that ui.perfetto.dev (and `chrome://tracing`)
+        /// opens; `-` for standard output. An existing file is kept unless --force.
         #[arg(long, value_name = "OUT.json")]
         perfetto: PathBuf,
+        /// Replace an existing file at the output path (never the recording being read).
+        #[arg(long)]
+        force: bool,
     },
     /// Every process on the host that holds or uses a GPU, judged; idle holders are named.
     Sweep {
@@ -100,8 +110,8 @@ struct RecordLimits {
     /// FILE.1, FILE.2, … With --flight-recorder: the most the buffer may hold.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_size: Option<u64>,
-    /// How many older files rotation (or flight-recorder dumps) keeps.
-    #[arg(long, value_name = "N", default_value_t = 3)]
+    /// How many older files rotation (or flight-recorder dumps) keeps, at most 1000.
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_KEEP)))]
     keep: u32,
     /// Flight recorder: keep only the last SECS in memory and write them to FILE on SIGUSR1,
     /// when a high-severity diagnosis fires, and at the end.
@@ -127,10 +137,19 @@ struct Common {
     entry_only: bool,
 }
 
+/// The most files rotation keeps: enough for any retention policy, few enough that a
+/// rotation's renames stay instant.
+const MAX_KEEP: u32 = 1000;
+/// The longest `--duration`: a year.
+const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
+
 fn parse_seconds(s: &str) -> Result<Duration, String> {
     let secs: f64 = s.parse().map_err(|_| format!("`{s}` is not a number of seconds"))?;
-    if !(secs.is_finite() && secs > 0.0 && secs < 1e9) {
+    if !(secs.is_finite() && secs > 0.0) {
         return Err(format!("the duration must be a positive number of seconds, got `{s}`"));
+    }
+    if secs > MAX_SECONDS {
+        return Err(format!("the duration must be at most {MAX_SECONDS} seconds (a year), got `{s}`"));
     }
     Ok(Duration::from_secs_f64(secs))
 }
@@ -179,7 +198,7 @@ pub enum Job {
     },
     Export {
         file: PathBuf,
-        perfetto: PathBuf,
+        perfetto: Destination,
     },
     Sweep {
         options: sweep::Options,
@@ -196,8 +215,9 @@ fn nvml_interval(hz: f64) -> Duration {
 }
 
 impl Cli {
-    #[must_use]
-    pub fn job(self) -> Job {
+    /// The validated job, or why the command line cannot be carried out (exit 2). Output
+    /// paths are vetted here, before anything is traced or written.
+    pub fn job(self) -> Result<Job, String> {
         let entry_only = match &self.command {
             Command::Attach { common, .. } | Command::Run { common, .. } | Command::Record { common, .. } => common.entry_only,
             _ => false,
@@ -205,7 +225,7 @@ impl Cli {
         if entry_only {
             crate::probes::force_entry_only();
         }
-        match self.command {
+        Ok(match self.command {
             Command::Attach { pid, common } => Job::Trace {
                 target: Target::Attach { pid },
                 duration: common.duration,
@@ -220,27 +240,49 @@ impl Cli {
                 nvml_interval: nvml_interval(common.nvml_hz),
                 record: None,
             },
-            Command::Record { pid, output, limits, common, argv } => Job::Trace {
-                target: match pid {
-                    Some(pid) => Target::Attach { pid },
-                    None => Target::Run { argv, quiet_stdout: common.json },
-                },
-                duration: common.duration,
-                json: common.json,
-                nvml_interval: nvml_interval(common.nvml_hz),
-                record: Some(Plan {
-                    path: output,
-                    max_bytes: limits.max_size,
-                    keep: limits.keep,
-                    flight: limits.flight_recorder,
-                    mode: 0o600,
-                }),
-            },
+            Command::Record { pid, output, force, limits, common, argv } => {
+                let plan = record_plan(output, force, &limits, common.json)?;
+                // A recording on stdout must not mix with the command's own output.
+                let quiet_stdout = common.json || plan.destination == Destination::Stdout;
+                Job::Trace {
+                    target: match pid {
+                        Some(pid) => Target::Attach { pid },
+                        None => Target::Run { argv, quiet_stdout },
+                    },
+                    duration: common.duration,
+                    json: common.json,
+                    nvml_interval: nvml_interval(common.nvml_hz),
+                    record: Some(plan),
+                }
+            }
             Command::Report { file, json } => Job::Report { file, json },
-            Command::Export { file, perfetto } => Job::Export { file, perfetto },
+            Command::Export { file, perfetto, force } => {
+                let perfetto = output::resolve(&perfetto, force, &[&file]).map_err(|e| e.to_string())?;
+                Job::Export { file, perfetto }
+            }
             Command::Sweep { duration, json, show_commands } => Job::Sweep { options: sweep::Options { duration, show_commands }, json },
+        })
+    }
+}
+
+/// Vet where a recording goes: rotation and dumps need a file they can rename, standard
+/// output cannot carry the recording and the JSON report at once, and without `--force`
+/// nothing that rotation would shift may already be there.
+fn record_plan(output: PathBuf, force: bool, limits: &RecordLimits, json: bool) -> Result<Plan, String> {
+    let destination = output::resolve(&output, force, &[]).map_err(|e| e.to_string())?;
+    let renames = limits.max_size.is_some() || limits.flight_recorder.is_some();
+    if renames && !destination.is_file() {
+        return Err(format!("{destination}: --max-size and --flight-recorder write files one after another, so they need a file name"));
+    }
+    if json && destination == Destination::Stdout {
+        return Err("`-o -` puts the recording on standard output, where --json puts the report: use one of them".into());
+    }
+    if renames && !force {
+        if let Some(taken) = (1..=limits.keep).map(|n| record::file::rotated_name(&output, n)).find(|p| std::fs::symlink_metadata(p).is_ok()) {
+            return Err(format!("{}: a file is there, and rotation would replace it; pass --force, or choose another name", taken.display()));
         }
     }
+    Ok(Plan { destination, path: output, max_bytes: limits.max_size, keep: limits.keep, flight: limits.flight_recorder, mode: 0o600 })
 }
 
 /// Run a job to its end; returns the process exit code.
@@ -271,12 +313,12 @@ async fn execute_sweep(options: &sweep::Options, json: bool) -> i32 {
 }
 
 async fn trace(target: Target, duration: Option<Duration>, json: bool, nvml_interval: Duration, record: Option<Plan>) -> i32 {
-    let recorder = match record.map(|plan| {
-        let path = plan.path.clone();
-        Recorder::new(plan).map_err(|e| TraceError::io("creating the recording", path, e))
-    }) {
+    let recorder = match record.map(Recorder::new) {
         Some(Ok(r)) => Some(r),
-        Some(Err(e)) => return fail(&e),
+        Some(Err(e)) => {
+            eprintln!("gputrace: cannot record: {e}");
+            return exit::USAGE;
+        }
         None => None,
     };
     let recording = recorder.is_some();
@@ -350,7 +392,7 @@ fn offline_report(file: &std::path::Path, json: bool) -> i32 {
     }
 }
 
-fn export(file: &std::path::Path, out: &std::path::Path) -> i32 {
+fn export(file: &std::path::Path, out: &Destination) -> i32 {
     let replayed = match read_recording(file) {
         Ok(r) => r,
         Err(code) => return code,
@@ -361,11 +403,12 @@ fn export(file: &std::path::Path, out: &std::path::Path) -> i32 {
     let report = report::build::build(&replayed.outcome);
     match crate::export::perfetto::write(file, &replayed, &report, out) {
         Ok(n) => {
-            eprintln!("gputrace: wrote {n} trace events to {}; open it at https://ui.perfetto.dev", out.display());
+            eprintln!("gputrace: wrote {n} trace events to {out}; open it at https://ui.perfetto.dev");
             damage_code(replayed.damage.as_ref())
         }
         Err(e) => {
-            eprintln!("gputrace: exporting to {}: {e}", out.display());
+            let kept = if out.is_file() { "; nothing was put in its place" } else { "" };
+            eprintln!("gputrace: exporting to {out}: {e}{kept}");
             exit::FAILURE
         }
     }

@@ -18,6 +18,7 @@ pub mod export;
 pub mod fuzzing;
 pub mod gpu;
 mod preflight;
+pub mod output;
 pub mod probes;
 pub mod record;
 pub mod report;

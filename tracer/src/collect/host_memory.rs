@@ -1,6 +1,6 @@
 //! Classifying host addresses by the traced process's live memory map.
 
-use std::{collections::HashMap, fs};
+use std::collections::HashMap;
 
 use crate::{
     clock,
@@ -24,7 +24,7 @@ impl ProcMaps {
     fn load(&mut self, pid: u32) -> &Vec<Mapping> {
         self.reads += 1;
         let read_at = clock::monotonic_ns();
-        let mappings = fs::read_to_string(format!("/proc/{pid}/maps")).map(|t| maps::parse(&t).0).unwrap_or_default();
+        let mappings = crate::discover::procfs::read_text(format!("/proc/{pid}/maps")).map(|t| maps::parse(&t).0).unwrap_or_default();
         let entry = self.cache.entry(pid).or_default();
         *entry = (read_at, mappings);
         &entry.1

@@ -66,7 +66,7 @@ pub fn candidates(cgroup_file: &str) -> Vec<String> {
 /// The `cpu.stat` file of a process's cgroup that has throttling counters.
 #[must_use]
 pub fn of(pid: u32) -> Option<String> {
-    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let text = crate::discover::procfs::read_text(format!("/proc/{pid}/cgroup")).ok()?;
     candidates(&text).into_iter().find(|f| fs::read_to_string(f).is_ok_and(|t| t.contains("nr_periods")))
 }
 

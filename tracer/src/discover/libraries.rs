@@ -41,7 +41,7 @@ fn dev_of(m: &Mapping) -> u64 {
 /// CUDA driver libraries mapped by `pid`, one per inode.
 #[must_use]
 pub fn mapped_by(pid: u32) -> Vec<Library> {
-    let Ok(text) = fs::read_to_string(format!("/proc/{pid}/maps")) else { return Vec::new() };
+    let Ok(text) = crate::discover::procfs::read_text(format!("/proc/{pid}/maps")) else { return Vec::new() };
     let (mappings, _) = maps::parse(&text);
     let mut found: BTreeMap<(u64, u64), Library> = BTreeMap::new();
     for m in mappings.iter().filter(|m| m.inode != 0 && is_driver_library(m.file_name())) {

@@ -4,4 +4,5 @@ pub mod cgroup;
 pub mod libraries;
 pub mod maps;
 pub mod process;
+pub mod procfs;
 pub mod symbols;

@@ -39,7 +39,7 @@ pub fn parse_stat(text: &str) -> Option<ProcStat> {
 /// Read `/proc/PID/stat`, or `None` if the process does not exist (any more).
 #[must_use]
 pub fn stat(pid: u32) -> Option<ProcStat> {
-    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let text = crate::discover::procfs::read_text(format!("/proc/{pid}/stat")).ok()?;
     parse_stat(&text)
 }
 
@@ -64,10 +64,18 @@ pub fn command_line(pid: u32) -> String {
     }
 }
 
+/// The process a thread id belongs to (`Tgid:` in `/proc/TID/status`; thread ids are
+/// reachable under `/proc` even though they are not listed).
+#[must_use]
+pub fn tgid_of(tid: u32) -> Option<u32> {
+    let text = crate::discover::procfs::read_text(format!("/proc/{tid}/status")).ok()?;
+    text.lines().find_map(|l| l.strip_prefix("Tgid:")?.trim().parse().ok())
+}
+
 /// Real uid of a process, from `/proc/PID/status`.
 #[must_use]
 pub fn uid(pid: u32) -> Option<u32> {
-    let text = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let text = crate::discover::procfs::read_text(format!("/proc/{pid}/status")).ok()?;
     text.lines().find_map(|l| l.strip_prefix("Uid:")?.split_whitespace().next()?.parse().ok())
 }
 
@@ -118,6 +126,24 @@ mod tests {
         assert!(parse_stat("12 (x) S 1").is_none());
         assert!(parse_stat("").is_none());
         assert!(parse_stat(")(").is_none());
+    }
+
+    #[test]
+    fn a_thread_id_leads_to_its_process() {
+        let me = std::process::id();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() } as u32).expect("send");
+            let _ = done_rx.recv();
+        });
+        let tid = rx.recv().expect("tid");
+        assert_ne!(tid, me);
+        assert_eq!(tgid_of(tid), Some(me));
+        assert_eq!(tgid_of(me), Some(me));
+        drop(done_tx);
+        t.join().expect("thread");
     }
 
     #[test]

@@ -25,8 +25,8 @@ use crate::{
         snapshot::{Snapshot, ThreadHits},
     },
     gpu::Sample,
+    output::{self, Destination},
     record::{
-        file::create_private,
         format::{kind, Checkpoint, End, GpuSamples, Trigger},
         reader::Reader,
         Replayed,
@@ -38,8 +38,10 @@ use crate::{
 const GPU_PID_BASE: u64 = 4_000_000_000;
 
 /// Write the timeline of the recording at `file` to `out`; returns how many events it holds.
-pub fn write(file: &Path, replayed: &Replayed, report: &Report, out: &Path) -> io::Result<u64> {
-    let mut w = TraceWriter::new(create_private(out, 0o600, b"")?)?;
+/// A file appears at `out` only once the whole timeline was written.
+pub fn write(file: &Path, replayed: &Replayed, report: &Report, out: &Destination) -> io::Result<u64> {
+    let (opened, mut placement) = output::open(out, 0o600).map_err(|e| io::Error::other(e.to_string()))?;
+    let mut w = TraceWriter::new(opened)?;
     let start_ns = replayed.start.start_ns;
     let mut timeline = Timeline { start_ns, ..Timeline::default() };
     let mut reader = Reader::open(file).map_err(io::Error::other)?;
@@ -90,7 +92,11 @@ pub fn write(file: &Path, replayed: &Replayed, report: &Report, out: &Path) -> i
     }
     w.put(&json!({"ph": "i", "s": "g", "name": format!("verdict: {}", report.verdict), "ts": end_ts, "pid": 0, "tid": 0}))?;
     timeline.names(&mut w, replayed)?;
-    w.finish()
+    let count = w.finish()?;
+    if let Some(p) = placement.as_mut() {
+        p.publish()?;
+    }
+    Ok(count)
 }
 
 /// Streams `{"traceEvents": [ … ]}` without holding the events in memory.

@@ -9,7 +9,7 @@ mod layout;
 pub mod return_safety;
 pub mod tracefs;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use aya::{
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
@@ -44,6 +44,17 @@ fn return_program(symbol: &str) -> String {
 pub struct AttachedLibrary {
     pub library: Library,
     pub symbols: Vec<&'static str>,
+    /// Traced processes seen mapping this file (`target.cuda_loaded` means one did).
+    pub mapped_by: BTreeSet<u32>,
+    /// Traced processes that had this file mapped before it was probed: their calls from
+    /// the mapping to the probing (at most one rescan interval) were not seen.
+    pub probed_late_for: BTreeSet<u32>,
+}
+
+impl AttachedLibrary {
+    fn default_for(library: &Library) -> Self {
+        Self { library: library.clone(), symbols: Vec::new(), mapped_by: BTreeSet::new(), probed_late_for: BTreeSet::new() }
+    }
 }
 
 /// The loaded programs and their maps. Dropping it detaches everything.
@@ -270,8 +281,19 @@ impl Kernel {
             attached.push(spec.symbol);
         }
         log::info!("probed {} of {} CUDA symbols in {}", attached.len(), PROBES.len(), library.name);
-        self.attached.insert(key, AttachedLibrary { library: library.clone(), symbols: attached });
+        self.attached.insert(key, AttachedLibrary { library: library.clone(), symbols: attached, ..AttachedLibrary::default_for(library) });
         Ok(true)
+    }
+
+    /// Note that traced process `pid` maps `library` (already attached). `late`: it mapped
+    /// the file before the probes were attached, while it ran traced.
+    pub fn note_mapping(&mut self, library: &Library, pid: u32, late: bool) {
+        if let Some(a) = self.attached.get_mut(&(library.dev, library.inode)) {
+            a.mapped_by.insert(pid);
+            if late {
+                a.probed_late_for.insert(pid);
+            }
+        }
     }
 
     fn attach_one(&mut self, program: &str, offset: u64, library: &Library) -> Result<()> {

@@ -1,30 +1,14 @@
-//! Output files: created without following a planted symlink, private (0600) by default,
-//! and rotated by renaming (`FILE` → `FILE.1` → `FILE.2` …).
+//! Recording files: a buffered output that counts what reached the kernel, and rotation by
+//! renaming (`FILE` → `FILE.1` → `FILE.2` …). Where an output path may lead is decided by
+//! `crate::output`.
 
 use std::{
-    fs::{self, File, OpenOptions},
+    fs::{self, File},
     io::{self, BufWriter, Write as _},
-    os::unix::fs::OpenOptionsExt as _,
     path::{Path, PathBuf},
 };
 
-/// Create `path` afresh for writing, mode `mode`.
-///
-/// The file is made under a temporary name with `O_CREAT | O_EXCL | O_NOFOLLOW` (an existing
-/// file or symlink there makes it fail, not follow) and then renamed over `path`: a rename
-/// replaces a symlink planted at `path` instead of writing through it, and a reader never
-/// sees a file without its preamble.
-pub fn create_private(path: &Path, mode: u32, preamble: &[u8]) -> io::Result<File> {
-    let name = path.file_name().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "the output path names no file"))?;
-    let tmp = path.with_file_name(format!(".{}.{}.tmp", name.to_string_lossy(), std::process::id()));
-    let mut file = OpenOptions::new().write(true).create_new(true).mode(mode).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&tmp)?;
-    let written = file.write_all(preamble).and_then(|()| fs::rename(&tmp, path));
-    if let Err(e) = written {
-        let _ = fs::remove_file(&tmp);
-        return Err(e);
-    }
-    Ok(file)
-}
+use crate::output::{self, Destination, Placement, Refused};
 
 /// `FILE.n`
 #[must_use]
@@ -34,8 +18,9 @@ pub fn rotated_name(path: &Path, n: u32) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// Shift `FILE.(keep-1)` … `FILE` up by one, dropping what falls off the end; `keep` is how
-/// many older files stay besides the new `FILE`.
+/// Shift `FILE.1` … up by one and `FILE` to `FILE.1`, dropping what falls past `keep`
+/// (how many older files stay besides the new `FILE`). Only the run of files that exist is
+/// touched, so the work is proportional to the files there, whatever `keep` is.
 pub fn rotate(path: &Path, keep: u32) -> io::Result<()> {
     if keep == 0 {
         return match fs::remove_file(path) {
@@ -43,14 +28,21 @@ pub fn rotate(path: &Path, keep: u32) -> io::Result<()> {
             _ => Ok(()),
         };
     }
-    let _ = fs::remove_file(rotated_name(path, keep));
-    for n in (1..keep).rev() {
-        let from = rotated_name(path, n);
-        if from.exists() {
-            fs::rename(&from, rotated_name(path, n + 1))?;
-        }
+    // The first free slot, or `keep` when all are taken (its file is dropped).
+    let top = (1..=keep).find(|&n| fs::symlink_metadata(rotated_name(path, n)).is_err()).unwrap_or(keep);
+    if top == keep {
+        let _ = fs::remove_file(rotated_name(path, keep));
+    }
+    for n in (1..top).rev() {
+        fs::rename(rotated_name(path, n), rotated_name(path, n + 1))?;
     }
     fs::rename(path, rotated_name(path, 1))
+}
+
+/// `FILE` and the rotated files that follow it without a gap.
+#[must_use]
+pub fn existing_segments(path: &Path, keep: u32) -> Vec<PathBuf> {
+    std::iter::once(path.to_owned()).chain((1..=keep).map(|n| rotated_name(path, n)).take_while(|p| p.exists())).collect()
 }
 
 /// A buffered output file that counts its bytes and remembers its first write error: a full
@@ -59,14 +51,45 @@ pub fn rotate(path: &Path, keep: u32) -> io::Result<()> {
 pub struct Output {
     pub path: PathBuf,
     out: BufWriter<File>,
+    /// Bytes handed to the buffer.
     pub bytes: u64,
+    /// Bytes the kernel has taken (at the last successful flush): what the file holds.
+    pub flushed: u64,
     pub failed: Option<io::Error>,
+    /// Where a file still has to be renamed to; `None` once in place, and for streams.
+    placement: Option<Placement>,
 }
 
 impl Output {
+    /// Open a vetted destination with `preamble` written; a file is not in place until
+    /// [`Output::publish`].
+    pub fn open(dest: &Destination, mode: u32, preamble: &[u8]) -> Result<Self, Refused> {
+        let (file, placement) = output::open(dest, mode)?;
+        let path = match dest {
+            Destination::Stdout => PathBuf::from("-"),
+            Destination::Stream(p) | Destination::File { path: p, .. } => p.clone(),
+        };
+        let mut out = Self { path, out: BufWriter::with_capacity(1 << 20, file), bytes: 0, flushed: 0, failed: None, placement };
+        out.write(preamble);
+        Ok(out)
+    }
+
+    /// A new file at `path`, in place at once (rotation and later flight-recorder dumps, at a
+    /// name this session has just vacated; whatever stands there is replaced, never followed).
     pub fn create(path: &Path, mode: u32, preamble: &[u8]) -> io::Result<Self> {
-        let file = create_private(path, mode, preamble)?;
-        Ok(Self { path: path.to_owned(), out: BufWriter::with_capacity(1 << 20, file), bytes: preamble.len() as u64, failed: None })
+        let dest = Destination::File { path: path.to_owned(), replace: true };
+        let mut out = Self::open(&dest, mode, preamble).map_err(|e| io::Error::other(e.to_string()))?;
+        out.flush();
+        out.publish()?;
+        Ok(out)
+    }
+
+    /// Put a file in place under its final name (once).
+    pub fn publish(&mut self) -> io::Result<()> {
+        match &mut self.placement {
+            Some(p) => p.publish(),
+            None => Ok(()),
+        }
     }
 
     /// Write `bytes`; false once writing has failed (nothing more is written after a failure,
@@ -90,16 +113,19 @@ impl Output {
     /// Hand everything to the kernel: after this a killed recorder loses nothing written.
     pub fn flush(&mut self) {
         if self.failed.is_none() {
-            if let Err(e) = self.out.flush() {
-                self.failed = Some(e);
+            match self.out.flush() {
+                Ok(()) => self.flushed = self.bytes,
+                Err(e) => self.failed = Some(e),
             }
         }
     }
 
     /// Flush and wait for the disk (at the end: the file survives a crash of the machine).
+    /// A device or pipe has no disk to wait for (and `fdatasync` fails on them).
     pub fn sync(&mut self) {
         self.flush();
-        if self.failed.is_none() {
+        let regular = self.out.get_ref().metadata().is_ok_and(|m| m.is_file());
+        if self.failed.is_none() && regular {
             if let Err(e) = self.out.get_ref().sync_data() {
                 self.failed = Some(e);
             }
@@ -121,13 +147,13 @@ mod tests {
     }
 
     #[test]
-    fn a_planted_symlink_is_replaced_not_followed() {
+    fn a_rotated_segment_replaces_a_planted_symlink_without_following_it() {
         let dir = scratch("symlink");
         let victim = dir.join("victim");
         fs::write(&victim, b"precious").expect("victim");
         let out = dir.join("rec");
         std::os::unix::fs::symlink(&victim, &out).expect("symlink");
-        drop(create_private(&out, 0o600, b"GPUTRACE").expect("create"));
+        drop(Output::create(&out, 0o600, b"GPUTRACE").expect("create"));
         assert_eq!(fs::read(&victim).expect("victim"), b"precious");
         let meta = fs::symlink_metadata(&out).expect("out");
         assert!(meta.file_type().is_file());
@@ -135,6 +161,31 @@ mod tests {
         // SAFETY: geteuid has no preconditions and cannot fail.
         assert_eq!(meta.uid(), unsafe { libc::geteuid() });
         let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn rotation_work_follows_the_files_that_exist_not_keep() {
+        let dir = scratch("rotate-huge-keep");
+        let path = dir.join("rec");
+        fs::write(&path, "a").expect("write");
+        let started = std::time::Instant::now();
+        rotate(&path, u32::MAX).expect("rotate");
+        fs::write(&path, "b").expect("write");
+        rotate(&path, u32::MAX).expect("rotate");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "two rotations took {:?}", started.elapsed());
+        assert_eq!(fs::read_to_string(rotated_name(&path, 1)).expect("1"), "b");
+        assert_eq!(fs::read_to_string(rotated_name(&path, 2)).expect("2"), "a");
+        assert_eq!(existing_segments(&path, u32::MAX).len(), 3, "rec, rec.1, rec.2 (rec is listed even when absent)");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_failed_write_reports_what_was_flushed_not_what_was_meant() {
+        let mut out = Output::open(&Destination::Stream("/dev/full".into()), 0o600, b"GPUTRACE").expect("open");
+        out.write(&[0; 4096]);
+        out.flush();
+        assert!(out.failed.is_some(), "/dev/full refuses writes");
+        assert_eq!(out.flushed, 0, "nothing reached the device");
     }
 
     #[test]

@@ -95,6 +95,12 @@ pub struct LibraryRecord {
     pub dev: u64,
     pub inode: u64,
     pub symbols: Vec<String>,
+    /// Traced processes seen mapping it.
+    #[serde(default)]
+    pub mapped_by: Vec<u32>,
+    /// Traced processes that mapped it before it was probed.
+    #[serde(default)]
+    pub probed_late_for: Vec<u32>,
 }
 
 /// The periodic state of the session: kernel counters and what the session learnt.
@@ -128,6 +134,9 @@ pub struct End {
     /// As in the report's `window.stopped_by`.
     pub stopped_by: String,
     pub exit_status: Option<i32>,
+    /// The signal that killed the command, if one did.
+    #[serde(default)]
+    pub exit_signal: Option<i32>,
     /// Devices with the memory the traced processes held at the end.
     pub gpu_devices: Option<Vec<DeviceInfo>>,
     /// Per device, every process holding memory there at the end: (pid, bytes).

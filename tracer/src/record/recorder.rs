@@ -11,11 +11,17 @@ use super::{
     file::{self, Output},
     format::{self, kind, Checkpoint, End, HostAnswer, Start, Trigger},
 };
-use crate::gpu::Sample;
+use crate::{
+    gpu::Sample,
+    output::{Destination, Refused},
+};
 
 /// Where and how much to record.
 #[derive(Clone, Debug)]
 pub struct Plan {
+    /// Where the recording goes, vetted (`crate::output::resolve`).
+    pub destination: Destination,
+    /// The file's path, for rotation and messages (`-` for standard output).
     pub path: PathBuf,
     /// Rotate (file) or cap the buffer (flight) at this many bytes.
     pub max_bytes: Option<u64>,
@@ -64,16 +70,17 @@ struct Flight {
 }
 
 impl Recorder {
-    /// Prepare a recording; in file mode the file is created now, so a bad path fails before
-    /// tracing starts.
-    pub fn new(plan: Plan) -> std::io::Result<Self> {
+    /// Prepare a recording. A file is opened now under a temporary name, so a place that
+    /// cannot take one fails before tracing starts, and is put in place by [`Recorder::begin`]
+    /// once the session has started: a session that cannot start leaves the path as it was.
+    pub fn new(plan: Plan) -> Result<Self, Refused> {
         let sink = if plan.flight.is_some() {
-            // Fail now, not at the first dump, if the place cannot take a file.
-            let probe = Output::create(&plan.path, plan.mode, &format::preamble())?;
-            drop(probe);
+            // Fail now, not at the first dump, if the place cannot take a file; dropped
+            // unpublished, the probe leaves nothing behind.
+            drop(Output::open(&plan.destination, plan.mode, &[])?);
             Sink::Flight(Flight { from_session_start: true, ..Flight::default() })
         } else {
-            Sink::File { out: Some(Output::create(&plan.path, plan.mode, &format::preamble())?), segment: 0, closed_bytes: 0 }
+            Sink::File { out: Some(Output::open(&plan.destination, plan.mode, &format::preamble())?), segment: 0, closed_bytes: 0 }
         };
         let written = Written { files: vec![plan.path.clone()], ..Written::default() };
         Ok(Self { plan, start: None, sink, written })
@@ -86,6 +93,7 @@ impl Recorder {
         start.from_session_start = true;
         if matches!(self.sink, Sink::File { .. }) {
             self.put(kind::START, &json(&start));
+            self.publish();
         }
         self.start = Some(start);
     }
@@ -165,9 +173,9 @@ impl Recorder {
                 out.sync();
             }
             self.flush();
-            self.written.files = std::iter::once(self.plan.path.clone())
-                .chain((1..=self.plan.keep).map(|n| file::rotated_name(&self.plan.path, n)).filter(|p| p.exists()))
-                .collect();
+            if self.plan.destination.is_file() {
+                self.written.files = file::existing_segments(&self.plan.path, self.plan.keep);
+            }
         } else {
             let trigger = Trigger { at_ns: end.end_ns, reason: "end".into(), ..Trigger::default() };
             self.dump(&format::frame(kind::TRIGGER, &json(&trigger)), Some(&frame));
@@ -212,9 +220,23 @@ impl Recorder {
     fn flush(&mut self) {
         if let Sink::File { out: Some(out), closed_bytes, .. } = &mut self.sink {
             out.flush();
-            self.written.bytes = *closed_bytes + out.bytes;
+            self.written.bytes = *closed_bytes + out.flushed;
         }
         self.note_failure();
+    }
+
+    /// Put the first file in place: the session has started. If something appeared at the
+    /// path meanwhile (without `--force`), the recording stops rather than replace it.
+    fn publish(&mut self) {
+        let Sink::File { out, .. } = &mut self.sink else { return };
+        let Some(o) = out.as_mut() else { return };
+        o.flush();
+        if let Err(e) = o.publish() {
+            let msg = format!("putting the recording in place at {}: {e}; nothing was recorded", o.path.display());
+            log::warn!("{msg}");
+            self.written.error.get_or_insert(msg);
+            *out = None;
+        }
     }
 
     fn note_failure(&mut self) {
@@ -240,7 +262,7 @@ impl Recorder {
             o.write(&format::frame(kind::END, &json(&end)));
             // A flush, not a sync: waiting for the disk here would stall draining the ring.
             o.flush();
-            *closed_bytes += o.bytes;
+            *closed_bytes += o.flushed;
         }
         *segment += 1;
         let next = file::rotate(&self.plan.path, self.plan.keep).and_then(|()| Output::create(&self.plan.path, self.plan.mode, &format::preamble()));
@@ -276,7 +298,11 @@ impl Recorder {
             if !first {
                 file::rotate(&self.plan.path, self.plan.keep)?;
             }
-            let mut out = Output::create(&self.plan.path, self.plan.mode, &format::preamble())?;
+            let mut out = if first {
+                Output::open(&self.plan.destination, self.plan.mode, &format::preamble()).map_err(|e| std::io::Error::other(e.to_string()))?
+            } else {
+                Output::create(&self.plan.path, self.plan.mode, &format::preamble())?
+            };
             out.write(&format::frame(kind::START, &json(&start)));
             for (_, chunk) in &f.chunks {
                 out.write(chunk);
@@ -289,10 +315,11 @@ impl Recorder {
                 // Mid-session: a flush; waiting for the disk would stall draining the ring.
                 out.flush();
             }
-            match out.failed.take() {
-                Some(e) => Err(e),
-                None => Ok(out.bytes),
+            if let Some(e) = out.failed.take() {
+                return Err(e);
             }
+            out.publish()?;
+            Ok(out.flushed)
         })();
         match result {
             Ok(bytes) => {

@@ -48,6 +48,11 @@ pub struct Replayed {
 #[derive(Debug, Default)]
 struct RecordedAnswers(VecDeque<HostAnswer>);
 
+/// The most answers one event can have: a copy asks about its host side, a 2D/3D copy
+/// between host buffers about both (`evidence::copies`). More in a row is a damaged or
+/// crafted file, and holding them would let it grow our memory without bound.
+const MAX_ANSWERS_PER_EVENT: usize = 8;
+
 impl HostMemory for RecordedAnswers {
     fn classify(&mut self, pid: u32, addr: u64, _at_ns: u64) -> HostClass {
         match self.0.iter().position(|a| a.pid == pid && a.addr == addr) {
@@ -142,6 +147,13 @@ impl State {
                     kind: f.kind,
                     why: format!("{} bytes, expected {}", f.payload.len(), HostAnswer::LEN),
                 })?;
+                if self.answers.0.len() >= MAX_ANSWERS_PER_EVENT {
+                    return Err(Damage::Payload {
+                        offset: f.offset,
+                        kind: f.kind,
+                        why: format!("more than {MAX_ANSWERS_PER_EVENT} host-memory answers for one event"),
+                    });
+                }
                 self.answers.0.push_back(a);
             }
             kind::THREAD_EXIT => {
@@ -239,6 +251,7 @@ impl State {
             target_pid: start.target_pid,
             command: start.command.clone(),
             exit_status: self.end.as_ref().and_then(|e| e.exit_status),
+            exit_signal: self.end.as_ref().and_then(|e| e.exit_signal),
             start_ns: start.start_ns,
             end_ns,
             stopped_by,
@@ -289,5 +302,43 @@ fn library(l: &super::format::LibraryRecord) -> AttachedLibrary {
         library: Library { dev: l.dev, inode: l.inode, open_path: PathBuf::from(&l.path), name: l.path.clone() },
         // Names this build does not probe are dropped: their hits could not be shown anyway.
         symbols: l.symbols.iter().filter_map(|s| PROBES.iter().find(|p| p.symbol == s).map(|p| p.symbol)).collect(),
+        mapped_by: l.mapped_by.iter().copied().collect(),
+        probed_late_for: l.probed_late_for.iter().copied().collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::format::{self, kind};
+
+    /// A recording of a start record followed by `n` host-memory answers and no event.
+    fn answers_only(n: usize) -> Vec<u8> {
+        let mut bytes = format::preamble().to_vec();
+        bytes.extend(format::frame(kind::START, &serde_json::to_vec(&Start::default()).expect("json")));
+        let answer = HostAnswer { pid: 1, class: 2, addr: 0x1000, at_ns: 1 }.to_bytes();
+        for _ in 0..n {
+            bytes.extend(format::frame(kind::HOST_CLASS, &answer));
+        }
+        bytes
+    }
+
+    #[test]
+    fn a_flood_of_host_answers_is_damage_not_memory() {
+        let bytes = answers_only(100_000);
+        let reader = Reader::new(std::io::Cursor::new(&bytes), Some(bytes.len() as u64)).expect("preamble");
+        let replayed = replay_from(reader, Path::new("flood.gtr")).expect("a start record");
+        let damage = replayed.damage.expect("the flood is damage").to_string();
+        assert!(damage.contains("host-memory answers"), "{damage}");
+        // Reading stopped at the first answer past the bound: the rest was never held.
+        assert_eq!(replayed.outcome.recording.expect("note").frames, 1 + MAX_ANSWERS_PER_EVENT as u64);
+    }
+
+    #[test]
+    fn answers_up_to_the_bound_are_fine() {
+        let bytes = answers_only(MAX_ANSWERS_PER_EVENT);
+        let reader = Reader::new(std::io::Cursor::new(&bytes), Some(bytes.len() as u64)).expect("preamble");
+        let replayed = replay_from(reader, Path::new("ok.gtr")).expect("a start record");
+        assert!(replayed.damage.is_none(), "{:?}", replayed.damage);
     }
 }

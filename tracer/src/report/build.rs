@@ -61,6 +61,7 @@ pub fn build(outcome: &Outcome) -> Report {
         + loss.sched_map_full
         + loss.io_map_full
         + loss.undecodable;
+    let probed_late = outcome.libraries.iter().map(|l| l.probed_late_for.len() as u64).sum::<u64>();
     let findings = detect::analyze(&detect::Inputs { window_ns, evidence: ev, gpu: gpu.as_ref().map(|g| g.devices.as_slice()) });
     let mut processes: Vec<ProcessEntry> =
         ev.processes.iter().map(|(&pid, p)| ProcessEntry { pid, parent: p.parent, execs: p.execs, exited: p.exited }).collect();
@@ -74,8 +75,11 @@ pub fn build(outcome: &Outcome) -> Report {
             pid: outcome.target_pid,
             command: outcome.command.clone(),
             exit_code: outcome.exit_status,
+            exit_signal: outcome.exit_signal,
             processes,
-            cuda_loaded: !outcome.libraries.is_empty(),
+            // Loaded means mapped by a traced process (a probed file on the loader's path is
+            // not enough), or evident from a probe that fired.
+            cuda_loaded: outcome.libraries.iter().any(|l| !l.mapped_by.is_empty()) || !ev.hits().is_empty(),
         },
         window: Window {
             duration_s: secs(window_ns),
@@ -95,7 +99,10 @@ pub fn build(outcome: &Outcome) -> Report {
             overhead: super::overhead::estimate(ev, window_ns, outcome.entry_only),
             entry_only: outcome.entry_only,
             // A damaged recording lost an unknown amount after the damage.
-            complete: lost_events == 0 && outcome.recording.as_ref().is_none_or(|r| r.closed && r.damage.is_none() && r.frames_dropped == 0),
+            complete: lost_events == 0
+                && probed_late == 0
+                && outcome.recording.as_ref().is_none_or(|r| r.closed && r.damage.is_none() && r.frames_dropped == 0),
+            probed_late,
             loss,
             probes: probe_hits(ev, outcome),
             libraries: outcome
@@ -105,7 +112,7 @@ pub fn build(outcome: &Outcome) -> Report {
                 .collect(),
             attach_ms: outcome.attach_ms,
             maps_reads: outcome.maps_reads,
-            notes: outcome.notes.clone(),
+            notes: notes(outcome),
             recording: outcome.recording.clone(),
             peak_rss_bytes: outcome.peak_rss_bytes,
             cpu_s: outcome.cpu_s,
@@ -226,6 +233,22 @@ fn cuda(ev: &Evidence, outcome: &Outcome, window_ns: u64) -> Cuda {
         queue_idle_s: secs(ev.threads.values().map(|t| t.queue_idle_ns).sum()),
         threads,
     }
+}
+
+/// The session's notes, and one for each library some process ran with before it was probed.
+fn notes(outcome: &Outcome) -> Vec<String> {
+    let mut notes = outcome.notes.clone();
+    for l in outcome.libraries.iter().filter(|l| !l.probed_late_for.is_empty()) {
+        let pids: Vec<String> = l.probed_late_for.iter().map(u32::to_string).collect();
+        notes.push(format!(
+            "{} (inode {}) was mapped by process {} before gputrace probed it (a library replaced on disk, or loaded from \
+             a place not on the loader's path): that process's calls until it was found, up to 200 ms, were not seen",
+            l.library.name,
+            l.library.inode,
+            pids.join(", ")
+        ));
+    }
+    notes
 }
 
 /// One entry per probed symbol. One program serves a symbol in every library it is attached

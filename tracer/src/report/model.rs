@@ -124,6 +124,9 @@ pub struct Target {
     pub command: String,
     /// Exit code of a command started by `gputrace run` (128+signal if killed), else null.
     pub exit_code: Option<i32>,
+    /// The signal that killed that command (`exit_code` is then 128 + it), else null.
+    #[serde(default)]
+    pub exit_signal: Option<i32>,
     /// Processes of the traced tree that were seen (the root and children it created).
     pub processes: Vec<ProcessEntry>,
     /// Whether any traced process had the CUDA driver loaded while we traced.
@@ -515,6 +518,11 @@ pub struct Tracer {
     #[serde(default)]
     pub overhead: Overhead,
     pub complete: bool,
+    /// Processes that ran with a CUDA driver library mapped before it was probed (a file
+    /// replaced on disk, a library loaded from an unexpected place): some of their calls,
+    /// at most one rescan interval (200 ms) each, were not seen. Not `complete` when > 0.
+    #[serde(default)]
+    pub probed_late: u64,
     pub loss: Loss,
     pub probes: Vec<ProbeHits>,
     pub libraries: Vec<LibraryEntry>,

@@ -92,6 +92,28 @@ fn gpu_extras(out: &mut String, d: &crate::report::model::GpuDevice) {
     }
 }
 
+/// The conventional name of a signal number (x86-64 Linux numbering).
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        5 => "SIGTRAP",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        24 => "SIGXCPU",
+        25 => "SIGXFSZ",
+        _ => "a signal",
+    }
+}
+
 #[must_use]
 pub fn render(r: &Report, color: bool) -> String {
     let st = Style { color };
@@ -103,6 +125,15 @@ pub fn render(r: &Report, color: bool) -> String {
     }
     let _ = writeln!(out, "{}", st.paint("1", &title));
     let _ = writeln!(out, "traced {:.2} s, stopped by {}", r.window.duration_s, r.window.stopped_by);
+    match (r.target.exit_signal, r.target.exit_code) {
+        (Some(sig), _) => {
+            let _ = writeln!(out, "{}", st.paint("1;31", &format!("the command was killed by signal {sig} ({})", signal_name(sig))));
+        }
+        (None, Some(code)) if code != 0 => {
+            let _ = writeln!(out, "the command exited with status {code}");
+        }
+        _ => {}
+    }
     let _ = writeln!(out);
     let pace = r.steps.as_ref().map_or(String::new(), |s| format!(" ({:.2} steps/s)", s.per_second));
     let _ = writeln!(out, "{} {}{pace}", st.paint("1", "VERDICT:"), st.paint("1;33", &r.verdict));

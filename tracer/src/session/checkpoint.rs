@@ -55,14 +55,7 @@ impl SnapshotReader {
 /// A thread's process and command, read while it is alive (empty when it is gone).
 fn who(tid: u32) -> (Option<u32>, String) {
     let stat = process::stat(tid);
-    (stat.as_ref().map(|s| tgid_of(tid).unwrap_or(s.pid)), stat.map(|s| s.comm).unwrap_or_default())
-}
-
-/// The process a thread id belongs to (`Tgid:` in `/proc/TID/status`; thread ids are
-/// reachable under `/proc` even though they are not listed).
-fn tgid_of(tid: u32) -> Option<u32> {
-    let text = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    text.lines().find_map(|l| l.strip_prefix("Tgid:")?.trim().parse().ok())
+    (stat.as_ref().map(|s| process::tgid_of(tid).unwrap_or(s.pid)), stat.map(|s| s.comm).unwrap_or_default())
 }
 
 #[must_use]
@@ -74,6 +67,8 @@ pub fn library_records(libraries: &[AttachedLibrary]) -> Vec<LibraryRecord> {
             dev: l.library.dev,
             inode: l.library.inode,
             symbols: l.symbols.iter().map(|s| (*s).to_owned()).collect(),
+            mapped_by: l.mapped_by.iter().copied().collect(),
+            probed_late_for: l.probed_late_for.iter().copied().collect(),
         })
         .collect()
 }

@@ -31,7 +31,7 @@ use crate::{
 };
 
 use checkpoint::SnapshotReader;
-use target::{forward_sigterm, wait_child};
+use target::{forward_signal, wait_child, Exit};
 pub use target::{gate_then_exec, Target, GATE_ARG};
 
 /// How often the traced processes' memory maps are rescanned for CUDA libraries loaded
@@ -40,6 +40,9 @@ const RESCAN_EVERY: Duration = Duration::from_millis(200);
 /// How often a recording is checkpointed and flushed: at most this much is lost when the
 /// recorder is killed.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+/// How long `run` keeps tracing a command it passed a stopping signal to, so that its exit
+/// (and its status) is part of the report; a second signal stops at once.
+const EXIT_GRACE: Duration = Duration::from_secs(10);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -107,6 +110,8 @@ pub struct Outcome {
     pub target_pid: u32,
     pub command: String,
     pub exit_status: Option<i32>,
+    /// The signal that killed the command, if one did.
+    pub exit_signal: Option<i32>,
     pub start_ns: u64,
     pub end_ns: u64,
     pub stopped_by: StopReason,
@@ -146,9 +151,12 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
     let (mut kernel, ring) = Kernel::load()?;
     notes.extend(kernel.notes.iter().cloned());
     let ring = RingReader::new(ring).map_err(|e| TraceError::io("watching the ring buffer", "EVENTS", e))?;
-    let started = target.start(&mut kernel)?;
+    let started = target.start(&mut kernel, &mut notes)?;
     let mut child = started.child;
-    let mut exit_status = None;
+    let mut exit: Option<Exit> = None;
+    // Set once a stopping signal was passed to the command: tracing ends when it exits, or
+    // at this instant.
+    let mut grace_until: Option<tokio::time::Instant> = None;
     let attach_ms = began.elapsed().as_secs_f64() * 1e3;
     let start_ns = clock::monotonic_ns();
     let pid = started.pid;
@@ -199,15 +207,19 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
                 live.drain();
             }
             () = &mut deadline => break StopReason::Duration,
-            _ = sigint.recv() => break StopReason::Signal,
-            _ = sigterm.recv() => {
-                forward_sigterm(child.as_ref());
+            _ = sigint.recv() => if stop_on_signal(libc::SIGINT, child.as_ref(), &mut grace_until) { break StopReason::Signal },
+            _ = sigterm.recv() => if stop_on_signal(libc::SIGTERM, child.as_ref(), &mut grace_until) { break StopReason::Signal },
+            () = sleep_until_or_pend(grace_until) => {
+                let note = format!("the command did not exit within {} s of the signal passed to it; it was left running", EXIT_GRACE.as_secs());
+                log::warn!("{note}");
+                live.notes.push(note);
                 break StopReason::Signal;
             }
             status = wait_child(&mut child) => {
-                exit_status = status;
+                exit = status;
                 live.drain();
                 reap_gone(&mut live.kernel);
+                if grace_until.is_some() { break StopReason::Signal; }
                 if live.kernel.traced_processes().is_empty() { break StopReason::TargetExited; }
             }
             _ = rescan.tick() => {
@@ -226,11 +238,11 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
         }
     };
     let end_ns = clock::monotonic_ns();
-    if exit_status.is_none() && stopped_by == StopReason::TargetExited {
+    if exit.is_none() && stopped_by == StopReason::TargetExited {
         // The tree is gone; reap the command we started for its exit code.
-        exit_status = tokio::time::timeout(Duration::from_secs(1), wait_child(&mut child)).await.ok().flatten();
+        exit = tokio::time::timeout(Duration::from_secs(1), wait_child(&mut child)).await.ok().flatten();
     }
-    let mut outcome = live.conclude(pid, end_ns, stopped_by, exit_status, nvml_interval).await;
+    let mut outcome = live.conclude(pid, end_ns, stopped_by, exit, nvml_interval).await;
     outcome.command = started.command;
     outcome.attach_ms = attach_ms;
     outcome.cuda_env = cuda_env;
@@ -281,7 +293,9 @@ impl Live {
     }
 
     /// Fold in the final state, stop NVML, close the recording.
-    async fn conclude(mut self, pid: u32, end_ns: u64, stopped_by: StopReason, exit_status: Option<i32>, nvml_interval: Duration) -> Outcome {
+    async fn conclude(mut self, pid: u32, end_ns: u64, stopped_by: StopReason, exit: Option<Exit>, nvml_interval: Duration) -> Outcome {
+        let exit_status = exit.map(|e| e.code);
+        let exit_signal = exit.and_then(|e| e.signal);
         self.drain();
         // What the maps hold at the end: live threads' counters and scheduler accounting (their
         // open state closed at `end_ns`), who took the CPU, the cgroups' throttling since start.
@@ -310,6 +324,7 @@ impl Live {
                 end_ns,
                 stopped_by: stopped_by.as_str().into(),
                 exit_status,
+                exit_signal,
                 gpu_devices: gpu.as_ref().map(|(g, _)| g.devices.clone()),
                 gpu_holders: gpu.as_ref().map(|(g, _)| g.holders.clone()).unwrap_or_default(),
                 peak_rss_bytes,
@@ -326,6 +341,7 @@ impl Live {
             target_pid: pid,
             command: String::new(),
             exit_status,
+            exit_signal,
             start_ns: self.start_ns,
             end_ns,
             stopped_by,
@@ -373,6 +389,27 @@ impl Tape {
                 summary: Some(d.summary.clone()),
             });
         }
+    }
+}
+
+/// A stopping signal arrived: in `run`, pass it to the command and keep tracing until it
+/// exits (true: stop now, when there is no command to wait for or this is the second signal).
+fn stop_on_signal(signal: i32, child: Option<&tokio::process::Child>, grace_until: &mut Option<tokio::time::Instant>) -> bool {
+    if child.is_none() || grace_until.is_some() {
+        return true;
+    }
+    let sent = forward_signal(child, signal);
+    let name = if signal == libc::SIGINT { "SIGINT" } else { "SIGTERM" };
+    let how = if sent { format!("passed {name} to the command") } else { format!("the command got {name} from the terminal") };
+    log::warn!("{how}; tracing until it exits (at most {} s; signal again to stop now)", EXIT_GRACE.as_secs());
+    *grace_until = Some(tokio::time::Instant::now() + EXIT_GRACE);
+    false
+}
+
+async fn sleep_until_or_pend(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -512,14 +549,23 @@ impl HostMemory for Answering<'_> {
     }
 }
 
-/// Probe any CUDA driver library a traced process maps that is not probed yet.
+/// Probe any CUDA driver library a traced process maps that is not probed yet. The process
+/// is running traced, so a library newly probed here was mapped unprobed for a while (up to
+/// one rescan, or since its exec): calls made then were missed, and the report says so.
 fn attach_mapped(kernel: &mut Kernel, pid: u32) {
     for lib in libraries::mapped_by(pid) {
-        match kernel.attach_library(&lib) {
-            Ok(true) => log::info!("process {pid} loaded {}; probes attached", lib.name),
-            Ok(false) => {}
-            Err(e) => log::warn!("{e}"),
-        }
+        let late = match kernel.attach_library(&lib) {
+            Ok(true) => {
+                log::warn!("process {pid} mapped {} (inode {}) before it was probed; its calls until now were not seen", lib.name, lib.inode);
+                true
+            }
+            Ok(false) => false,
+            Err(e) => {
+                log::warn!("{e}");
+                false
+            }
+        };
+        kernel.note_mapping(&lib, pid, late);
     }
 }
 

@@ -2,6 +2,7 @@
 //! the probes armed before its first instruction.
 
 use std::{
+    ffi::OsString,
     io,
     os::{fd::AsRawFd as _, unix::process::CommandExt as _},
 };
@@ -20,7 +21,7 @@ pub enum Target {
     /// `quiet_stdout`: send the command's stdout to our stderr, so that with `--json`
     /// stdout holds the report alone.
     Run {
-        argv: Vec<String>,
+        argv: Vec<OsString>,
         quiet_stdout: bool,
     },
 }
@@ -35,15 +36,31 @@ pub struct Started {
 }
 
 impl Target {
-    pub(super) fn start(self, kernel: &mut Kernel) -> Result<Started> {
+    pub(super) fn start(self, kernel: &mut Kernel, notes: &mut Vec<String>) -> Result<Started> {
         match self {
-            Self::Attach { pid } => attach(pid, kernel),
+            Self::Attach { pid } => attach(pid, kernel, notes),
             Self::Run { argv, quiet_stdout } => run(&argv, quiet_stdout, kernel),
         }
     }
 }
 
-fn attach(pid: u32, kernel: &mut Kernel) -> Result<Started> {
+fn attach(pid: u32, kernel: &mut Kernel, notes: &mut Vec<String>) -> Result<Started> {
+    // A thread id is reachable under /proc too: trace the process it belongs to, and say so
+    // (tracing the thread id as a process would see nothing).
+    let pid = match process::tgid_of(pid) {
+        Some(tgid) if tgid != pid => {
+            let note = format!("{pid} is a thread of process {tgid}; tracing process {tgid} (all its threads)");
+            log::warn!("{note}");
+            notes.push(note);
+            tgid
+        }
+        _ => pid,
+    };
+    if pid == 1 {
+        let note = "pid 1 is the init process: its tree is every process on the host, so this traces the whole host".to_owned();
+        log::warn!("{note}");
+        notes.push(note);
+    }
     let before = process::require(pid)?;
     let tree = process::tree(pid);
     for &p in &tree {
@@ -58,6 +75,8 @@ fn attach(pid: u32, kernel: &mut Kernel) -> Result<Started> {
     for &p in &tree {
         for lib in libraries::mapped_by(p) {
             kernel.attach_library(&lib)?;
+            // Mapped before tracing began: nothing of this window was missed.
+            kernel.note_mapping(&lib, p, false);
         }
         seed_threads(kernel, p);
     }
@@ -70,8 +89,9 @@ fn attach(pid: u32, kernel: &mut Kernel) -> Result<Started> {
 /// The hold is a re-exec of gputrace itself as `gputrace __gate FD -- CMD...`, which waits
 /// for one byte on FD and then execs CMD, keeping the pid. (Blocking in `pre_exec` instead
 /// would deadlock: spawning waits for the child's exec to report success.)
-fn run(argv: &[String], quiet_stdout: bool, kernel: &mut Kernel) -> Result<Started> {
-    let command = argv.join(" ");
+fn run(argv: &[OsString], quiet_stdout: bool, kernel: &mut Kernel) -> Result<Started> {
+    // For people: bytes that are not UTF-8 are shown replaced; the command gets them as given.
+    let command = argv.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ");
     let spawn_err = |source| TraceError::Spawn { command: command.clone(), source };
     let (gate_read, gate_write) = pipe().map_err(spawn_err)?;
     let me = std::env::current_exe().map_err(spawn_err)?;
@@ -102,7 +122,7 @@ pub const GATE_ARG: &str = "__gate";
 /// The gate side: wait for the go byte on `fd`, then exec `argv` (never returns on success).
 /// If gputrace dies before saying go, the pipe closes and the command is not started.
 #[must_use]
-pub fn gate_then_exec(fd: i32, argv: &[String]) -> i32 {
+pub fn gate_then_exec(fd: i32, argv: &[OsString]) -> i32 {
     use std::os::unix::process::CommandExt as _;
     let mut byte = 0u8;
     // SAFETY: reads one byte into a valid buffer.
@@ -117,7 +137,7 @@ pub fn gate_then_exec(fd: i32, argv: &[String]) -> i32 {
     let err = std::process::Command::new(program).args(program_args).exec();
     // One write: eprintln! writes its pieces one by one to the unbuffered stderr, and the
     // parent's log lines, on the same stderr, could land between them.
-    let _ = io::Write::write_all(&mut io::stderr(), format!("gputrace: cannot run `{program}`: {err}\n").as_bytes());
+    let _ = io::Write::write_all(&mut io::stderr(), format!("gputrace: cannot run `{}`: {err}\n", program.to_string_lossy()).as_bytes());
     // The shell's convention: 127 for not found, 126 for found but not executable.
     if err.kind() == io::ErrorKind::NotFound {
         127
@@ -131,7 +151,7 @@ fn seed_threads(kernel: &mut Kernel, pid: u32) {
     use gputrace_common::host::state;
     let now = crate::clock::monotonic_ns();
     for tid in process::threads(pid) {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")) else { continue };
+        let Ok(text) = crate::discover::procfs::read_text(format!("/proc/{pid}/task/{tid}/stat")) else { continue };
         let Some(stat) = process::parse_stat(&text) else { continue };
         let s = match stat.state {
             'R' => state::RUNNING,
@@ -161,20 +181,47 @@ fn write_byte(fd: &std::os::fd::OwnedFd) -> io::Result<()> {
     }
 }
 
+/// How a command we started ended: its exit code (128 + signal when a signal killed it, as
+/// shells report it) and the signal, if one did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Exit {
+    pub code: i32,
+    pub signal: Option<i32>,
+}
+
 /// Wait for a command we started to exit; never resolves when there is none (attach mode)
 /// or once it has been reaped.
-pub async fn wait_child(child: &mut Option<tokio::process::Child>) -> Option<i32> {
+pub async fn wait_child(child: &mut Option<tokio::process::Child>) -> Option<Exit> {
     use std::os::unix::process::ExitStatusExt as _;
     let Some(c) = child else { return std::future::pending().await };
     let status = c.wait().await.ok();
     *child = None;
-    status.map(|s| s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)))
+    status.map(|s| match s.signal() {
+        Some(sig) => Exit { code: 128 + sig, signal: Some(sig) },
+        None => Exit { code: s.code().unwrap_or(0), signal: None },
+    })
 }
 
-/// Pass a SIGTERM on to a command we started, so that it ends with us.
-pub fn forward_sigterm(child: Option<&tokio::process::Child>) {
-    if let Some(pid) = child.and_then(tokio::process::Child::id) {
-        // SAFETY: sending a signal has no memory-safety preconditions.
-        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+/// Pass a stopping signal on to a command we started, so that it ends with us; returns
+/// whether it was sent. A SIGINT typed at the terminal has already reached the command
+/// (it shares our process group, the terminal's foreground group): sending it again could
+/// interrupt the command's own clean-up, so it is not repeated.
+pub fn forward_signal(child: Option<&tokio::process::Child>, signal: i32) -> bool {
+    let Some(pid) = child.and_then(tokio::process::Child::id) else { return false };
+    if signal == libc::SIGINT && in_terminal_foreground() {
+        return false;
+    }
+    // SAFETY: sending a signal has no memory-safety preconditions.
+    unsafe { libc::kill(pid as i32, signal) == 0 }
+}
+
+/// Whether our process group is the foreground group of the terminal on stdin, stdout or
+/// stderr: then a Ctrl-C went to the whole group.
+fn in_terminal_foreground() -> bool {
+    // SAFETY: getpgrp and tcgetpgrp only read process state; a descriptor that is not a
+    // terminal makes tcgetpgrp fail with -1, which never equals a process group.
+    unsafe {
+        let group = libc::getpgrp();
+        [0, 1, 2].into_iter().any(|fd| libc::tcgetpgrp(fd) == group)
     }
 }

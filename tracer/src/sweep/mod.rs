@@ -126,6 +126,15 @@ pub async fn sweep(options: &Options) -> Result<Finished> {
     let candidates = candidates(me, &start, &end, &activity, gpu.as_ref(), seen);
     // SAFETY: geteuid has no preconditions.
     let viewer = unsafe { libc::geteuid() };
+    // A plain user under `hidepid` sees only their own processes: an empty census then says
+    // nothing about the host.
+    let hidden = if viewer == 0 { None } else { crate::discover::procfs::hiding_option() };
+    if let Some(option) = &hidden {
+        notes.push(format!(
+            "/proc is mounted with {option}: other users' processes are invisible to you, so GPU holders among them cannot be \
+             seen; run the sweep as root to see the whole host"
+        ));
+    }
     if cost.unreadable > 0 {
         let why = if viewer == 0 { "the kernel refused to let us read them" } else { "another user's /proc entries need root" };
         notes.push(format!(
@@ -149,7 +158,9 @@ pub async fn sweep(options: &Options) -> Result<Finished> {
     let processes = build::processes(&inputs, &candidates);
     let diagnoses = build::diagnoses(&inputs, &processes);
     let kernel = probes.map(|p| p.kernel);
-    let tracer = tracer(kernel.as_ref(), &activity, cost, scans, attach_ms, notes);
+    let mut tracer = tracer(kernel.as_ref(), &activity, cost, scans, attach_ms, notes);
+    tracer.processes_hidden = hidden.is_some();
+    tracer.complete &= hidden.is_none();
     let report = SweepReport {
         schema: model::SCHEMA.to_owned(),
         tool: Tool { name: "gputrace".into(), version: env!("CARGO_PKG_VERSION").into() },
@@ -329,6 +340,7 @@ fn tracer(
         probe_hits: activity.hits.values().sum(),
         lost_events,
         complete: lost_events == 0,
+        processes_hidden: false,
         notes,
     }
 }

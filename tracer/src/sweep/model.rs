@@ -162,6 +162,10 @@ pub struct Tracer {
     /// uprobe trap (about 1 µs, docs/benchmarks.md).
     pub probe_hits: u64,
     pub lost_events: u64,
+    /// Other users' processes were invisible (`/proc` mounted with `hidepid` and gputrace
+    /// not root): the sweep saw only the caller's own. Not `complete` then.
+    #[serde(default)]
+    pub processes_hidden: bool,
     pub complete: bool,
     pub notes: Vec<String>,
 }

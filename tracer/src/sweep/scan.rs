@@ -117,7 +117,7 @@ pub fn details(pid: u32) -> Option<Details> {
         start_ticks: stat.start_ticks,
         uid: process::uid(pid),
         cmdline: fs::read(format!("/proc/{pid}/cmdline")).ok().and_then(|b| command_line(&b)),
-        cgroup: fs::read_to_string(format!("/proc/{pid}/cgroup")).ok().and_then(|t| cgroup_path(&t)),
+        cgroup: crate::discover::procfs::read_text(format!("/proc/{pid}/cgroup")).ok().and_then(|t| cgroup_path(&t)),
     })
 }
 
@@ -184,7 +184,7 @@ pub fn census(exclude: u32, files: bool, want_libraries: bool) -> Census {
     let mut libraries: BTreeMap<(u64, u64), Library> = BTreeMap::new();
     for pid in pids().into_iter().filter(|&p| p != exclude) {
         census.cost.processes += 1;
-        let text = match fs::read_to_string(format!("/proc/{pid}/maps")) {
+        let text = match crate::discover::procfs::read_text(format!("/proc/{pid}/maps")) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
                 census.cost.unreadable += 1;

@@ -74,7 +74,11 @@ pub fn render(r: &SweepReport, color: bool) -> String {
         let _ = writeln!(out, "        {}", fit(&facts.join("; "), 72));
     }
     if n == 0 {
-        let _ = writeln!(out, "  no process holds or uses a GPU");
+        if r.tracer.processes_hidden {
+            let _ = writeln!(out, "  no process visible to you holds or uses a GPU (other users' processes are hidden from you)");
+        } else {
+            let _ = writeln!(out, "  no process holds or uses a GPU");
+        }
     }
     for d in &r.diagnoses {
         let sev = match d.severity.as_str() {
@@ -165,6 +169,7 @@ mod tests {
                 probe_hits: 0,
                 lost_events: 0,
                 complete: true,
+                processes_hidden: false,
                 notes: vec!["the NVML library could not be loaded; GPU memory per process is unknown ".repeat(4)],
             },
         }

@@ -1,0 +1,209 @@
+//! Where an output path leads, decided once before anything is written.
+//!
+//! gputrace often runs as root, so an output path is treated as hostile: a planted symlink,
+//! a device node or the recording being read must never be replaced or truncated. The rules
+//! (docs/cli.md, "Output files"):
+//! - `-` is standard output;
+//! - a character device or a FIFO (also when reached through a symlink, as `/dev/stdout`
+//!   is) is written through, never replaced: `/dev/null` discards, a pipe streams;
+//! - a regular file that exists is replaced only with `--force`, never when it is one of the
+//!   command's inputs (the same inode);
+//! - a symlink to a file, a directory, a block device or a socket is refused; with
+//!   `--force` a symlink is replaced by the new file (the file it pointed to is untouched).
+
+use std::{
+    fmt, fs, io,
+    os::unix::fs::{FileTypeExt as _, MetadataExt as _},
+    path::{Path, PathBuf},
+};
+
+/// A vetted output.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Destination {
+    /// `-`: our standard output.
+    Stdout,
+    /// A character device or FIFO, opened for writing as it is.
+    Stream(PathBuf),
+    /// A regular file, written under a temporary name beside it and renamed into place.
+    File {
+        path: PathBuf,
+        /// Whether something (a file or, with `--force`, a symlink) may be replaced there.
+        replace: bool,
+    },
+}
+
+impl Destination {
+    /// Whether the output can be renamed and rotated (it is a file in a directory).
+    #[must_use]
+    pub fn is_file(&self) -> bool {
+        matches!(self, Self::File { .. })
+    }
+}
+
+impl fmt::Display for Destination {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Stdout => f.write_str("standard output"),
+            Self::Stream(p) | Self::File { path: p, .. } => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+/// Why an output path was refused; each says what to do instead.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    #[error("{}: a file is there; pass --force to replace it, or choose another name", .0.display())]
+    Exists(PathBuf),
+    #[error("{}: this is the input being read ({}); writing there would destroy it — choose another output file", .path.display(), .input.display())]
+    IsInput { path: PathBuf, input: PathBuf },
+    #[error("{}: a symbolic link is there; gputrace does not write through links to files — name the file itself, or pass --force to replace the link", .0.display())]
+    Symlink(PathBuf),
+    #[error("{}: this is a {kind}; gputrace writes regular files, character devices (/dev/null) and FIFOs", .path.display())]
+    Unsupported { path: PathBuf, kind: &'static str },
+    #[error("{}: {source}", .path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// What a path's file type allows.
+fn kind_of(ft: fs::FileType) -> Result<Kind, &'static str> {
+    if ft.is_file() {
+        Ok(Kind::Regular)
+    } else if ft.is_char_device() || ft.is_fifo() {
+        Ok(Kind::Stream)
+    } else if ft.is_dir() {
+        Err("directory")
+    } else if ft.is_block_device() {
+        Err("block device")
+    } else if ft.is_socket() {
+        Err("socket")
+    } else {
+        Err("special file")
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Regular,
+    Stream,
+}
+
+/// Decide what writing to `path` means. `inputs` are the files the command reads; `force`
+/// allows replacing a file or a symlink.
+pub fn resolve(path: &Path, force: bool, inputs: &[&Path]) -> Result<Destination, Refused> {
+    if path.as_os_str() == "-" {
+        return Ok(Destination::Stdout);
+    }
+    let io_err = |source| Refused::Io { path: path.to_owned(), source };
+    if path.file_name().is_none() {
+        return Err(Refused::Unsupported { path: path.to_owned(), kind: "directory" });
+    }
+    let here = match fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Destination::File { path: path.to_owned(), replace: false }),
+        Err(e) => return Err(io_err(e)),
+    };
+    // An input is refused whatever the flags, through links too: replacing it would lose it.
+    if let Ok(target) = fs::metadata(path) {
+        for input in inputs {
+            if fs::metadata(input).is_ok_and(|i| i.dev() == target.dev() && i.ino() == target.ino()) {
+                return Err(Refused::IsInput { path: path.to_owned(), input: input.to_path_buf() });
+            }
+        }
+    }
+    if here.file_type().is_symlink() {
+        // Follow it only to see whether it leads to a stream (`/dev/stdout`, `/dev/fd/1`).
+        let followed = fs::metadata(path).ok().map(|m| kind_of(m.file_type()));
+        return match followed {
+            Some(Ok(Kind::Stream)) => Ok(Destination::Stream(path.to_owned())),
+            _ if force => Ok(Destination::File { path: path.to_owned(), replace: true }),
+            _ => Err(Refused::Symlink(path.to_owned())),
+        };
+    }
+    match kind_of(here.file_type()) {
+        Ok(Kind::Stream) => Ok(Destination::Stream(path.to_owned())),
+        Ok(Kind::Regular) if force => Ok(Destination::File { path: path.to_owned(), replace: true }),
+        Ok(Kind::Regular) => Err(Refused::Exists(path.to_owned())),
+        Err(kind) => Err(Refused::Unsupported { path: path.to_owned(), kind }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("gputrace-dest-{}-{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).expect("scratch dir");
+        dir
+    }
+
+    #[test]
+    fn dash_is_stdout_and_a_new_name_is_a_file() {
+        assert_eq!(resolve(Path::new("-"), false, &[]).expect("stdout"), Destination::Stdout);
+        let dir = scratch("new");
+        let p = dir.join("out.json");
+        assert_eq!(resolve(&p, false, &[]).expect("new"), Destination::File { path: p, replace: false });
+    }
+
+    #[test]
+    fn devices_and_fifos_are_written_through() {
+        for dev in ["/dev/null", "/dev/full"] {
+            assert_eq!(resolve(Path::new(dev), false, &[]).expect(dev), Destination::Stream(dev.into()));
+        }
+        let dir = scratch("fifo");
+        let fifo = dir.join("pipe");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert_eq!(resolve(&fifo, false, &[]).expect("fifo"), Destination::Stream(fifo.clone()));
+        // A link to a device (as /dev/stdout is) leads to a stream, too.
+        let link = dir.join("null");
+        symlink("/dev/null", &link).expect("link");
+        assert_eq!(resolve(&link, false, &[]).expect("link"), Destination::Stream(link));
+    }
+
+    #[test]
+    fn existing_files_need_force_and_inputs_are_never_replaced() {
+        let dir = scratch("exists");
+        let f = dir.join("keep.gtr");
+        fs::write(&f, b"precious").expect("file");
+        assert!(matches!(resolve(&f, false, &[]), Err(Refused::Exists(_))));
+        assert_eq!(resolve(&f, true, &[]).expect("forced"), Destination::File { path: f.clone(), replace: true });
+        assert!(matches!(resolve(&f, true, &[&f]), Err(Refused::IsInput { .. })));
+        // The same file under another name (a hard link, or a link to it) is still the input.
+        let hard = dir.join("hard");
+        fs::hard_link(&f, &hard).expect("hard link");
+        assert!(matches!(resolve(&hard, true, &[&f]), Err(Refused::IsInput { .. })));
+        let soft = dir.join("soft");
+        symlink(&f, &soft).expect("symlink");
+        assert!(matches!(resolve(&soft, true, &[&f]), Err(Refused::IsInput { .. })));
+    }
+
+    #[test]
+    fn links_to_files_directories_and_block_devices_are_refused() {
+        let dir = scratch("refused");
+        let victim = dir.join("victim");
+        fs::write(&victim, b"x").expect("victim");
+        let link = dir.join("link");
+        symlink(&victim, &link).expect("link");
+        assert!(matches!(resolve(&link, false, &[]), Err(Refused::Symlink(_))));
+        assert_eq!(resolve(&link, true, &[]).expect("forced"), Destination::File { path: link, replace: true });
+        let dangling = dir.join("dangling");
+        symlink(dir.join("nothing"), &dangling).expect("link");
+        assert!(matches!(resolve(&dangling, false, &[]), Err(Refused::Symlink(_))));
+        assert!(matches!(resolve(&dir, true, &[]), Err(Refused::Unsupported { kind: "directory", .. })));
+        assert!(matches!(resolve(Path::new("/"), true, &[]), Err(Refused::Unsupported { .. })));
+        if let Some(block) = fs::read_dir("/dev").ok().and_then(|d| {
+            d.filter_map(Result::ok).map(|e| e.path()).find(|p| fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_block_device()))
+        }) {
+            assert!(matches!(resolve(&block, true, &[]), Err(Refused::Unsupported { kind: "block device", .. })));
+        }
+    }
+}

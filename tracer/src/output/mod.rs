@@ -1,0 +1,8 @@
+//! Output paths: what a path given for output means ([`destination`]) and how it is opened
+//! and put in place ([`open`]). Used by `record` and `export`; docs/cli.md, "Output files".
+
+pub mod destination;
+pub mod open;
+
+pub use destination::{resolve, Destination, Refused};
+pub use open::{open, Placement};
