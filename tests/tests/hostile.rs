@@ -315,22 +315,32 @@ fn a_command_that_maps_no_cuda_has_not_loaded_it() {
     assert_eq!(r["tracer"]["complete"], true);
 }
 
-/// `gputrace run --json` of an endless fakejob, given `signal` once it has run a while.
+/// `gputrace run --json` of an endless fakejob, given `signal` once armed and running.
 fn run_then_signal(signal: i32) -> Value {
-    let child = gt()
+    use std::io::BufRead as _;
+    let mut child = gt()
         .args(["-v", "run", "--json", "--nvml-hz", "0", "--"])
         .arg(fakejob())
         .args(["--steps", "100000000", "--driver-launches", "1", "--host-us", "100"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("gputrace runs");
-    std::thread::sleep(Duration::from_millis(1500));
+    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("piped"));
+    let mut line = String::new();
+    while !line.contains("armed: ") {
+        line.clear();
+        assert!(stderr.read_line(&mut line).expect("stderr") > 0, "gputrace ended before arming");
+    }
+    // Drain the rest, so that gputrace never blocks on a full pipe.
+    let drained = std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    std::thread::sleep(Duration::from_millis(500));
     // SAFETY: sending a signal has no memory-safety preconditions.
     unsafe { libc::kill(child.id() as i32, signal) };
     let out = child.wait_with_output().expect("gputrace exits");
-    serde_json::from_slice(&out.stdout).expect("a report")
+    let _ = drained.join();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("no report after signal {signal} ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
 
 #[test]
@@ -386,4 +396,34 @@ fn a_plain_user_under_hidepid_is_told_the_sweep_cannot_see_everyone() {
     assert_eq!(r["tracer"]["complete"], false);
     assert!(r["tracer"]["notes"].to_string().contains("hidepid"), "{:#}", r["tracer"]["notes"]);
     assert!(r["processes"].as_array().is_some_and(|p| p.iter().all(|p| p["pid"] != holder.pid)), "root's holder is invisible here");
+}
+
+#[test]
+fn the_overhead_estimate_uses_trap_costs_measured_per_probe() {
+    require_root();
+    // The fake cuMemcpyDtoHAsync_v2 begins with a `mov` (single-stepped by the kernel),
+    // cuStreamSynchronize with a `push` (emulated): the report must tell them apart.
+    let (code, stdout, stderr) =
+        output(gt().args(["run", "--json", "--nvml-hz", "0", "--"]).arg(fakejob()).args(["--steps", "500", "--item", "1"]));
+    assert_eq!(code, 0, "{stderr}");
+    let r: Value = serde_json::from_slice(&stdout).expect("a report");
+    let o = &r["tracer"]["overhead"];
+    assert_eq!(o["basis"], "measured", "{o:#}");
+    let probe = |symbol: &str| {
+        o["per_probe"].as_array().expect("per_probe").iter().find(|p| p["symbol"] == symbol).cloned().unwrap_or_else(|| panic!("{symbol}: {o:#}"))
+    };
+    let (copy, sync) = (probe("cuMemcpyDtoHAsync_v2"), probe("cuStreamSynchronize"));
+    assert_eq!(copy["entry"], "stepped");
+    assert_eq!(sync["entry"], "push");
+    assert_eq!(copy["hits"], 500);
+    let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or_else(|| panic!("{k}: {v:#}"));
+    assert!(f(&o["measured"], "stepped_ns") > f(&o["measured"], "push_ns"), "a single-step costs more than an emulated push: {o:#}");
+    assert!(f(&copy, "entry_ns") > f(&sync, "entry_ns"));
+    assert!((f(&copy, "cost_s") - 500.0 * (f(&copy, "entry_ns") + f(&copy, "return_ns")) / 1e9).abs() < 1e-9);
+    // The text report names the single-stepped probe.
+    let (code, stdout, stderr) = output(gt().args(["run", "--nvml-hz", "0", "--"]).arg(fakejob()).args(["--steps", "500", "--item", "1"]));
+    assert_eq!(code, 0, "{stderr}");
+    // (Words compared without the wrapping.)
+    let text = String::from_utf8_lossy(&stdout).split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(text.contains("cuMemcpyDtoHAsync_v2 is single-stepped by the kernel"), "{text}");
 }

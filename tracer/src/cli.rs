@@ -1,4 +1,4 @@
-//! The command line (../shared/CONTRACT.md, docs/cli.md): raw flags are parsed by clap and
+//! The command line (docs/contract.md, docs/cli.md): raw flags are parsed by clap and
 //! turned once into a validated [`Job`]; nothing downstream sees clap types.
 
 use std::{
@@ -349,7 +349,9 @@ fn recorded(outcome: &session::Outcome, report: &Report) -> i32 {
         files.join(", "),
         report.verdict
     );
-    eprintln!("gputrace: read it with `gputrace report {}` or `gputrace export {} --perfetto OUT.json`", files[0], files[0]);
+    if w.files.first().is_some_and(|f| f.is_file()) {
+        eprintln!("gputrace: read it with `gputrace report {}` or `gputrace export {} --perfetto OUT.json`", files[0], files[0]);
+    }
     match &w.error {
         Some(e) => {
             eprintln!("gputrace: {e}");

@@ -10,6 +10,8 @@ Workloads:
           (~250 kernel launches per step, host-bound)
   bf16    GPU-bound: bf16 MLP of 8192² layers, batch 4096, forward/backward/step
   graph   the eager MLP's forward and backward captured once in a CUDA graph, replayed
+  item    one `x.item()` on a 1-element tensor per step: a device-to-host copy and a
+          stream synchronize, the pattern whose probe cost issue 20 measured
 """
 import os
 import sys
@@ -63,6 +65,11 @@ elif mode == "bf16":
         opt.zero_grad(set_to_none=True)
         model(x).float().square().mean().backward()
         opt.step()
+elif mode == "item":
+    x = torch.ones(1, device=dev)
+
+    def step():
+        x.item()
 else:
     raise SystemExit(f"unknown mode {mode}")
 

@@ -4,6 +4,10 @@
 //! One fakejob launch loop (1,000,000 `cuLaunchKernel` calls on the fake CUDA) is timed by the
 //! job itself, five times each: untraced, under the bare uprobe, under `gputrace attach`.
 //! Medians are reported.
+//!
+//! Then the overhead estimate is checked against what tracing really cost: a `.item()` loop
+//! (a device-to-host copy whose probe the kernel single-steps, and a synchronize) timed
+//! untraced and traced, beside the report's `tracer.overhead.estimated_s`.
 
 use std::{
     io::{BufRead as _, BufReader, Write as _},
@@ -40,19 +44,21 @@ fn read_line(r: &mut BufReader<ChildStdout>) -> Result<String> {
     Ok(line.trim().to_owned())
 }
 
+/// The launch loop of the first table.
+fn launch_loop() -> Vec<String> {
+    ["--kernel-us", "0", "--steps", &STEPS.to_string(), "--driver-launches", &LAUNCHES_PER_STEP.to_string()].map(str::to_owned).to_vec()
+}
+
 /// One timed run: nanoseconds per launch.
 fn once(mode: Mode, release: &Path, fake: &Path) -> Result<f64> {
+    Ok(timed(mode, release, fake, &launch_loop())?.0 / (STEPS * LAUNCHES_PER_STEP) as f64)
+}
+
+/// One timed run of fakejob with `args`: its work time in ns, and gputrace's JSON report.
+fn timed(mode: Mode, release: &Path, fake: &Path, args: &[String]) -> Result<(f64, Option<String>)> {
     let mut job = Command::new(fake.join("fakejob"))
-        .args([
-            "--gate",
-            "--print-time",
-            "--kernel-us",
-            "0",
-            "--steps",
-            &STEPS.to_string(),
-            "--driver-launches",
-            &LAUNCHES_PER_STEP.to_string(),
-        ])
+        .args(["--gate", "--print-time"])
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()?;
@@ -77,7 +83,7 @@ fn once(mode: Mode, release: &Path, fake: &Path) -> Result<f64> {
         Mode::Gputrace => {
             let mut c = Command::new(release.join("gputrace"))
                 .args(["-v", "attach", "--json", "--nvml-hz", "0", "--pid", &pid])
-                .stdout(Stdio::null())
+                .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()?;
             let mut err = BufReader::new(c.stderr.take().context("stderr")?);
@@ -98,14 +104,55 @@ fn once(mode: Mode, release: &Path, fake: &Path) -> Result<f64> {
     let timing = read_line(&mut job_out)?;
     let ns: f64 = timing.strip_prefix("work_ns ").context("fakejob printed no time")?.parse()?;
     job.wait()?;
+    let mut report = None;
     if let Some(mut c) = tracer.take() {
         match mode {
             Mode::Floor => drop(c.stdin.take()),
             _ => kill(c.id(), "INT"),
         }
+        if let Some(mut out) = c.stdout.take().filter(|_| mode == Mode::Gputrace) {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut out, &mut s)?;
+            report = Some(s);
+        }
         c.wait()?;
     }
-    Ok(ns / (STEPS * LAUNCHES_PER_STEP) as f64)
+    Ok((ns, report))
+}
+
+/// The `.item()` loop of the second table: 20,000 steps of one copy + synchronize.
+const ITEM_STEPS: u64 = 20_000;
+
+/// Measured against estimated cost of tracing the `.item()` loop, medians of `REPEATS`.
+#[expect(clippy::print_stdout, reason = "the table is this command's output")]
+fn estimate_accuracy(release: &Path, fake: &Path) -> Result<()> {
+    let args: Vec<String> = ["--kernel-us", "0", "--steps", &ITEM_STEPS.to_string(), "--item", "1"].map(str::to_owned).to_vec();
+    let untraced: Vec<f64> = (0..REPEATS).map(|_| timed(Mode::Untraced, release, fake, &args).map(|t| t.0)).collect::<Result<_>>()?;
+    let mut added = Vec::new();
+    let mut estimated = Vec::new();
+    let base = median(untraced.clone());
+    for _ in 0..REPEATS {
+        let (ns, report) = timed(Mode::Gputrace, release, fake, &args)?;
+        let report: serde_json::Value = serde_json::from_str(&report.unwrap_or_default()).context("gputrace printed no report")?;
+        let est = report.pointer("/tracer/overhead/estimated_s").and_then(serde_json::Value::as_f64).context("no overhead estimate")?;
+        if report.pointer("/tracer/overhead/basis").and_then(serde_json::Value::as_str) != Some("measured") {
+            bail!("the trap costs were not measured: {}", report.pointer("/tracer/notes").unwrap_or(&serde_json::Value::Null));
+        }
+        added.push((ns - base) / 1e9);
+        estimated.push(est);
+    }
+    eprintln!("untraced work: {:?} s", untraced.iter().map(|n| n / 1e9).collect::<Vec<_>>());
+    eprintln!("traced, added: {added:?} s; estimated: {estimated:?} s");
+    let (a, e) = (median(added), median(estimated));
+    println!("
+| `.item()` loop, {ITEM_STEPS} steps (median of {REPEATS}) | seconds |");
+    println!("|---|---|");
+    println!("| untraced work | {:.3} |", base / 1e9);
+    println!("| added by tracing, measured | {a:.3} |");
+    println!("| added by tracing, gputrace's estimate (`tracer.overhead.estimated_s`) | {e:.3} |");
+    println!("
+estimate / measured = {:.2}", e / a);
+    Ok(())
 }
 
 /// Signal a child through kill(1), which keeps xtask free of a libc dependency.
@@ -140,5 +187,5 @@ pub fn run(release: &Path, fake: &Path) -> Result<()> {
         "\ngputrace's added cost per launch: {ours:.1} ns = {:.2} × the bare-uprobe floor ({floor:.1} ns); goal ≤ 1.2 ×",
         ours / floor
     );
-    Ok(())
+    estimate_accuracy(release, fake)
 }

@@ -75,12 +75,12 @@ impl HostTime {
 }
 
 /// `utilization.gpu` at or above which the GPU counts as busy when GPM is not available.
-/// FACTS.md: 91–100 % for GPU-bound jobs, 3–11 % for launch-bound or starved ones.
+/// docs/facts.md: 91–100 % for GPU-bound jobs, 3–11 % for launch-bound or starved ones.
 const UTIL_BUSY: f64 = 0.85;
 /// GPM SM activity at or above which the GPU counts as busy. `utilization.gpu` only says
 /// "some kernel ran": on the GPU machine a job filling buffers between allocations read 87 %
 /// utilization with 8 % SM activity, while GPU-bound jobs read 81–94 % SM activity
-/// (docs/validation.md; FACTS.md: 83–95 %).
+/// (docs/validation.md; docs/facts.md: 83–95 %).
 const SM_BUSY: f64 = 0.60;
 
 impl Account {

@@ -6,7 +6,7 @@
 use super::Account;
 use crate::report::model::GpuIdle;
 
-/// NVML samples `utilization.gpu` over its own periods (FACTS.md: ~5 samples/s), so its
+/// NVML samples `utilization.gpu` over its own periods (docs/facts.md: ~5 samples/s), so its
 /// window does not match the trace's exactly: the bound may exceed NVML's idle by this
 /// much before the two are called inconsistent.
 const NVML_TOLERANCE: f64 = 0.10;

@@ -18,7 +18,7 @@ pub const ALL: &[Rule] = &[
     gpu_bound,
 ];
 
-/// A launch rate the host path sustains only with tiny kernels. FACTS.md: one eager PyTorch
+/// A launch rate the host path sustains only with tiny kernels. docs/facts.md: one eager PyTorch
 /// `add_` costs ~6.8 µs of host time (≈150 k launches/s at best); the launch-bound MLP on the
 /// GPU machine ran 15–25 k/s, GEMM-bound jobs a few hundred to a few thousand.
 const LAUNCH_BOUND_RATE: f64 = 5_000.0;
@@ -116,7 +116,7 @@ fn pageable_copy(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
         return None;
     }
     let copies = c.h2d.count + c.d2h.count;
-    // Pageable copies are staged through a driver buffer while the host waits (FACTS.md: 4 MiB
+    // Pageable copies are staged through a driver buffer while the host waits (docs/facts.md: 4 MiB
     // pageable H2D 0.34 ms vs pinned 0.08 ms). The call also waits for the GPU work queued
     // before it, which is not the copy's cost: each call is charged at most its staging time
     // (`evidence::cost`). NVML caps it by the time the GPU did not work.

@@ -6,7 +6,7 @@
 //!   the GPU becomes the limiter.
 //! - Most fixes remove the cost outright (no sync every step, memory cached, a loader that
 //!   keeps up, CPUs given back, I/O off the training thread, transfers overlapped). Pinning
-//!   memory does not remove a copy, it makes it faster: FACTS.md measured 4 MiB pageable H2D
+//!   memory does not remove a copy, it makes it faster: docs/facts.md measured 4 MiB pageable H2D
 //!   at 0.34 ms and pinned at 0.08 ms, so about three quarters of the staging goes.
 //! - A transfer made non-blocking still takes its time on the bus: it can hide behind the
 //!   rest of the step (compute, host work), not vanish. So `blocking-copy` saves at most the
@@ -19,7 +19,7 @@
 use super::{rules::GPU_BOUND, Account};
 use crate::report::model::{Diagnosis, Saving};
 
-/// Pinned over pageable copy time (FACTS.md: 0.08 ms / 0.34 ms for 4 MiB H2D).
+/// Pinned over pageable copy time (docs/facts.md: 0.08 ms / 0.34 ms for 4 MiB H2D).
 const PINNED_OVER_PAGEABLE: f64 = 0.08 / 0.34;
 
 /// The share of the impact a fix removes, and why.

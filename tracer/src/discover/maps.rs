@@ -41,7 +41,7 @@ impl Mapping {
     }
 
     /// Memory from `cudaHostAlloc`/`cuMemHostAlloc` (what `pin_memory()` uses) shows as a
-    /// shared mapping of `/dev/zero (deleted)` (seen with driver 580, see FACTS.md).
+    /// shared mapping of `/dev/zero (deleted)` (seen with driver 580, see docs/facts.md).
     /// Ordinary `MAP_SHARED|MAP_ANONYMOUS` memory looks the same, which the classification
     /// evidence says.
     #[must_use]

@@ -7,11 +7,11 @@
 
 /// Pinned (DMA) transfer rate for the estimate, bytes per second. A gen4 x16 PCI Express link moves about
 /// 25 GB/s in practice; the H200's gen5 link moved 4 MiB pinned in 0.08 ms (52 GB/s,
-/// FACTS.md). Estimating at the slower rate blames the copy generously, never too little.
+/// docs/facts.md). Estimating at the slower rate blames the copy generously, never too little.
 pub const PINNED_BYTES_PER_S: f64 = 25e9;
 /// Pageable transfer rate for the estimate, bytes per second: the host stages the data
 /// through a pinned buffer. The slowest staging measured on the GPU machine: pageable D2H of
-/// 4 MiB in 3.0 ms, 1.4 GB/s (FACTS.md; pageable H2D was 12 GB/s).
+/// 4 MiB in 3.0 ms, 1.4 GB/s (docs/facts.md; pageable H2D was 12 GB/s).
 pub const PAGEABLE_BYTES_PER_S: f64 = 1.4e9;
 /// A copy's fixed cost (submission, DMA setup, completion), ns: the order of a CUDA call's
 /// latency, which matters only for copies of a few bytes.
@@ -29,7 +29,7 @@ mod tests {
 
     #[test]
     fn four_mib_pinned_and_pageable() {
-        // 4 MiB at 25 GB/s ≈ 0.17 ms; at 1.4 GB/s ≈ 3.0 ms (FACTS.md's pageable D2H).
+        // 4 MiB at 25 GB/s ≈ 0.17 ms; at 1.4 GB/s ≈ 3.0 ms (docs/facts.md's pageable D2H).
         assert_eq!(transfer_ns(4 << 20, PINNED_BYTES_PER_S) / 10_000, 17);
         assert_eq!(transfer_ns(4 << 20, PAGEABLE_BYTES_PER_S) / 100_000, 30);
     }

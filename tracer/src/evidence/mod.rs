@@ -158,7 +158,7 @@ impl Evidence {
                 t.sync_wait_ns += duration;
                 let after_copy = t.last_async_copy.take();
                 // An async copy then a sync on the same thread is how a copy with
-                // non_blocking=False, .cpu() and .item() look at the driver (FACTS.md).
+                // non_blocking=False, .cpu() and .item() look at the driver (docs/facts.md).
                 let mut marker_class = 0;
                 if let Some((dir, bytes)) = after_copy {
                     let d = self.copies.dir_mut(dir);

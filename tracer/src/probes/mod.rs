@@ -8,6 +8,7 @@ pub mod floor;
 mod layout;
 pub mod return_safety;
 pub mod tracefs;
+pub mod trap_cost;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -49,11 +50,19 @@ pub struct AttachedLibrary {
     /// Traced processes that had this file mapped before it was probed: their calls from
     /// the mapping to the probing (at most one rescan interval) were not seen.
     pub probed_late_for: BTreeSet<u32>,
+    /// What each probed symbol's first instruction is, which sets what its trap costs.
+    pub entry: BTreeMap<&'static str, trap_cost::EntryKind>,
 }
 
 impl AttachedLibrary {
     fn default_for(library: &Library) -> Self {
-        Self { library: library.clone(), symbols: Vec::new(), mapped_by: BTreeSet::new(), probed_late_for: BTreeSet::new() }
+        Self {
+            library: library.clone(),
+            symbols: Vec::new(),
+            mapped_by: BTreeSet::new(),
+            probed_late_for: BTreeSet::new(),
+            entry: BTreeMap::new(),
+        }
     }
 }
 
@@ -272,8 +281,10 @@ impl Kernel {
         let wanted: Vec<&str> = PROBES.iter().map(|p| p.symbol).collect();
         let offsets = symbols::file_offsets(&library.open_path, &wanted)?;
         let mut attached = Vec::new();
+        let mut entry = BTreeMap::new();
         for spec in PROBES {
             let Some(&offset) = offsets.get(spec.symbol) else { continue };
+            entry.insert(spec.symbol, trap_cost::entry_kind_at(&library.open_path, offset));
             self.attach_one(spec.symbol, offset, library)?;
             if has_return(spec) && !self.entry_only {
                 self.attach_one(&return_program(spec.symbol), offset, library)?;
@@ -281,7 +292,7 @@ impl Kernel {
             attached.push(spec.symbol);
         }
         log::info!("probed {} of {} CUDA symbols in {}", attached.len(), PROBES.len(), library.name);
-        self.attached.insert(key, AttachedLibrary { library: library.clone(), symbols: attached, ..AttachedLibrary::default_for(library) });
+        self.attached.insert(key, AttachedLibrary { library: library.clone(), symbols: attached, entry, ..AttachedLibrary::default_for(library) });
         Ok(true)
     }
 
@@ -305,6 +316,11 @@ impl Kernel {
         })?;
         self.uprobe_links.push((program.to_owned(), link));
         Ok(())
+    }
+
+    /// What a trap costs on this kernel, by the instruction it sits on (`trap_cost`).
+    pub fn measure_trap_costs(&mut self) -> std::result::Result<trap_cost::TrapCosts, String> {
+        trap_cost::calibrate(&mut self.ebpf)
     }
 
     #[must_use]

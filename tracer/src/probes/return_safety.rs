@@ -157,9 +157,9 @@ fn run_child_traced(ebpf: &mut Ebpf, nr: u32, work: impl FnOnce()) -> Safety {
 }
 
 /// The offset in our executable's file of the code at `addr`.
-fn own_file_offset(addr: u64) -> Option<u64> {
+pub(super) fn own_file_offset(addr: u64) -> Option<u64> {
     let exe = std::fs::read_link("/proc/self/exe").ok()?;
-    let text = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let text = crate::discover::procfs::read_text("/proc/self/maps").ok()?;
     let (mappings, _) = maps::parse(&text);
     let m = mappings.iter().find(|m| m.contains(addr) && std::path::Path::new(&m.path) == exe)?;
     Some(addr - m.start + m.offset)

@@ -1,5 +1,5 @@
 //! tracefs: where the kernel publishes tracepoint ids and record layouts. Classic tracepoints
-//! need it for their ids; it is not mounted on a fresh machine (FACTS.md), so it is mounted
+//! need it for their ids; it is not mounted on a fresh machine (docs/facts.md), so it is mounted
 //! here when missing. Layouts are read, not assumed, because they change between kernels.
 
 use std::{fs, path::PathBuf};

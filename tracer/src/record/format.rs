@@ -101,6 +101,9 @@ pub struct LibraryRecord {
     /// Traced processes that mapped it before it was probed.
     #[serde(default)]
     pub probed_late_for: Vec<u32>,
+    /// The kind of each probed symbol's first instruction (what its trap costs).
+    #[serde(default)]
+    pub entry: std::collections::BTreeMap<String, crate::probes::trap_cost::EntryKind>,
 }
 
 /// The periodic state of the session: kernel counters and what the session learnt.
@@ -137,6 +140,9 @@ pub struct End {
     /// The signal that killed the command, if one did.
     #[serde(default)]
     pub exit_signal: Option<i32>,
+    /// What a trap cost, measured at the end of the session.
+    #[serde(default)]
+    pub trap_costs: Option<crate::probes::trap_cost::TrapCosts>,
     /// Devices with the memory the traced processes held at the end.
     pub gpu_devices: Option<Vec<DeviceInfo>>,
     /// Per device, every process holding memory there at the end: (pid, bytes).

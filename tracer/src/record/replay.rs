@@ -252,6 +252,7 @@ impl State {
             command: start.command.clone(),
             exit_status: self.end.as_ref().and_then(|e| e.exit_status),
             exit_signal: self.end.as_ref().and_then(|e| e.exit_signal),
+            trap_costs: self.end.as_ref().and_then(|e| e.trap_costs.clone()),
             start_ns: start.start_ns,
             end_ns,
             stopped_by,
@@ -304,6 +305,7 @@ fn library(l: &super::format::LibraryRecord) -> AttachedLibrary {
         symbols: l.symbols.iter().filter_map(|s| PROBES.iter().find(|p| p.symbol == s).map(|p| p.symbol)).collect(),
         mapped_by: l.mapped_by.iter().copied().collect(),
         probed_late_for: l.probed_late_for.iter().copied().collect(),
+        entry: l.entry.iter().filter_map(|(s, k)| PROBES.iter().find(|p| p.symbol == s).map(|p| (p.symbol, *k))).collect(),
     }
 }
 

@@ -96,7 +96,7 @@ pub fn build(outcome: &Outcome) -> Report {
         steps: findings.steps,
         tracer: Tracer {
             lost_events,
-            overhead: super::overhead::estimate(ev, window_ns, outcome.entry_only),
+            overhead: super::overhead::estimate(ev, window_ns, outcome.entry_only, &outcome.libraries, outcome.trap_costs.as_ref()),
             entry_only: outcome.entry_only,
             // A damaged recording lost an unknown amount after the damage.
             complete: lost_events == 0

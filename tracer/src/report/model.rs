@@ -1,5 +1,5 @@
 //! The report's JSON shape, `gputrace.report/1` (docs/report.md). Field names are a contract
-//! (../shared/CONTRACT.md): add freely, rename nothing.
+//! (docs/contract.md): add freely, rename nothing.
 
 use serde::{Deserialize, Serialize};
 
@@ -554,7 +554,7 @@ pub struct Tracer {
 pub struct Overhead {
     /// Uprobe traps taken by the job's threads (a call with a return probe traps twice).
     pub traps: u64,
-    /// The cost assumed per trap, ns.
+    /// The mean cost per trap, ns.
     pub trap_ns: f64,
     /// Traps × cost, all threads.
     pub estimated_s: f64,
@@ -563,6 +563,29 @@ pub struct Overhead {
     pub busiest_thread: Option<u32>,
     pub busiest_thread_s: f64,
     pub fraction_of_window: f64,
+    /// `measured` (trap costs measured on this kernel at the end of the session) or
+    /// `assumed` (1 µs a trap, where no measurement exists).
+    #[serde(default)]
+    pub basis: String,
+    /// The measured cost of a trap by the instruction it sits on, and of a return probe.
+    #[serde(default)]
+    pub measured: Option<crate::probes::trap_cost::TrapCosts>,
+    /// Every probe that fired, costliest first.
+    #[serde(default)]
+    pub per_probe: Vec<ProbeCost>,
+}
+
+/// What one probed symbol cost the job.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProbeCost {
+    pub symbol: String,
+    /// The instruction the probe sits on (null where unknown: an old recording).
+    pub entry: Option<crate::probes::trap_cost::EntryKind>,
+    pub entry_ns: f64,
+    /// 0 where the probe has no return probe.
+    pub return_ns: f64,
+    pub hits: u64,
+    pub cost_s: f64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

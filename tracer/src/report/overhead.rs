@@ -1,47 +1,85 @@
-//! What tracing cost the job, estimated from what the probes counted: every probe hit is a
-//! uprobe trap on the job's thread (two for calls with a return probe), and the thread that
-//! took the most traps was slowed the most.
+//! What tracing cost the job, from what the probes counted and what a trap was measured to
+//! cost here: every probe hit is a uprobe trap on the job's thread, whose cost depends on the
+//! instruction the probe sits on (`probes::trap_cost`), plus a return probe's own cost for
+//! calls that have one. The thread that paid the most was slowed the most.
 
-use gputrace_common::{spec_of, Family};
+use std::collections::BTreeMap;
 
-use super::model::Overhead;
-use crate::evidence::Evidence;
+use gputrace_common::{spec_of, Family, PROBES};
 
-/// Host time one uprobe trap costs the traced thread, gputrace's own work included. A bare
-/// counting uprobe costs ~0.9 µs per hit on the GPU machine (FACTS.md; two probes added
-/// 1.83 µs to a 6.8 µs `add_`), and gputrace's programs add ~4 % to that floor
-/// (docs/benchmarks.md). Rounded up, so the estimate errs high.
-pub const TRAP_NS: f64 = 1_000.0;
+use super::model::{Overhead, ProbeCost};
+use crate::{
+    evidence::Evidence,
+    probes::{
+        trap_cost::{EntryKind, TrapCosts},
+        AttachedLibrary,
+    },
+};
 
-/// Traps per hit of probe `id`: entry-only probes trap once, probes with a return probe twice
-/// (once in entry-only mode, where no return probe is attached).
-fn traps(id: u32, entry_only: bool) -> u64 {
+/// Whether probe `id` has a return probe attached (launches never do; nothing does in
+/// entry-only mode).
+fn has_return(id: u32, entry_only: bool) -> bool {
     match spec_of(id).map(|s| s.family) {
-        Some(Family::Launch | Family::GraphLaunch) => 1,
-        Some(_) if entry_only => 1,
-        Some(_) => 2,
-        None => 0,
+        Some(Family::Launch | Family::GraphLaunch) | None => false,
+        Some(_) => !entry_only,
     }
 }
 
+/// Per probe id: its entry kind (from the first library that has the symbol), its entry
+/// and return cost, ns.
+fn costs_by_probe(libraries: &[AttachedLibrary], measured: Option<&TrapCosts>, entry_only: bool) -> BTreeMap<u32, (Option<EntryKind>, f64, f64)> {
+    PROBES
+        .iter()
+        .map(|spec| {
+            let kind = libraries.iter().find_map(|l| l.entry.get(spec.symbol).copied());
+            let (entry, ret) = match measured {
+                // A probe whose instruction is unknown (an old recording) is charged as stepped.
+                Some(c) => (c.entry_ns(kind.unwrap_or(EntryKind::Stepped)), c.return_ns),
+                None => (TrapCosts::ASSUMED_NS, TrapCosts::ASSUMED_NS),
+            };
+            (spec.id, (kind, entry, if has_return(spec.id, entry_only) { ret } else { 0.0 }))
+        })
+        .collect()
+}
+
 #[must_use]
-pub fn estimate(ev: &Evidence, window_ns: u64, entry_only: bool) -> Overhead {
-    let per_thread: Vec<(u32, u64)> = ev
+pub fn estimate(ev: &Evidence, window_ns: u64, entry_only: bool, libraries: &[AttachedLibrary], measured: Option<&TrapCosts>) -> Overhead {
+    let costs = costs_by_probe(libraries, measured, entry_only);
+    let traps_of = |id: u32, n: u64| n.saturating_mul(if has_return(id, entry_only) { 2 } else { 1 });
+    let ns_of = |id: u32, n: u64| costs.get(&id).map_or(0.0, |(_, e, r)| n as f64 * (e + r));
+    let per_thread: Vec<(u32, u64, f64)> = ev
         .threads
         .iter()
-        .map(|(tid, t)| (*tid, t.hits.iter().enumerate().map(|(id, &n)| n.saturating_mul(traps(id as u32, entry_only))).fold(0, u64::saturating_add)))
+        .map(|(tid, t)| {
+            let hits = t.hits.iter().enumerate().map(|(id, &n)| (id as u32, n));
+            let (traps, ns) = hits.fold((0u64, 0.0), |(traps, ns), (id, n)| (traps.saturating_add(traps_of(id, n)), ns + ns_of(id, n)));
+            (*tid, traps, ns)
+        })
         .collect();
-    let total: u64 = per_thread.iter().map(|(_, n)| *n).fold(0, u64::saturating_add);
-    let (busiest_tid, busiest) = per_thread.iter().copied().max_by_key(|(_, n)| *n).unwrap_or_default();
-    let cost_s = |traps: u64| traps as f64 * TRAP_NS / 1e9;
+    let traps: u64 = per_thread.iter().map(|(_, n, _)| *n).fold(0, u64::saturating_add);
+    let total_ns: f64 = per_thread.iter().map(|(_, _, ns)| ns).sum();
+    let (busiest_tid, _, busiest_ns) = per_thread.iter().copied().max_by(|a, b| a.2.total_cmp(&b.2)).unwrap_or_default();
+    let mut per_probe: Vec<ProbeCost> = ev
+        .hits()
+        .into_iter()
+        .filter_map(|(id, hits)| {
+            let spec = spec_of(id)?;
+            let (kind, entry_ns, return_ns) = costs.get(&id).copied()?;
+            Some(ProbeCost { symbol: spec.symbol.into(), entry: kind, entry_ns, return_ns, hits, cost_s: ns_of(id, hits) / 1e9 })
+        })
+        .collect();
+    per_probe.sort_by(|a, b| b.cost_s.total_cmp(&a.cost_s));
     Overhead {
-        traps: total,
-        trap_ns: TRAP_NS,
-        estimated_s: cost_s(total),
-        busiest_thread: (busiest > 0).then_some(busiest_tid),
-        busiest_thread_s: cost_s(busiest),
+        traps,
+        trap_ns: if traps == 0 { measured.map_or(TrapCosts::ASSUMED_NS, |c| c.push_ns) } else { total_ns / traps as f64 },
+        estimated_s: total_ns / 1e9,
+        busiest_thread: (busiest_ns > 0.0).then_some(busiest_tid),
+        busiest_thread_s: busiest_ns / 1e9,
         // The slowdown of the most-trapped thread: its lost time over the window.
-        fraction_of_window: if window_ns == 0 { 0.0 } else { (cost_s(busiest) / (window_ns as f64 / 1e9)).min(1.0) },
+        fraction_of_window: if window_ns == 0 { 0.0 } else { (busiest_ns / window_ns as f64).min(1.0) },
+        basis: if measured.is_some() { "measured" } else { "assumed" }.into(),
+        measured: measured.cloned(),
+        per_probe,
     }
 }
 
@@ -62,12 +100,43 @@ mod tests {
         b.hits = [0; gputrace_common::probe::PROBE_SLOTS];
         b.hits[launch as usize] = 10;
         ev.add_counters(11, &b);
-        let o = estimate(&ev, 1_000_000_000, false);
+        let o = estimate(&ev, 1_000_000_000, false, &[], None);
         assert_eq!(o.traps, 100_000 + 2_000 + 10);
+        // No measurement: 1 µs a trap, as assumed before.
         assert_eq!(o.busiest_thread, Some(10));
         assert!((o.busiest_thread_s - 0.102).abs() < 1e-9);
         assert!((o.fraction_of_window - 0.102).abs() < 1e-9, "102,000 µs of traps in a 1 s window");
-        assert_eq!(estimate(&Evidence::default(), 0, false).busiest_thread, None);
-        assert_eq!(estimate(&ev, 1_000_000_000, true).traps, 100_000 + 1_000 + 10, "entry-only: one trap per call");
+        assert_eq!(o.basis, "assumed");
+        assert_eq!(estimate(&Evidence::default(), 0, false, &[], None).busiest_thread, None);
+        assert_eq!(estimate(&ev, 1_000_000_000, true, &[], None).traps, 100_000 + 1_000 + 10, "entry-only: one trap per call");
+    }
+
+    #[test]
+    fn measured_costs_charge_each_probe_by_the_instruction_it_sits_on() {
+        use crate::{discover::libraries::Library, probes::trap_cost::EntryKind};
+        let launch = gputrace_common::PROBES.iter().find(|p| p.family == Family::Launch).expect("a launch probe");
+        let sync = gputrace_common::PROBES.iter().find(|p| p.family == Family::Sync).expect("a sync probe");
+        let mut ev = Evidence::default();
+        let mut a = gputrace_common::ThreadCounters { tgid: 1, _reserved: 0, drained_at_ns: 0, hits: [0; gputrace_common::probe::PROBE_SLOTS] };
+        a.hits[launch.id as usize] = 1_000;
+        a.hits[sync.id as usize] = 1_000;
+        ev.add_counters(10, &a);
+        let lib = AttachedLibrary {
+            library: Library { dev: 1, inode: 2, open_path: "/x".into(), name: "libcuda.so.1".into() },
+            symbols: vec![launch.symbol, sync.symbol],
+            mapped_by: std::collections::BTreeSet::new(),
+            probed_late_for: std::collections::BTreeSet::new(),
+            entry: [(launch.symbol, EntryKind::Push), (sync.symbol, EntryKind::Stepped)].into_iter().collect(),
+        };
+        let costs = TrapCosts { push_ns: 800.0, stepped_ns: 9_000.0, return_ns: 500.0, ..TrapCosts::default() };
+        let o = estimate(&ev, 1_000_000_000, false, &[lib], Some(&costs));
+        assert_eq!(o.basis, "measured");
+        assert_eq!(o.traps, 1_000 + 2_000);
+        // 1,000 launches on a push: 0.8 ms; 1,000 syncs single-stepped with a return: 9.5 ms.
+        assert!((o.estimated_s - 0.0103).abs() < 1e-9, "{}", o.estimated_s);
+        assert_eq!(o.per_probe[0].symbol, sync.symbol, "the costliest probe first");
+        assert_eq!(o.per_probe[0].entry, Some(EntryKind::Stepped));
+        assert!((o.per_probe[0].cost_s - 0.0095).abs() < 1e-9);
+        assert!((o.fraction_of_window - 0.0103).abs() < 1e-9);
     }
 }

@@ -182,17 +182,25 @@ pub fn render(r: &Report, color: bool) -> String {
             "no events lost".to_owned()
         } else if t.lost_events > 0 {
             st.paint("31", &format!("{} events LOST: counts are incomplete", t.lost_events))
+        } else if t.probed_late > 0 {
+            st.paint("31", &format!("calls of {} process(es) were missed before their CUDA library was probed: counts are a lower bound", t.probed_late))
         } else {
             st.paint("31", "the recording is incomplete: counts are a lower bound")
         }
     );
     if t.overhead.traps > 0 {
-        let cost = format!(
-            "{:.1}% of its busiest thread ({} probe traps × {:.0} µs)",
+        let mut cost = format!(
+            "{:.1}% of its busiest thread ({} probe traps, {:.1} µs each on average, {})",
             t.overhead.fraction_of_window * 100.0,
             t.overhead.traps,
-            t.overhead.trap_ns / 1e3
+            t.overhead.trap_ns / 1e3,
+            t.overhead.basis
         );
+        // The costliest probe, when the kernel single-steps its instruction: the usual
+        // reason a trace costs more than expected.
+        if let Some(p) = t.overhead.per_probe.first().filter(|p| p.entry == Some(crate::probes::trap_cost::EntryKind::Stepped)) {
+            let _ = write!(cost, "; {} is single-stepped by the kernel ({:.1} µs a call, {:.3} s in all)", p.symbol, (p.entry_ns + p.return_ns) / 1e3, p.cost_s);
+        }
         wrap(&mut out, "  estimated cost to the job: ", &cost);
     }
     if let Some(rec) = &t.recording {

@@ -69,6 +69,7 @@ pub fn library_records(libraries: &[AttachedLibrary]) -> Vec<LibraryRecord> {
             symbols: l.symbols.iter().map(|s| (*s).to_owned()).collect(),
             mapped_by: l.mapped_by.iter().copied().collect(),
             probed_late_for: l.probed_late_for.iter().copied().collect(),
+            entry: l.entry.iter().map(|(s, k)| ((*s).to_owned(), *k)).collect(),
         })
         .collect()
 }

@@ -112,6 +112,8 @@ pub struct Outcome {
     pub exit_status: Option<i32>,
     /// The signal that killed the command, if one did.
     pub exit_signal: Option<i32>,
+    /// What a uprobe trap cost here, measured at the end; None where it could not be.
+    pub trap_costs: Option<crate::probes::trap_cost::TrapCosts>,
     pub start_ns: u64,
     pub end_ns: u64,
     pub stopped_by: StopReason,
@@ -315,6 +317,16 @@ impl Live {
             }
             None => None,
         };
+        // Measured after the window, so the job is not slowed while it is traced.
+        let trap_costs = match self.kernel.measure_trap_costs() {
+            Ok(c) => Some(c),
+            Err(why) => {
+                let note = format!("the cost of a probe could not be measured ({why}); the overhead estimate assumes 1 µs a trap");
+                log::warn!("{note}");
+                self.notes.push(note);
+                None
+            }
+        };
         let usage = crate::usage::now();
         let peak_rss_bytes = usage.map(|u| u.peak_rss_bytes);
         let cpu_s = usage.map(|u| u.user_s + u.system_s);
@@ -325,6 +337,7 @@ impl Live {
                 stopped_by: stopped_by.as_str().into(),
                 exit_status,
                 exit_signal,
+                trap_costs: trap_costs.clone(),
                 gpu_devices: gpu.as_ref().map(|(g, _)| g.devices.clone()),
                 gpu_holders: gpu.as_ref().map(|(g, _)| g.holders.clone()).unwrap_or_default(),
                 peak_rss_bytes,
@@ -342,6 +355,7 @@ impl Live {
             command: String::new(),
             exit_status,
             exit_signal,
+            trap_costs,
             start_ns: self.start_ns,
             end_ns,
             stopped_by,

@@ -3,7 +3,7 @@
 //!
 //! Two sources, as in a trace: the kernel's per-thread hit counters (`THREADS`, exact, one
 //! slot per probe) give the number of calls of each kind; the call records from the ring
-//! buffer give times, bytes and results. Launches write no record (FACTS.md: they are the hot
+//! buffer give times, bytes and results. Launches write no record (docs/facts.md: they are the hot
 //! path), so the last time a process launched is taken from the counters, polled every
 //! `POLL`: a process whose counters moved since the previous poll was active at this poll.
 

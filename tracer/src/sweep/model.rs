@@ -1,5 +1,5 @@
 //! The sweep's JSON shape, `gputrace.sweep/1` (docs/sweep.md). Field names are a contract
-//! (../shared/CONTRACT.md): add freely, rename nothing.
+//! (docs/contract.md): add freely, rename nothing.
 
 use serde::{Deserialize, Serialize};
 

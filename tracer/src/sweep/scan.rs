@@ -4,7 +4,7 @@
 //! - its memory map names the CUDA driver (`libcuda.so*`, by file name; the inode is what
 //!   gets probed, see `discover::libraries`);
 //! - its memory map names an NVIDIA device file: a CUDA context maps `/dev/nvidiactl`,
-//!   `/dev/nvidiaN` and `/dev/nvidia-uvm` (FACTS.md), so this is a live context;
+//!   `/dev/nvidiaN` and `/dev/nvidia-uvm` (docs/facts.md), so this is a live context;
 //! - its file table has an NVIDIA device open (`/proc/PID/fd/*` links). NVML clients
 //!   (`nvidia-smi`, exporters, gputrace itself) open the device without a context. The file
 //!   table is the expensive part of a scan (a `readlink` per descriptor), so it is read only
