@@ -32,6 +32,9 @@
  *   --sleep-ms M           per step: sleep M ms (a thread that waits, not computes)
  *   --read-file PATH       after the gate, a forked worker process reads PATH with O_DIRECT
  *   --read-bytes N         ... N bytes of it, in 1 MiB requests (default: 64 MiB)
+ *   --pipe-worker-us U     after the gate, a forked worker process computes U µs per item and
+ *                          writes it to a pipe; each step first reads one item from the pipe
+ *                          (a training loop fed by a DataLoader worker)
  *   --read-per-step B      per step, the launching thread itself reads B bytes of --read-file
  *                          with O_DIRECT (a training loop blocked on the disk)
  *   --device-memory-mib M  give the fake GPU M MiB of memory (allocations beyond fail with
@@ -100,7 +103,7 @@ static int (*drv_launch_ex)(const launch_config *, void *, void **, void **);
 
 static struct {
     int gate, threads, steps, runtime_launches, driver_launches, ex_launches, graphs, item, sync, alloc_churn, fork, vmm;
-    int load_after_gate, pin_after_gate, print_time;
+    int load_after_gate, pin_after_gate, print_time, pipe_worker_us;
     long kernel_us, host_us, settle_ms, sleep_ms, device_memory_mib, hold_ms;
     long read_bytes, read_per_step;
     char read_file[PATH_MAX];
@@ -112,6 +115,8 @@ static struct fake_kernel kernel, graph;
 static void *pinned_buf;
 static void *pinned_d2h_buf;
 static void *device_buf;
+/* The read end of the --pipe-worker-us feeder's pipe. */
+static int feeder_rd = -1;
 
 static void die(const char *what) {
     fprintf(stderr, "fakejob: %s\n", what);
@@ -223,6 +228,10 @@ static void *worker(void *arg) {
     if (opt.vmm && drv_mem_address_reserve(&vmm_base, (size_t)opt.vmm * VMM_CHUNK, 0, 0, 0)) die("cuMemAddressReserve failed");
     int scalar;
     for (int s = 0; s < opt.steps; s++) {
+        if (opt.pipe_worker_us) {
+            char item;
+            if (read(feeder_rd, &item, 1) != 1) die("the feeder closed its pipe");
+        }
         if (opt.host_us) {
             uint64_t until = now_ns() + (uint64_t)opt.host_us * 1000;
             while (now_ns() < until) {
@@ -265,6 +274,27 @@ static void *worker(void *arg) {
     free(rows_2d);
     free(rows_3d);
     return NULL;
+}
+
+/* A data-loader worker feeding the training loop through a pipe: U µs of CPU per item. */
+static pid_t start_feeder(void) {
+    int fds[2];
+    if (pipe(fds)) die("pipe");
+    pid_t pid = fork();
+    if (pid != 0) {
+        close(fds[1]);
+        feeder_rd = fds[0];
+        return pid;
+    }
+    close(fds[0]);
+    long items = (long)opt.steps * (opt.threads > 64 ? 64 : opt.threads);
+    for (long i = 0; i < items; i++) {
+        uint64_t until = now_ns() + (uint64_t)opt.pipe_worker_us * 1000;
+        while (now_ns() < until) {
+        }
+        if (write(fds[1], "x", 1) != 1) _exit(1);
+    }
+    _exit(0);
 }
 
 /* A data-loader worker: read the file with O_DIRECT so every byte is a block request. */
@@ -318,7 +348,7 @@ int main(int argc, char **argv) {
         NUM("--kernel-us", kernel_us) NUM("--host-us", host_us) NUM("--pageable-h2d", pageable_h2d)
         NUM("--pinned-h2d", pinned_h2d) NUM("--item", item) NUM("--alloc-churn", alloc_churn)
         NUM("--settle-ms", settle_ms) NUM("--hold-ms", hold_ms) NUM("--device-memory-mib", device_memory_mib) NUM("--sleep-ms", sleep_ms) NUM("--read-bytes", read_bytes) NUM("--read-per-step", read_per_step)
-        NUM("--copy2d", copy2d) NUM("--copy3d", copy3d) NUM("--vmm", vmm) NUM("--blocking-d2h", blocking_d2h)
+        NUM("--copy2d", copy2d) NUM("--copy3d", copy3d) NUM("--vmm", vmm) NUM("--blocking-d2h", blocking_d2h) NUM("--pipe-worker-us", pipe_worker_us)
         if (!strcmp(a, "--read-file")) { snprintf(opt.read_file, sizeof opt.read_file, "%s", v); i++; continue; }
         if (!strcmp(a, "--lib-dir")) { snprintf(opt.lib_dir, sizeof opt.lib_dir, "%s", v); i++; continue; }
         fprintf(stderr, "fakejob: unknown argument %s\n", a);
@@ -346,10 +376,12 @@ int main(int argc, char **argv) {
     if (opt.load_after_gate || opt.pin_after_gate) pin_buffer();
     if (rt_malloc(&device_buf, 64 << 20)) die("cudaMalloc failed");
     pid_t reader = opt.read_file[0] && !opt.read_per_step ? start_reader() : 0;
+    pid_t feeder = opt.pipe_worker_us ? start_feeder() : 0;
     pid_t child = opt.fork ? fork() : 0;
     uint64_t t0 = now_ns();
     run_workload();
     if (opt.print_time) printf("work_ns %llu\n", (unsigned long long)(now_ns() - t0));
+    if (feeder > 0) waitpid(feeder, NULL, 0);
     if (opt.hold_ms) {
         printf("holding %d\n", getpid());
         fflush(stdout);

@@ -127,9 +127,55 @@ fn reading_the_disk_in_the_training_thread_is_io_stall() {
 }
 
 #[test]
-fn waiting_between_steps_with_the_gpu_idle_is_input_starved() {
+fn a_loop_fed_by_a_worker_process_through_a_pipe_is_input_starved_and_names_the_worker() {
+    require_root();
+    // Each step waits for one item that a forked worker computes for 2 ms and writes to a pipe.
+    let (r, code, stderr) = run_fakejob(&["--steps", "100", "--driver-launches", "5", "--pipe-worker-us", "2000"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(r["verdict"], "input-starved", "{:#}", r["diagnoses"]);
+    let target = num(&r, "/target/pid");
+    let worker = r["target"]["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .find(|p| p["parent"].as_u64() == Some(target))
+        .and_then(|p| p["pid"].as_u64())
+        .unwrap_or_else(|| panic!("the worker process: {:#}", r["target"]));
+    let a = &r["time_account"];
+    assert!(a["waits"]["input_worker"].as_f64().expect("input_worker") > 0.1, "{a:#}");
+    assert_eq!(a["wakers"][0]["kind"], "input_worker", "{a:#}");
+    assert!(a["wakers"][0]["waker"].as_str().expect("waker").starts_with(&format!("pid {worker} ")), "{a:#}");
+    let d = &r["diagnoses"][0];
+    assert!(d.to_string().contains(&format!("pid {worker}")), "the worker is named: {d:#}");
+}
+
+#[test]
+fn a_loop_that_sleeps_on_a_timer_between_steps_is_not_input_starved() {
     require_root();
     let (r, code, stderr) = run_fakejob(&["--steps", "100", "--driver-launches", "5", "--sleep-ms", "5"]);
     assert_eq!(code, 0, "{stderr}");
-    assert_eq!(r["verdict"], "input-starved", "{:#}", r["diagnoses"]);
+    assert_eq!(r["verdict"], "host-sleep", "{:#}", r["diagnoses"]);
+    assert!(r["diagnoses"].as_array().expect("diagnoses").iter().all(|d| d["id"] != "input-starved"), "{:#}", r["diagnoses"]);
+    assert!(r["time_account"]["waits"]["timer"].as_f64().expect("timer") > 0.3, "{:#}", r["time_account"]);
+}
+
+#[test]
+fn a_job_that_sleeps_on_a_timer_before_working_is_paused_not_input_starved() {
+    require_root();
+    // 1.5 s asleep after loading CUDA (the launching thread is created afterwards), then a
+    // GPU-bound loop.
+    let (r, code, stderr) =
+        run_fakejob(&["--settle-ms", "1500", "--steps", "300", "--driver-launches", "20", "--kernel-us", "100", "--sync"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(r["diagnoses"].as_array().expect("diagnoses").iter().all(|d| d["id"] != "input-starved"), "{:#}", r["diagnoses"]);
+    let phases = r["window"]["phases"].as_array().expect("phases");
+    let paused: f64 = phases
+        .iter()
+        .filter(|p| p["kind"] == "paused")
+        .map(|p| p["end_s"].as_f64().expect("end") - p["start_s"].as_f64().expect("start"))
+        .sum();
+    assert!((1.3..1.8).contains(&paused), "{:#}", r["window"]);
+    let (window, active) = (r["window"]["duration_s"].as_f64().expect("window"), r["window"]["active_s"].as_f64().expect("active"));
+    assert!((window - active - paused).abs() < 1e-6, "{:#}", r["window"]);
+    assert!((r["time_account"]["window_s"].as_f64().expect("account") - active).abs() < 1e-6, "shares are of the active time");
 }

@@ -16,6 +16,8 @@ pub const KIND_TASK_EXEC: u32 = 32;
 
 /// A traced thread's final scheduler accounting, at its last switch-out ([`SchedFinalEvent`]).
 pub const KIND_SCHED_FINAL: u32 = 40;
+/// A traced thread woke from a long off-CPU spell ([`LongSleepEvent`]).
+pub const KIND_LONG_SLEEP: u32 = 41;
 /// A block request of the traced tree completed ([`IoEvent`]).
 pub const KIND_IO: u32 = 50;
 
@@ -87,6 +89,22 @@ pub struct SchedFinalEvent {
     pub sched: ThreadSched,
 }
 const _: () = assert!(core::mem::size_of::<SchedFinalEvent>() == 24 + 64);
+
+/// An off-CPU spell of at least [`crate::host::LONG_SLEEP_NS`], written when the thread was
+/// woken (`header.ts_ns`); `header.tid` is the woken thread.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LongSleepEvent {
+    pub header: EventHeader,
+    pub start_ns: u64,
+    /// The wakeup, as counted in the `WAKES` map.
+    pub wake: crate::host::WakeKey,
+    /// 1 for an uninterruptible (`D`) spell.
+    pub blocked: u32,
+    #[expect(clippy::pub_underscore_fields, reason = "explicit padding: wire types have no implicit padding")]
+    pub _reserved: u32,
+}
+const _: () = assert!(core::mem::size_of::<LongSleepEvent>() == 24 + 8 + 24 + 8);
 
 /// A completed block request, attributed to the thread that submitted it.
 /// `header.ts_ns` is the completion time.

@@ -41,6 +41,47 @@ pub struct ThreadSched {
 }
 const _: () = assert!(core::mem::size_of::<ThreadSched>() == 64);
 
+/// One kind of wakeup of a traced thread, the key of the `WAKES` map: who woke it (the
+/// task current at `sched_waking`, which in interrupt context is whatever task was
+/// interrupted — hence the kernel stack, which shows the interrupt), along which kernel path,
+/// and whether the thread was inside a CUDA call.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WakeKey {
+    /// The thread that was woken.
+    pub tid: u32,
+    /// The waker's process (0: the idle task, an interrupt on an idle CPU).
+    pub waker_tgid: u32,
+    /// The waker's kernel stack in `WAKE_STACKS`; negative where it could not be taken.
+    pub stack_id: i64,
+    /// 1 when the woken thread was inside a probed CUDA call (a sync or copy waiting).
+    pub in_cuda: u32,
+    #[expect(clippy::pub_underscore_fields, reason = "explicit padding: wire types have no implicit padding")]
+    pub _reserved: u32,
+}
+const _: () = assert!(core::mem::size_of::<WakeKey>() == 24);
+
+/// What the wakeups of one [`WakeKey`] ended: off-CPU time and how often.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WakeStats {
+    pub count: u64,
+    /// Off-CPU time the wakeups ended (sleep or uninterruptible wait before each).
+    pub ns: u64,
+    /// Of `ns`, uninterruptible (`D`) time.
+    pub blocked_ns: u64,
+    /// The waker thread at the first such wakeup, and its command name then.
+    pub waker_tid: u32,
+    #[expect(clippy::pub_underscore_fields, reason = "explicit padding: wire types have no implicit padding")]
+    pub _reserved: u32,
+    pub waker_comm: [u8; 16],
+}
+const _: () = assert!(core::mem::size_of::<WakeStats>() == 48);
+
+/// Off-CPU spells at least this long are also written as [`crate::event::LongSleepEvent`]s,
+/// so that user space can place pauses in time.
+pub const LONG_SLEEP_NS: u64 = 500_000_000;
+
 /// A block request in flight, keyed by (device, sector).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

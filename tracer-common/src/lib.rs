@@ -11,7 +11,7 @@ pub mod host;
 pub mod probe;
 
 pub use event::*;
-pub use host::{IoKey, IoStart, Layout, ThreadSched};
+pub use host::{IoKey, IoStart, Layout, ThreadSched, WakeKey, WakeStats};
 pub use probe::*;
 
 /// Capacity of the per-thread counter map. A thread's entry is folded into user-space totals
@@ -44,7 +44,10 @@ pub mod loss {
     /// Of the `RING_FULL` drops, those of CUDA call records (so that delivered + dropped can
     /// be checked against the per-probe hit counts, which only calls have).
     pub const RING_FULL_CALLS: u32 = 7;
-    pub const COUNT: u32 = 8;
+    /// A kind of wakeup of a traced thread could not be counted (the `WAKES` map was full):
+    /// its off-CPU time is not split by waker.
+    pub const WAKE_MAP_FULL: u32 = 8;
+    pub const COUNT: u32 = 9;
 }
 
 /// Per-thread counters kept in the kernel: one hit count per probe, plus the state the launch
@@ -54,11 +57,10 @@ pub mod loss {
 pub struct ThreadCounters {
     /// Process (thread group) the thread belongs to.
     pub tgid: u32,
-    #[expect(
-        clippy::pub_underscore_fields,
-        reason = "explicit padding of a wire struct; public so both sides can build it with a literal"
-    )]
-    pub _reserved: u32,
+    /// Probed calls the thread has entered and not returned from (its return probe
+    /// decrements it): nonzero while the thread waits inside a copy or synchronize. Stays 0
+    /// in entry-only mode, where nothing decrements it, so nothing increments it either.
+    pub in_call: u32,
     /// Monotonic time a queue-draining call (synchronize, synchronous D→H copy) returned;
     /// 0 when a launch has happened since.
     pub drained_at_ns: u64,
@@ -98,4 +100,8 @@ mod pod {
     unsafe impl aya::Pod for super::ThreadSched {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Layout {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::WakeKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::WakeStats {}
 }

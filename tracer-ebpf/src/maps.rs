@@ -3,10 +3,11 @@
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid,
     macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf, StackTrace},
 };
 use gputrace_common::{
-    loss, InflightCall, IoKey, IoStart, ThreadCounters, ThreadSched, MAX_INFLIGHT, MAX_PROCESSES, MAX_THREADS, RING_BYTES,
+    loss, InflightCall, IoKey, IoStart, ThreadCounters, ThreadSched, WakeKey, WakeStats, MAX_INFLIGHT, MAX_PROCESSES, MAX_THREADS,
+    RING_BYTES,
 };
 
 /// Processes (thread-group ids) being traced. User space seeds it; the task tracepoints add
@@ -125,6 +126,15 @@ pub fn thread_counters(cur: &Current) -> Option<*mut ThreadCounters> {
 /// Per-thread scheduler accounting of traced threads, keyed by thread id.
 #[map]
 pub static SCHED: HashMap<u32, ThreadSched> = HashMap::with_max_entries(MAX_THREADS, 0);
+
+/// Off-CPU time of traced threads by who woke them (`probes/sched.rs`, `sched_waking`).
+#[map]
+pub static WAKES: HashMap<WakeKey, WakeStats> = HashMap::with_max_entries(4096, 0);
+
+/// The wakers' kernel stacks, by id (what woke the thread: a timer interrupt, a disk
+/// completion, a pipe write, a futex wake …), symbolized by user space.
+#[map]
+pub static WAKE_STACKS: StackTrace = StackTrace::with_max_entries(1024, 0);
 
 /// How often each thread id took the CPU from a traced thread that was still runnable.
 #[map]

@@ -29,9 +29,10 @@ fn inflight_key(tid: u32, probe: u32) -> u64 {
 /// Count the hit and remember the call for its return.
 #[inline(always)]
 fn remember(cur: &Current, probe: u32, args: [u64; CALL_ARGS]) {
-    if let Some(counters) = thread_counters(cur) {
+    let counters = thread_counters(cur);
+    if let Some(c) = counters {
         // SAFETY: this thread's own entry; no other CPU writes it.
-        unsafe { (*counters).hits[probe as usize] += 1 };
+        unsafe { (*c).hits[probe as usize] += 1 };
     }
     let call = InflightCall {
         // SAFETY: reading the monotonic clock has no preconditions.
@@ -40,6 +41,11 @@ fn remember(cur: &Current, probe: u32, args: [u64; CALL_ARGS]) {
     };
     if INFLIGHT.insert(&inflight_key(cur.tid, probe), &call, 0).is_err() {
         count_loss(loss::INFLIGHT_FULL);
+    } else if let Some(c) = counters {
+        // Inside a call until its return finds this entry (the scheduler side reads it to
+        // tell a wait inside CUDA from one outside).
+        // SAFETY: this thread's own entry.
+        unsafe { (*c).in_call = (*c).in_call.saturating_add(1) };
     }
 }
 
@@ -109,6 +115,11 @@ fn on_return(ctx: &RetProbeContext, probe: u32, prompt: bool) -> u32 {
     let _ = INFLIGHT.remove(&key);
     // SAFETY: reading the monotonic clock has no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
+    let counters = THREADS.get_ptr_mut(&tid);
+    if let Some(c) = counters {
+        // SAFETY: this thread's own entry.
+        unsafe { (*c).in_call = (*c).in_call.saturating_sub(1) };
+    }
 
     let out_index = out_arg(probe);
     let out = if (out_index as usize) < CALL_ARGS {
@@ -120,9 +131,9 @@ fn on_return(ctx: &RetProbeContext, probe: u32, prompt: bool) -> u32 {
     };
 
     if drains_queue_after(probe, &call.args) {
-        if let Some(counters) = THREADS.get_ptr_mut(&tid) {
+        if let Some(c) = counters {
             // SAFETY: this thread's own entry.
-            unsafe { (*counters).drained_at_ns = now };
+            unsafe { (*c).drained_at_ns = now };
         }
     }
 

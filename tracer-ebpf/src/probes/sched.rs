@@ -3,17 +3,17 @@
 //! untraced switch costs two hash lookups and nothing else.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::tracepoint,
     programs::TracePointContext,
 };
 use gputrace_common::{
-    host::{prev_state, state},
-    loss, EventHeader, SchedFinalEvent, ThreadSched, KIND_SCHED_FINAL,
+    host::{prev_state, state, LONG_SLEEP_NS},
+    loss, EventHeader, LongSleepEvent, SchedFinalEvent, ThreadSched, WakeKey, WakeStats, KIND_LONG_SLEEP, KIND_SCHED_FINAL,
 };
 
 use super::layout::layout;
-use crate::maps::{count_loss, EVENTS, PREEMPTED_BY, SCHED, TRACED};
+use crate::maps::{count_loss, EVENTS, PREEMPTED_BY, SCHED, THREADS, TRACED, WAKES, WAKE_STACKS};
 
 /// Close the interval of the thread's current state at `now`.
 #[inline(always)]
@@ -126,6 +126,67 @@ fn on_wakeup(ctx: &TracePointContext) -> u32 {
         // SAFETY: reading the monotonic clock has no preconditions.
         account(s, unsafe { bpf_ktime_get_ns() });
         s.state = state::RUNNABLE;
+    }
+    0
+}
+
+/// A sleeping or blocked traced thread is being woken, seen from the waker's side (the
+/// task current here is the waker, or the task an interrupt interrupted; the kernel stack
+/// tells which): close the off-CPU spell, and count it under who woke it and along which
+/// kernel path. `sched_wakeup`, which follows, then finds the thread runnable already.
+#[tracepoint]
+pub fn sched_waking(ctx: TracePointContext) -> u32 {
+    let l = layout();
+    // SAFETY: the offset comes from the tracepoint's format.
+    let tid = unsafe { ctx.read_at::<i32>(l.wakeup_pid as usize) }.unwrap_or(0) as u32;
+    let Some(ptr) = SCHED.get_ptr_mut(&tid) else { return 0 };
+    // SAFETY: map value pointer of a thread that is not running.
+    let s = unsafe { &mut *ptr };
+    if s.state != state::BLOCKED && s.state != state::SLEEPING {
+        return 0;
+    }
+    // SAFETY: reading the monotonic clock has no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let start = s.since_ns;
+    let blocked = s.state == state::BLOCKED;
+    account(s, now);
+    s.state = state::RUNNABLE;
+    let waker = bpf_get_current_pid_tgid();
+    // SAFETY: the map is a stack-trace map; a failure (map full) leaves a negative id.
+    let stack_id = unsafe { WAKE_STACKS.get_stackid(&ctx, 0) }.unwrap_or(-1);
+    // SAFETY: presence and a field read of the woken thread's counters.
+    let in_cuda = unsafe { THREADS.get(&tid) }.is_some_and(|c| c.in_call > 0);
+    let key = WakeKey { tid, waker_tgid: (waker >> 32) as u32, stack_id, in_cuda: u32::from(in_cuda), _reserved: 0 };
+    let spell = now.saturating_sub(start);
+    if let Some(w) = WAKES.get_ptr_mut(&key) {
+        // SAFETY: map value pointer; a lost update under a race only undercounts.
+        let w = unsafe { &mut *w };
+        w.count += 1;
+        w.ns += spell;
+        if blocked {
+            w.blocked_ns += spell;
+        }
+    } else {
+        let first = WakeStats {
+            count: 1,
+            ns: spell,
+            blocked_ns: if blocked { spell } else { 0 },
+            waker_tid: waker as u32,
+            _reserved: 0,
+            waker_comm: bpf_get_current_comm().unwrap_or([0; 16]),
+        };
+        if WAKES.insert(&key, &first, 0).is_err() {
+            count_loss(loss::WAKE_MAP_FULL);
+        }
+    }
+    if spell >= LONG_SLEEP_NS {
+        if let Some(mut entry) = EVENTS.reserve::<LongSleepEvent>(0) {
+            let header = EventHeader { kind: KIND_LONG_SLEEP, probe: 0, tgid: s.tgid, tid, ts_ns: now };
+            entry.write(LongSleepEvent { header, start_ns: start, wake: key, blocked: u32::from(blocked), _reserved: 0 });
+            entry.submit(crate::maps::batched_submit());
+        } else {
+            count_loss(loss::RING_FULL);
+        }
     }
     0
 }

@@ -2,8 +2,8 @@
 //! recording may be damaged or crafted), so every length is checked and nothing panics.
 
 use gputrace_common::{
-    CallEvent, EventHeader, IdleEndEvent, IoEvent, SchedFinalEvent, TaskEvent, KIND_CALL, KIND_IDLE_END, KIND_IO, KIND_SCHED_FINAL,
-    KIND_TASK_EXEC, KIND_TASK_EXIT, KIND_TASK_NEW,
+    CallEvent, EventHeader, IdleEndEvent, IoEvent, LongSleepEvent, SchedFinalEvent, TaskEvent, KIND_CALL, KIND_IDLE_END, KIND_IO,
+    KIND_LONG_SLEEP, KIND_SCHED_FINAL, KIND_TASK_EXEC, KIND_TASK_EXIT, KIND_TASK_NEW,
 };
 
 /// One decoded record.
@@ -15,6 +15,7 @@ pub enum Event {
     TaskExit(TaskEvent),
     TaskExec(TaskEvent),
     SchedFinal(SchedFinalEvent),
+    LongSleep(LongSleepEvent),
     Io(IoEvent),
 }
 
@@ -26,6 +27,7 @@ impl Event {
             Self::IdleEnd(e) => &e.header,
             Self::TaskNew(e) | Self::TaskExit(e) | Self::TaskExec(e) => &e.header,
             Self::SchedFinal(e) => &e.header,
+            Self::LongSleep(e) => &e.header,
             Self::Io(e) => &e.header,
         }
     }
@@ -49,6 +51,7 @@ impl Record for IdleEndEvent {}
 impl Record for TaskEvent {}
 impl Record for SchedFinalEvent {}
 impl Record for IoEvent {}
+impl Record for LongSleepEvent {}
 
 fn read<T: Record>(bytes: &[u8], kind: u32) -> Result<T, DecodeError> {
     let expected = size_of::<T>();
@@ -74,6 +77,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         KIND_TASK_EXIT => Event::TaskExit(read(bytes, kind)?),
         KIND_TASK_EXEC => Event::TaskExec(read(bytes, kind)?),
         KIND_SCHED_FINAL => Event::SchedFinal(read(bytes, kind)?),
+        KIND_LONG_SLEEP => Event::LongSleep(read(bytes, kind)?),
         KIND_IO => Event::Io(read(bytes, kind)?),
         _ => return Err(DecodeError::UnknownKind { kind }),
     })
@@ -92,6 +96,7 @@ pub fn encode(event: &Event) -> Vec<u8> {
         Event::IdleEnd(e) => bytes_of(e),
         Event::TaskNew(e) | Event::TaskExit(e) | Event::TaskExec(e) => bytes_of(e),
         Event::SchedFinal(e) => bytes_of(e),
+        Event::LongSleep(e) => bytes_of(e),
         Event::Io(e) => bytes_of(e),
     }
 }
@@ -117,6 +122,13 @@ mod tests {
                 sched: gputrace_common::ThreadSched { tgid: 100, spent_ns: [7, 0, 0, 1], ..Default::default() },
             }),
             Event::Io(IoEvent { header: header(KIND_IO), start_ns: 1, dev: 0xfd_00001, bytes: 4096, rwbs: u32::from(b'R'), error: 0 }),
+            Event::LongSleep(LongSleepEvent {
+                header: header(KIND_LONG_SLEEP),
+                start_ns: 3,
+                wake: gputrace_common::WakeKey { tid: 101, waker_tgid: 0, stack_id: -1, in_cuda: 1, _reserved: 0 },
+                blocked: 1,
+                _reserved: 0,
+            }),
         ];
         for e in events {
             assert_eq!(decode(&encode(&e)), Ok(e));

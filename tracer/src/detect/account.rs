@@ -104,15 +104,18 @@ impl Account {
 impl Account {
     #[must_use]
     pub fn new(ev: &Evidence, window_ns: u64, gpu: Option<&[GpuDevice]>) -> Self {
-        let seconds = window_ns as f64 / 1e9;
-        let per_s = |n: u64| if window_ns == 0 { 0.0 } else { n as f64 / seconds };
+        let time = TimeAccount::critical_path(ev, window_ns);
+        // Pauses are left out: seconds and rates are of the active time.
+        let active_ns = time.as_ref().map_or(window_ns, |t| t.window_ns);
+        let seconds = active_ns as f64 / 1e9;
+        let per_s = |n: u64| if active_ns == 0 { 0.0 } else { n as f64 / seconds };
         let kernels: u64 = ev.threads.values().map(crate::evidence::ThreadStats::kernel_launches).sum();
         let device = gpu.and_then(job_device);
         Self {
             window_s: seconds,
             launch_rate: per_s(kernels),
             sync_rate: per_s(ev.threads.values().map(|t| t.syncs).max().unwrap_or(0)),
-            time: TimeAccount::critical_path(ev, window_ns),
+            time,
             host: HostTime::new(ev, window_ns),
             gpu_util: device.and_then(|d| d.utilization.as_ref()).map(|u| u.mean / 100.0),
             sm_active: device.and_then(|d| d.sm_activity_pct.as_ref()).map(|u| u.mean / 100.0),

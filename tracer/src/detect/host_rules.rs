@@ -5,7 +5,10 @@ use super::{
     rules::{diagnosis, gpu_line, pct},
     Account, MEDIUM,
 };
-use crate::{evidence::Evidence, report::model::Diagnosis};
+use crate::{
+    evidence::{waits::WaitKind, Evidence},
+    report::model::Diagnosis,
+};
 
 /// A CUDA thread waiting for a CPU this much of the window is starved (it is runnable: the
 /// work is there, the CPU is not). 10 % is where the text report starts calling it medium.
@@ -92,30 +95,70 @@ pub fn io_stall(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     ))
 }
 
+/// The `sleeping` bucket split by what woke the threads (`evidence::waits`): the share of
+/// the window asleep on a timer, and the share asleep waiting for something else. Without
+/// waker evidence (an older kernel or recording) all of it is the latter, as before.
+fn sleep_shares(a: &Account) -> (f64, f64) {
+    let sleeping = a.share(|t| t.sleeping_ns);
+    let timer = a.time.as_ref().and_then(crate::evidence::account::TimeAccount::sleep_split).map_or(0.0, |s| s[TIMER]);
+    (sleeping * timer, sleeping * (1.0 - timer))
+}
+
+/// Index of the timer in `WaitKind::ALL`.
+const TIMER: usize = 2;
+const _: () = assert!(matches!(WaitKind::ALL[TIMER], WaitKind::Timer));
+
+/// What woke the launching threads most, outside CUDA calls and timers: (kind, who, site).
+fn top_waker(a: &Account) -> Option<(WaitKind, String, String)> {
+    let t = a.time.as_ref()?;
+    let w = t.wakers.iter().find(|w| !w.in_cuda && w.kind != WaitKind::Timer && w.kind != WaitKind::Gpu)?;
+    let who = if w.waker_pid == 0 { "an interrupt".to_owned() } else { format!("pid {} ({})", w.waker_pid, crate::report::text::clean(&w.waker_comm)) };
+    Some((w.kind, who, w.site.clone()))
+}
+
 pub fn input_starved(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     let h = a.host.as_ref()?;
     // Sleeping in the time account is time when none of the threads on the critical path
     // was doing anything (threads that take turns are added up, `evidence::account`), so it
-    // is unambiguous: nobody was launching, the GPU was not being fed.
-    let sleeping = a.share(|t| t.sleeping_ns);
+    // is unambiguous: nobody was launching, the GPU was not being fed. A sleep that a timer
+    // ended is the program's own pause, not a wait for input (`host_sleep`).
+    let (_, sleeping) = sleep_shares(a);
     if sleeping < SLEEP_STARVED || a.gpu_activity().is_some_and(|g| g >= GPU_WAITING) {
         return None;
     }
-    let (cause, fix) = if h.workers == 0 {
-        ("the training thread sleeps outside CUDA calls while the GPU has nothing to do", "find what the training loop waits for between steps (a queue, a lock, a timer); for a DataLoader use num_workers > 0 with persistent_workers=True")
-    } else if h.workers_blocked >= WORKER_BLOCKED {
-        ("its data-loading workers wait on the disk", "read faster: keep the data in memory or on local SSD, use a packed format (WebDataset, TFRecord-like shards), more workers to overlap reads")
-    } else if h.workers_on_cpu >= WORKER_BUSY {
-        ("its data-loading workers are busy on the CPU (decoding, augmenting) and cannot keep up", "raise num_workers (up to the free cores), prefetch_factor, persistent_workers=True; make decoding cheaper or move augmentation to the GPU")
-    } else if h.workers_runqueue >= RUNQUEUE_STARVED {
-        ("its data-loading workers wait for a CPU", "free CPUs for the workers, or lower their number to the cores available")
+    let waker = top_waker(a);
+    let (cause, fix) = if h.workers_blocked >= WORKER_BLOCKED && h.workers > 0 {
+        ("its data-loading workers wait on the disk".to_owned(), "read faster: keep the data in memory or on local SSD, use a packed format (WebDataset, TFRecord-like shards), more workers to overlap reads")
+    } else if h.workers_on_cpu >= WORKER_BUSY && h.workers > 0 {
+        ("its data-loading workers are busy on the CPU (decoding, augmenting) and cannot keep up".to_owned(), "raise num_workers (up to the free cores), prefetch_factor, persistent_workers=True; make decoding cheaper or move augmentation to the GPU")
+    } else if h.workers_runqueue >= RUNQUEUE_STARVED && h.workers > 0 {
+        ("its data-loading workers wait for a CPU".to_owned(), "free CPUs for the workers, or lower their number to the cores available")
     } else {
-        (
-            "the training thread waits on its data loader",
-            "raise num_workers and prefetch_factor, set persistent_workers=True and pin_memory=True",
-        )
+        match &waker {
+            Some((WaitKind::InputWorker, who, _)) => (
+                format!("the training thread waits for worker process {who}, which hands it the input"),
+                "raise num_workers and prefetch_factor, set persistent_workers=True and pin_memory=True",
+            ),
+            Some((WaitKind::Thread, who, site)) => (
+                format!("the training thread waits on another thread of the job, {who} ({site}): a queue or a lock"),
+                "find what that thread produces late (a prefetch queue, a lock held across work); make it run ahead, or hold the lock for less",
+            ),
+            Some((WaitKind::Network, _, _)) => (
+                "the training thread waits on the network (a remote data source or parameter server)".to_owned(),
+                "prefetch remote data ahead of the step, cache it locally, or overlap the fetch with compute",
+            ),
+            _ if h.workers == 0 => (
+                "the training thread sleeps outside CUDA calls while the GPU has nothing to do".to_owned(),
+                "find what the training loop waits for between steps (a queue, a lock); for a DataLoader use num_workers > 0 with persistent_workers=True",
+            ),
+            _ => ("the training thread waits on its data loader".to_owned(), "raise num_workers and prefetch_factor, set persistent_workers=True and pin_memory=True"),
+        }
     };
-    let mut evidence = vec![format!("the launching threads all slept outside CUDA calls {} of the window", pct(sleeping))];
+    let mut evidence = vec![format!("the launching threads all slept outside CUDA calls, waiting, {} of the active time", pct(sleeping))];
+    if let Some((kind, who, site)) = &waker {
+        let how = if site.is_empty() { String::new() } else { format!(" through {site}") };
+        evidence.push(format!("most often woken by {who}{how} ({})", kind.name()));
+    }
     if h.workers > 0 {
         evidence.push(format!(
             "{} worker processes: on CPU {} of the time on average, blocked on I/O up to {}, waiting for a CPU up to {}",
@@ -130,4 +173,29 @@ pub fn input_starved(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     }
     evidence.extend(gpu_line(a));
     Some(diagnosis("input-starved", "sleeping", sleeping, format!("the GPU waits for input: {cause}"), evidence, fix))
+}
+
+/// The training loop sleeps on a timer between steps (`time.sleep`, a polling loop) while
+/// the GPU has nothing to do. Pauses of a second or more are not counted: they are phases
+/// of the window, left out of the account.
+pub fn host_sleep(_ev: &Evidence, a: &Account) -> Option<Diagnosis> {
+    a.host.as_ref()?;
+    let (timer, _) = sleep_shares(a);
+    if timer < SLEEP_STARVED || a.gpu_activity().is_some_and(|g| g >= GPU_WAITING) {
+        return None;
+    }
+    let mut evidence = vec![format!("the launching threads slept {} of the active time in spells a timer ended", pct(timer))];
+    if let Some(t) = a.time.as_ref() {
+        let n: u64 = t.wakers.iter().filter(|w| w.kind == WaitKind::Timer && !w.in_cuda).map(|w| w.count).sum();
+        evidence.push(format!("{n} timed sleeps, {:.1} ms each on average", timer * a.window_s * 1e3 / n.max(1) as f64));
+    }
+    evidence.extend(gpu_line(a));
+    Some(diagnosis(
+        "host-sleep",
+        "sleeping",
+        timer,
+        format!("the training loop sleeps on a timer {} of the time while the GPU waits", pct(timer)),
+        evidence,
+        "remove the sleep from the loop, or wait on the data itself (a blocking queue get) instead of polling with sleeps",
+    ))
 }

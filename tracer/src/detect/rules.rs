@@ -15,6 +15,7 @@ pub const ALL: &[Rule] = &[
     super::host_rules::cpu_starved,
     super::host_rules::io_stall,
     super::host_rules::input_starved,
+    super::host_rules::host_sleep,
     gpu_bound,
 ];
 

@@ -19,7 +19,11 @@
 //! training loop per thread) add up to more than the window; then every active bucket is
 //! scaled down alike, which makes the account that of the average thread.
 
-use super::{host::SchedStats, Evidence, ThreadStats};
+use super::{
+    host::SchedStats,
+    waits::{self, WaitKind},
+    Evidence, ThreadStats,
+};
 
 /// A thread of the main thread's process joins the account if it made at least this share
 /// of the main thread's launches, or of the most synchronizes any thread of the process made
@@ -62,6 +66,18 @@ pub struct TimeAccount {
     pub queue_empty_ns: u64,
     /// Whether the threads' active time exceeded the window (they ran at once) and was scaled.
     pub concurrent: bool,
+    /// Stretches when the job was paused (`waits::pauses`): asleep on a timer for a second or
+    /// more with nothing launched. They are left out: `window_ns` is the active time, and
+    /// every bucket and share is of it.
+    pub pauses: Vec<(u64, u64)>,
+    pub paused_ns: u64,
+    /// Off-CPU time of the accounted threads by what woke them, indexed like
+    /// `WaitKind::ALL`, pauses excluded; and of it, outside CUDA calls and not in `D` state:
+    /// what the `sleeping` bucket is made of.
+    pub waits_ns: [u64; 7],
+    pub sleep_by_kind_ns: [u64; 7],
+    /// The wakeups behind those figures, most time first.
+    pub wakers: Vec<waits::Wake>,
 }
 
 impl TimeAccount {
@@ -104,6 +120,11 @@ impl TimeAccount {
             host_while_queue_empty_ns: 0,
             queue_empty_ns: t.queue_idle_ns.min(window_ns),
             concurrent: false,
+            pauses: Vec::new(),
+            paused_ns: 0,
+            waits_ns: [0; 7],
+            sleep_by_kind_ns: [0; 7],
+            wakers: Vec::new(),
         }
     }
 
@@ -128,10 +149,56 @@ impl TimeAccount {
                 joins.then_some(tid)
             }));
         }
-        let parts: Vec<Self> = threads.iter().map(|tid| Self::of(&ev.threads[tid], ev.sched.get(tid), window_ns)).collect();
-        let mut a = Self::combine(&parts, window_ns);
+        // Pauses leave the account: each thread's share of them comes off its sleep, and the
+        // window is the active time.
+        let kind_of = |l: &waits::LongSleep| {
+            ev.wakes.iter().find(|w| w.matches(l.tid, l.waker_pid, l.stack_id, l.in_cuda)).map_or(WaitKind::Other, |w| w.kind)
+        };
+        let pauses = waits::pauses(&ev.long_sleeps, main.pid, &threads, |t| ev.births.get(&t).copied(), kind_of);
+        let paused_ns = pauses.iter().map(|(a, b)| b - a).sum::<u64>().min(window_ns);
+        let active_ns = window_ns - paused_ns;
+        let parts: Vec<Self> = threads
+            .iter()
+            .map(|tid| {
+                let sched = ev.sched.get(tid).map(|s| {
+                    let mine: Vec<(u64, u64)> = ev.long_sleeps.iter().filter(|l| l.tid == *tid).map(|l| (l.start_ns, l.end_ns)).collect();
+                    let overlap = waits::overlap_ns(&mine, &pauses);
+                    SchedStats { sleep_ns: s.sleep_ns.saturating_sub(overlap), ..s.clone() }
+                });
+                Self::of(&ev.threads[tid], sched.as_ref(), active_ns)
+            })
+            .collect();
+        let mut a = Self::combine(&parts, active_ns);
         a.threads = threads;
+        a.waits(ev, paused_ns);
+        a.pauses = pauses;
+        a.paused_ns = paused_ns;
         Some(a)
+    }
+
+    /// Split the accounted threads' off-CPU time by what woke them; the pauses' time comes
+    /// off the timer's share.
+    fn waits(&mut self, ev: &Evidence, paused_ns: u64) {
+        let index = |k: WaitKind| WaitKind::ALL.iter().position(|x| *x == k).unwrap_or(6);
+        let mut wakers: Vec<waits::Wake> = ev.wakes.iter().filter(|w| self.threads.contains(&w.tid)).cloned().collect();
+        for w in &wakers {
+            self.waits_ns[index(w.kind)] += w.ns;
+            if !w.in_cuda {
+                self.sleep_by_kind_ns[index(w.kind)] += w.ns.saturating_sub(w.blocked_ns);
+            }
+        }
+        let timer = index(WaitKind::Timer);
+        self.waits_ns[timer] = self.waits_ns[timer].saturating_sub(paused_ns);
+        self.sleep_by_kind_ns[timer] = self.sleep_by_kind_ns[timer].saturating_sub(paused_ns);
+        wakers.sort_by_key(|w| std::cmp::Reverse(w.ns));
+        self.wakers = wakers;
+    }
+
+    /// Of the `sleeping` bucket, the share woken by each kind (None without waker evidence).
+    #[must_use]
+    pub fn sleep_split(&self) -> Option<[f64; 7]> {
+        let total: u64 = self.sleep_by_kind_ns.iter().sum();
+        (total > 0).then(|| self.sleep_by_kind_ns.map(|ns| ns as f64 / total as f64))
     }
 
     /// Add up the active buckets of `parts`; the window's rest is sleeping. Scaled down alike
@@ -155,6 +222,11 @@ impl TimeAccount {
             pageable_staging_ns: scale(sum(|p| p.pageable_staging_ns)),
             sync_copy_transfer_ns: scale(sum(|p| p.sync_copy_transfer_ns)),
             host_while_queue_empty_ns: 0,
+            pauses: Vec::new(),
+            paused_ns: 0,
+            waits_ns: [0; 7],
+            sleep_by_kind_ns: [0; 7],
+            wakers: Vec::new(),
             // Threads that take turns empty the queue at different times: their empty spells
             // add up. Threads running at once share one queue: one thread's empty spell may
             // be another's busy one, so only the longest counts.

@@ -9,6 +9,7 @@ pub mod host;
 mod memory;
 pub mod snapshot;
 pub mod steps;
+pub mod waits;
 #[cfg(test)]
 mod tests;
 mod threads;
@@ -75,6 +76,12 @@ pub struct Evidence {
     pub preempted_by: Vec<(u32, u64, Option<u32>, String)>,
     /// CPU throttling of the tree's cgroups over the window, by `cpu.stat` file.
     pub cgroups: Vec<(String, crate::discover::cgroup::CpuStat)>,
+    /// Off-CPU time of the traced threads by who woke them (from snapshots; `waits`).
+    pub wakes: Vec<waits::Wake>,
+    /// Off-CPU spells of at least half a second, as they ended.
+    pub long_sleeps: Vec<waits::LongSleep>,
+    /// When threads and processes created during the window were created.
+    pub births: BTreeMap<u32, u64>,
 }
 
 impl Evidence {
@@ -95,7 +102,19 @@ impl Evidence {
                 if e.flags & CLONE_THREAD == 0 && e.child_tid != 0 {
                     self.processes.entry(e.child_tid).or_default().parent = Some(e.header.tgid);
                 }
+                if e.child_tid != 0 {
+                    self.births.insert(e.child_tid, e.header.ts_ns);
+                }
             }
+            Event::LongSleep(e) => self.long_sleeps.push(waits::LongSleep {
+                tid: e.header.tid,
+                pid: e.header.tgid,
+                start_ns: e.start_ns,
+                end_ns: e.header.ts_ns,
+                waker_pid: e.wake.waker_tgid,
+                stack_id: e.wake.stack_id,
+                in_cuda: e.wake.in_cuda != 0,
+            }),
             Event::TaskExec(e) => self.processes.entry(e.header.tgid).or_default().execs += 1,
             Event::SchedFinal(e) => self.sched.entry(e.header.tid).or_default().add(&e.sched, 0),
             Event::Io(e) => self.io.record(e),

@@ -31,7 +31,7 @@ impl ThreadHits {
 
     /// The counters, less what `baseline` (an earlier reading of the same thread) had.
     fn counters_since(&self, baseline: Option<&Self>) -> ThreadCounters {
-        let mut c = ThreadCounters { tgid: self.tgid, _reserved: 0, drained_at_ns: 0, hits: [0; gputrace_common::probe::PROBE_SLOTS] };
+        let mut c = ThreadCounters { tgid: self.tgid, in_call: 0, drained_at_ns: 0, hits: [0; gputrace_common::probe::PROBE_SLOTS] };
         for &(id, n) in &self.hits {
             if let Some(slot) = c.hits.get_mut(id as usize) {
                 *slot = n;
@@ -116,6 +116,10 @@ pub struct Snapshot {
     pub cgroups: Vec<(String, CpuStat)>,
     /// Loss counters, indexed by `gputrace_common::loss`.
     pub losses: Vec<u64>,
+    /// Off-CPU time by who woke the thread, cumulative, classified when read (the waker's
+    /// stack is symbolized on the traced machine; a recording carries the result).
+    #[serde(default)]
+    pub wakes: Vec<super::waits::Wake>,
 }
 
 impl Snapshot {
@@ -150,6 +154,22 @@ impl Snapshot {
             .cgroups
             .iter()
             .map(|(path, s)| (path.clone(), s.since(&base_cgroups.get(path.as_str()).copied().unwrap_or_default())))
+            .collect();
+        let base_wakes = baseline.map(|b| b.wakes.as_slice()).unwrap_or_default();
+        ev.wakes = self
+            .wakes
+            .iter()
+            .map(|w| {
+                let before = base_wakes.iter().find(|b| b.matches(w.tid, w.waker_pid, w.stack_id, w.in_cuda));
+                let mut w = w.clone();
+                if let Some(b) = before {
+                    w.count = w.count.saturating_sub(b.count);
+                    w.ns = w.ns.saturating_sub(b.ns);
+                    w.blocked_ns = w.blocked_ns.saturating_sub(b.blocked_ns);
+                }
+                w
+            })
+            .filter(|w| w.count > 0)
             .collect();
     }
 

@@ -170,6 +170,10 @@ impl Timeline {
             Event::TaskNew(e) => json!({"ph": "i", "s": "t", "name": "clone", "ts": self.us(h.ts_ns), "pid": pid, "tid": tid, "args": {"child": e.child_tid}}),
             Event::TaskExit(_) => json!({"ph": "i", "s": "t", "name": "exit", "ts": self.us(h.ts_ns), "pid": pid, "tid": tid}),
             Event::TaskExec(_) => json!({"ph": "i", "s": "t", "name": "exec", "ts": self.us(h.ts_ns), "pid": pid, "tid": tid}),
+            Event::LongSleep(e) => {
+                let what = if e.blocked != 0 { "off CPU (uninterruptible)" } else { "off CPU (asleep)" };
+                slice(what.into(), "off-cpu", e.start_ns, h.ts_ns, json!({"waker_pid": e.wake.waker_tgid, "in_cuda": e.wake.in_cuda != 0}))
+            }
             Event::SchedFinal(_) => return Ok(()),
         };
         w.put(&e)

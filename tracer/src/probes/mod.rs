@@ -21,7 +21,7 @@ use aya::{
     },
     Ebpf, EbpfLoader,
 };
-use gputrace_common::{globals, host::LAYOUT_GLOBAL, loss, ProbeSpec, ThreadCounters, ThreadSched, PROBES};
+use gputrace_common::{globals, host::LAYOUT_GLOBAL, loss, ProbeSpec, ThreadCounters, ThreadSched, WakeKey, WakeStats, PROBES};
 
 use crate::{
     discover::{libraries::Library, symbols},
@@ -67,6 +67,7 @@ impl AttachedLibrary {
 }
 
 /// The loaded programs and their maps. Dropping it detaches everything.
+#[expect(clippy::struct_excessive_bools, reason = "each flag says what this kernel let us collect; they are independent")]
 pub struct Kernel {
     ebpf: Ebpf,
     traced: BpfHashMap<MapData, u32, u32>,
@@ -74,6 +75,8 @@ pub struct Kernel {
     loss: PerCpuArray<MapData, u64>,
     sched: BpfHashMap<MapData, u32, ThreadSched>,
     preempted_by: aya::maps::HashMap<MapData, u32, u64>,
+    wakes: BpfHashMap<MapData, WakeKey, WakeStats>,
+    wake_stacks: aya::maps::StackTraceMap<MapData>,
     attached: BTreeMap<(u64, u64), AttachedLibrary>,
     /// What could not be set up, in sentences for the report (degraded, not fatal).
     pub notes: Vec<String>,
@@ -83,6 +86,8 @@ pub struct Kernel {
     /// Which tracepoint groups are attached (see `TRACEPOINT_GROUPS`).
     pub sched_traced: bool,
     pub io_traced: bool,
+    /// Whether wakeups are attributed to their wakers (`sched_waking`).
+    pub wakers_traced: bool,
     /// Return probes are off: calls are counted from their entries only.
     pub entry_only: bool,
 }
@@ -218,7 +223,9 @@ impl Kernel {
                 }
             }
         }
-        let [_tasks_followed, sched_traced, io_traced] = attached;
+        let [_tasks_followed, sched_traced, io_traced, waking_attached] = attached;
+        // Wakers only mean something on top of the scheduler accounting.
+        let wakers_traced = waking_attached && sched_traced;
 
         let take = |ebpf: &mut Ebpf, name: &str| ebpf.take_map(name).ok_or_else(|| map_error(name));
         let traced = BpfHashMap::try_from(take(&mut ebpf, "TRACED")?).map_err(|_| map_error("TRACED"))?;
@@ -227,6 +234,8 @@ impl Kernel {
         let ring = RingBuf::try_from(take(&mut ebpf, "EVENTS")?).map_err(|_| map_error("EVENTS"))?;
         let sched = BpfHashMap::try_from(take(&mut ebpf, "SCHED")?).map_err(|_| map_error("SCHED"))?;
         let preempted_by = BpfHashMap::try_from(take(&mut ebpf, "PREEMPTED_BY")?).map_err(|_| map_error("PREEMPTED_BY"))?;
+        let wakes = BpfHashMap::try_from(take(&mut ebpf, "WAKES")?).map_err(|_| map_error("WAKES"))?;
+        let wake_stacks = aya::maps::StackTraceMap::try_from(take(&mut ebpf, "WAKE_STACKS")?).map_err(|_| map_error("WAKE_STACKS"))?;
         Ok((
             Self {
                 ebpf,
@@ -235,12 +244,15 @@ impl Kernel {
                 loss,
                 sched,
                 preempted_by,
+                wakes,
+                wake_stacks,
                 attached: BTreeMap::new(),
                 notes,
                 uprobe_links: Vec::new(),
                 tracepoint_links,
                 sched_traced,
                 io_traced,
+                wakers_traced,
                 entry_only,
             },
             ring,
@@ -353,6 +365,19 @@ impl Kernel {
         self.preempted_by.iter().filter_map(std::result::Result::ok).collect()
     }
 
+    /// Off-CPU time by wakeup kind, cumulative (`WAKES`).
+    #[must_use]
+    pub fn wakes(&self) -> Vec<(WakeKey, WakeStats)> {
+        self.wakes.iter().filter_map(std::result::Result::ok).collect()
+    }
+
+    /// The instruction pointers of a waker's kernel stack, innermost first.
+    #[must_use]
+    pub fn wake_stack(&self, id: i64) -> Vec<u64> {
+        let Ok(id) = u32::try_from(id) else { return Vec::new() };
+        self.wake_stacks.get(&id, 0).map(|st| st.frames().iter().map(|f| f.ip).collect()).unwrap_or_default()
+    }
+
     /// Detach everything, in parallel. Each uprobe removal waits for an RCU grace period in
     /// the kernel (tens of milliseconds); one after another, ~100 probes took ~6 s on 6.18, so
     /// every link is dropped on its own thread and the grace periods overlap.
@@ -407,7 +432,7 @@ fn load_uprobe(ebpf: &mut Ebpf, name: &str) -> Result<()> {
 /// (program, category, tracepoint) triples.
 type Tracepoints = &'static [(&'static str, &'static str, &'static str)];
 
-const TRACEPOINT_GROUPS: [(Tracepoints, &str); 3] = [
+const TRACEPOINT_GROUPS: [(Tracepoints, &str); 4] = [
     (
         &[
             ("task_newtask", "task", "task_newtask"),
@@ -432,6 +457,7 @@ const TRACEPOINT_GROUPS: [(Tracepoints, &str); 3] = [
         ],
         "block I/O is not attributed",
     ),
+    (&[("sched_waking", "sched", "sched_waking")], "off-CPU time is not split by who woke the threads"),
 ];
 
 fn attach_tracepoints(ebpf: &mut Ebpf, group: Tracepoints, links: &mut Vec<(&'static str, TracePointLinkId)>) -> Result<()> {

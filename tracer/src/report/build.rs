@@ -84,6 +84,8 @@ pub fn build(outcome: &Outcome) -> Report {
         window: Window {
             duration_s: secs(window_ns),
             stopped_by: serde_json::to_value(outcome.stopped_by).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
+            active_s: secs(window_ns - findings.time.as_ref().map_or(0, |t| t.paused_ns)),
+            phases: phases(findings.time.as_ref().map_or(&[][..], |t| t.pauses.as_slice()), outcome.start_ns, outcome.end_ns),
         },
         cpu: super::host::cpu(outcome),
         cuda,
@@ -268,6 +270,42 @@ fn probe_hits(ev: &Evidence, outcome: &Outcome) -> Vec<ProbeHits> {
         .collect()
 }
 
+/// Who woke a thread, for people. Where the kernel path was a timer, a disk or the network,
+/// the task current at the wakeup was only the one interrupted, so it is not named.
+fn waker_name(w: &crate::evidence::waits::Wake) -> String {
+    use crate::evidence::waits::WaitKind;
+    match w.kind {
+        WaitKind::Gpu if w.in_cuda => "the GPU (the thread was inside a CUDA call)".into(),
+        WaitKind::Timer => "a timer".into(),
+        WaitKind::Disk => "a disk completion".into(),
+        WaitKind::Network => "the network".into(),
+        _ if w.waker_pid == 0 => "an interrupt".into(),
+        _ => format!("pid {} ({})", w.waker_pid, crate::report::text::clean(&w.waker_comm)),
+    }
+}
+
+/// The window as active and paused stretches, in seconds from its start; empty when it
+/// holds no pause.
+fn phases(pauses: &[(u64, u64)], start_ns: u64, end_ns: u64) -> Vec<super::model::Phase> {
+    let mut out = Vec::new();
+    let mut at = start_ns;
+    let s = |ns: u64| secs(ns.saturating_sub(start_ns));
+    for &(p0, p1) in pauses {
+        let (p0, p1) = (p0.clamp(start_ns, end_ns), p1.clamp(start_ns, end_ns));
+        if p0 > at {
+            out.push(super::model::Phase { start_s: s(at), end_s: s(p0), kind: "active".into() });
+        }
+        if p1 > p0 {
+            out.push(super::model::Phase { start_s: s(p0), end_s: s(p1), kind: "paused".into() });
+        }
+        at = at.max(p1);
+    }
+    if !out.is_empty() && at < end_ns {
+        out.push(super::model::Phase { start_s: s(at), end_s: s(end_ns), kind: "active".into() });
+    }
+    out
+}
+
 fn time_account(account: &crate::evidence::account::TimeAccount) -> super::model::TimeAccount {
     let window_ns = account.window_ns;
     let fraction = |ns: u64| if window_ns == 0 { 0.0 } else { ns as f64 / window_ns as f64 };
@@ -289,6 +327,20 @@ fn time_account(account: &crate::evidence::account::TimeAccount) -> super::model
                 bucket: bucket.into(),
                 seconds: secs(ns),
                 fraction: fraction(ns),
+            })
+            .collect(),
+        waits: crate::evidence::waits::WaitKind::ALL.iter().zip(account.waits_ns).map(|(k, ns)| (k.name().to_owned(), secs(ns))).collect(),
+        wakers: account
+            .wakers
+            .iter()
+            .take(8)
+            .map(|w| super::model::Waker {
+                kind: w.kind.name().into(),
+                seconds: secs(w.ns),
+                count: w.count,
+                tid: w.tid,
+                waker: waker_name(w),
+                site: w.site.clone(),
             })
             .collect(),
     }

@@ -94,6 +94,38 @@ pub struct TimeAccount {
     pub concurrent: bool,
     /// Parts of buckets that diagnoses are charged with: `{name, bucket, seconds, fraction}`.
     pub parts: Vec<Part>,
+    /// Off-CPU time of these threads by what woke them, seconds (pauses excluded):
+    /// `input_worker`, `thread`, `timer`, `disk`, `network`, `gpu`, `other`
+    /// (docs/report.md). Empty without waker evidence.
+    #[serde(default)]
+    pub waits: std::collections::BTreeMap<String, f64>,
+    /// The wakeups behind `waits`, most time first (at most 8).
+    #[serde(default)]
+    pub wakers: Vec<Waker>,
+}
+
+/// One kind of wakeup of an accounted thread.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Waker {
+    /// A `waits` key.
+    pub kind: String,
+    pub seconds: f64,
+    pub count: u64,
+    /// The woken thread.
+    pub tid: u32,
+    /// Who woke it: `pid N (command)`, or `an interrupt`.
+    pub waker: String,
+    /// The kernel function on the waker's path that tells how (`pipe_write`, `futex_wake`).
+    pub site: String,
+}
+
+/// A stretch of the window.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Phase {
+    pub start_s: f64,
+    pub end_s: f64,
+    /// `active` or `paused`.
+    pub kind: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -146,6 +178,12 @@ pub struct Window {
     pub duration_s: f64,
     /// `duration`, `signal` or `target-exited`.
     pub stopped_by: String,
+    /// The window less its pauses: what every share of the time account is of.
+    #[serde(default)]
+    pub active_s: f64,
+    /// The window split into `active` and `paused` stretches; empty when it holds no pause.
+    #[serde(default)]
+    pub phases: Vec<Phase>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -221,7 +221,9 @@ fn diagnoses_section(out: &mut String, st: &Style, r: &Report) {
             "low" => "low".to_owned(),
             _ => "info".to_owned(),
         };
-        let _ = writeln!(out, "\n[{sev}] {} — costs {:.0}% of the time ({:.2} s)", d.id, d.impact * 100.0, d.impact * r.window.duration_s);
+        // Impacts are shares of the active time (the window less its pauses).
+        let active = if r.window.phases.is_empty() { r.window.duration_s } else { r.window.active_s };
+        let _ = writeln!(out, "\n[{sev}] {} — costs {:.0}% of the time ({:.2} s)", d.id, d.impact * 100.0, d.impact * active);
         wrap(out, "  ", &d.summary);
         // A problem too small to matter is named, not detailed (the JSON has it all).
         if d.severity == "info" && d.saving.is_some() {
@@ -264,6 +266,33 @@ fn account_section(out: &mut String, st: &Style, r: &Report) {
                 let _ = writeln!(out, "    of which {:<22} {:>5.1}%", p.name.replace('_', " "), p.fraction * 100.0);
             }
         }
+        let waits: Vec<String> =
+            a.waits.iter().filter(|(_, s)| **s >= 0.0005).map(|(k, s)| format!("{} {:.3} s", k.replace('_', " "), s)).collect();
+        if !waits.is_empty() {
+            wrap(out, "  off the CPU, woken by: ", &waits.join(", "));
+            for w in a.wakers.iter().filter(|w| w.kind != "gpu").take(3) {
+                let site = if w.site.is_empty() { String::new() } else { format!(" via {}", clean(&w.site)) };
+                wrap(out, "    ", &format!("{:.3} s: thread {} woken {}× by {}{site}", w.seconds, w.tid, w.count, clean(&w.waker)));
+            }
+        }
+    }
+    let paused: Vec<String> = r
+        .window
+        .phases
+        .iter()
+        .filter(|p| p.kind == "paused")
+        .map(|p| format!("{:.1}–{:.1} s", p.start_s, p.end_s))
+        .collect();
+    if !paused.is_empty() {
+        wrap(
+            out,
+            "  ",
+            &format!(
+                "paused (asleep on a timer, nothing launched) at {}: left out, shares are of the {:.2} s active",
+                paused.join(", "),
+                r.window.active_s
+            ),
+        );
     }
 }
 

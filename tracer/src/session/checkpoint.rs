@@ -1,12 +1,13 @@
 //! Reading the kernel's cumulative counters into a [`Snapshot`] (at the end of every session,
 //! and every second while recording), and the recording's checkpoint built around it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::{
-    discover::{cgroup, process},
+    discover::{cgroup, kallsyms::KernelSymbols, process},
     evidence::{
         snapshot::{Preemptor, SchedRaw, Snapshot, ThreadHits, ThreadTime},
+        waits::{self, Relation, Wake},
         Evidence,
     },
     probes::{AttachedLibrary, Kernel},
@@ -14,17 +15,88 @@ use crate::{
 };
 
 /// Reads snapshots; remembers the cgroup counters at the start (throttling is reported as its
-/// increase over the window) and who each preempting thread was (looked up once).
+/// increase over the window), who each preempting thread was (looked up once), and what it
+/// learnt about wakeups: each thread's process, the processes of the tree, and each waker
+/// stack's frames (symbolized once).
 #[derive(Debug)]
 pub struct SnapshotReader {
     root: u32,
     cgroups_before: BTreeMap<String, cgroup::CpuStat>,
     names: HashMap<u32, (Option<u32>, String)>,
+    thread_pids: HashMap<u32, u32>,
+    tree: BTreeSet<u32>,
+    kernel_symbols: Option<KernelSymbols>,
+    stacks: HashMap<i64, Vec<String>>,
 }
 
 impl SnapshotReader {
     pub fn new(kernel: &Kernel, root: u32) -> Self {
-        Self { root, cgroups_before: cgroup::snapshot(&kernel.traced_processes()), names: HashMap::new() }
+        Self {
+            root,
+            cgroups_before: cgroup::snapshot(&kernel.traced_processes()),
+            names: HashMap::new(),
+            thread_pids: HashMap::new(),
+            tree: BTreeSet::new(),
+            kernel_symbols: None,
+            stacks: HashMap::new(),
+        }
+    }
+
+    /// Processes of the traced tree seen so far, exited ones included (a worker that woke
+    /// the job and then exited was still one of its processes).
+    pub fn learn_processes(&mut self, pids: impl IntoIterator<Item = u32>) {
+        self.tree.extend(pids);
+    }
+
+    /// The wakeups counted so far, classified (`evidence::waits`).
+    fn wakes(&mut self, kernel: &Kernel, sched: &[ThreadTime]) -> Vec<Wake> {
+        let raw = kernel.wakes();
+        if raw.is_empty() {
+            return Vec::new();
+        }
+        self.tree.extend(kernel.traced_processes());
+        self.tree.insert(self.root);
+        for t in sched {
+            self.thread_pids.insert(t.tid, t.sched.tgid);
+        }
+        for (tid, c) in kernel.thread_counters() {
+            self.thread_pids.entry(tid).or_insert(c.tgid);
+        }
+        let symbols = self.kernel_symbols.get_or_insert_with(KernelSymbols::load);
+        raw.into_iter()
+            .map(|(key, stats)| {
+                let frames = self.stacks.entry(key.stack_id).or_insert_with(|| {
+                    kernel.wake_stack(key.stack_id).into_iter().filter_map(|ip| symbols.name(ip).map(str::to_owned)).collect()
+                });
+                let pid = self.thread_pids.get(&key.tid).copied().unwrap_or(0);
+                let relation = if key.waker_tgid == 0 {
+                    Relation::Idle
+                } else if key.waker_tgid == pid {
+                    Relation::SameProcess
+                } else if self.tree.contains(&key.waker_tgid) {
+                    Relation::TreeProcess
+                } else {
+                    Relation::OtherProcess
+                };
+                let names: Vec<&str> = frames.iter().map(String::as_str).collect();
+                let (kind, site) = waits::classify(&names, relation, key.in_cuda != 0);
+                let comm = stats.waker_comm.split(|b| *b == 0).next().unwrap_or_default();
+                Wake {
+                    tid: key.tid,
+                    pid,
+                    waker_pid: key.waker_tgid,
+                    waker_tid: stats.waker_tid,
+                    waker_comm: String::from_utf8_lossy(comm).into_owned(),
+                    stack_id: key.stack_id,
+                    in_cuda: key.in_cuda != 0,
+                    kind,
+                    site,
+                    count: stats.count,
+                    ns: stats.ns,
+                    blocked_ns: stats.blocked_ns,
+                }
+            })
+            .collect()
     }
 
     pub fn read(&mut self, kernel: &Kernel, at_ns: u64) -> Snapshot {
@@ -41,13 +113,16 @@ impl SnapshotReader {
                 Preemptor { tid, count, pid, command }
             })
             .collect();
+        let sched: Vec<ThreadTime> = kernel.sched_stats().iter().map(|(tid, s)| ThreadTime { tid: *tid, sched: SchedRaw::from(s) }).collect();
+        let wakes = self.wakes(kernel, &sched);
         Snapshot {
             at_ns,
             threads: kernel.thread_counters().iter().map(|(tid, c)| ThreadHits::of(*tid, c)).collect(),
-            sched: kernel.sched_stats().iter().map(|(tid, s)| ThreadTime { tid: *tid, sched: SchedRaw::from(s) }).collect(),
+            sched,
             preempted_by,
             cgroups,
             losses: kernel.losses().to_vec(),
+            wakes,
         }
     }
 }

@@ -283,6 +283,7 @@ impl Live {
     fn checkpoint(&mut self, diagnose: bool) {
         self.drain();
         let Some(t) = self.tape.as_mut() else { return };
+        self.snapshots.learn_processes(self.evidence.processes.keys().copied());
         let snapshot = self.snapshots.read(&self.kernel, clock::monotonic_ns());
         let fresh = self.sampler.as_ref().map(Sampler::take_samples).unwrap_or_default();
         t.samples.extend(fresh.iter().cloned());
@@ -301,6 +302,7 @@ impl Live {
         self.drain();
         // What the maps hold at the end: live threads' counters and scheduler accounting (their
         // open state closed at `end_ns`), who took the CPU, the cgroups' throttling since start.
+        self.snapshots.learn_processes(self.evidence.processes.keys().copied());
         let last = self.snapshots.read(&self.kernel, end_ns);
         last.apply(&mut self.evidence, None, &BTreeSet::new());
         let gpu = match self.sampler.take() {
