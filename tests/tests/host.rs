@@ -179,3 +179,15 @@ fn a_job_that_sleeps_on_a_timer_before_working_is_paused_not_input_starved() {
     assert!((window - active - paused).abs() < 1e-6, "{:#}", r["window"]);
     assert!((r["time_account"]["window_s"].as_f64().expect("account") - active).abs() < 1e-6, "shares are of the active time");
 }
+
+#[test]
+fn computing_between_launches_with_the_gpu_idle_is_host_bound() {
+    require_root();
+    // 20 ms of host work per step, two tiny kernels and a sync: the GPU is done long before
+    // each sync, so removing the sync would hide nothing; the host work is the limiter.
+    let (r, code, stderr) = run_fakejob(&["--steps", "60", "--driver-launches", "2", "--host-us", "20000", "--sync"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(r["verdict"], "host-bound", "{:#}", r["diagnoses"]);
+    let sync = r["diagnoses"].as_array().expect("diagnoses").iter().find(|d| d["id"] == "host-sync");
+    assert!(sync.is_none_or(|d| d["impact"].as_f64().expect("impact") < 0.03), "the sync hides nothing here: {sync:?}");
+}

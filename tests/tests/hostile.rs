@@ -427,3 +427,31 @@ fn the_overhead_estimate_uses_trap_costs_measured_per_probe() {
     let text = String::from_utf8_lossy(&stdout).split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(text.contains("cuMemcpyDtoHAsync_v2 is single-stepped by the kernel"), "{text}");
 }
+
+/// Lines of the kernel log that say a uprobe was leaked (None where the log is unreadable).
+fn leaked_uprobes() -> Option<usize> {
+    let out = Command::new("dmesg").output().ok().filter(|o| o.status.success())?;
+    Some(String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.contains("leaking uprobe")).count())
+}
+
+#[test]
+fn quick_runs_and_early_exits_leak_no_uprobe() {
+    require_root();
+    // Probes that gputrace puts on its own code (the return-probe check, the trap-cost
+    // measurement) once were removed from a background thread; a process that exited first
+    // left the kernel unable to unregister them ("failed to unregister, leaking uprobe"), and
+    // the breakpoint stayed in the executable for every later run.
+    let Some(before) = leaked_uprobes() else {
+        eprintln!("the kernel log is not readable here; the leak check is skipped");
+        return;
+    };
+    for _ in 0..5 {
+        let (code, _, stderr) = output(gt().args(["attach", "--pid", "999999999"]));
+        assert_eq!(code, 3, "{stderr}");
+    }
+    for _ in 0..3 {
+        let (code, _, stderr) = output(gt().args(["run", "--json", "--nvml-hz", "0", "--"]).arg(fakejob()).args(["--steps", "20", "--item", "1"]));
+        assert_eq!(code, 0, "{stderr}");
+    }
+    assert_eq!(leaked_uprobes(), Some(before), "the kernel leaked a uprobe");
+}

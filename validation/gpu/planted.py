@@ -10,7 +10,17 @@
   healthy_train the same bf16 step on pinned, non-blocking input, loss read every 50 steps
   loader_disk   a DataLoader with 1 worker reading 4 MiB samples from disk with O_DIRECT
   loader_cpu    a DataLoader with 2 workers doing heavy CPU work per sample
+  loader_inline the loader_cpu dataset with num_workers=0: each sample is decoded on the
+                training thread itself
+  paused        the healthy GEMM loop, which sleeps 1.7 s (time.sleep) once in the window:
+                a pause, not a bottleneck
+  sleepy        a GEMM step, then time.sleep(5 ms) every step: the loop's own sleep
   contention    the launch-bound loop pinned to one core shared with 3 busy processes
+
+Fixed twins (the same job with the diagnosed fix applied; their steps/s, measured, stand
+beside the planted job's predicted steps/s after the fix in docs/validation.md):
+  item_fixed    item, reading the loss every 50 steps instead of every step
+  sleepy_fixed  sleepy without the sleep (the synchronize stays)
                 (planted.sh starts the busy processes and pins the job)
   idle          holds a CUDA context and 1 GiB of device memory and sleeps (an idle GPU)
 """
@@ -57,7 +67,7 @@ elif args.mode == "pageable":
     def step(i):
         xb = host.to(dev)
         model(xb[:512]).sum()
-elif args.mode == "item":
+elif args.mode in ("item", "item_fixed"):
     # ~10 ms of GPU work per step, then .item() and 5 ms of host work (logging, data prep)
     # during which the GPU has nothing queued.
     model = mlp(8192, 4, torch.bfloat16)
@@ -69,11 +79,11 @@ elif args.mode == "item":
         loss = model(x).float().square().mean()
         loss.backward()
         opt.step()
-        v = loss.item()
+        if args.mode == "item" or i % 50 == 0:
+            loss.item()
         t = time.perf_counter() + 0.005
         while time.perf_counter() < t:
             pass
-        return v
 elif args.mode == "alloc_churn":
     def step(i):
         torch.cuda.empty_cache()
@@ -103,7 +113,28 @@ elif args.mode == "healthy_train":
         opt.step()
         if i % 50 == 0:
             loss.item()
-elif args.mode in ("loader_disk", "loader_cpu"):
+elif args.mode in ("paused", "sleepy", "sleepy_fixed"):
+    a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    started = [None]
+
+    def step(i):
+        b = a
+        for _ in range(4):
+            b = b @ a
+        if args.mode == "sleepy":
+            torch.cuda.synchronize()
+            time.sleep(0.005)
+        elif args.mode == "sleepy_fixed":
+            torch.cuda.synchronize()
+        else:
+            if started[0] is None:
+                started[0] = time.perf_counter()
+            # One pause of 1.7 s, 2 s into the loop.
+            if started[0] > 0 and time.perf_counter() - started[0] > 2.0:
+                torch.cuda.synchronize()
+                time.sleep(1.7)
+                started[0] = -1.0
+elif args.mode in ("loader_disk", "loader_cpu", "loader_inline"):
     from torch.utils.data import DataLoader, Dataset
 
     SAMPLE = 4 << 20
@@ -148,8 +179,9 @@ elif args.mode in ("loader_disk", "loader_cpu"):
             return torch.full((4096,), acc)
 
     ds = DiskSamples(64) if args.mode == "loader_disk" else CpuSamples()
-    workers = 1 if args.mode == "loader_disk" else 2
-    it = iter(DataLoader(ds, batch_size=8, num_workers=workers, prefetch_factor=2, persistent_workers=True))
+    workers = {"loader_disk": 1, "loader_cpu": 2, "loader_inline": 0}[args.mode]
+    extra = {"prefetch_factor": 2, "persistent_workers": True} if workers else {}
+    it = iter(DataLoader(ds, batch_size=8, num_workers=workers, **extra))
     model = mlp(4096, 4)
 
     def step(i):

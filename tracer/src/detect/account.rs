@@ -138,11 +138,28 @@ impl Account {
         })
     }
 
-    /// The most of the window a host-side fix can give back: the time the GPU did not work
-    /// (NVML), or all of it without NVML.
+    /// How much of the window the GPU worked, at least: NVML's utilization, else the time the
+    /// host waited for GPU work (the GPU was busy then, and maybe more).
+    #[must_use]
+    pub fn gpu_busy_at_least(&self) -> f64 {
+        self.gpu_util.unwrap_or_else(|| self.waiting_for_gpu_work())
+    }
+
+    /// Of the host work after synchronizes (`host_while_queue_empty`), the part that removing
+    /// the syncs could hide behind GPU work: no more than the GPU's busy time. The rest is
+    /// host work the GPU could not have overlapped (`host-bound`).
+    #[must_use]
+    pub fn sync_hideable(&self) -> f64 {
+        self.share(|t| t.host_while_queue_empty_ns).min(self.gpu_busy_at_least())
+    }
+
+    /// The most of the window a host-side fix can give back: the time no kernel ran (NVML's
+    /// utilization; GPM's SM activity only where utilization is missing), or all of it
+    /// without NVML. Time, not occupancy: tiny kernels that leave the SMs nearly empty still
+    /// take their time, and no host fix makes the step shorter than the GPU's own work.
     #[must_use]
     pub fn gpu_idle_cap(&self) -> f64 {
-        self.gpu_activity().map_or(1.0, |a| (1.0 - a).clamp(0.0, 1.0))
+        self.gpu_util.or(self.sm_active).map_or(1.0, |a| (1.0 - a).clamp(0.0, 1.0))
     }
 }
 

@@ -1,6 +1,6 @@
 //! The detectors. Each returns `None` when its pattern is absent.
 
-use super::{severity, Account, LOW};
+use super::{severity, Account, LOW, MEDIUM};
 use crate::{evidence::Evidence, report::model::Diagnosis};
 
 pub const GPU_BOUND: &str = "gpu-bound";
@@ -8,6 +8,7 @@ pub const GPU_BOUND: &str = "gpu-bound";
 pub type Rule = fn(&Evidence, &Account) -> Option<Diagnosis>;
 pub const ALL: &[Rule] = &[
     launch_bound,
+    host_bound,
     host_sync,
     pageable_copy,
     blocking_copy,
@@ -27,6 +28,10 @@ const LAUNCH_BOUND_RATE: f64 = 5_000.0;
 const HOST_WAIT_LOW: f64 = 0.30;
 /// At or above this fraction blocked on the GPU, the GPU is the limiter (healthy).
 const HOST_WAIT_HIGH: f64 = 0.50;
+/// Below this NVML utilization the GPU mostly has nothing to run.
+const GPU_IDLE_UTIL: f64 = 0.5;
+/// Below this fraction blocked on the GPU, a job that syncs finds the GPU done each time.
+const HOST_WAIT_NONE: f64 = 0.05;
 /// Syncs per second that amount to "every step" for a training loop (≥ 10 steps/s).
 const SYNCS_PER_S: f64 = 10.0;
 /// Alloc + free calls per second that mean the caching allocator is not caching.
@@ -83,11 +88,63 @@ fn launch_bound(_: &Evidence, a: &Account) -> Option<Diagnosis> {
     ))
 }
 
+/// What one kernel launch costs the host through PyTorch, at most (docs/facts.md: ~6.8 µs for
+/// an eager `add_`, ~6 µs for a bare `cuLaunchKernel`): host time per launch far above it is
+/// the program's own work between launches, not the launching.
+const LAUNCH_HOST_COST_S: f64 = 10e-6;
+
+/// The launching thread computes on the CPU between launches while the GPU has nothing to do:
+/// few launches, each preceded by far more host time than launching costs (many cheap
+/// launches are `launch-bound`). The host work that follows a synchronize is host-sync's up
+/// to what overlapping it with GPU work could hide; this is the rest.
+fn host_bound(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
+    if a.launch_rate >= LAUNCH_BOUND_RATE {
+        return None;
+    }
+    let host = (a.share(|t| t.launching_and_host_ns) - a.sync_hideable()).max(0.0);
+    let blocked = a.share(|t| t.waiting_on_gpu_ns + t.in_copies_ns);
+    // The GPU must be idle while the host works. NVML says so directly. Without it: the GPU
+    // queue was seen empty (after syncs, until the next launch) most of the time, or the job
+    // synchronizes and yet hardly ever waits for the GPU, so nothing was left running at each
+    // sync (a job that never syncs could be queueing GPU work and is not judged).
+    let gpu_idle = match a.gpu_util {
+        Some(u) => u < GPU_IDLE_UTIL,
+        None => (a.sync_rate > 0.0 && blocked < HOST_WAIT_NONE) || a.share(|t| t.queue_empty_ns) >= GPU_IDLE_UTIL,
+    };
+    let launches: u64 = ev.threads.values().map(|t| t.kernel_launches() + t.graph_launches()).sum();
+    let host_s = host * a.window_s;
+    let per_launch = host_s / launches.max(1) as f64;
+    if host < MEDIUM || !gpu_idle || per_launch < 10.0 * LAUNCH_HOST_COST_S {
+        return None;
+    }
+    let impact = host.min(a.gpu_idle_cap());
+    let mut evidence = vec![
+        format!(
+            "the launching threads ran host code {} of the time: {:.2} ms per kernel launch ({} launches), where a launch itself costs under {:.0} µs",
+            pct(host),
+            per_launch * 1e3,
+            launches,
+            LAUNCH_HOST_COST_S * 1e6
+        ),
+        format!("they waited for the GPU only {} of the time", pct(blocked)),
+    ];
+    evidence.extend(gpu_line(a));
+    Some(diagnosis(
+        "host-bound",
+        "launching_and_host",
+        impact,
+        format!("the training thread computes on the CPU between launches ({:.1} ms per launch) while the GPU has nothing to do", per_launch * 1e3),
+        evidence,
+        "find the host code between launches and take it off the step: data loading or decoding in the training process belongs in DataLoader workers (num_workers > 0, persistent_workers=True); vectorize Python loops; log and checkpoint less often (a profiler such as py-spy shows where)",
+    ))
+}
+
 fn host_sync(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     let empty = a.share(|t| t.queue_empty_ns);
     // The queue's empty spells less the other stalls that may lie in them, capped by the
     // time NVML saw no kernel running.
-    let impact = a.share(|t| t.host_while_queue_empty_ns).min(a.gpu_util.map_or(1.0, |u| 1.0 - u));
+    // Only what GPU work could have hidden is the sync's doing (`Account::sync_hideable`).
+    let impact = a.sync_hideable().min(a.gpu_util.map_or(1.0, |u| 1.0 - u));
     if a.sync_rate < SYNCS_PER_S || impact < LOW {
         return None;
     }

@@ -36,6 +36,7 @@ fn recoverable(id: &str) -> (f64, &'static str) {
         "cpu-starved" => (1.0, "with its CPUs the training thread runs when it is ready"),
         "io-stall" => (1.0, "I/O moved off the training thread overlaps the GPU's work"),
         "input-starved" => (1.0, "a loader that keeps up leaves no wait between steps"),
+        "host-bound" => (1.0, "host work taken off the step (into loader workers, or vectorized) stops delaying the launches"),
         "host-sleep" => (1.0, "without the sleep the loop launches as soon as it can"),
         _ => (1.0, "the time it costs"),
     }

@@ -86,6 +86,16 @@ impl TimeAccount {
     /// lived for only part of the window (the scheduler saw it for less) sleeps the rest.
     #[must_use]
     pub fn of(t: &ThreadStats, sched: Option<&SchedStats>, window_ns: u64) -> Self {
+        Self::of_measured(t, sched, window_ns, None)
+    }
+
+    /// As [`Self::of`]; `asleep_outside_cuda_ns` is the thread's interruptible sleep outside
+    /// CUDA calls as its wakeups measured it (`evidence::waits`), where they were traced.
+    /// Without it, sleep outside CUDA calls is taken as all sleep less the time in CUDA
+    /// calls — which assumes those calls sleep while they wait, and they need not: a
+    /// synchronize may spin on the CPU, and then every sleep is outside it.
+    #[must_use]
+    pub fn of_measured(t: &ThreadStats, sched: Option<&SchedStats>, window_ns: u64, asleep_outside_cuda_ns: Option<u64>) -> Self {
         let life = sched.map_or(window_ns, |s| s.total_ns().min(window_ns));
         let mut left = life;
         let mut take = |ns: u64| {
@@ -100,7 +110,11 @@ impl TimeAccount {
         let (waiting_for_cpu_ns, io_wait_ns, sleeping_ns) = match sched {
             // A CUDA call's own waiting shows as sleep or blocked time too; only what is left
             // after the CUDA buckets counts.
-            Some(s) => (take(s.runqueue_ns), take(s.blocked_ns), take(s.sleep_ns.saturating_sub(cuda_ns))),
+            Some(s) => {
+                let by_subtraction = s.sleep_ns.saturating_sub(cuda_ns);
+                let outside = asleep_outside_cuda_ns.map_or(by_subtraction, |m| m.max(by_subtraction).min(s.sleep_ns));
+                (take(s.runqueue_ns), take(s.blocked_ns), take(outside))
+            }
             None => (0, 0, 0),
         };
         let pageable_staging_ns = t.pageable_copy_cost_ns.min(in_copies_ns);
@@ -160,12 +174,13 @@ impl TimeAccount {
         let parts: Vec<Self> = threads
             .iter()
             .map(|tid| {
-                let sched = ev.sched.get(tid).map(|s| {
-                    let mine: Vec<(u64, u64)> = ev.long_sleeps.iter().filter(|l| l.tid == *tid).map(|l| (l.start_ns, l.end_ns)).collect();
-                    let overlap = waits::overlap_ns(&mine, &pauses);
-                    SchedStats { sleep_ns: s.sleep_ns.saturating_sub(overlap), ..s.clone() }
-                });
-                Self::of(&ev.threads[tid], sched.as_ref(), active_ns)
+                let mine: Vec<(u64, u64)> = ev.long_sleeps.iter().filter(|l| l.tid == *tid).map(|l| (l.start_ns, l.end_ns)).collect();
+                let overlap = waits::overlap_ns(&mine, &pauses);
+                let sched = ev.sched.get(tid).map(|s| SchedStats { sleep_ns: s.sleep_ns.saturating_sub(overlap), ..s.clone() });
+                let woken: Vec<&waits::Wake> = ev.wakes.iter().filter(|w| w.tid == *tid).collect();
+                let outside = (!woken.is_empty())
+                    .then(|| woken.iter().filter(|w| !w.in_cuda).map(|w| w.ns.saturating_sub(w.blocked_ns)).sum::<u64>().saturating_sub(overlap));
+                Self::of_measured(&ev.threads[tid], sched.as_ref(), active_ns, outside)
             })
             .collect();
         let mut a = Self::combine(&parts, active_ns);

@@ -114,8 +114,9 @@ impl std::fmt::Debug for Kernel {
     }
 }
 
-/// Whether to leave return probes off, with a note saying why when they are.
-fn entry_only_decision(ebpf: &mut Ebpf, notes: &mut Vec<String>) -> bool {
+/// Whether to leave return probes off, with a note saying why when they are; the check's
+/// probe goes to `links`.
+fn entry_only_decision(ebpf: &mut Ebpf, notes: &mut Vec<String>, links: &mut Vec<(String, UProbeLinkId)>) -> bool {
     const CONSEQUENCE: &str = "calls are counted from their entries (tracer.probes), without durations, copy sizes or \
          classification, sync waits or allocations";
     if FORCE_ENTRY_ONLY.load(std::sync::atomic::Ordering::Relaxed) {
@@ -123,7 +124,7 @@ fn entry_only_decision(ebpf: &mut Ebpf, notes: &mut Vec<String>) -> bool {
         return true;
     }
     let Some(program) = PROBES.iter().find(|s| has_return(s)).map(|s| return_program(s.symbol)) else { return false };
-    let safety = return_safety::check(ebpf, &program);
+    let safety = return_safety::check(ebpf, &program, links);
     log::info!("return probes under seccomp: {safety:?}");
     if safety.safe() {
         return false;
@@ -204,7 +205,8 @@ impl Kernel {
             }
         }
 
-        let entry_only = entry_only_decision(&mut ebpf, &mut notes);
+        let mut uprobe_links = Vec::new();
+        let entry_only = entry_only_decision(&mut ebpf, &mut notes, &mut uprobe_links);
         let mut attached = [false; TRACEPOINT_GROUPS.len()];
         let mut tracepoint_links = Vec::new();
         let groups: &[(Tracepoints, &str)] = if scope == Scope::Tree { &TRACEPOINT_GROUPS } else { &[] };
@@ -248,7 +250,7 @@ impl Kernel {
                 wake_stacks,
                 attached: BTreeMap::new(),
                 notes,
-                uprobe_links: Vec::new(),
+                uprobe_links,
                 tracepoint_links,
                 sched_traced,
                 io_traced,
@@ -332,7 +334,7 @@ impl Kernel {
 
     /// What a trap costs on this kernel, by the instruction it sits on (`trap_cost`).
     pub fn measure_trap_costs(&mut self) -> std::result::Result<trap_cost::TrapCosts, String> {
-        trap_cost::calibrate(&mut self.ebpf)
+        trap_cost::calibrate(&mut self.ebpf, &mut self.uprobe_links)
     }
 
     #[must_use]

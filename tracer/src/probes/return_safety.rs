@@ -11,7 +11,7 @@ use std::{path::Path, time::Duration};
 
 use aya::{
     maps::{HashMap as BpfHashMap, PerCpuArray},
-    programs::UProbe,
+    programs::{uprobe::UProbeLinkId, UProbe},
     Ebpf,
 };
 use gputrace_common::loss;
@@ -62,8 +62,11 @@ fn has_uretprobe_syscall() -> bool {
 }
 
 /// Ask the kernel, with `program` (a loaded return-probe program) attached to our own
-/// function for the duration of the check.
-pub fn check(ebpf: &mut Ebpf, program: &str) -> Safety {
+/// function. The probe stays attached; its link id goes to `links`, which the session
+/// detaches with all the others before it exits. (Detaching it from a background thread
+/// raced the process's exit: the kernel logged "failed to unregister, leaking uprobe" and
+/// kept a breakpoint in the executable for every later run, 6.18.)
+pub fn check(ebpf: &mut Ebpf, program: &str, links: &mut Vec<(String, UProbeLinkId)>) -> Safety {
     // Without the system call a child survives anyway; the shortcut only saves the check
     // where the kernel says so plainly (a kernel without kallsyms gets the check).
     if kallsyms_readable() && !has_uretprobe_syscall() {
@@ -77,10 +80,10 @@ pub fn check(ebpf: &mut Ebpf, program: &str) -> Safety {
     let Some(prog) = ebpf.program_mut(program).and_then(|p| <&mut UProbe>::try_from(p).ok()) else {
         return Safety::Unknown(format!("no program {program}"));
     };
-    let link = match prog.attach(None, offset, exe, None) {
-        Ok(l) => l,
+    match prog.attach(None, offset, exe, None) {
+        Ok(l) => links.push((program.to_owned(), l)),
         Err(e) => return Safety::Unknown(format!("attaching the check probe: {e}")),
-    };
+    }
     // The return program only counts (as an unmatched return: the check has no entry probe)
     // for a traced process: the child is traced for the check, so a survival can be told
     // from a probe that never fired.
@@ -97,10 +100,6 @@ pub fn check(ebpf: &mut Ebpf, program: &str) -> Safety {
                 let _ = counts.set(loss::UNMATCHED_RETURN, zeros, 0);
             }
         }
-    }
-    if let Some(Ok(link)) = ebpf.program_mut(program).and_then(|p| <&mut UProbe>::try_from(p).ok()).map(|p| p.take_link(link)) {
-        // Removal waits for a grace period; nothing needs to wait for it.
-        std::thread::spawn(move || drop(link));
     }
     match verdict {
         Safety::Survived if !fired => Safety::Unknown("the check probe did not fire".into()),
@@ -157,7 +156,7 @@ fn run_child_traced(ebpf: &mut Ebpf, nr: u32, work: impl FnOnce()) -> Safety {
 }
 
 /// The offset in our executable's file of the code at `addr`.
-pub(super) fn own_file_offset(addr: u64) -> Option<u64> {
+fn own_file_offset(addr: u64) -> Option<u64> {
     let exe = std::fs::read_link("/proc/self/exe").ok()?;
     let text = crate::discover::procfs::read_text("/proc/self/maps").ok()?;
     let (mappings, _) = maps::parse(&text);

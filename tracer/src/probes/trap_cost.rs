@@ -9,15 +9,18 @@
 //! times the first (measured on the fake CUDA, issue 20). A return probe adds its own cost at
 //! the function's return.
 //!
-//! So gputrace measures, once per session, a bare counting probe on functions of its own
-//! that begin with each kind of instruction (and a return probe), and classifies the first
-//! instruction of every CUDA symbol it probes the same way: the cost of a probe is the
-//! measured cost of its kind. Which kinds the kernel emulates need not be known in advance:
-//! an emulated kind simply measures cheap.
+//! So gputrace measures, once per session, a bare counting probe on tiny functions of its
+//! own (in a private memfd) that begin with each kind of instruction (and a return probe),
+//! and classifies the first instruction of every CUDA symbol it probes the same way: the
+//! cost of a probe is the measured cost of its kind. Which kinds the kernel emulates need
+//! not be known in advance: an emulated kind simply measures cheap.
 
 use std::{fs::File, os::unix::fs::FileExt as _, path::Path, time::Instant};
 
-use aya::{programs::UProbe, Ebpf};
+use aya::{
+    programs::{uprobe::UProbeLinkId, UProbe},
+    Ebpf,
+};
 use serde::{Deserialize, Serialize};
 
 /// The kind of instruction a probe sits on, as far as its trap cost goes.
@@ -90,55 +93,81 @@ impl TrapCosts {
     }
 }
 
+/// The calibration code (x86-64): tiny functions, each beginning with one kind of
+/// instruction, 16 bytes apart. It lives in a private memfd, not in gputrace's own binary:
+/// a probe sits on an inode for every process that maps it, and a probe on the shared
+/// executable once left other runs of that file killed by SIGILL at the probed address (a
+/// `nopl` led function, kernel 6.18) — the kernel's state for an inode of our own that dies
+/// with us cannot touch any other process.
 #[cfg(target_arch = "x86_64")]
-std::arch::global_asm!(
-    // Tiny functions that begin with each kind of instruction; nothing but the calibration
-    // calls them. Intel syntax (the default for global_asm! on x86).
-    ".pushsection .text.gputrace_calibration,\"ax\",@progbits",
-    ".p2align 4",
-    ".globl gputrace_calib_push",
-    "gputrace_calib_push:",
-    "push rbp",
-    "pop rbp",
-    "ret",
-    ".p2align 4",
-    ".globl gputrace_calib_nop",
-    "gputrace_calib_nop:",
-    "nop dword ptr [rax + rax*1 + 0]",
-    "ret",
-    ".p2align 4",
-    ".globl gputrace_calib_endbr",
-    "gputrace_calib_endbr:",
-    "endbr64",
-    "ret",
-    ".p2align 4",
-    ".globl gputrace_calib_branch",
-    "gputrace_calib_branch:",
-    "jmp 2f",
-    "2:",
-    "ret",
-    ".p2align 4",
-    ".globl gputrace_calib_stepped",
-    "gputrace_calib_stepped:",
-    "mov rax, rdi",
-    "ret",
-    ".p2align 4",
-    ".globl gputrace_calib_return",
-    "gputrace_calib_return:",
-    "push rbp",
-    "pop rbp",
-    "ret",
-    ".popsection",
-);
+const CODE: [(&str, &[u8]); 4] = [
+    // push rbp; pop rbp; ret
+    ("push", &[0x55, 0x5d, 0xc3]),
+    // jmp +0; ret
+    ("branch", &[0xeb, 0x00, 0xc3]),
+    // mov rax, rdi; ret
+    ("stepped", &[0x48, 0x89, 0xf8, 0xc3]),
+    // the function a return probe measures: push rbp; pop rbp; ret
+    ("return", &[0x55, 0x5d, 0xc3]),
+];
+#[cfg(target_arch = "x86_64")]
+const SLOT: usize = 16;
+
+/// The calibration functions, mapped executable from a private memfd.
+#[cfg(target_arch = "x86_64")]
+struct CalibrationCode {
+    fd: std::os::fd::OwnedFd,
+    base: *mut libc::c_void,
+}
 
 #[cfg(target_arch = "x86_64")]
-unsafe extern "C" {
-    fn gputrace_calib_push();
-    fn gputrace_calib_nop();
-    fn gputrace_calib_endbr();
-    fn gputrace_calib_branch();
-    fn gputrace_calib_stepped();
-    fn gputrace_calib_return();
+impl CalibrationCode {
+    fn new() -> Result<Self, String> {
+        use std::os::fd::FromRawFd as _;
+        let name = c"gputrace-trap-calibration";
+        // MFD_EXEC: an executable memfd, where the kernel distinguishes (6.3+); older
+        // kernels reject the flag and make every memfd executable.
+        // SAFETY: a valid NUL-terminated name; the flags are plain integers.
+        let mut raw = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_EXEC) };
+        if raw < 0 {
+            // SAFETY: as above.
+            raw = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+        }
+        if raw < 0 {
+            return Err(format!("memfd_create: {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: a descriptor we just created and own.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
+        let mut page = vec![0xcc_u8; 4096];
+        for (i, (_, code)) in CODE.iter().enumerate() {
+            page[i * SLOT..i * SLOT + code.len()].copy_from_slice(code);
+        }
+        std::io::Write::write_all(&mut std::fs::File::from(fd.try_clone().map_err(|e| e.to_string())?), &page).map_err(|e| format!("writing the code: {e}"))?;
+        // SAFETY: maps the 4096 bytes just written, read and execute, private to us.
+        let base = unsafe { libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_EXEC, libc::MAP_PRIVATE, std::os::fd::AsRawFd::as_raw_fd(&fd), 0) };
+        if base == libc::MAP_FAILED {
+            return Err(format!("mapping the code executable: {}", std::io::Error::last_os_error()));
+        }
+        Ok(Self { fd, base })
+    }
+
+    fn path(&self) -> std::path::PathBuf {
+        format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&self.fd)).into()
+    }
+
+    fn function(&self, i: usize) -> unsafe extern "C" fn() {
+        // SAFETY: slot i holds a complete function (CODE) that returns at once; the mapping
+        // lives as long as `self`, and callers call it only while they hold `self`.
+        unsafe { std::mem::transmute::<*mut libc::c_void, unsafe extern "C" fn()>(self.base.cast::<u8>().add(i * SLOT).cast()) }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Drop for CalibrationCode {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the page mapped in `new`.
+        unsafe { libc::munmap(self.base, 4096) };
+    }
 }
 
 /// Calls per batch and batches per measurement: the fastest batch is kept, since preemption
@@ -161,37 +190,32 @@ fn per_call_ns(f: unsafe extern "C" fn()) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
-/// Measure with the floor programs of `ebpf` (the session's object). The probes sit on our
-/// own executable and are removed in the background (each removal waits for a grace period).
+/// Measure with the floor programs of `ebpf` (the session's object). The probes sit on a
+/// private memfd; their link ids go to `links`, detached with the session's others before
+/// it exits (never from a thread the exit could race: `return_safety::check`).
+/// NOPs and `endbr64` are single-stepped like any other instruction on the kernels measured
+/// (6.18: 12–13 µs against 13 µs for a `mov`), and are charged as such, not probed here.
 #[cfg(target_arch = "x86_64")]
-pub fn calibrate(ebpf: &mut Ebpf) -> Result<TrapCosts, String> {
-    let functions: [(&str, unsafe extern "C" fn(), bool); 6] = [
-        ("push", gputrace_calib_push, false),
-        ("nop", gputrace_calib_nop, false),
-        ("endbr", gputrace_calib_endbr, false),
-        ("branch", gputrace_calib_branch, false),
-        ("stepped", gputrace_calib_stepped, false),
-        ("return", gputrace_calib_return, true),
-    ];
-    let bare: Vec<f64> = functions.iter().map(|(_, f, _)| per_call_ns(*f)).collect();
+pub fn calibrate(ebpf: &mut Ebpf, links: &mut Vec<(String, UProbeLinkId)>) -> Result<TrapCosts, String> {
+    let code = CalibrationCode::new()?;
+    let functions: Vec<unsafe extern "C" fn()> = (0..CODE.len()).map(|i| code.function(i)).collect();
+    let bare: Vec<f64> = functions.iter().map(|f| per_call_ns(*f)).collect();
     for program in ["uprobe_floor", "uretprobe_floor"] {
         let prog: &mut UProbe = ebpf.program_mut(program).and_then(|p| p.try_into().ok()).ok_or_else(|| format!("no program {program}"))?;
         if prog.fd().is_err() {
             prog.load().map_err(|e| format!("loading {program}: {e}"))?;
         }
     }
-    let exe = Path::new("/proc/self/exe");
-    let mut links = Vec::new();
+    let path = code.path();
     let result = (|| {
-        for (name, f, ret) in functions {
-            let offset = super::return_safety::own_file_offset(f as usize as u64).ok_or_else(|| format!("{name}: not in a file mapping"))?;
-            let program = if ret { "uretprobe_floor" } else { "uprobe_floor" };
+        for (i, (name, _)) in CODE.iter().enumerate() {
+            let program = if *name == "return" { "uretprobe_floor" } else { "uprobe_floor" };
             let prog: &mut UProbe = ebpf.program_mut(program).and_then(|p| p.try_into().ok()).ok_or_else(|| format!("no program {program}"))?;
-            let link = prog.attach(None, offset, exe, None).map_err(|e| format!("attaching to {name}: {e}"))?;
-            links.push((program, link));
+            let link = prog.attach(None, (i * SLOT) as u64, &path, None).map_err(|e| format!("attaching to {name}: {e}"))?;
+            links.push((program.to_owned(), link));
         }
         let hits_before = floor_hits(ebpf);
-        let probed: Vec<f64> = functions.iter().map(|(_, f, _)| per_call_ns(*f)).collect();
+        let probed: Vec<f64> = functions.iter().map(|f| per_call_ns(*f)).collect();
         // Every call ran its program once (the return function's at its return): otherwise
         // the figures measure nothing.
         let expected = u64::from(CALLS * BATCHES) * functions.len() as u64;
@@ -202,25 +226,20 @@ pub fn calibrate(ebpf: &mut Ebpf) -> Result<TrapCosts, String> {
         let cost = |i: usize| (probed[i] - bare[i]).max(0.0);
         Ok(TrapCosts {
             push_ns: cost(0),
-            nop_ns: cost(1),
+            branch_ns: cost(1),
+            stepped_ns: cost(2),
+            nop_ns: cost(2),
             endbr_ns: cost(2),
-            branch_ns: cost(3),
-            stepped_ns: cost(4),
             // A return probe also traps at its function's entry (a push here).
-            return_ns: (cost(5) - cost(0)).max(0.0),
+            return_ns: (cost(3) - cost(0)).max(0.0),
         })
     })();
-    for (program, link) in links {
-        if let Some(Ok(owned)) = ebpf.program_mut(program).and_then(|p| <&mut UProbe>::try_from(p).ok()).map(|p| p.take_link(link)) {
-            // Removal waits for a grace period; nothing needs to wait for it.
-            std::thread::spawn(move || drop(owned));
-        }
-    }
+    drop(code);
     result
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-pub fn calibrate(_ebpf: &mut Ebpf) -> Result<TrapCosts, String> {
+pub fn calibrate(_ebpf: &mut Ebpf, _links: &mut Vec<(String, UProbeLinkId)>) -> Result<TrapCosts, String> {
     Err("trap costs are measured on x86-64 only".into())
 }
 
@@ -253,16 +272,14 @@ mod tests {
 
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn the_calibration_functions_begin_with_their_kind() {
-        let code = |f: unsafe extern "C" fn()| {
-            // SAFETY: reading the first bytes of a function of ours, mapped readable.
-            unsafe { std::slice::from_raw_parts(f as usize as *const u8, 8) }.to_vec()
-        };
-        assert_eq!(classify(&code(gputrace_calib_push)), EntryKind::Push);
-        assert_eq!(classify(&code(gputrace_calib_nop)), EntryKind::Nop);
-        assert_eq!(classify(&code(gputrace_calib_endbr)), EntryKind::Endbr);
-        assert_eq!(classify(&code(gputrace_calib_branch)), EntryKind::Branch);
-        assert_eq!(classify(&code(gputrace_calib_stepped)), EntryKind::Stepped);
-        assert_eq!(classify(&code(gputrace_calib_return)), EntryKind::Push);
+    fn the_calibration_code_begins_with_its_kinds_and_runs() {
+        let kinds: Vec<EntryKind> = CODE.iter().map(|(_, code)| classify(code)).collect();
+        assert_eq!(kinds, [EntryKind::Push, EntryKind::Branch, EntryKind::Stepped, EntryKind::Push]);
+        let code = CalibrationCode::new().expect("an executable memfd");
+        for i in 0..CODE.len() {
+            // SAFETY: each slot is a complete function that returns at once.
+            unsafe { code.function(i)() };
+        }
+        assert!(code.path().starts_with("/proc/self/fd/"));
     }
 }
