@@ -15,6 +15,8 @@
   paused        the healthy GEMM loop, which sleeps 1.7 s (time.sleep) once in the window:
                 a pause, not a bottleneck
   sleepy        a GEMM step, then time.sleep(5 ms) every step: the loop's own sleep
+  graph_tiny    the launch-bound MLP's forward and backward captured in a CUDA graph and
+                replayed: the launches are cheap, the kernels still tiny
   contention    the launch-bound loop pinned to one core shared with 3 busy processes
 
 Fixed twins (the same job with the diagnosed fix applied; their steps/s, measured, stand
@@ -60,6 +62,21 @@ elif args.mode == "launch_bound":
         opt.zero_grad(set_to_none=True)
         model(x).square().mean().backward()
         opt.step()
+elif args.mode == "graph_tiny":
+    model = mlp(64, 40)
+    x = torch.randn(8, 64, device=dev)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            model(x).square().mean().backward()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        model(x).square().mean().backward()
+
+    def step(i):
+        g.replay()
 elif args.mode == "pageable":
     model = mlp(1024, 4)
     host = torch.randn(16384, 1024)  # 64 MiB, pageable

@@ -94,6 +94,13 @@ impl Account {
         }
     }
 
+    /// The share of time a kernel ran (0..1): NVML's utilization, else GPM's SM activity. The
+    /// question "was the GPU waiting?" is about time, not about how full the SMs were.
+    #[must_use]
+    pub fn gpu_time_busy(&self) -> Option<f64> {
+        self.gpu_util.or(self.sm_active)
+    }
+
     /// The best measure of how much of the GPU worked (0..1), if NVML answered.
     #[must_use]
     pub fn gpu_activity(&self) -> Option<f64> {

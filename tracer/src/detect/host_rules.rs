@@ -123,7 +123,7 @@ pub fn input_starved(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     // is unambiguous: nobody was launching, the GPU was not being fed. A sleep that a timer
     // ended is the program's own pause, not a wait for input (`host_sleep`).
     let (_, sleeping) = sleep_shares(a);
-    if sleeping < SLEEP_STARVED || a.gpu_activity().is_some_and(|g| g >= GPU_WAITING) {
+    if sleeping < SLEEP_STARVED || a.gpu_time_busy().is_some_and(|g| g >= GPU_WAITING) {
         return None;
     }
     let waker = top_waker(a);
@@ -181,7 +181,7 @@ pub fn input_starved(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
 pub fn host_sleep(_ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     a.host.as_ref()?;
     let (timer, _) = sleep_shares(a);
-    if timer < SLEEP_STARVED || a.gpu_activity().is_some_and(|g| g >= GPU_WAITING) {
+    if timer < SLEEP_STARVED || a.gpu_time_busy().is_some_and(|g| g >= GPU_WAITING) {
         return None;
     }
     let mut evidence = vec![format!("the launching threads slept {} of the active time in spells a timer ended", pct(timer))];

@@ -17,6 +17,7 @@ pub const ALL: &[Rule] = &[
     super::host_rules::io_stall,
     super::host_rules::input_starved,
     super::host_rules::host_sleep,
+    small_kernels,
     gpu_bound,
 ];
 
@@ -258,6 +259,42 @@ fn alloc_churn(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
             "keep memory cached: drop torch.cuda.empty_cache() from the loop, keep tensor shapes stable, or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
         },
     ))
+}
+
+/// NVML utilization at or above which the GPU is busy in time (a kernel nearly always runs).
+const SMALL_KERNELS_UTIL: f64 = 0.80;
+/// GPM SM activity below this share of the utilization: the kernels that run leave most SMs
+/// empty.
+const SMALL_KERNELS_SM_SHARE: f64 = 0.5;
+
+/// The GPU is busy in time but its SMs are mostly empty: each kernel is too small to fill the
+/// GPU (a small batch, CUDA graphs or XLA programs of tiny kernels). Needs both NVML's
+/// utilization (time) and Hopper GPM's SM activity (space). The impact is GPU time, not a
+/// host bucket: the time kernels ran with the SMs idle (utilization − SM activity). Host-side
+/// problems are capped by the time no kernel ran, so the impacts still add up to at most 1.
+fn small_kernels(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
+    let (util, sm) = (a.gpu_util?, a.sm_active?);
+    if util < SMALL_KERNELS_UTIL || sm >= SMALL_KERNELS_SM_SHARE * util {
+        return None;
+    }
+    let impact = (util - sm).clamp(0.0, 1.0);
+    let graphs: u64 = ev.threads.values().map(crate::evidence::ThreadStats::graph_launches).sum();
+    let mut evidence: Vec<String> = gpu_line(a).into_iter().collect();
+    evidence.push(format!(
+        "{:.0} kernel launches/s and {:.0} graph launches/s",
+        a.launch_rate,
+        if a.window_s > 0.0 { graphs as f64 / a.window_s } else { 0.0 }
+    ));
+    Some(Diagnosis {
+        id: "small-kernels".into(),
+        severity: severity(impact).into(),
+        impact,
+        summary: format!("the GPU runs kernels {} of the time but its SMs are busy only {}: the work is too small to fill it", pct(util), pct(sm)),
+        evidence,
+        fix: "give each kernel more work: a larger batch, fused or compiled kernels (torch.compile), larger graphs; or share the GPU with other jobs (MPS)".into(),
+        bucket: None,
+        saving: None,
+    })
 }
 
 fn gpu_bound(_: &Evidence, a: &Account) -> Option<Diagnosis> {

@@ -38,6 +38,7 @@ fn recoverable(id: &str) -> (f64, &'static str) {
         "input-starved" => (1.0, "a loader that keeps up leaves no wait between steps"),
         "host-bound" => (1.0, "host work taken off the step (into loader workers, or vectorized) stops delaying the launches"),
         "host-sleep" => (1.0, "without the sleep the loop launches as soon as it can"),
+        "small-kernels" => (1.0, "at most: the same work filling the SMs would take that much less GPU time; a larger batch does more work per step instead"),
         _ => (1.0, "the time it costs"),
     }
 }
@@ -47,7 +48,8 @@ pub fn estimate(found: &mut [Diagnosis], a: &Account, steps_per_s: Option<f64>) 
     for d in found.iter_mut().filter(|d| d.id != GPU_BOUND) {
         let (share, why) = recoverable(&d.id);
         let overlap = if d.id == "blocking-copy" { 1.0 - d.impact } else { 1.0 };
-        let cap = a.gpu_idle_cap().min(overlap);
+        // GPU-side time (`small-kernels`) is not bounded by the GPU's idle time.
+        let cap = if d.bucket.is_none() { overlap } else { a.gpu_idle_cap().min(overlap) };
         let fraction = (d.impact * share).min(cap).clamp(0.0, d.impact);
         let bound = if cap >= d.impact * share {
             String::new()

@@ -62,8 +62,9 @@ fn a_busy_gpu_overrules_the_launch_rate() {
 
 #[test]
 fn sm_activity_outranks_utilization() {
-    // "A kernel was running" 90% of the time but the SMs were 8% busy: not GPU-bound.
-    assert_eq!(verdict(&evidence(100_000, 0, 0, 0), Some(&gpu_with_sm(90.0, Some(8.0)))), "launch-bound");
+    // "A kernel was running" 90% of the time but the SMs were 8% busy: not GPU-bound, and not
+    // launch-bound either — kernels already run back to back; each is too small.
+    assert_eq!(verdict(&evidence(100_000, 0, 0, 0), Some(&gpu_with_sm(90.0, Some(8.0)))), "small-kernels");
     assert_eq!(verdict(&evidence(100_000, 0, 0, 0), Some(&gpu_with_sm(90.0, Some(85.0)))), "gpu-bound");
 }
 
@@ -294,4 +295,21 @@ fn the_queue_idle_bound_is_checked_against_nvml() {
     assert_eq!(g.consistent, Some(true), "0.40 idle within NVML's 0.45");
     let f = analyze(&Inputs { window_ns: 10 * S, evidence: &ev, gpu: Some(&gpu(90.0)) });
     assert_eq!(f.gpu_idle.expect("gpu idle").consistent, Some(false), "0.40 idle but NVML saw a kernel 90% of the time");
+}
+
+#[test]
+fn a_busy_gpu_with_empty_sms_is_small_kernels() {
+    // Graph replays of tiny kernels: a kernel runs 95 % of the time, the SMs are 12 % busy.
+    let mut ev = evidence(1_000, 0, 0, 0);
+    sched(&mut ev, 1, 1, [2 * S, 0, 0, 8 * S]);
+    let (v, found) = diagnose(&Inputs { window_ns: 10 * S, evidence: &ev, gpu: Some(&gpu_with_sm(95.0, Some(12.0))) });
+    assert_eq!(v, "small-kernels", "{found:?}");
+    let d = found.iter().find(|d| d.id == "small-kernels").expect("small-kernels");
+    assert!((d.impact - 0.83).abs() < 1e-9, "{}", d.impact);
+    assert!(found.iter().map(|d| if d.id == "gpu-bound" { 0.0 } else { d.impact }).sum::<f64>() <= 1.0 + 1e-9);
+    // Full SMs, or no GPM: not small kernels.
+    let (_, found) = diagnose(&Inputs { window_ns: 10 * S, evidence: &ev, gpu: Some(&gpu_with_sm(95.0, Some(80.0))) });
+    assert!(found.iter().all(|d| d.id != "small-kernels"), "{found:?}");
+    let (_, found) = diagnose(&Inputs { window_ns: 10 * S, evidence: &ev, gpu: Some(&gpu_with_sm(95.0, None)) });
+    assert!(found.iter().all(|d| d.id != "small-kernels"), "{found:?}");
 }
