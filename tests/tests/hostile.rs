@@ -41,12 +41,8 @@ fn gt() -> Command {
 
 /// A small recording of a fakejob at `file`.
 fn recording(file: &Path) {
-    let (code, _, stderr) = output(gt().args(["record", "--nvml-hz", "0", "-o"]).arg(file).arg("--").arg(fakejob()).args([
-        "--steps",
-        "5",
-        "--driver-launches",
-        "2",
-    ]));
+    let (code, _, stderr) =
+        output(gt().args(["record", "--nvml-hz", "0", "-o"]).arg(file).arg("--").arg(fakejob()).args(["--steps", "5", "--driver-launches", "2"]));
     assert_eq!(code, 0, "{stderr}");
 }
 
@@ -91,12 +87,8 @@ fn devices_fifos_and_stdout_are_written_through_never_replaced() {
     assert!(is_char_device(&full));
 
     // A recording into a device node, as root: written through.
-    let (code, _, stderr) = output(gt().args(["record", "--nvml-hz", "0", "-o"]).arg(&null).arg("--").arg(fakejob()).args([
-        "--steps",
-        "2",
-        "--driver-launches",
-        "1",
-    ]));
+    let (code, _, stderr) =
+        output(gt().args(["record", "--nvml-hz", "0", "-o"]).arg(&null).arg("--").arg(fakejob()).args(["--steps", "2", "--driver-launches", "1"]));
     assert_eq!(code, 0, "{stderr}");
     assert!(is_char_device(&null));
 
@@ -297,17 +289,11 @@ fn calls_missed_before_a_library_was_probed_make_the_report_incomplete() {
     }
     let lib_dir = dir.display().to_string();
     let (code, stdout, stderr) = output(
-        Command::new(gputrace()).env_remove("LD_LIBRARY_PATH").args(["run", "--json", "--nvml-hz", "0", "--"]).arg(fakejob()).args([
-            "--lib-dir",
-            &lib_dir,
-            "--steps",
-            "2000",
-            "--driver-launches",
-            "10",
-            "--kernel-us",
-            "50",
-            "--sync",
-        ]),
+        Command::new(gputrace())
+            .env_remove("LD_LIBRARY_PATH")
+            .args(["run", "--json", "--nvml-hz", "0", "--"])
+            .arg(fakejob())
+            .args(["--lib-dir", &lib_dir, "--steps", "2000", "--driver-launches", "10", "--kernel-us", "50", "--sync"]),
     );
     assert_eq!(code, 0, "{stderr}");
     let r: Value = serde_json::from_slice(&stdout).expect("a report");
@@ -354,8 +340,7 @@ fn run_then_signal(signal: i32) -> Value {
     unsafe { libc::kill(child.id() as i32, signal) };
     let out = child.wait_with_output().expect("gputrace exits");
     let _ = drained.join();
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("no report after signal {signal} ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("no report after signal {signal} ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
 
 #[test]
@@ -380,8 +365,7 @@ fn run_passes_stopping_signals_on_and_reports_how_the_command_ended() {
 fn flags_are_bounded_and_say_their_limits() {
     require_root();
     let started = Instant::now();
-    let (code, _, stderr) =
-        output(gt().args(["record", "--pid", "1", "-o", "/tmp/never.gtr", "--max-size", "64K", "--keep", "4294967295"]));
+    let (code, _, stderr) = output(gt().args(["record", "--pid", "1", "-o", "/tmp/never.gtr", "--max-size", "64K", "--keep", "4294967295"]));
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("0..=1000"), "{stderr}");
     let (code, _, stderr) = output(gt().args(["attach", "--pid", "1", "--duration", "1e9"]));
@@ -426,13 +410,7 @@ fn the_overhead_estimate_uses_trap_costs_measured_per_probe() {
     let o = &r["tracer"]["overhead"];
     assert_eq!(o["basis"], "measured", "{o:#}");
     let probe = |symbol: &str| {
-        o["per_probe"]
-            .as_array()
-            .expect("per_probe")
-            .iter()
-            .find(|p| p["symbol"] == symbol)
-            .cloned()
-            .unwrap_or_else(|| panic!("{symbol}: {o:#}"))
+        o["per_probe"].as_array().expect("per_probe").iter().find(|p| p["symbol"] == symbol).cloned().unwrap_or_else(|| panic!("{symbol}: {o:#}"))
     };
     let (copy, sync) = (probe("cuMemcpyDtoHAsync_v2"), probe("cuStreamSynchronize"));
     assert_eq!(copy["entry"], "stepped");
@@ -472,8 +450,7 @@ fn quick_runs_and_early_exits_leak_no_uprobe() {
         assert_eq!(code, 3, "{stderr}");
     }
     for _ in 0..3 {
-        let (code, _, stderr) =
-            output(gt().args(["run", "--json", "--nvml-hz", "0", "--"]).arg(fakejob()).args(["--steps", "20", "--item", "1"]));
+        let (code, _, stderr) = output(gt().args(["run", "--json", "--nvml-hz", "0", "--"]).arg(fakejob()).args(["--steps", "20", "--item", "1"]));
         assert_eq!(code, 0, "{stderr}");
     }
     assert_eq!(leaked_uprobes(), Some(before), "the kernel leaked a uprobe");

@@ -70,8 +70,7 @@ fn the_offline_report_is_the_live_report() {
     let dir = scratch("same-session");
     let file = dir.join("job.gtr");
     // `record --json` prints the live report of the very session it records.
-    let job =
-        ["--steps", "300", "--driver-launches", "40", "--kernel-us", "200", "--pageable-h2d", "65536", "--item", "1", "--alloc-churn", "1"];
+    let job = ["--steps", "300", "--driver-launches", "40", "--kernel-us", "200", "--pageable-h2d", "65536", "--item", "1", "--alloc-churn", "1"];
     let out = record(&file, &["--json"], &job);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let live: Value = serde_json::from_slice(&out.stdout).expect("the live report");

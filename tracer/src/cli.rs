@@ -278,13 +278,8 @@ fn record_plan(output: PathBuf, force: bool, limits: &RecordLimits, json: bool) 
         return Err("`-o -` puts the recording on standard output, where --json puts the report: use one of them".into());
     }
     if renames && !force {
-        if let Some(taken) =
-            (1..=limits.keep).map(|n| record::file::rotated_name(&output, n)).find(|p| std::fs::symlink_metadata(p).is_ok())
-        {
-            return Err(format!(
-                "{}: a file is there, and rotation would replace it; pass --force, or choose another name",
-                taken.display()
-            ));
+        if let Some(taken) = (1..=limits.keep).map(|n| record::file::rotated_name(&output, n)).find(|p| std::fs::symlink_metadata(p).is_ok()) {
+            return Err(format!("{}: a file is there, and rotation would replace it; pass --force, or choose another name", taken.display()));
         }
     }
     Ok(Plan { destination, path: output, max_bytes: limits.max_size, keep: limits.keep, flight: limits.flight_recorder, mode: 0o600 })

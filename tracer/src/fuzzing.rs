@@ -112,13 +112,7 @@ fn seed_events() -> Vec<Event> {
     let copy = gputrace_common::PROBES.iter().find(|p| p.symbol == "cuMemcpyHtoD_v2").map_or(0, |p| p.id);
     let sync = gputrace_common::PROBES.iter().find(|p| p.symbol == "cuCtxSynchronize").map_or(0, |p| p.id);
     vec![
-        Event::Call(CallEvent {
-            header: h(KIND_CALL, copy),
-            start_ns: 1_000_000,
-            args: [0x1000, 0x7f00_0000_0000, 4096, 0, 0],
-            ret: 0,
-            out: 0,
-        }),
+        Event::Call(CallEvent { header: h(KIND_CALL, copy), start_ns: 1_000_000, args: [0x1000, 0x7f00_0000_0000, 4096, 0, 0], ret: 0, out: 0 }),
         Event::Call(CallEvent { header: h(KIND_CALL, sync), start_ns: 1_500_000, args: [0; 5], ret: 0, out: 0 }),
         Event::IdleEnd(IdleEndEvent { header: h(KIND_IDLE_END, 0), drained_at_ns: 1_900_000 }),
         Event::Io(IoEvent { header: h(KIND_IO, 0), start_ns: 1_000_000, dev: 1, bytes: 4096, rwbs: u32::from(b'R'), error: 0 }),
@@ -128,13 +122,7 @@ fn seed_events() -> Vec<Event> {
 
 /// The frames of a small, complete recording: start, checkpoints, events, an exit, samples, end.
 fn seed_frame_list() -> Vec<(u16, Vec<u8>)> {
-    let start = format::Start {
-        format: "gputrace.recording/1".into(),
-        start_ns: 1_000_000,
-        target_pid: 100,
-        from_session_start: true,
-        ..Default::default()
-    };
+    let start = format::Start { format: "gputrace.recording/1".into(), start_ns: 1_000_000, target_pid: 100, from_session_start: true, ..Default::default() };
     let mut cp = format::Checkpoint::default();
     cp.snapshot.at_ns = 1_000_000;
     let mut last = cp.clone();
@@ -146,10 +134,7 @@ fn seed_frame_list() -> Vec<(u16, Vec<u8>)> {
         frames.push((kind::HOST_CLASS, format::HostAnswer { pid: 100, class: 2, addr: 0x7f00_0000_0000, at_ns: 1 }.to_bytes().to_vec()));
         frames.push((kind::EVENT, encode(&e)));
     }
-    frames.push((
-        kind::GPU_SAMPLES,
-        b"[{\"at_ns\":2000000,\"device\":0,\"util_pct\":50.0,\"mem_used_bytes\":1,\"sm_pct\":null,\"tensor_pct\":null}]".to_vec(),
-    ));
+    frames.push((kind::GPU_SAMPLES, b"[{\"at_ns\":2000000,\"device\":0,\"util_pct\":50.0,\"mem_used_bytes\":1,\"sm_pct\":null,\"tensor_pct\":null}]".to_vec()));
     frames.push((kind::END, json(&end)));
     frames
 }

@@ -144,19 +144,14 @@ fn estimate_accuracy(release: &Path, fake: &Path) -> Result<()> {
     eprintln!("untraced work: {:?} s", untraced.iter().map(|n| n / 1e9).collect::<Vec<_>>());
     eprintln!("traced, added: {added:?} s; estimated: {estimated:?} s");
     let (a, e) = (median(added), median(estimated));
-    println!(
-        "
-| `.item()` loop, {ITEM_STEPS} steps (median of {REPEATS}) | seconds |"
-    );
+    println!("
+| `.item()` loop, {ITEM_STEPS} steps (median of {REPEATS}) | seconds |");
     println!("|---|---|");
     println!("| untraced work | {:.3} |", base / 1e9);
     println!("| added by tracing, measured | {a:.3} |");
     println!("| added by tracing, gputrace's estimate (`tracer.overhead.estimated_s`) | {e:.3} |");
-    println!(
-        "
-estimate / measured = {:.2}",
-        e / a
-    );
+    println!("
+estimate / measured = {:.2}", e / a);
     Ok(())
 }
 

@@ -56,16 +56,11 @@ fn fuzz(target: Option<&str>, seconds: u32) -> Result<()> {
         run(Command::new("cargo").args(["install", "cargo-fuzz", "--locked"]))?;
     }
     let seeds = root().join("target/fuzz-seeds");
-    run(Command::new("cargo").current_dir(root()).env("GPUTRACE_EBPF_STUB", "1").env("GPUTRACE_FUZZ_SEEDS", &seeds).args([
-        "test",
-        "--package",
-        "gputrace",
-        "--lib",
-        "fuzzing::tests::write_seeds",
-        "--",
-        "--ignored",
-        "--exact",
-    ]))?;
+    run(Command::new("cargo")
+        .current_dir(root())
+        .env("GPUTRACE_EBPF_STUB", "1")
+        .env("GPUTRACE_FUZZ_SEEDS", &seeds)
+        .args(["test", "--package", "gputrace", "--lib", "fuzzing::tests::write_seeds", "--", "--ignored", "--exact"]))?;
     let targets: Vec<&str> = target.map_or_else(|| FUZZ_TARGETS.to_vec(), |t| vec![t]);
     for t in targets {
         let corpus = root().join("target/fuzz-corpus").join(t);

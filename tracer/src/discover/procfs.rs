@@ -72,9 +72,6 @@ mod tests {
         assert!(stat.contains("gt\u{fffd}\u{fffd}name"), "{stat}");
         let status = read_text(format!("/proc/self/task/{tid}/status")).expect("status reads");
         assert!(status.contains("Uid:"), "{status}");
-        assert!(
-            std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).is_err(),
-            "read_to_string fails on it: the defect this avoids"
-        );
+        assert!(std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).is_err(), "read_to_string fails on it: the defect this avoids");
     }
 }

@@ -178,9 +178,8 @@ impl TimeAccount {
                 let overlap = waits::overlap_ns(&mine, &pauses);
                 let sched = ev.sched.get(tid).map(|s| SchedStats { sleep_ns: s.sleep_ns.saturating_sub(overlap), ..s.clone() });
                 let woken: Vec<&waits::Wake> = ev.wakes.iter().filter(|w| w.tid == *tid).collect();
-                let outside = (!woken.is_empty()).then(|| {
-                    woken.iter().filter(|w| !w.in_cuda).map(|w| w.ns.saturating_sub(w.blocked_ns)).sum::<u64>().saturating_sub(overlap)
-                });
+                let outside = (!woken.is_empty())
+                    .then(|| woken.iter().filter(|w| !w.in_cuda).map(|w| w.ns.saturating_sub(w.blocked_ns)).sum::<u64>().saturating_sub(overlap));
                 Self::of_measured(&ev.threads[tid], sched.as_ref(), active_ns, outside)
             })
             .collect();

@@ -9,11 +9,11 @@ pub mod host;
 mod memory;
 pub mod snapshot;
 pub mod steps;
+pub mod waits;
 #[cfg(test)]
 mod tests;
 mod threads;
 mod vmm;
-pub mod waits;
 
 use std::collections::BTreeMap;
 
@@ -238,13 +238,7 @@ impl Evidence {
     /// scheduler (a process that existed before attach has no task event).
     #[must_use]
     pub fn pids(&self) -> std::collections::BTreeSet<u32> {
-        self.processes
-            .keys()
-            .copied()
-            .chain(self.threads.values().map(|t| t.pid))
-            .chain(self.sched.values().map(|s| s.pid))
-            .filter(|&p| p != 0)
-            .collect()
+        self.processes.keys().copied().chain(self.threads.values().map(|t| t.pid)).chain(self.sched.values().map(|s| s.pid)).filter(|&p| p != 0).collect()
     }
 
     /// Hits per probe id over all threads.

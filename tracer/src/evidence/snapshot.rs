@@ -132,8 +132,7 @@ impl Snapshot {
             ev.add_counters(t.tid, &t.counters_since(base_hits.get(&t.tid).copied()));
         }
         // Baseline lookups by key, built once: a checkpoint may list many thousands of threads.
-        let base_sched: BTreeMap<u32, &SchedRaw> =
-            baseline.map(|b| b.sched.iter().map(|t| (t.tid, &t.sched)).collect()).unwrap_or_default();
+        let base_sched: BTreeMap<u32, &SchedRaw> = baseline.map(|b| b.sched.iter().map(|t| (t.tid, &t.sched)).collect()).unwrap_or_default();
         let base_at = baseline.map_or(0, |b| b.at_ns);
         for t in self.sched.iter().filter(|t| !skip.contains(&t.tid)) {
             let mut stats = t.sched.closed_at(self.at_ns);
@@ -142,8 +141,7 @@ impl Snapshot {
             }
             ev.sched.entry(t.tid).or_default().merge(&stats);
         }
-        let base_preempt: BTreeMap<u32, u64> =
-            baseline.map(|b| b.preempted_by.iter().map(|q| (q.tid, q.count)).collect()).unwrap_or_default();
+        let base_preempt: BTreeMap<u32, u64> = baseline.map(|b| b.preempted_by.iter().map(|q| (q.tid, q.count)).collect()).unwrap_or_default();
         ev.preempted_by = self
             .preempted_by
             .iter()
@@ -221,10 +219,8 @@ mod tests {
 
     #[test]
     fn a_segment_counts_only_what_happened_in_it() {
-        let first =
-            Snapshot { at_ns: 1_000, threads: vec![hits(7, 100)], sched: vec![sched(7, state::RUNNING, 500, 200)], ..Snapshot::default() };
-        let last =
-            Snapshot { at_ns: 3_000, threads: vec![hits(7, 250)], sched: vec![sched(7, state::RUNNING, 500, 200)], ..Snapshot::default() };
+        let first = Snapshot { at_ns: 1_000, threads: vec![hits(7, 100)], sched: vec![sched(7, state::RUNNING, 500, 200)], ..Snapshot::default() };
+        let last = Snapshot { at_ns: 3_000, threads: vec![hits(7, 250)], sched: vec![sched(7, state::RUNNING, 500, 200)], ..Snapshot::default() };
         let mut ev = Evidence::default();
         last.apply(&mut ev, Some(&first), &BTreeSet::new());
         assert_eq!(ev.threads[&7].hits[1], 150);

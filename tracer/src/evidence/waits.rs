@@ -151,8 +151,7 @@ pub fn classify(frames: &[&str], relation: Relation, in_cuda: bool) -> (WaitKind
             || f == "sock_def_readable"
             || f.starts_with("inet_")
     };
-    let interrupt =
-        frames.iter().any(|f| f.starts_with("__sysvec_") || f.starts_with("asm_sysvec") || f.contains("irq") || f.contains("softirq"));
+    let interrupt = frames.iter().any(|f| f.starts_with("__sysvec_") || f.starts_with("asm_sysvec") || f.contains("irq") || f.contains("softirq"));
     match relation {
         // A task that was merely interrupted is no waker: only the stack says what woke us.
         _ if interrupt => (any(frames, net).map_or(WaitKind::Other, |_| WaitKind::Network), site()),
@@ -244,33 +243,16 @@ mod tests {
 
     #[test]
     fn the_stack_says_what_woke_the_thread() {
-        let timer =
-            ["bpf_trace_run2", "__traceiter_sched_waking", "try_to_wake_up", "hrtimer_wakeup", "__hrtimer_run_queues", "hrtimer_interrupt"];
+        let timer = ["bpf_trace_run2", "__traceiter_sched_waking", "try_to_wake_up", "hrtimer_wakeup", "__hrtimer_run_queues", "hrtimer_interrupt"];
         // Whichever task the timer interrupted, the sleep ended on a timer.
         assert_eq!(classify(&timer, Relation::SameProcess, false), (WaitKind::Timer, "hrtimer_wakeup".into()));
-        let pipe = [
-            "bpf_trace_run2",
-            "try_to_wake_up",
-            "autoremove_wake_function",
-            "__wake_up_common",
-            "__wake_up_sync_key",
-            "pipe_write",
-            "vfs_write",
-        ];
+        let pipe = ["bpf_trace_run2", "try_to_wake_up", "autoremove_wake_function", "__wake_up_common", "__wake_up_sync_key", "pipe_write", "vfs_write"];
         assert_eq!(classify(&pipe, Relation::TreeProcess, false), (WaitKind::InputWorker, "pipe_write".into()));
         let futex = ["try_to_wake_up", "wake_up_q", "futex_wake", "do_futex", "__x64_sys_futex"];
         assert_eq!(classify(&futex, Relation::SameProcess, false), (WaitKind::Thread, "futex_wake".into()));
         let disk = ["try_to_wake_up", "wake_page_function", "folio_wake_bit", "folio_end_read", "blk_mq_end_request", "__irq_exit_rcu"];
         assert_eq!(classify(&disk, Relation::OtherProcess, false).0, WaitKind::Disk);
-        let net = [
-            "try_to_wake_up",
-            "__wake_up_common",
-            "sock_def_readable",
-            "tcp_data_queue",
-            "tcp_rcv_established",
-            "net_rx_action",
-            "handle_softirqs",
-        ];
+        let net = ["try_to_wake_up", "__wake_up_common", "sock_def_readable", "tcp_data_queue", "tcp_rcv_established", "net_rx_action", "handle_softirqs"];
         assert_eq!(classify(&net, Relation::SameProcess, false).0, WaitKind::Network, "an interrupted thread of our own is not the waker");
         let gpu = ["try_to_wake_up", "nvidia_isr", "__handle_irq_event_percpu"];
         assert_eq!(classify(&gpu, Relation::Idle, false).0, WaitKind::Gpu);
@@ -298,10 +280,7 @@ mod tests {
         assert!(pauses(&sleeps, 1, &[1, 7], |_| None, |_| WaitKind::Timer).is_empty());
         // Autograd's thread asleep on its queue across the pause: still a pause.
         let both = [sleep(1, 2, 5), sleep(9, 1, 6)];
-        assert_eq!(
-            pauses(&both, 1, &[1, 9], |_| None, |l| if l.tid == 1 { WaitKind::Timer } else { WaitKind::Thread }),
-            vec![(2 * s, 5 * s)]
-        );
+        assert_eq!(pauses(&both, 1, &[1, 9], |_| None, |l| if l.tid == 1 { WaitKind::Timer } else { WaitKind::Thread }), vec![(2 * s, 5 * s)]);
         // Not a timer, or too short: no pause.
         assert!(pauses(&sleeps, 1, &[1], |_| None, |_| WaitKind::InputWorker).is_empty());
         assert!(pauses(&[sleep(1, 2, 2)], 1, &[1], |_| None, |_| WaitKind::Timer).is_empty());

@@ -76,9 +76,7 @@ pub fn write(file: &Path, replayed: &Replayed, report: &Report, out: &Destinatio
             }
             kind::TRIGGER => {
                 if let Ok(t) = serde_json::from_slice::<Trigger>(&frame.payload) {
-                    let what = t
-                        .diagnosis
-                        .map_or_else(|| format!("flight recorder written out ({})", t.reason), |d| format!("flight recorder: {d} fired"));
+                    let what = t.diagnosis.map_or_else(|| format!("flight recorder written out ({})", t.reason), |d| format!("flight recorder: {d} fired"));
                     w.put(&json!({"ph": "i", "s": "g", "name": what, "ts": timeline.us(t.at_ns), "pid": 0, "tid": 0}))?;
                 }
             }
@@ -151,7 +149,9 @@ impl Timeline {
         let h = event.header();
         let (pid, tid) = (h.tgid, h.tid);
         self.threads.insert((pid, tid));
-        let slice = |name: String, cat: &str, from: u64, to: u64, args: Value| json!({"ph": "X", "name": name, "cat": cat, "ts": self.us(from), "dur": to.saturating_sub(from) as f64 / 1e3, "pid": pid, "tid": tid, "args": args});
+        let slice = |name: String, cat: &str, from: u64, to: u64, args: Value| {
+            json!({"ph": "X", "name": name, "cat": cat, "ts": self.us(from), "dur": to.saturating_sub(from) as f64 / 1e3, "pid": pid, "tid": tid, "args": args})
+        };
         let e = match event {
             Event::Call(c) => {
                 let Some(spec) = spec_of(c.header.probe) else { return Ok(()) };
@@ -167,9 +167,7 @@ impl Timeline {
                 let op = format!("block {:?}", op_of(e.rwbs)).to_lowercase();
                 slice(op, "block-io", e.start_ns, e.header.ts_ns, json!({"bytes": e.bytes, "dev": e.dev, "error": e.error}))
             }
-            Event::TaskNew(e) => {
-                json!({"ph": "i", "s": "t", "name": "clone", "ts": self.us(h.ts_ns), "pid": pid, "tid": tid, "args": {"child": e.child_tid}})
-            }
+            Event::TaskNew(e) => json!({"ph": "i", "s": "t", "name": "clone", "ts": self.us(h.ts_ns), "pid": pid, "tid": tid, "args": {"child": e.child_tid}}),
             Event::TaskExit(_) => json!({"ph": "i", "s": "t", "name": "exit", "ts": self.us(h.ts_ns), "pid": pid, "tid": tid}),
             Event::TaskExec(_) => json!({"ph": "i", "s": "t", "name": "exec", "ts": self.us(h.ts_ns), "pid": pid, "tid": tid}),
             Event::LongSleep(e) => {

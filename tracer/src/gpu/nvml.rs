@@ -107,8 +107,7 @@ impl Source for NvmlSource<'_> {
         let since = self.last_process_us[index];
         if let Ok(stats) = dev.process_utilization_stats(since) {
             self.last_process_us[index] = stats.iter().map(|p| p.timestamp).max().unwrap_or(since).max(since);
-            sample.processes =
-                stats.iter().map(|p| ProcessUse { pid: p.pid, sm_pct: f64::from(p.sm_util), mem_pct: f64::from(p.mem_util) }).collect();
+            sample.processes = stats.iter().map(|p| ProcessUse { pid: p.pid, sm_pct: f64::from(p.sm_util), mem_pct: f64::from(p.mem_util) }).collect();
         }
     }
 

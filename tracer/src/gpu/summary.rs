@@ -90,13 +90,15 @@ pub fn summarize(devices: &[DeviceInfo], samples: &[Sample], cx: &Context<'_>) -
     devices
         .iter()
         .map(|d| {
-            let mine: Vec<&Sample> =
-                samples.iter().filter(|s| s.device == d.index && (cx.start_ns..=cx.end_ns).contains(&s.at_ns)).collect();
+            let mine: Vec<&Sample> = samples.iter().filter(|s| s.device == d.index && (cx.start_ns..=cx.end_ns).contains(&s.at_ns)).collect();
             let pick = |f: &dyn Fn(&Sample) -> Option<f64>| distribution(mine.iter().filter_map(|s| f(s)).collect());
             // The driver's fine samples where it gave them, else the one-second average.
             let fine: Vec<f64> = mine.iter().flat_map(|s| s.util_fine_pct.iter().copied()).collect();
-            let (utilization, utilization_source) =
-                if fine.is_empty() { (pick(&|s| s.util_pct), "utilization.gpu") } else { (distribution(fine), "sample-buffer") };
+            let (utilization, utilization_source) = if fine.is_empty() {
+                (pick(&|s| s.util_pct), "utilization.gpu")
+            } else {
+                (distribution(fine), "sample-buffer")
+            };
             GpuDevice {
                 index: d.index,
                 uuid: d.uuid.clone(),
@@ -146,8 +148,7 @@ fn throttles(mine: &[&Sample]) -> Vec<ThrottleSeen> {
 fn processes(mine: &[&Sample], holders: &[(u32, u64)], traced: &[u32]) -> Vec<GpuProcess> {
     let mut by_pid: std::collections::BTreeMap<u32, GpuProcess> = std::collections::BTreeMap::new();
     for &(pid, bytes) in holders {
-        by_pid.entry(pid).or_insert_with(|| GpuProcess { pid, traced: traced.contains(&pid), ..GpuProcess::default() }).memory_bytes =
-            Some(bytes);
+        by_pid.entry(pid).or_insert_with(|| GpuProcess { pid, traced: traced.contains(&pid), ..GpuProcess::default() }).memory_bytes = Some(bytes);
     }
     let mut util: std::collections::BTreeMap<u32, Vec<f64>> = std::collections::BTreeMap::new();
     for p in mine.iter().flat_map(|s| &s.processes) {
@@ -226,10 +227,11 @@ mod tests {
         assert_eq!(d.throttle_reasons[0].reason, "sw-power-cap");
         assert!((d.throttle_reasons[0].fraction - 0.5).abs() < 1e-9);
         assert!((d.pcie_rx_mb_s.as_ref().expect("slow").mean - 2.0).abs() < 1e-9);
-        assert_eq!(
-            d.processes.iter().map(|p| (p.pid, p.traced, p.memory_bytes)).collect::<Vec<_>>(),
-            vec![(7, true, Some(1000)), (8, false, Some(500)), (9, false, None)]
-        );
+        assert_eq!(d.processes.iter().map(|p| (p.pid, p.traced, p.memory_bytes)).collect::<Vec<_>>(), vec![
+            (7, true, Some(1000)),
+            (8, false, Some(500)),
+            (9, false, None)
+        ]);
         assert_eq!(d.target_sm_util_pct, Some(30.0));
     }
 

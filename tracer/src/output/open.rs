@@ -144,8 +144,7 @@ mod tests {
     }
 
     fn entries(dir: &Path) -> Vec<String> {
-        let mut v: Vec<String> =
-            fs::read_dir(dir).expect("dir").map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect();
+        let mut v: Vec<String> = fs::read_dir(dir).expect("dir").map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect();
         v.sort();
         v
     }

@@ -136,9 +136,7 @@ fn entry_only_decision(ebpf: &mut Ebpf, notes: &mut Vec<String>, links: &mut Vec
         other => format!("return probes could not be shown safe for processes under seccomp ({other:?})"),
     };
     log::warn!("{why}: return probes are off");
-    notes.push(format!(
-        "entry-only mode: {why}; return probes are off, since they would apply to every process mapping the library; {CONSEQUENCE}"
-    ));
+    notes.push(format!("entry-only mode: {why}; return probes are off, since they would apply to every process mapping the library; {CONSEQUENCE}"));
     true
 }
 
@@ -308,8 +306,7 @@ impl Kernel {
             attached.push(spec.symbol);
         }
         log::info!("probed {} of {} CUDA symbols in {}", attached.len(), PROBES.len(), library.name);
-        self.attached
-            .insert(key, AttachedLibrary { library: library.clone(), symbols: attached, entry, ..AttachedLibrary::default_for(library) });
+        self.attached.insert(key, AttachedLibrary { library: library.clone(), symbols: attached, entry, ..AttachedLibrary::default_for(library) });
         Ok(true)
     }
 

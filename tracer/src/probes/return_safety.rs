@@ -58,8 +58,7 @@ fn kallsyms_readable() -> bool {
 
 /// Whether the kernel has the `uretprobe` system call (and so the trampoline).
 fn has_uretprobe_syscall() -> bool {
-    std::fs::read_to_string("/proc/kallsyms")
-        .is_ok_and(|k| k.lines().any(|l| l.ends_with(" __x64_sys_uretprobe") || l.ends_with(" sys_uretprobe")))
+    std::fs::read_to_string("/proc/kallsyms").is_ok_and(|k| k.lines().any(|l| l.ends_with(" __x64_sys_uretprobe") || l.ends_with(" sys_uretprobe")))
 }
 
 /// Ask the kernel, with `program` (a loaded return-probe program) attached to our own
@@ -262,12 +261,9 @@ mod tests {
         // uretprobe call bypass seccomp cannot show it with that one).
         let nr = libc::SYS_getppid as u32;
         // SAFETY: a raw system call with no arguments; the filter kills the child first.
-        assert_eq!(
-            run_child(nr, || unsafe {
-                libc::syscall(libc::SYS_getppid);
-            }),
-            Safety::Killed
-        );
+        assert_eq!(run_child(nr, || unsafe {
+            libc::syscall(libc::SYS_getppid);
+        }), Safety::Killed);
         assert_eq!(run_child(nr, || {}), Safety::Survived);
     }
 }

@@ -142,19 +142,9 @@ impl CalibrationCode {
         for (i, (_, code)) in CODE.iter().enumerate() {
             page[i * SLOT..i * SLOT + code.len()].copy_from_slice(code);
         }
-        std::io::Write::write_all(&mut std::fs::File::from(fd.try_clone().map_err(|e| e.to_string())?), &page)
-            .map_err(|e| format!("writing the code: {e}"))?;
+        std::io::Write::write_all(&mut std::fs::File::from(fd.try_clone().map_err(|e| e.to_string())?), &page).map_err(|e| format!("writing the code: {e}"))?;
         // SAFETY: maps the 4096 bytes just written, read and execute, private to us.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ | libc::PROT_EXEC,
-                libc::MAP_PRIVATE,
-                std::os::fd::AsRawFd::as_raw_fd(&fd),
-                0,
-            )
-        };
+        let base = unsafe { libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_EXEC, libc::MAP_PRIVATE, std::os::fd::AsRawFd::as_raw_fd(&fd), 0) };
         if base == libc::MAP_FAILED {
             return Err(format!("mapping the code executable: {}", std::io::Error::last_os_error()));
         }
@@ -220,8 +210,7 @@ pub fn calibrate(ebpf: &mut Ebpf, links: &mut Vec<(String, UProbeLinkId)>) -> Re
     let result = (|| {
         for (i, (name, _)) in CODE.iter().enumerate() {
             let program = if *name == "return" { "uretprobe_floor" } else { "uprobe_floor" };
-            let prog: &mut UProbe =
-                ebpf.program_mut(program).and_then(|p| p.try_into().ok()).ok_or_else(|| format!("no program {program}"))?;
+            let prog: &mut UProbe = ebpf.program_mut(program).and_then(|p| p.try_into().ok()).ok_or_else(|| format!("no program {program}"))?;
             let link = prog.attach(None, (i * SLOT) as u64, &path, None).map_err(|e| format!("attaching to {name}: {e}"))?;
             links.push((program.to_owned(), link));
         }

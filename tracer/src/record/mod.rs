@@ -9,4 +9,4 @@ pub mod recorder;
 pub mod replay;
 
 pub use recorder::{Plan, Recorder, Written};
-pub use replay::{replay, ReplayError, Replayed};
+pub use replay::{replay, Replayed, ReplayError};

@@ -209,10 +209,11 @@ mod tests {
         let bytes = file(&[(kind::START, b"{}"), (kind::EVENT, &[1, 2, 3]), (kind::END, b"")]);
         let (frames, damage) = read_all(&bytes);
         assert_eq!(damage, None);
-        assert_eq!(
-            frames.iter().map(|f| (f.kind, f.payload.clone())).collect::<Vec<_>>(),
-            vec![(kind::START, b"{}".to_vec()), (kind::EVENT, vec![1, 2, 3]), (kind::END, vec![])]
-        );
+        assert_eq!(frames.iter().map(|f| (f.kind, f.payload.clone())).collect::<Vec<_>>(), vec![
+            (kind::START, b"{}".to_vec()),
+            (kind::EVENT, vec![1, 2, 3]),
+            (kind::END, vec![])
+        ]);
     }
 
     #[test]

@@ -54,11 +54,7 @@ pub struct Recorder {
 #[derive(Debug)]
 enum Sink {
     /// `closed_bytes`: what earlier, rotated files hold.
-    File {
-        out: Option<Output>,
-        segment: u32,
-        closed_bytes: u64,
-    },
+    File { out: Option<Output>, segment: u32, closed_bytes: u64 },
     Flight(Flight),
 }
 
@@ -269,8 +265,7 @@ impl Recorder {
             *closed_bytes += o.flushed;
         }
         *segment += 1;
-        let next = file::rotate(&self.plan.path, self.plan.keep)
-            .and_then(|()| Output::create(&self.plan.path, self.plan.mode, &format::preamble()));
+        let next = file::rotate(&self.plan.path, self.plan.keep).and_then(|()| Output::create(&self.plan.path, self.plan.mode, &format::preamble()));
         match next {
             Ok(o) => *out = Some(o),
             Err(e) => {
@@ -304,8 +299,7 @@ impl Recorder {
                 file::rotate(&self.plan.path, self.plan.keep)?;
             }
             let mut out = if first {
-                Output::open(&self.plan.destination, self.plan.mode, &format::preamble())
-                    .map_err(|e| std::io::Error::other(e.to_string()))?
+                Output::open(&self.plan.destination, self.plan.mode, &format::preamble()).map_err(|e| std::io::Error::other(e.to_string()))?
             } else {
                 Output::create(&self.plan.path, self.plan.mode, &format::preamble())?
             };

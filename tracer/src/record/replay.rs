@@ -157,8 +157,7 @@ impl State {
                 self.answers.0.push_back(a);
             }
             kind::THREAD_EXIT => {
-                let (tid, c) =
-                    thread_exit(&f.payload).ok_or(Damage::Payload { offset: f.offset, kind: f.kind, why: "wrong length".into() })?;
+                let (tid, c) = thread_exit(&f.payload).ok_or(Damage::Payload { offset: f.offset, kind: f.kind, why: "wrong length".into() })?;
                 self.evidence.add_counters(tid, &Snapshot::exited_counters(self.baseline.as_ref(), tid, &c));
                 self.exited_since_last.insert(tid);
             }
@@ -233,22 +232,17 @@ impl State {
         if let Some(d) = damage {
             notes.push(format!("the recording is incomplete: {d}; this report covers what was read before it"));
         } else if self.end.is_none() && !self.ended_with_trigger {
-            notes
-                .push("the recording has no end record (the recorder stopped without closing it); this report covers what it holds".into());
+            notes.push("the recording has no end record (the recorder stopped without closing it); this report covers what it holds".into());
         }
         if self.unknown_frames > 0 {
-            notes.push(format!(
-                "{} frames of kinds this gputrace does not know were skipped (written by a newer version)",
-                self.unknown_frames
-            ));
+            notes.push(format!("{} frames of kinds this gputrace does not know were skipped (written by a newer version)", self.unknown_frames));
         }
         notes.extend(last.notes.iter().cloned());
         let end_ns = self.end.as_ref().map_or_else(|| last.snapshot.at_ns.max(self.last_ts_ns).max(start.start_ns), |e| e.end_ns);
         let gpu = start.gpu.as_ref().map(|g| {
             let devices = self.end.as_ref().and_then(|e| e.gpu_devices.clone()).unwrap_or_else(|| g.devices.clone());
             let holders = self.end.as_ref().map(|e| e.gpu_holders.clone()).unwrap_or_default();
-            let finished =
-                Finished { devices, samples: std::mem::take(&mut self.samples), driver_version: g.driver_version.clone(), holders };
+            let finished = Finished { devices, samples: std::mem::take(&mut self.samples), driver_version: g.driver_version.clone(), holders };
             (finished, Duration::from_secs_f64(g.sample_interval_s.clamp(0.001, 60.0)))
         });
         Outcome {

@@ -23,11 +23,12 @@ pub fn build(outcome: &Outcome) -> Report {
     let window_ns = outcome.end_ns.saturating_sub(outcome.start_ns);
     let traced: Vec<u32> = ev.pids().into_iter().chain([outcome.target_pid]).collect();
     let gpu = outcome.gpu.as_ref().map(|(samples, interval)| {
-        let mut devices = crate::gpu::summarize(
-            &samples.devices,
-            &samples.samples,
-            &crate::gpu::Context { holders: &samples.holders, traced: &traced, start_ns: outcome.start_ns, end_ns: outcome.end_ns },
-        );
+        let mut devices = crate::gpu::summarize(&samples.devices, &samples.samples, &crate::gpu::Context {
+            holders: &samples.holders,
+            traced: &traced,
+            start_ns: outcome.start_ns,
+            end_ns: outcome.end_ns,
+        });
         for (d, info) in devices.iter_mut().zip(&samples.devices) {
             d.visible_to_target = outcome.cuda_env.sees(info, &samples.devices);
         }

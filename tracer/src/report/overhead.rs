@@ -27,11 +27,7 @@ fn has_return(id: u32, entry_only: bool) -> bool {
 
 /// Per probe id: its entry kind (from the first library that has the symbol), its entry
 /// and return cost, ns.
-fn costs_by_probe(
-    libraries: &[AttachedLibrary],
-    measured: Option<&TrapCosts>,
-    entry_only: bool,
-) -> BTreeMap<u32, (Option<EntryKind>, f64, f64)> {
+fn costs_by_probe(libraries: &[AttachedLibrary], measured: Option<&TrapCosts>, entry_only: bool) -> BTreeMap<u32, (Option<EntryKind>, f64, f64)> {
     PROBES
         .iter()
         .map(|spec| {
@@ -96,8 +92,7 @@ mod tests {
         let launch = gputrace_common::PROBES.iter().find(|p| p.family == Family::Launch).expect("a launch probe").id;
         let sync = gputrace_common::PROBES.iter().find(|p| p.family == Family::Sync).expect("a sync probe").id;
         let mut ev = Evidence::default();
-        let mut a =
-            gputrace_common::ThreadCounters { tgid: 1, in_call: 0, drained_at_ns: 0, hits: [0; gputrace_common::probe::PROBE_SLOTS] };
+        let mut a = gputrace_common::ThreadCounters { tgid: 1, in_call: 0, drained_at_ns: 0, hits: [0; gputrace_common::probe::PROBE_SLOTS] };
         a.hits[launch as usize] = 100_000;
         a.hits[sync as usize] = 1_000;
         ev.add_counters(10, &a);
@@ -122,8 +117,7 @@ mod tests {
         let launch = gputrace_common::PROBES.iter().find(|p| p.family == Family::Launch).expect("a launch probe");
         let sync = gputrace_common::PROBES.iter().find(|p| p.family == Family::Sync).expect("a sync probe");
         let mut ev = Evidence::default();
-        let mut a =
-            gputrace_common::ThreadCounters { tgid: 1, in_call: 0, drained_at_ns: 0, hits: [0; gputrace_common::probe::PROBE_SLOTS] };
+        let mut a = gputrace_common::ThreadCounters { tgid: 1, in_call: 0, drained_at_ns: 0, hits: [0; gputrace_common::probe::PROBE_SLOTS] };
         a.hits[launch.id as usize] = 1_000;
         a.hits[sync.id as usize] = 1_000;
         ev.add_counters(10, &a);

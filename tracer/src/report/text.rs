@@ -183,13 +183,7 @@ pub fn render(r: &Report, color: bool) -> String {
         } else if t.lost_events > 0 {
             st.paint("31", &format!("{} events LOST: counts are incomplete", t.lost_events))
         } else if t.probed_late > 0 {
-            st.paint(
-                "31",
-                &format!(
-                    "calls of {} process(es) were missed before their CUDA library was probed: counts are a lower bound",
-                    t.probed_late
-                ),
-            )
+            st.paint("31", &format!("calls of {} process(es) were missed before their CUDA library was probed: counts are a lower bound", t.probed_late))
         } else {
             st.paint("31", "the recording is incomplete: counts are a lower bound")
         }
@@ -205,23 +199,13 @@ pub fn render(r: &Report, color: bool) -> String {
         // The costliest probe, when the kernel single-steps its instruction: the usual
         // reason a trace costs more than expected.
         if let Some(p) = t.overhead.per_probe.first().filter(|p| p.entry == Some(crate::probes::trap_cost::EntryKind::Stepped)) {
-            let _ = write!(
-                cost,
-                "; {} is single-stepped by the kernel ({:.1} µs a call, {:.3} s in all)",
-                p.symbol,
-                (p.entry_ns + p.return_ns) / 1e3,
-                p.cost_s
-            );
+            let _ = write!(cost, "; {} is single-stepped by the kernel ({:.1} µs a call, {:.3} s in all)", p.symbol, (p.entry_ns + p.return_ns) / 1e3, p.cost_s);
         }
         wrap(&mut out, "  estimated cost to the job: ", &cost);
     }
     if let Some(rec) = &t.recording {
         let what = if rec.from_session_start { "from the start of the session" } else { "a later part of the session" };
-        wrap(
-            &mut out,
-            "  from recording: ",
-            &clean(&format!("{} ({} mode, segment {}, {what}, {} frames)", rec.file, rec.mode, rec.segment, rec.frames)),
-        );
+        wrap(&mut out, "  from recording: ", &clean(&format!("{} ({} mode, segment {}, {what}, {} frames)", rec.file, rec.mode, rec.segment, rec.frames)));
     }
     for n in &t.notes {
         wrap(&mut out, "  note: ", &clean(n));
@@ -292,8 +276,13 @@ fn account_section(out: &mut String, st: &Style, r: &Report) {
             }
         }
     }
-    let paused: Vec<String> =
-        r.window.phases.iter().filter(|p| p.kind == "paused").map(|p| format!("{:.1}–{:.1} s", p.start_s, p.end_s)).collect();
+    let paused: Vec<String> = r
+        .window
+        .phases
+        .iter()
+        .filter(|p| p.kind == "paused")
+        .map(|p| format!("{:.1}–{:.1} s", p.start_s, p.end_s))
+        .collect();
     if !paused.is_empty() {
         wrap(
             out,

@@ -113,8 +113,7 @@ impl SnapshotReader {
                 Preemptor { tid, count, pid, command }
             })
             .collect();
-        let sched: Vec<ThreadTime> =
-            kernel.sched_stats().iter().map(|(tid, s)| ThreadTime { tid: *tid, sched: SchedRaw::from(s) }).collect();
+        let sched: Vec<ThreadTime> = kernel.sched_stats().iter().map(|(tid, s)| ThreadTime { tid: *tid, sched: SchedRaw::from(s) }).collect();
         let wakes = self.wakes(kernel, &sched);
         Snapshot {
             at_ns,

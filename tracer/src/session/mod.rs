@@ -195,11 +195,8 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| TraceError::io("installing", "SIGINT handler", e))?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| TraceError::io("installing", "SIGTERM handler", e))?;
     // SIGUSR1 writes a flight recorder out; otherwise its default action (terminate) stays.
-    let mut sigusr1 = if flight {
-        Some(signal(SignalKind::user_defined1()).map_err(|e| TraceError::io("installing", "SIGUSR1 handler", e))?)
-    } else {
-        None
-    };
+    let mut sigusr1 =
+        if flight { Some(signal(SignalKind::user_defined1()).map_err(|e| TraceError::io("installing", "SIGUSR1 handler", e))?) } else { None };
     let deadline = tokio::time::sleep(duration.unwrap_or(Duration::from_secs(u64::MAX / 4)));
     tokio::pin!(deadline);
     let mut rescan = tokio::time::interval(RESCAN_EVERY);
@@ -397,8 +394,7 @@ impl Tape {
         let cx = crate::gpu::Context { start_ns, end_ns: snapshot.at_ns, ..crate::gpu::Context::default() };
         let devices = sampler.map(|s| crate::gpu::summarize(&s.devices, &self.samples, &cx));
         let window_ns = snapshot.at_ns.saturating_sub(start_ns);
-        let (verdict, diagnoses) =
-            crate::detect::diagnose(&crate::detect::Inputs { window_ns, evidence: &so_far, gpu: devices.as_deref() });
+        let (verdict, diagnoses) = crate::detect::diagnose(&crate::detect::Inputs { window_ns, evidence: &so_far, gpu: devices.as_deref() });
         if let Some(d) = diagnoses.iter().find(|d| d.id == verdict && d.severity == "high" && d.id != "gpu-bound") {
             self.diagnosis_fired = true;
             log::info!("flight recorder: {} fired ({}); writing the buffer out", d.id, d.summary);
@@ -576,11 +572,7 @@ fn attach_mapped(kernel: &mut Kernel, pid: u32) {
     for lib in libraries::mapped_by(pid) {
         let late = match kernel.attach_library(&lib) {
             Ok(true) => {
-                log::warn!(
-                    "process {pid} mapped {} (inode {}) before it was probed; its calls until now were not seen",
-                    lib.name,
-                    lib.inode
-                );
+                log::warn!("process {pid} mapped {} (inode {}) before it was probed; its calls until now were not seen", lib.name, lib.inode);
                 true
             }
             Ok(false) => false,

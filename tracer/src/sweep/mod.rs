@@ -316,8 +316,8 @@ fn tracer(
     // A return without its entry is a call already running when the probes were armed; the
     // ring-full drops of call records are already among the ring-full drops.
     let not_losses = [loss::UNMATCHED_RETURN as usize, loss::RING_FULL_CALLS as usize];
-    let lost_events =
-        losses.iter().enumerate().filter(|(i, _)| !not_losses.contains(i)).map(|(_, n)| n).sum::<u64>() + activity.decode_errors;
+    let lost_events = losses.iter().enumerate().filter(|(i, _)| !not_losses.contains(i)).map(|(_, n)| n).sum::<u64>()
+        + activity.decode_errors;
     let u = crate::usage::now().unwrap_or_default();
     let usage = (u.user_s, u.system_s, u.peak_rss_bytes);
     model::Tracer {
