@@ -455,3 +455,36 @@ fn quick_runs_and_early_exits_leak_no_uprobe() {
     }
     assert_eq!(leaked_uprobes(), Some(before), "the kernel leaked a uprobe");
 }
+
+#[test]
+fn a_gpu_holder_with_a_name_that_is_not_utf8_is_still_named_by_the_sweep() {
+    require_root();
+    let dir = scratch("sweep-name");
+    let link = dir.join(OsStr::from_bytes(b"idle\xff"));
+    symlink(fakejob(), &link).expect("link");
+    let mut idle = Gated::start_as(&link, &["--hold-ms", "60000"]);
+    idle.release();
+    idle.wait_for("holding");
+    let (r, code, stderr) = Tracer::sweep(&["--duration", "1"], None).report();
+    let pid = idle.pid;
+    let _ = idle.child.kill();
+    let _ = idle.child.wait();
+    assert_eq!(code, 0, "{stderr}");
+    let row = r["processes"].as_array().expect("processes").iter().find(|p| p["pid"] == pid).cloned().unwrap_or_else(|| panic!("{r:#}"));
+    assert_eq!(row["state"], "idle", "{row:#}");
+    assert_eq!(row["user"], "root", "{row:#}");
+    assert!(
+        r["diagnoses"].as_array().expect("diagnoses").iter().any(|d| d["id"] == "idle-gpu-holder" && d["pid"] == pid),
+        "a holder does not escape the sweep by its name: {r:#}"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn attaching_to_pid_1_says_it_traces_the_whole_namespace() {
+    require_root();
+    let (code, stdout, stderr) = output(gt().args(["attach", "--pid", "1", "--duration", "0.5", "--json", "--nvml-hz", "0"]));
+    assert_eq!(code, 0, "{stderr}");
+    let r: Value = serde_json::from_slice(&stdout).expect("a report");
+    assert!(r["tracer"]["notes"].to_string().contains("pid 1 is the init process"), "{:#}", r["tracer"]["notes"]);
+}

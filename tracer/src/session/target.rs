@@ -57,7 +57,7 @@ fn attach(pid: u32, kernel: &mut Kernel, notes: &mut Vec<String>) -> Result<Star
         _ => pid,
     };
     if pid == 1 {
-        let note = "pid 1 is the init process: its tree is every process on the host, so this traces the whole host".to_owned();
+        let note = "pid 1 is the init process: its tree is every process of this pid namespace (the whole host outside a container), and all of them are traced".to_owned();
         log::warn!("{note}");
         notes.push(note);
     }
