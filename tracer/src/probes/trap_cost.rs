@@ -270,6 +270,23 @@ mod tests {
         assert_eq!(classify(&[]), EntryKind::Stepped);
     }
 
+    #[test]
+    fn measured_costs_survive_a_recording_bit_for_bit() {
+        // The end record carries them as JSON; an offline report must compute the very same
+        // figures as the live one (serde_json's `float_roundtrip`).
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for _ in 0..10_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let v = (x >> 11) as f64 / (1u64 << 53) as f64 * 20_000.0;
+            let c = TrapCosts { push_ns: v, return_ns: v / 3.0, ..TrapCosts::default() };
+            let back: TrapCosts = serde_json::from_str(&serde_json::to_string(&c).expect("json")).expect("parse");
+            assert_eq!(back.push_ns.to_bits(), c.push_ns.to_bits(), "{v}");
+            assert_eq!(back.return_ns.to_bits(), c.return_ns.to_bits(), "{v}");
+        }
+    }
+
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_calibration_code_begins_with_its_kinds_and_runs() {
