@@ -51,6 +51,7 @@ pub fn build(outcome: &Outcome) -> Report {
         process_map_full: losses[loss::PROCESS_MAP_FULL as usize],
         sched_map_full: losses[loss::SCHED_MAP_FULL as usize],
         io_map_full: losses[loss::IO_MAP_FULL as usize],
+        wake_map_full: losses[loss::WAKE_MAP_FULL as usize],
         undecodable: ev.decode_errors,
     };
     // A return without its entry is a call that started before we attached: not a loss.
@@ -237,9 +238,16 @@ fn cuda(ev: &Evidence, outcome: &Outcome, window_ns: u64) -> Cuda {
     }
 }
 
-/// The session's notes, and one for each library some process ran with before it was probed.
+/// The session's notes, one for each library some process ran with before it was probed,
+/// and one when the waker map overflowed.
 fn notes(outcome: &Outcome) -> Vec<String> {
     let mut notes = outcome.notes.clone();
+    let wakes_lost = outcome.losses[gputrace_common::loss::WAKE_MAP_FULL as usize];
+    if wakes_lost > 0 {
+        notes.push(format!(
+            "{wakes_lost} wakeups could not be counted by waker (the waker map was full): time_account.waits is partial"
+        ));
+    }
     for l in outcome.libraries.iter().filter(|l| !l.probed_late_for.is_empty()) {
         let pids: Vec<String> = l.probed_late_for.iter().map(u32::to_string).collect();
         notes.push(format!(

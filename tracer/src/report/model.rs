@@ -638,6 +638,10 @@ pub struct Loss {
     pub process_map_full: u64,
     pub sched_map_full: u64,
     pub io_map_full: u64,
+    /// Kinds of wakeup that could not be counted (the waker map was full): the split of
+    /// off-CPU time by waker (`time_account.waits`) is then partial. Not a lost event.
+    #[serde(default)]
+    pub wake_map_full: u64,
     pub undecodable: u64,
 }
 
