@@ -10,6 +10,9 @@ pub fn build_fake_cuda(src: &Path, out: &Path) -> Result<(), String> {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let o = |name: &str| out.join(name).display().to_string();
     let s = |name: &str| src.join(name).display().to_string();
+    // Frame pointers and line tables, as a user's debug build has: the kernel unwinds user
+    // stacks by frame pointer, and the sites name file:line from DWARF.
+    let debuggable = ["-g", "-fno-omit-frame-pointer"];
     let steps: [Vec<String>; 3] = [
         vec![
             "-O2".into(),
@@ -36,7 +39,7 @@ pub fn build_fake_cuda(src: &Path, out: &Path) -> Result<(), String> {
         vec!["-O2".into(), "-o".into(), o("fakejob"), s("fakejob.c"), "-ldl".into(), "-lpthread".into()],
     ];
     for args in steps {
-        let status = Command::new(&cc).args(&args).status().map_err(|e| format!("running {cc}: {e} (install a C compiler)"))?;
+        let status = Command::new(&cc).args(debuggable).args(&args).status().map_err(|e| format!("running {cc}: {e} (install a C compiler)"))?;
         if !status.success() {
             return Err(format!("{cc} {} failed: {status}", args.join(" ")));
         }

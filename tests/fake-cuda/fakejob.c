@@ -118,6 +118,8 @@ static void *device_buf;
 /* The read end of the --pipe-worker-us feeder's pipe. */
 static int feeder_rd = -1;
 
+#define NOINLINE_JOB __attribute__((noinline, used))
+
 static void die(const char *what) {
     fprintf(stderr, "fakejob: %s\n", what);
     exit(2);
@@ -210,6 +212,23 @@ static void vmm_cycle(uint64_t base) {
     }
 }
 
+/* Host work between launches (--host-us): a named function for the sites to find. */
+NOINLINE_JOB void compute_on_host(long us) {
+    uint64_t until = now_ns() + (uint64_t)us * 1000;
+    volatile unsigned long sink = 0;
+    /* Mostly arithmetic, as real host work is: a loop of clock reads would put most samples
+       in the vDSO, whose code keeps no frame pointer to find this function by. */
+    while (now_ns() < until) {
+        for (int i = 0; i < 4096; i++) sink += (unsigned long)i;
+    }
+}
+
+/* One .item(): a 4-byte D2H copy and a stream sync (--item), from a named function. */
+NOINLINE_JOB void read_scalar(int *scalar) {
+    rt_memcpy_async(scalar, device_buf, sizeof *scalar, 2, 0);
+    rt_stream_sync(0);
+}
+
 static void *worker(void *arg) {
     (void)arg;
     dim3 one = {1, 1, 1};
@@ -232,11 +251,7 @@ static void *worker(void *arg) {
             char item;
             if (read(feeder_rd, &item, 1) != 1) die("the feeder closed its pipe");
         }
-        if (opt.host_us) {
-            uint64_t until = now_ns() + (uint64_t)opt.host_us * 1000;
-            while (now_ns() < until) {
-            }
-        }
+        if (opt.host_us) compute_on_host(opt.host_us);
         if (pageable) {
             rt_memcpy_async(device_buf, pageable, opt.pageable_h2d, 1, 0);
             rt_stream_sync(0);
@@ -252,10 +267,7 @@ static void *worker(void *arg) {
             rt_memcpy_async(pinned_d2h_buf, device_buf, opt.blocking_d2h, D2H, 0);
             rt_stream_sync(0);
         }
-        for (int i = 0; i < opt.item; i++) {
-            rt_memcpy_async(&scalar, device_buf, sizeof scalar, 2, 0);
-            rt_stream_sync(0);
-        }
+        for (int i = 0; i < opt.item; i++) read_scalar(&scalar);
         for (int i = 0; i < opt.alloc_churn; i++) {
             void *p;
             if (rt_malloc(&p, 1 << 20) == 0) rt_free(p);

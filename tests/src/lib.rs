@@ -171,6 +171,16 @@ pub fn run_fakejob(args: &[&str]) -> (Value, i32, String) {
 /// `WRAPPER... gputrace run --json -- fakejob ARGS` (e.g. under `taskset`).
 #[must_use]
 pub fn run_fakejob_with(wrapper: &[&str], args: &[&str]) -> (Value, i32, String) {
+    run_fakejob_full(wrapper, &[], args)
+}
+
+/// `gputrace run --json OPTIONS -- fakejob ARGS`.
+#[must_use]
+pub fn run_fakejob_opts(options: &[&str], args: &[&str]) -> (Value, i32, String) {
+    run_fakejob_full(&[], options, args)
+}
+
+fn run_fakejob_full(wrapper: &[&str], options: &[&str], args: &[&str]) -> (Value, i32, String) {
     let (program, wrapper_args): (std::ffi::OsString, Vec<std::ffi::OsString>) = match wrapper.split_first() {
         Some((first, rest)) => ((*first).into(), rest.iter().map(Into::into).chain([gputrace().into_os_string()]).collect()),
         None => (gputrace().into_os_string(), Vec::new()),
@@ -180,7 +190,9 @@ pub fn run_fakejob_with(wrapper: &[&str], args: &[&str]) -> (Value, i32, String)
     let out = Command::new(program)
         .args(wrapper_args)
         .env("LD_LIBRARY_PATH", fake_cuda_dir())
-        .args(["run", "--json", "--"])
+        .args(["run", "--json"])
+        .args(options)
+        .arg("--")
         .arg(fakejob())
         .args(args)
         .output()

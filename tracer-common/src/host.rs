@@ -78,6 +78,53 @@ pub struct WakeStats {
 }
 const _: () = assert!(core::mem::size_of::<WakeStats>() == 48);
 
+/// Where a traced thread's time went, by user stack: the key of the `SAMPLES` map.
+/// CPU samples (a perf event at [`stacks::SAMPLE_HZ`]) and off-CPU spells (from the switch
+/// out to the wakeup) both count here, tagged with the CUDA call the thread was in.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SampleKey {
+    pub tgid: u32,
+    pub tid: u32,
+    /// The user stack in `USER_STACKS`; negative where it could not be taken.
+    pub stack_id: i64,
+    /// The probe id of the CUDA call the thread was inside, or [`stacks::HOST`].
+    pub probe: u32,
+    /// 1 for an off-CPU spell's key, 0 for CPU samples.
+    pub off_cpu: u32,
+}
+const _: () = assert!(core::mem::size_of::<SampleKey>() == 24);
+
+/// What one [`SampleKey`] collected.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SampleStats {
+    /// CPU samples (on-CPU keys) or off-CPU spells (off-CPU keys).
+    pub count: u64,
+    /// Off-CPU time the spells lasted (0 for CPU samples).
+    pub ns: u64,
+}
+const _: () = assert!(core::mem::size_of::<SampleStats>() == 16);
+
+/// A traced thread's stack as it went off the CPU, until the wakeup closes the spell.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OffCpuStart {
+    pub stack_id: i64,
+    pub probe: u32,
+    #[expect(clippy::pub_underscore_fields, reason = "explicit padding: wire types have no implicit padding")]
+    pub _reserved: u32,
+}
+const _: () = assert!(core::mem::size_of::<OffCpuStart>() == 16);
+
+/// Stack sampling constants shared by both sides.
+pub mod stacks {
+    /// CPU samples per second and thread: 99, not 100, so as not to beat with 10 ms timers.
+    pub const SAMPLE_HZ: u64 = 99;
+    /// [`super::SampleKey::probe`] of a thread outside any probed call (host code).
+    pub const HOST: u32 = u32::MAX;
+}
+
 /// Off-CPU spells at least this long are also written as [`crate::event::LongSleepEvent`]s,
 /// so that user space can place pauses in time.
 pub const LONG_SLEEP_NS: u64 = 500_000_000;

@@ -11,7 +11,7 @@ pub mod host;
 pub mod probe;
 
 pub use event::*;
-pub use host::{IoKey, IoStart, Layout, ThreadSched, WakeKey, WakeStats};
+pub use host::{IoKey, IoStart, Layout, OffCpuStart, SampleKey, SampleStats, ThreadSched, WakeKey, WakeStats};
 pub use probe::*;
 
 /// Capacity of the per-thread counter map. A thread's entry is folded into user-space totals
@@ -47,7 +47,10 @@ pub mod loss {
     /// A kind of wakeup of a traced thread could not be counted (the `WAKES` map was full):
     /// its off-CPU time is not split by waker.
     pub const WAKE_MAP_FULL: u32 = 8;
-    pub const COUNT: u32 = 9;
+    /// A stack sample or off-CPU spell could not be counted (the `SAMPLES` map was full):
+    /// the call sites (`diagnoses[].sites`) are partial.
+    pub const SAMPLE_MAP_FULL: u32 = 9;
+    pub const COUNT: u32 = 10;
 }
 
 /// Per-thread counters kept in the kernel: one hit count per probe, plus the state the launch
@@ -60,7 +63,10 @@ pub struct ThreadCounters {
     /// Probed calls the thread has entered and not returned from (its return probe
     /// decrements it): nonzero while the thread waits inside a copy or synchronize. Stays 0
     /// in entry-only mode, where nothing decrements it, so nothing increments it either.
-    pub in_call: u32,
+    pub in_call: u16,
+    /// The probe id of the call entered last: which call the thread is in while `in_call`
+    /// is nonzero (the stack sampler tags its samples with it).
+    pub call_probe: u16,
     /// Monotonic time a queue-draining call (synchronize, synchronous D→H copy) returned;
     /// 0 when a launch has happened since.
     pub drained_at_ns: u64,
@@ -88,6 +94,8 @@ pub mod globals {
     pub const NEWTASK_FLAGS_OFFSET: &str = "NEWTASK_FLAGS_OFFSET";
     /// Nonzero: the CUDA probes count every process, not only the traced set (`sweep`).
     pub const TRACE_ALL_CUDA: &str = "TRACE_ALL_CUDA";
+    /// Nonzero: take the traced threads' user stacks (CPU samples and off-CPU spells).
+    pub const SAMPLE_STACKS: &str = "SAMPLE_STACKS";
 }
 
 #[cfg(feature = "user")]
@@ -104,4 +112,10 @@ mod pod {
     unsafe impl aya::Pod for super::WakeKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::WakeStats {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::SampleKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::SampleStats {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::OffCpuStart {}
 }

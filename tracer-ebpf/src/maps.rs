@@ -6,8 +6,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf, StackTrace},
 };
 use gputrace_common::{
-    loss, InflightCall, IoKey, IoStart, ThreadCounters, ThreadSched, WakeKey, WakeStats, MAX_INFLIGHT, MAX_PROCESSES, MAX_THREADS,
-    RING_BYTES,
+    host::stacks, loss, InflightCall, IoKey, IoStart, OffCpuStart, SampleKey, SampleStats, ThreadCounters, ThreadSched, WakeKey,
+    WakeStats, MAX_INFLIGHT, MAX_PROCESSES, MAX_THREADS, RING_BYTES,
 };
 
 /// Processes (thread-group ids) being traced. User space seeds it; the task tracepoints add
@@ -143,3 +143,54 @@ pub static PREEMPTED_BY: LruHashMap<u32, u64> = LruHashMap::with_max_entries(102
 /// Block requests of the traced tree between submission and completion.
 #[map]
 pub static IO_INFLIGHT: LruHashMap<IoKey, IoStart> = LruHashMap::with_max_entries(MAX_INFLIGHT, 0);
+
+/// Set by user space before loading: nonzero takes user stacks of traced threads, on CPU
+/// (`probes/sample.rs`) and as they go off it (`probes/sched.rs`). Off with `--no-stacks`.
+#[unsafe(no_mangle)]
+static SAMPLE_STACKS: u32 = 0;
+
+/// Whether stacks are taken (see `SAMPLE_STACKS`).
+#[inline(always)]
+pub fn stacks_on() -> bool {
+    // SAFETY: read_volatile keeps the compiler from folding the load-time constant.
+    unsafe { core::ptr::read_volatile(&SAMPLE_STACKS) != 0 }
+}
+
+/// The traced threads' user stacks, by id (symbolized by user space while the process lives).
+#[map]
+pub static USER_STACKS: StackTrace = StackTrace::with_max_entries(8192, 0);
+
+/// CPU samples and off-CPU time of traced threads, by user stack and the CUDA call they were in.
+#[map]
+pub static SAMPLES: HashMap<SampleKey, SampleStats> = HashMap::with_max_entries(16_384, 0);
+
+/// The stack a traced thread went off the CPU with, until its wakeup.
+#[map]
+pub static OFF_CPU: HashMap<u32, OffCpuStart> = HashMap::with_max_entries(MAX_THREADS, 0);
+
+/// `bpf_get_stackid` flag: the user-space stack (include/uapi/linux/bpf.h).
+pub const BPF_F_USER_STACK: u64 = 1 << 8;
+
+/// The probe id of the CUDA call the thread is inside, or `stacks::HOST`.
+#[inline(always)]
+pub fn current_call(tid: u32) -> u32 {
+    // SAFETY: a field read of the thread's counters.
+    match unsafe { THREADS.get(&tid) } {
+        Some(c) if c.in_call > 0 => u32::from(c.call_probe),
+        _ => stacks::HOST,
+    }
+}
+
+/// Add `count` and `ns` to a `SAMPLES` entry, creating it on first use.
+#[inline(always)]
+pub fn count_sample(key: &SampleKey, ns: u64) {
+    if let Some(s) = SAMPLES.get_ptr_mut(key) {
+        // SAFETY: map value pointer; a lost update under a race only undercounts.
+        unsafe {
+            (*s).count += 1;
+            (*s).ns += ns;
+        }
+    } else if SAMPLES.insert(key, &SampleStats { count: 1, ns }, 0).is_err() {
+        count_loss(loss::SAMPLE_MAP_FULL);
+    }
+}

@@ -135,6 +135,10 @@ struct Common {
     /// itself where the kernel would kill seccomp-confined processes at a probed return.
     #[arg(long)]
     entry_only: bool,
+    /// Take no stacks: no CPU sampler, no off-CPU stacks, no Python frames, and so no
+    /// `diagnoses[].sites`.
+    #[arg(long)]
+    no_stacks: bool,
 }
 
 /// The most files rotation keeps: enough for any retention policy, few enough that a
@@ -218,12 +222,15 @@ impl Cli {
     /// The validated job, or why the command line cannot be carried out (exit 2). Output
     /// paths are vetted here, before anything is traced or written.
     pub fn job(self) -> Result<Job, String> {
-        let entry_only = match &self.command {
-            Command::Attach { common, .. } | Command::Run { common, .. } | Command::Record { common, .. } => common.entry_only,
-            _ => false,
+        let (entry_only, no_stacks) = match &self.command {
+            Command::Attach { common, .. } | Command::Run { common, .. } | Command::Record { common, .. } => (common.entry_only, common.no_stacks),
+            _ => (false, false),
         };
         if entry_only {
             crate::probes::force_entry_only();
+        }
+        if no_stacks {
+            crate::probes::sampler::disable();
         }
         Ok(match self.command {
             Command::Attach { pid, common } => Job::Trace {

@@ -3,7 +3,7 @@
 //! Data flows one way through modules named for their stage:
 //! `discover` (processes, libraries, symbols) → `probes` (load and attach eBPF) →
 //! `collect` (ring buffer, memory maps) → `decode` (bytes → events) → `evidence` (totals) →
-//! `detect` (diagnoses) → `report` (model, JSON, text). `session` sequences them; `cli`
+//! `stacks` (call sites) → `detect` (diagnoses) → `report` (model, JSON, text). `session` sequences them; `cli`
 //! is the command line; `gpu` is the NVML view; `sweep` is the host-wide census.
 
 pub mod cli;
@@ -23,5 +23,6 @@ pub mod probes;
 pub mod record;
 pub mod report;
 pub mod session;
+pub mod stacks;
 pub mod sweep;
 pub mod usage;

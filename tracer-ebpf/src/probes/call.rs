@@ -45,7 +45,10 @@ fn remember(cur: &Current, probe: u32, args: [u64; CALL_ARGS]) {
         // Inside a call until its return finds this entry (the scheduler side reads it to
         // tell a wait inside CUDA from one outside).
         // SAFETY: this thread's own entry.
-        unsafe { (*c).in_call = (*c).in_call.saturating_add(1) };
+        unsafe {
+            (*c).in_call = (*c).in_call.saturating_add(1);
+            (*c).call_probe = probe as u16;
+        };
     }
 }
 

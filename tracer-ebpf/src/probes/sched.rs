@@ -9,11 +9,15 @@ use aya_ebpf::{
 };
 use gputrace_common::{
     host::{prev_state, state, LONG_SLEEP_NS},
-    loss, EventHeader, LongSleepEvent, SchedFinalEvent, ThreadSched, WakeKey, WakeStats, KIND_LONG_SLEEP, KIND_SCHED_FINAL,
+    loss, EventHeader, LongSleepEvent, OffCpuStart, SampleKey, SchedFinalEvent, ThreadSched, WakeKey, WakeStats, KIND_LONG_SLEEP,
+    KIND_SCHED_FINAL,
 };
 
 use super::layout::layout;
-use crate::maps::{count_loss, EVENTS, PREEMPTED_BY, SCHED, THREADS, TRACED, WAKES, WAKE_STACKS};
+use crate::maps::{
+    count_loss, count_sample, current_call, stacks_on, BPF_F_USER_STACK, EVENTS, OFF_CPU, PREEMPTED_BY, SCHED, THREADS, TRACED,
+    USER_STACKS, WAKES, WAKE_STACKS,
+};
 
 /// Close the interval of the thread's current state at `now`.
 #[inline(always)]
@@ -47,6 +51,13 @@ pub fn sched_switch(ctx: TracePointContext) -> u32 {
             }
         };
         switch_out(tgid, tid, prev, next, now);
+        if stacks_on() && prev & prev_state::PREEMPTED == 0 && prev & (prev_state::EXIT_DEAD | prev_state::EXIT_ZOMBIE) == 0 && prev != 0 {
+            // Going to sleep or to block: remember where, for the wakeup to charge the spell to.
+            // SAFETY: the map is a stack-trace map; the current task is the one switching out.
+            let stack_id = unsafe { USER_STACKS.get_stackid(&ctx, BPF_F_USER_STACK) }.unwrap_or(-1);
+            let start = OffCpuStart { stack_id, probe: current_call(tid), _reserved: 0 };
+            let _ = OFF_CPU.insert(&tid, &start, 0);
+        }
     }
 
     if let Some(s) = SCHED.get_ptr_mut(&next) {
@@ -158,6 +169,12 @@ pub fn sched_waking(ctx: TracePointContext) -> u32 {
     let in_cuda = unsafe { THREADS.get(&tid) }.is_some_and(|c| c.in_call > 0);
     let key = WakeKey { tid, waker_tgid: (waker >> 32) as u32, stack_id, in_cuda: u32::from(in_cuda), _reserved: 0 };
     let spell = now.saturating_sub(start);
+    // SAFETY: a copy of the value is taken before the entry is removed.
+    if let Some(off) = unsafe { OFF_CPU.get(&tid) }.copied() {
+        let _ = OFF_CPU.remove(&tid);
+        let key = SampleKey { tgid: s.tgid, tid, stack_id: off.stack_id, probe: off.probe, off_cpu: 1 };
+        count_sample(&key, spell);
+    }
     if let Some(w) = WAKES.get_ptr_mut(&key) {
         // SAFETY: map value pointer; a lost update under a race only undercounts.
         let w = unsafe { &mut *w };

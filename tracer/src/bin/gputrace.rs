@@ -15,7 +15,12 @@ fn main() {
         1 => "info",
         _ => "debug",
     };
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).format_timestamp(None).init();
+    // py-spy and its process reader log every attempt at -v; only their warnings are ours.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
+        .filter_module("py_spy", log::LevelFilter::Warn)
+        .filter_module("remoteprocess", log::LevelFilter::Warn)
+        .format_timestamp(None)
+        .init();
     let job = match cli.job() {
         Ok(job) => job,
         Err(why) => {

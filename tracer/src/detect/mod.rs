@@ -9,6 +9,7 @@ mod gpu_idle;
 mod host_rules;
 mod rules;
 mod saving;
+mod sites;
 mod steps;
 
 pub use account::Account;
@@ -76,6 +77,8 @@ pub fn analyze(inputs: &Inputs<'_>) -> Findings {
     let account = Account::new(inputs.evidence, inputs.window_ns, inputs.gpu);
     let mut found: Vec<Diagnosis> = rules::ALL.iter().filter_map(|rule| rule(inputs.evidence, &account)).collect();
     found.sort_by(|a, b| b.impact.total_cmp(&a.impact));
+    let threads = account.time.as_ref().map(|t| t.threads.clone()).unwrap_or_default();
+    sites::attach(&mut found, inputs.evidence, &threads);
     let steps = account.time.as_ref().and_then(|t| steps::find(inputs.evidence, t));
     saving::estimate(&mut found, &account, steps.as_ref().map(|s| s.per_second));
     let problems = || found.iter().filter(|d| d.id != rules::GPU_BOUND);

@@ -50,6 +50,7 @@ pub(super) fn diagnosis(id: &str, bucket: &str, impact: f64, summary: String, ev
         fix: fix.into(),
         bucket: Some(bucket.into()),
         saving: None,
+        sites: Vec::new(),
     }
 }
 
@@ -294,6 +295,7 @@ fn small_kernels(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
         fix: "give each kernel more work: a larger batch, fused or compiled kernels (torch.compile), larger graphs; or share the GPU with other jobs (MPS)".into(),
         bucket: None,
         saving: None,
+        sites: Vec::new(),
     })
 }
 
@@ -316,5 +318,6 @@ fn gpu_bound(_: &Evidence, a: &Account) -> Option<Diagnosis> {
         fix: "nothing on the host side; to go faster, make the GPU work cheaper (mixed precision, better kernels, larger tiles)".into(),
         bucket: Some("waiting_on_gpu".into()),
         saving: None,
+        sites: Vec::new(),
     })
 }

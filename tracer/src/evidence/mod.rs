@@ -78,6 +78,8 @@ pub struct Evidence {
     pub cgroups: Vec<(String, crate::discover::cgroup::CpuStat)>,
     /// Off-CPU time of the traced threads by who woke them (from snapshots; `waits`).
     pub wakes: Vec<waits::Wake>,
+    /// Time by user stack and activity (`crate::stacks`), for the diagnoses' call sites.
+    pub stacks: Vec<crate::stacks::StackTime>,
     /// Off-CPU spells of at least half a second, as they ended.
     pub long_sleeps: Vec<waits::LongSleep>,
     /// When threads and processes created during the window were created.

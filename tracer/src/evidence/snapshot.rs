@@ -31,7 +31,7 @@ impl ThreadHits {
 
     /// The counters, less what `baseline` (an earlier reading of the same thread) had.
     fn counters_since(&self, baseline: Option<&Self>) -> ThreadCounters {
-        let mut c = ThreadCounters { tgid: self.tgid, in_call: 0, drained_at_ns: 0, hits: [0; gputrace_common::probe::PROBE_SLOTS] };
+        let mut c = ThreadCounters { tgid: self.tgid, in_call: 0, call_probe: 0, drained_at_ns: 0, hits: [0; gputrace_common::probe::PROBE_SLOTS] };
         for &(id, n) in &self.hits {
             if let Some(slot) = c.hits.get_mut(id as usize) {
                 *slot = n;
@@ -120,6 +120,9 @@ pub struct Snapshot {
     /// stack is symbolized on the traced machine; a recording carries the result).
     #[serde(default)]
     pub wakes: Vec<super::waits::Wake>,
+    /// Time by user stack (native and Python) and activity, cumulative (`crate::stacks`).
+    #[serde(default)]
+    pub stacks: Vec<crate::stacks::StackTime>,
 }
 
 impl Snapshot {
@@ -170,6 +173,20 @@ impl Snapshot {
                 w
             })
             .filter(|w| w.count > 0)
+            .collect();
+        let base_stacks = baseline.map(|b| b.stacks.as_slice()).unwrap_or_default();
+        ev.stacks = self
+            .stacks
+            .iter()
+            .map(|s| {
+                let mut s = s.clone();
+                if let Some(b) = base_stacks.iter().find(|b| b.same_key(&s)) {
+                    s.count = s.count.saturating_sub(b.count);
+                    s.ns = s.ns.saturating_sub(b.ns);
+                }
+                s
+            })
+            .filter(|s| s.count > 0)
             .collect();
     }
 

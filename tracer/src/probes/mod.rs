@@ -7,6 +7,7 @@
 pub mod floor;
 mod layout;
 pub mod return_safety;
+pub mod sampler;
 pub mod tracefs;
 pub mod trap_cost;
 
@@ -21,7 +22,9 @@ use aya::{
     },
     Ebpf, EbpfLoader,
 };
-use gputrace_common::{globals, host::LAYOUT_GLOBAL, loss, ProbeSpec, ThreadCounters, ThreadSched, WakeKey, WakeStats, PROBES};
+use gputrace_common::{
+    globals, host::LAYOUT_GLOBAL, loss, ProbeSpec, SampleKey, SampleStats, ThreadCounters, ThreadSched, WakeKey, WakeStats, PROBES,
+};
 
 use crate::{
     discover::{libraries::Library, symbols},
@@ -72,11 +75,14 @@ pub struct Kernel {
     ebpf: Ebpf,
     traced: BpfHashMap<MapData, u32, u32>,
     threads: BpfHashMap<MapData, u32, ThreadCounters>,
+    threads_id: Option<u32>,
     loss: PerCpuArray<MapData, u64>,
     sched: BpfHashMap<MapData, u32, ThreadSched>,
     preempted_by: aya::maps::HashMap<MapData, u32, u64>,
     wakes: BpfHashMap<MapData, WakeKey, WakeStats>,
     wake_stacks: aya::maps::StackTraceMap<MapData>,
+    samples: BpfHashMap<MapData, SampleKey, SampleStats>,
+    user_stacks: aya::maps::StackTraceMap<MapData>,
     attached: BTreeMap<(u64, u64), AttachedLibrary>,
     /// What could not be set up, in sentences for the report (degraded, not fatal).
     pub notes: Vec<String>,
@@ -88,6 +94,11 @@ pub struct Kernel {
     pub io_traced: bool,
     /// Whether wakeups are attributed to their wakers (`sched_waking`).
     pub wakers_traced: bool,
+    /// Whether the CPU sampler runs (user stacks on CPU); off-CPU stacks come with
+    /// `sched_traced` when stacks are wanted.
+    pub cpu_sampled: bool,
+    /// Whether stacks were wanted at all (not `--no-stacks`).
+    pub stacks_wanted: bool,
     /// Return probes are off: calls are counted from their entries only.
     pub entry_only: bool,
 }
@@ -140,6 +151,13 @@ fn entry_only_decision(ebpf: &mut Ebpf, notes: &mut Vec<String>, links: &mut Vec
     true
 }
 
+/// Offsets of `pid` and `clone_flags` in `task:task_newtask`, from tracefs where mounted.
+fn newtask_offsets(tracefs: Option<&std::path::PathBuf>) -> (u32, u32) {
+    let format = tracefs.and_then(|root| tracefs::format(root, "task", "task_newtask").ok());
+    let offset = |field: &str, default: u32| format.as_deref().and_then(|f| tracefs::field_offset(f, field)).unwrap_or(default);
+    (offset("pid", 8), offset("clone_flags", 32))
+}
+
 fn map_error(name: &str) -> TraceError {
     TraceError::Map { name: name.to_owned() }
 }
@@ -173,13 +191,7 @@ impl Kernel {
             Scope::AllCuda => Err("no tracepoints are attached in a sweep".to_owned()),
         };
         let mut loader = EbpfLoader::new();
-        let (mut pid_off, mut flags_off) = (8u32, 32u32);
-        if let Ok(root) = &tracefs {
-            if let Ok(fmt) = tracefs::format(root, "task", "task_newtask") {
-                pid_off = tracefs::field_offset(&fmt, "pid").unwrap_or(pid_off);
-                flags_off = tracefs::field_offset(&fmt, "clone_flags").unwrap_or(flags_off);
-            }
-        }
+        let (pid_off, flags_off) = newtask_offsets(tracefs.as_ref().ok());
         let mut notes = Vec::new();
         let layout = match &tracefs {
             Ok(root) => {
@@ -196,6 +208,9 @@ impl Kernel {
         loader.set_global(LAYOUT_GLOBAL, &layout, true);
         let trace_all = u32::from(scope == Scope::AllCuda);
         loader.set_global(globals::TRACE_ALL_CUDA, &trace_all, true);
+        let stacks_wanted = scope == Scope::Tree && sampler::wanted();
+        let sample_stacks = u32::from(stacks_wanted);
+        loader.set_global(globals::SAMPLE_STACKS, &sample_stacks, true);
         let mut ebpf = loader.load(OBJECT).map_err(crate::preflight::classify_load_error)?;
 
         for spec in PROBES {
@@ -228,26 +243,37 @@ impl Kernel {
         let [_tasks_followed, sched_traced, io_traced, waking_attached] = attached;
         // Wakers only mean something on top of the scheduler accounting.
         let wakers_traced = waking_attached && sched_traced;
+        let cpu_sampled = stacks_wanted && sampler::attach_or_note(&mut ebpf, &mut notes);
 
         let take = |ebpf: &mut Ebpf, name: &str| ebpf.take_map(name).ok_or_else(|| map_error(name));
         let traced = BpfHashMap::try_from(take(&mut ebpf, "TRACED")?).map_err(|_| map_error("TRACED"))?;
-        let threads = BpfHashMap::try_from(take(&mut ebpf, "THREADS")?).map_err(|_| map_error("THREADS"))?;
+        let threads_map = take(&mut ebpf, "THREADS")?;
+        let threads_id = match &threads_map {
+            aya::maps::Map::HashMap(data) => data.info().ok().map(|i| i.id()),
+            _ => None,
+        };
+        let threads = BpfHashMap::try_from(threads_map).map_err(|_| map_error("THREADS"))?;
         let loss = PerCpuArray::try_from(take(&mut ebpf, "LOSS")?).map_err(|_| map_error("LOSS"))?;
         let ring = RingBuf::try_from(take(&mut ebpf, "EVENTS")?).map_err(|_| map_error("EVENTS"))?;
         let sched = BpfHashMap::try_from(take(&mut ebpf, "SCHED")?).map_err(|_| map_error("SCHED"))?;
         let preempted_by = BpfHashMap::try_from(take(&mut ebpf, "PREEMPTED_BY")?).map_err(|_| map_error("PREEMPTED_BY"))?;
         let wakes = BpfHashMap::try_from(take(&mut ebpf, "WAKES")?).map_err(|_| map_error("WAKES"))?;
         let wake_stacks = aya::maps::StackTraceMap::try_from(take(&mut ebpf, "WAKE_STACKS")?).map_err(|_| map_error("WAKE_STACKS"))?;
+        let samples = BpfHashMap::try_from(take(&mut ebpf, "SAMPLES")?).map_err(|_| map_error("SAMPLES"))?;
+        let user_stacks = aya::maps::StackTraceMap::try_from(take(&mut ebpf, "USER_STACKS")?).map_err(|_| map_error("USER_STACKS"))?;
         Ok((
             Self {
                 ebpf,
                 traced,
                 threads,
+                threads_id,
                 loss,
                 sched,
                 preempted_by,
                 wakes,
                 wake_stacks,
+                samples,
+                user_stacks,
                 attached: BTreeMap::new(),
                 notes,
                 uprobe_links,
@@ -255,6 +281,8 @@ impl Kernel {
                 sched_traced,
                 io_traced,
                 wakers_traced,
+                cpu_sampled,
+                stacks_wanted,
                 entry_only,
             },
             ring,
@@ -378,6 +406,25 @@ impl Kernel {
     pub fn wake_stack(&self, id: i64) -> Vec<u64> {
         let Ok(id) = u32::try_from(id) else { return Vec::new() };
         self.wake_stacks.get(&id, 0).map(|st| st.frames().iter().map(|f| f.ip).collect()).unwrap_or_default()
+    }
+
+    /// The id of the `THREADS` map, for readers on other threads to open a handle of their own.
+    #[must_use]
+    pub fn threads_map_id(&self) -> Option<u32> {
+        self.threads_id
+    }
+
+    /// CPU samples and off-CPU spells by user stack, cumulative (`SAMPLES`).
+    #[must_use]
+    pub fn samples(&self) -> Vec<(SampleKey, SampleStats)> {
+        self.samples.iter().filter_map(std::result::Result::ok).collect()
+    }
+
+    /// The instruction pointers of a traced thread's user stack, innermost first.
+    #[must_use]
+    pub fn user_stack(&self, id: i64) -> Vec<u64> {
+        let Ok(id) = u32::try_from(id) else { return Vec::new() };
+        self.user_stacks.get(&id, 0).map(|st| st.frames().iter().map(|f| f.ip).collect()).unwrap_or_default()
     }
 
     /// Detach everything, in parallel. Each uprobe removal waits for an RCU grace period in

@@ -530,6 +530,9 @@ pub struct Diagnosis {
     pub bucket: Option<String>,
     /// What the fix would save; null for `gpu-bound`.
     pub saving: Option<Saving>,
+    /// The code that causes it, costliest first; empty where unknown (no stacks).
+    #[serde(default)]
+    pub sites: Vec<crate::stacks::sites::Site>,
 }
 
 /// An estimate of what a diagnosis's fix, applied alone, would save over the window.

@@ -232,6 +232,9 @@ fn diagnoses_section(out: &mut String, st: &Style, r: &Report) {
         for e in &d.evidence {
             wrap(out, "  · ", e);
         }
+        for site in &d.sites {
+            wrap(out, "  at ", &format!("{} — {:.2} s, {:.0}%", site.frame, site.seconds, site.share * 100.0));
+        }
         wrap(out, "  fix: ", &d.fix);
         if let Some(s) = &d.saving {
             let after = s.steps_per_s_after.map_or(String::new(), |a| format!(", {a:.2} steps/s"));

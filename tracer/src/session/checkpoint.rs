@@ -12,6 +12,7 @@ use crate::{
     },
     probes::{AttachedLibrary, Kernel},
     record::format::{Checkpoint, LibraryRecord},
+    stacks::{native::NativeSymbolizer, python::PythonSampler, Activity, Origin, StackTime},
 };
 
 /// Reads snapshots; remembers the cgroup counters at the start (throttling is reported as its
@@ -27,6 +28,11 @@ pub struct SnapshotReader {
     tree: BTreeSet<u32>,
     kernel_symbols: Option<KernelSymbols>,
     stacks: HashMap<i64, Vec<String>>,
+    /// User stacks of the traced threads, symbolized while their processes live.
+    native: Box<NativeSymbolizer>,
+    /// Python frames of the CUDA processes that are CPython (None with `--no-stacks`).
+    python: Option<PythonSampler>,
+    python_followed: BTreeSet<u32>,
 }
 
 impl SnapshotReader {
@@ -39,7 +45,70 @@ impl SnapshotReader {
             tree: BTreeSet::new(),
             kernel_symbols: None,
             stacks: HashMap::new(),
+            native: Box::default(),
+            python: kernel.stacks_wanted.then(|| PythonSampler::start(kernel.threads_map_id())),
+            python_followed: BTreeSet::new(),
         }
+    }
+
+    /// Read the Python frames of every process that has mapped a CUDA driver library (the
+    /// processes that launch work), once each.
+    pub fn follow_cuda_processes(&mut self, kernel: &Kernel) {
+        let Some(python) = &self.python else { return };
+        for library in kernel.attached_libraries() {
+            for pid in library.mapped_by {
+                if self.python_followed.insert(pid) {
+                    python.follow(pid);
+                }
+            }
+        }
+    }
+
+    /// Symbolize the stacks sampled since the last call while their processes live (a
+    /// stack first read after its process exited keeps only its addresses).
+    pub fn symbolize_new_stacks(&mut self, kernel: &Kernel) {
+        for (key, _) in kernel.samples() {
+            self.native.frames(key.tgid, key.stack_id, || kernel.user_stack(key.stack_id));
+        }
+    }
+
+    /// What the stack readers have to say (processes they could not read).
+    pub fn stack_notes(&self) -> Vec<String> {
+        let mut notes = self.python.as_ref().map(PythonSampler::notes).unwrap_or_default();
+        if self.native.unresolved > 0 {
+            notes.push(format!(
+                "{} native stacks could not be symbolized (their process had exited, or its files were unreadable): \
+                 their sites are shown as addresses",
+                self.native.unresolved
+            ));
+        }
+        notes
+    }
+
+    /// Native stacks from the kernel's samples and off-CPU spells, and Python stacks from the
+    /// Python reader; cumulative.
+    fn stacks(&mut self, kernel: &Kernel) -> Vec<StackTime> {
+        let mut merged: Vec<StackTime> = Vec::new();
+        let mut index: HashMap<(u32, Activity, bool, i64), usize> = HashMap::new();
+        for (key, stats) in kernel.samples() {
+            let on_cpu = key.off_cpu == 0;
+            let activity = Activity::of_probe(key.probe);
+            let ns = if on_cpu { stats.count * crate::probes::sampler::PERIOD_NS } else { stats.ns };
+            // Stack ids that symbolize alike (or not at all) are one stack.
+            let slot = *index.entry((key.tid, activity, on_cpu, key.stack_id)).or_insert_with(|| {
+                let frames = self.native.frames(key.tgid, key.stack_id, || kernel.user_stack(key.stack_id)).to_vec();
+                merged.push(StackTime { tid: key.tid, pid: key.tgid, activity, on_cpu, origin: Origin::Native, frames, count: 0, ns: 0 });
+                merged.len() - 1
+            });
+            if let Some(s) = merged.get_mut(slot) {
+                s.count += stats.count;
+                s.ns += ns;
+            }
+        }
+        if let Some(python) = &self.python {
+            merged.extend(python.stacks());
+        }
+        merged
     }
 
     /// Processes of the traced tree seen so far, exited ones included (a worker that woke
@@ -115,6 +184,7 @@ impl SnapshotReader {
             .collect();
         let sched: Vec<ThreadTime> = kernel.sched_stats().iter().map(|(tid, s)| ThreadTime { tid: *tid, sched: SchedRaw::from(s) }).collect();
         let wakes = self.wakes(kernel, &sched);
+        let stacks = self.stacks(kernel);
         Snapshot {
             at_ns,
             threads: kernel.thread_counters().iter().map(|(tid, c)| ThreadHits::of(*tid, c)).collect(),
@@ -123,6 +193,7 @@ impl SnapshotReader {
             cgroups,
             losses: kernel.losses().to_vec(),
             wakes,
+            stacks,
         }
     }
 }

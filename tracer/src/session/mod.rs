@@ -225,9 +225,7 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
                 if live.kernel.traced_processes().is_empty() { break StopReason::TargetExited; }
             }
             _ = rescan.tick() => {
-                live.drain();
-                rescan_libraries(&mut live.kernel);
-                reap_gone(&mut live.kernel);
+                live.rescan();
                 if live.kernel.traced_processes().is_empty() { break StopReason::TargetExited; }
             }
             _ = checkpoint_tick.tick(), if live.tape.is_some() => live.checkpoint(flight),
@@ -265,6 +263,17 @@ struct Live {
 }
 
 impl Live {
+    /// The 200 ms housekeeping: read the ring, probe libraries loaded since, read the Python
+    /// frames of processes that loaded CUDA, symbolize new stacks while their processes live,
+    /// and forget processes that are gone.
+    fn rescan(&mut self) {
+        self.drain();
+        rescan_libraries(&mut self.kernel);
+        self.snapshots.follow_cuda_processes(&self.kernel);
+        self.snapshots.symbolize_new_stacks(&self.kernel);
+        reap_gone(&mut self.kernel);
+    }
+
     fn drain(&mut self) {
         drain(&mut self.ring, &mut self.kernel, &mut self.evidence, &mut self.host, self.tape.as_mut());
     }
@@ -305,6 +314,7 @@ impl Live {
         self.snapshots.learn_processes(self.evidence.processes.keys().copied());
         let last = self.snapshots.read(&self.kernel, end_ns);
         last.apply(&mut self.evidence, None, &BTreeSet::new());
+        self.notes.extend(self.snapshots.stack_notes());
         let gpu = match self.sampler.take() {
             Some(sampler) => {
                 let pids: Vec<u32> = self.evidence.pids().into_iter().chain(self.kernel.traced_processes()).chain([pid]).collect();

@@ -226,7 +226,7 @@ mod tests {
     }
 
     fn launches(tgid: u32, n: u64) -> (u32, ThreadCounters) {
-        let mut c = ThreadCounters { tgid, in_call: 0, drained_at_ns: 0, hits: [0; PROBE_SLOTS] };
+        let mut c = ThreadCounters { tgid, in_call: 0, call_probe: 0, drained_at_ns: 0, hits: [0; PROBE_SLOTS] };
         let id = PROBES.iter().find(|p| p.symbol == "cuLaunchKernel").map(|p| p.id).expect("probe");
         c.hits[id as usize] = n;
         (tgid, c)

@@ -1,0 +1,84 @@
+//! Each diagnosis names the code that causes it: the stacks of the launching threads while
+//! they did what the diagnosis is about (inside syncs for `host-sync`, inside copies for the
+//! copy problems, in host code for `host-bound` …), charged to call sites (`crate::stacks`).
+//!
+//! The stacks also settle what `host-bound` is: when most of the host time sits in data
+//! loading (a DataLoader in the training process, a dataset's `__getitem__`, a decoder), the
+//! job is starved of input, and the fix is loader workers.
+
+use crate::{
+    evidence::Evidence,
+    report::model::Diagnosis,
+    stacks::{
+        sites::{is_data_loading, top, Wanted},
+        Activity,
+    },
+};
+
+/// Sites shown per diagnosis.
+const SITES: usize = 3;
+/// `host-bound` becomes `input-starved` when at least this share of the host samples is in
+/// data loading.
+const LOADING_SHARE: f64 = 0.5;
+
+/// Which stacks a diagnosis is about, by id (None: no code to name).
+fn wanted(id: &str) -> Option<(&'static [Activity], Option<bool>)> {
+    Some(match id {
+        "host-sync" => (&[Activity::Sync, Activity::Copy], None),
+        "pageable-copy" | "blocking-copy" | "checkpoint-stall" => (&[Activity::Copy], None),
+        "alloc-churn" => (&[Activity::Alloc, Activity::Free], None),
+        "launch-bound" | "host-bound" | "small-kernels" | "cpu-starved" => (&[Activity::Host], Some(true)),
+        "input-starved" => (&[Activity::Host], None),
+        "host-sleep" => (&[Activity::Host], Some(false)),
+        "io-stall" => (&[Activity::Host, Activity::Copy, Activity::Sync, Activity::Alloc, Activity::OtherCall], Some(false)),
+        _ => return None,
+    })
+}
+
+/// Fill in `sites`, and turn a `host-bound` whose host time is data loading into
+/// `input-starved` (keeping one `input-starved`, the costlier).
+pub fn attach(found: &mut Vec<Diagnosis>, ev: &Evidence, threads: &[u32]) {
+    if ev.stacks.is_empty() {
+        return;
+    }
+    for d in found.iter_mut() {
+        if d.id == "host-bound" {
+            let share = loading_share(ev, threads);
+            if share >= LOADING_SHARE {
+                relabel_as_input(d, share);
+            }
+        }
+        if let Some((activities, on_cpu)) = wanted(&d.id) {
+            d.sites = top(&ev.stacks, &Wanted { activities, on_cpu, tids: threads }, SITES);
+        }
+    }
+    let inputs: Vec<usize> = found.iter().enumerate().filter(|(_, d)| d.id == "input-starved").map(|(i, _)| i).collect();
+    // Sorted by impact already: the first is the costlier.
+    for &i in inputs.iter().skip(1).rev() {
+        found.remove(i);
+    }
+}
+
+/// Of the launching threads' on-CPU host time, the share whose stacks are in data loading.
+fn loading_share(ev: &Evidence, threads: &[u32]) -> f64 {
+    let host = ev.stacks.iter().filter(|s| s.activity == Activity::Host && s.on_cpu && (threads.is_empty() || threads.contains(&s.tid)));
+    let (mut loading, mut all) = (0u64, 0u64);
+    for s in host {
+        all += s.ns;
+        if is_data_loading(&s.frames) {
+            loading += s.ns;
+        }
+    }
+    if all == 0 {
+        0.0
+    } else {
+        loading as f64 / all as f64
+    }
+}
+
+fn relabel_as_input(d: &mut Diagnosis, share: f64) {
+    "input-starved".clone_into(&mut d.id);
+    d.summary = format!("the training thread loads its own input between steps (data loading is {:.0}% of its host time) while the GPU waits", share * 100.0);
+    d.evidence.push(format!("{:.0}% of the launching threads' host samples are in data loading (DataLoader, __getitem__, collate, decoding)", share * 100.0));
+    "load in DataLoader workers: DataLoader(num_workers > 0, persistent_workers=True, pin_memory=True), so that loading overlaps the GPU's work".clone_into(&mut d.fix);
+}

@@ -1,0 +1,95 @@
+//! Native frames: the kernel's user stacks (instruction pointers) turned into functions,
+//! files and lines with blazesym, from the live process's memory maps and ELF files (so it
+//! must happen while the process lives: a stack seen after its process exited keeps its
+//! addresses, with a note).
+
+use std::collections::HashMap;
+
+use blazesym::{
+    symbolize::{
+        source::{Process, Source},
+        Input, Symbolized, Symbolizer,
+    },
+    Pid,
+};
+
+use super::{Frame, MAX_FRAMES};
+
+/// Symbolizes stacks, each (process, stack id) once: the kernel's stack ids are stable for
+/// the session, and a stack is read at every snapshot.
+pub struct NativeSymbolizer {
+    symbolizer: Symbolizer,
+    cache: HashMap<(u32, i64), Vec<Frame>>,
+    /// Stacks whose process was gone (or unreadable) when they were symbolized.
+    pub unresolved: u64,
+}
+
+impl std::fmt::Debug for NativeSymbolizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NativeSymbolizer").field("cached", &self.cache.len()).field("unresolved", &self.unresolved).finish_non_exhaustive()
+    }
+}
+
+impl Default for NativeSymbolizer {
+    fn default() -> Self {
+        Self { symbolizer: Symbolizer::new(), cache: HashMap::new(), unresolved: 0 }
+    }
+}
+
+impl NativeSymbolizer {
+    /// The frames of stack `id` of process `pid`, its instruction pointers read by `ips`
+    /// (innermost first) the first time it is asked for.
+    pub fn frames(&mut self, pid: u32, id: i64, ips: impl FnOnce() -> Vec<u64>) -> &[Frame] {
+        if !self.cache.contains_key(&(pid, id)) {
+            let frames = if id < 0 { Vec::new() } else { self.symbolize(pid, &ips()) };
+            self.cache.insert((pid, id), frames);
+        }
+        self.cache.get(&(pid, id)).map_or(&[], Vec::as_slice)
+    }
+
+    fn symbolize(&mut self, pid: u32, ips: &[u64]) -> Vec<Frame> {
+        let ips: Vec<u64> = ips.iter().take(MAX_FRAMES).copied().collect();
+        if ips.is_empty() {
+            return Vec::new();
+        }
+        // A caller's frame holds a return address, one past its call: look up the call itself,
+        // so that the line is the call's and a call at a function's end is not misnamed.
+        let lookup: Vec<u64> = ips.iter().enumerate().map(|(i, &ip)| if i == 0 { ip } else { ip.saturating_sub(1) }).collect();
+        // Files are read through /proc/PID/map_files (blazesym's default), which follows
+        // what the process mapped even when the file was replaced on disk since.
+        let source = Source::Process(Process::new(Pid::from(pid)));
+        match self.symbolizer.symbolize(&source, Input::AbsAddr(&lookup)) {
+            Ok(symbols) => symbols.iter().zip(&ips).map(|(s, &ip)| frame_of(s, ip)).collect(),
+            Err(e) => {
+                log::debug!("symbolizing a stack of {pid}: {e}");
+                self.unresolved += 1;
+                ips.iter().map(|&ip| address_frame(ip, None)).collect()
+            }
+        }
+    }
+}
+
+fn frame_of(symbolized: &Symbolized<'_>, ip: u64) -> Frame {
+    match symbolized {
+        Symbolized::Sym(sym) => {
+            let module = sym.module.as_ref().map(|m| m.to_string_lossy().into_owned());
+            let (file, line) = match &sym.code_info {
+                Some(info) => {
+                    let file = match &info.dir {
+                        Some(dir) => dir.join(&*info.file).to_string_lossy().into_owned(),
+                        None => info.file.to_string_lossy().into_owned(),
+                    };
+                    (Some(file), info.line)
+                }
+                None => (None, None),
+            };
+            Frame { function: sym.name.to_string(), file, line, module }
+        }
+        Symbolized::Unknown(reason) => address_frame(ip, Some(&reason.to_string())),
+    }
+}
+
+/// A frame known only by its address (a stripped object, or a process gone).
+fn address_frame(ip: u64, why: Option<&str>) -> Frame {
+    Frame { function: format!("{ip:#x}"), file: None, line: None, module: why.map(|w| format!("unknown: {w}")) }
+}

@@ -1,0 +1,208 @@
+//! Python frames of CPython targets, read from outside with py-spy's library in its
+//! non-blocking mode: the target is never stopped (no ptrace), so a frame can now and then
+//! be torn, which a sampler can live with. Each read is tagged with what the probes say each
+//! thread is doing (inside which CUDA call, from `THREADS`), so that `.item()` shows as a
+//! sync wait at its line and a `torch.save` as copies at its line.
+//!
+//! The reads run on a thread of their own, at [`TARGET_HZ`] or slower: a read that takes
+//! longer than a fifth of the period stretches the period, so that the tracer's CPU stays
+//! bounded whatever the target's stack depth.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        mpsc, Arc, Mutex,
+    },
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use aya::maps::{HashMap as BpfHashMap, Map, MapData};
+use gputrace_common::ThreadCounters;
+use py_spy::{config::LockingStrategy, Config, PythonSpy};
+
+use super::{Activity, Frame, Origin, StackTime, MAX_FRAMES};
+
+/// Reads per second when a read is cheap.
+pub const TARGET_HZ: u64 = 49;
+/// A read may take at most this share of the period (it is the tracer's CPU, not the job's).
+const MAX_DUTY: f64 = 0.2;
+
+/// What the reader thread shares with the session.
+#[derive(Debug, Default)]
+struct Shared {
+    stacks: HashMap<(u32, Activity, bool, Vec<Frame>), StackTime>,
+    notes: Vec<String>,
+    reads: u64,
+    busy: Duration,
+}
+
+/// The Python sampler: started once, fed the processes to read as they show CUDA.
+#[derive(Debug)]
+pub struct PythonSampler {
+    shared: Arc<Mutex<Shared>>,
+    stop: Arc<AtomicBool>,
+    add: mpsc::Sender<u32>,
+    handle: Option<JoinHandle<()>>,
+}
+
+/// Counts of the sampler's own work, for the report.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Work {
+    pub reads: u64,
+    pub busy: Duration,
+}
+
+impl PythonSampler {
+    /// Start the reader thread. `threads_map` is the kernel's `THREADS` map id (the thread
+    /// opens its own handle, to read which call each thread is in).
+    #[must_use]
+    pub fn start(threads_map: Option<u32>) -> Self {
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (add, added) = mpsc::channel();
+        let handle = {
+            let (shared, stop) = (Arc::clone(&shared), Arc::clone(&stop));
+            std::thread::Builder::new().name("gputrace-py".into()).spawn(move || run(&shared, &stop, &added, threads_map)).ok()
+        };
+        Self { shared, stop, add, handle }
+    }
+
+    /// Read this process's Python frames too (a no-op with a note if it is not CPython).
+    pub fn follow(&self, pid: u32) {
+        let _ = self.add.send(pid);
+    }
+
+    /// The stacks read so far, cumulative.
+    #[must_use]
+    pub fn stacks(&self) -> Vec<StackTime> {
+        self.shared.lock().map(|s| s.stacks.values().cloned().collect()).unwrap_or_default()
+    }
+
+    /// Notes for the report (processes that could not be read, and why).
+    #[must_use]
+    pub fn notes(&self) -> Vec<String> {
+        self.shared.lock().map(|s| s.notes.clone()).unwrap_or_default()
+    }
+
+    #[must_use]
+    pub fn work(&self) -> Work {
+        self.shared.lock().map(|s| Work { reads: s.reads, busy: s.busy }).unwrap_or_default()
+    }
+}
+
+impl Drop for PythonSampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// One process being read.
+struct Spied {
+    pid: u32,
+    spy: PythonSpy,
+}
+
+fn run(shared: &Mutex<Shared>, stop: &AtomicBool, added: &mpsc::Receiver<u32>, threads_map: Option<u32>) {
+    let threads = threads_map.and_then(|id| MapData::from_id(id).ok()).and_then(|m| BpfHashMap::<MapData, u32, ThreadCounters>::try_from(Map::HashMap(m)).ok());
+    let mut spied: Vec<Spied> = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    let period = Duration::from_nanos(1_000_000_000 / TARGET_HZ);
+    let mut last = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        while let Ok(pid) = added.try_recv() {
+            if seen.insert(pid) {
+                match open(pid) {
+                    Ok(spy) => spied.push(Spied { pid, spy }),
+                    Err(Some(why)) => note(shared, why),
+                    Err(None) => {}
+                }
+            }
+        }
+        let began = Instant::now();
+        let weight = began.duration_since(last);
+        last = began;
+        spied.retain_mut(|s| read(s, weight, threads.as_ref(), shared));
+        let took = began.elapsed();
+        if let Ok(mut sh) = shared.lock() {
+            sh.reads += 1;
+            sh.busy += took;
+        }
+        let wait = period.max(took.div_f64(MAX_DUTY)).saturating_sub(took);
+        std::thread::sleep(wait);
+    }
+}
+
+fn note(shared: &Mutex<Shared>, why: String) {
+    log::info!("{why}");
+    if let Ok(mut s) = shared.lock() {
+        s.notes.push(why);
+    }
+}
+
+/// Open a process for reading; `Err(None)` when it simply is not a Python process.
+fn open(pid: u32) -> Result<PythonSpy, Option<String>> {
+    let config = Config { blocking: LockingStrategy::NonBlocking, native: false, ..Config::default() };
+    let looks_python = looks_like_python(pid);
+    PythonSpy::new(pid as py_spy::Pid, &config).map_err(|e| {
+        looks_python.then(|| {
+            format!("process {pid} looks like Python but its frames cannot be read ({e}): its sites show native frames only")
+        })
+    })
+}
+
+/// A process running a CPython interpreter: its executable or a mapped library is named so.
+fn looks_like_python(pid: u32) -> bool {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+    let maps = crate::discover::procfs::read_text(format!("/proc/{pid}/maps")).unwrap_or_default();
+    exe.rsplit('/').next().is_some_and(|n| n.starts_with("python")) || maps.contains("libpython")
+}
+
+/// One read of a process; false once the process is gone.
+fn read(s: &mut Spied, weight: Duration, threads: Option<&BpfHashMap<MapData, u32, ThreadCounters>>, shared: &Mutex<Shared>) -> bool {
+    // A torn read (the interpreter moved under us) is skipped; a process gone ends it.
+    let Ok(traces) = s.spy.get_stack_traces() else { return std::path::Path::new(&format!("/proc/{}", s.pid)).exists() };
+    let Ok(mut sh) = shared.lock() else { return false };
+    for trace in traces {
+        let Some(tid) = trace.os_thread_id.map(|t| t as u32) else { continue };
+        if trace.frames.is_empty() {
+            continue;
+        }
+        let activity = threads.and_then(|m| m.get(&tid, 0).ok()).map_or(Activity::Host, |c| {
+            if c.in_call > 0 {
+                Activity::of_probe(u32::from(c.call_probe))
+            } else {
+                Activity::Host
+            }
+        });
+        let frames: Vec<Frame> = trace
+            .frames
+            .iter()
+            .take(MAX_FRAMES)
+            .map(|f| Frame {
+                function: f.name.clone(),
+                file: Some(f.filename.clone()),
+                line: u32::try_from(f.line).ok().filter(|&l| l > 0),
+                module: None,
+            })
+            .collect();
+        let key = (tid, activity, trace.active, frames);
+        let entry = sh.stacks.entry(key.clone()).or_insert_with(|| StackTime {
+            tid,
+            pid: s.pid,
+            activity,
+            on_cpu: trace.active,
+            origin: Origin::Python,
+            frames: key.3,
+            count: 0,
+            ns: 0,
+        });
+        entry.count += 1;
+        entry.ns += weight.as_nanos() as u64;
+    }
+    true
+}

@@ -1,0 +1,163 @@
+//! From stacks to call sites: the code location each stack is charged to (the innermost
+//! frame of the user's own code, not of a library), summed, most costly first.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Activity, Frame, Origin, StackTime};
+
+/// One code location and the time charged to it (`diagnoses[].sites`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Site {
+    /// `train.py:42 in train_step`.
+    pub frame: String,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    pub function: String,
+    pub seconds: f64,
+    /// Of the time of the stacks considered (the diagnosis's activity), this site's part.
+    pub share: f64,
+}
+
+/// Which stacks a diagnosis is about.
+#[derive(Clone, Copy, Debug)]
+pub struct Wanted<'a> {
+    pub activities: &'a [Activity],
+    /// Some(true): on-CPU only; Some(false): off-CPU only; None: both.
+    pub on_cpu: Option<bool>,
+    /// Only these threads (the launching threads); empty: all.
+    pub tids: &'a [u32],
+}
+
+impl Wanted<'_> {
+    fn admits(&self, s: &StackTime) -> bool {
+        self.activities.contains(&s.activity) && self.on_cpu.is_none_or(|c| c == s.on_cpu) && (self.tids.is_empty() || self.tids.contains(&s.tid))
+    }
+}
+
+/// The `n` costliest sites of the stacks `wanted` admits. Where a process has Python frames
+/// they are used, not its native ones (the interpreter's native frames name no user code).
+#[must_use]
+pub fn top(stacks: &[StackTime], wanted: &Wanted<'_>, n: usize) -> Vec<Site> {
+    let python_pids: std::collections::BTreeSet<u32> = stacks.iter().filter(|s| s.origin == Origin::Python).map(|s| s.pid).collect();
+    let chosen = stacks.iter().filter(|s| wanted.admits(s) && (s.origin == Origin::Python || !python_pids.contains(&s.pid)));
+    let mut by_site: BTreeMap<String, (Frame, u64)> = BTreeMap::new();
+    let mut total = 0u64;
+    for s in chosen {
+        total += s.ns;
+        let Some(frame) = site_frame(&s.frames) else { continue };
+        by_site.entry(frame.location()).or_insert_with(|| (frame.clone(), 0)).1 += s.ns;
+    }
+    if total == 0 {
+        return Vec::new();
+    }
+    let mut sites: Vec<Site> = by_site
+        .into_iter()
+        .map(|(location, (frame, ns))| Site {
+            frame: location,
+            file: frame.file.clone(),
+            line: frame.line,
+            function: frame.function.clone(),
+            seconds: ns as f64 / 1e9,
+            share: ns as f64 / total as f64,
+        })
+        .collect();
+    sites.sort_by(|a, b| b.seconds.total_cmp(&a.seconds).then_with(|| a.frame.cmp(&b.frame)));
+    sites.truncate(n);
+    sites
+}
+
+/// The frame a stack is charged to: the innermost of the user's own code, else the innermost
+/// named one.
+#[must_use]
+pub fn site_frame(frames: &[Frame]) -> Option<&Frame> {
+    frames.iter().find(|f| !is_library(f)).or_else(|| frames.iter().find(|f| !f.function.starts_with("0x")))
+}
+
+/// Whether a frame belongs to a library rather than to the user's code: the interpreter's
+/// standard library and installed packages, the system's shared objects, the CUDA driver
+/// and runtime, the Rust and C++ standard libraries.
+#[must_use]
+pub fn is_library(f: &Frame) -> bool {
+    const LIBRARY_DIRS: [&str; 7] = ["/site-packages/", "/dist-packages/", "/lib/python3", "/usr/lib/", "/lib/x86_64-linux-gnu/", "/lib64/", "/rustc/"];
+    const LIBRARY_OBJECTS: [&str; 8] = ["libcuda", "libcudart", "libc.so", "libc-", "ld-linux", "libstdc++", "libpython", "libtorch"];
+    if f.function.starts_with("0x") || f.function.starts_with('<') && f.file.as_deref().is_some_and(|p| p.starts_with('<')) {
+        return true;
+    }
+    let file = f.file.as_deref().unwrap_or_default();
+    if file.starts_with("<frozen") || file.starts_with('/') && LIBRARY_DIRS.iter().any(|d| file.contains(d)) {
+        return true;
+    }
+    let module = f.module.as_deref().unwrap_or_default();
+    if module.starts_with('[') {
+        return true; // [vdso], [heap]: the kernel's and the allocator's, never the user's
+    }
+    let object = module.rsplit('/').next().unwrap_or_default();
+    LIBRARY_OBJECTS.iter().any(|o| object.starts_with(o)) || LIBRARY_DIRS.iter().any(|d| module.contains(d)) || f.function.starts_with("std::") || f.function.starts_with("core::")
+}
+
+/// Whether a stack is in data loading: a PyTorch loader, a dataset's `__getitem__`, a
+/// collate function, or an image or audio decoding library.
+#[must_use]
+pub fn is_data_loading(frames: &[Frame]) -> bool {
+    const MARKS: [&str; 7] = ["torch/utils/data/", "__getitem__", "collate", "PIL/", "torchvision/io", "torchaudio/", "cv2"];
+    frames.iter().any(|f| {
+        let file = f.file.as_deref().unwrap_or_default();
+        MARKS.iter().any(|m| file.contains(m) || f.function.contains(m))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn py(file: &str, line: u32, function: &str) -> Frame {
+        Frame { function: function.into(), file: Some(file.into()), line: Some(line), module: None }
+    }
+
+    fn stack(tid: u32, activity: Activity, frames: Vec<Frame>, ms: u64) -> StackTime {
+        StackTime { tid, pid: 1, activity, on_cpu: true, origin: Origin::Python, frames, count: 1, ns: ms * 1_000_000 }
+    }
+
+    #[test]
+    fn a_stack_is_charged_to_the_users_innermost_frame() {
+        let frames = vec![
+            py("/usr/lib/python3/dist-packages/torch/_tensor.py", 10, "item"),
+            py("/home/me/train.py", 42, "train_step"),
+            py("/home/me/train.py", 90, "main"),
+        ];
+        assert_eq!(site_frame(&frames).map(Frame::location).as_deref(), Some("me/train.py:42 in train_step"));
+    }
+
+    #[test]
+    fn sites_rank_by_time_and_share_the_wanted_activity_only() {
+        let stacks = vec![
+            stack(1, Activity::Sync, vec![py("/w/train.py", 42, "step")], 30),
+            stack(1, Activity::Sync, vec![py("/w/train.py", 50, "log")], 10),
+            stack(1, Activity::Host, vec![py("/w/train.py", 7, "load")], 500),
+        ];
+        let sites = top(&stacks, &Wanted { activities: &[Activity::Sync], on_cpu: None, tids: &[] }, 3);
+        assert_eq!(sites.len(), 2);
+        assert_eq!(sites[0].line, Some(42));
+        assert!((sites[0].share - 0.75).abs() < 1e-9);
+        assert!((sites[0].seconds - 0.03).abs() < 1e-9);
+    }
+
+    #[test]
+    fn python_frames_replace_the_same_processs_native_ones() {
+        let mut native = stack(1, Activity::Host, vec![Frame { function: "_PyEval_EvalFrameDefault".into(), file: None, line: None, module: Some("/usr/bin/python3.12".into()) }], 900);
+        native.origin = Origin::Native;
+        let stacks = vec![native, stack(1, Activity::Host, vec![py("/w/train.py", 7, "load")], 100)];
+        let sites = top(&stacks, &Wanted { activities: &[Activity::Host], on_cpu: Some(true), tids: &[] }, 3);
+        assert_eq!(sites.len(), 1);
+        assert_eq!(sites[0].function, "load");
+    }
+
+    #[test]
+    fn loaders_are_recognized_by_their_frames() {
+        assert!(is_data_loading(&[py("/x/site-packages/torch/utils/data/dataloader.py", 1, "__next__")]));
+        assert!(is_data_loading(&[py("/w/train.py", 3, "__getitem__")]));
+        assert!(!is_data_loading(&[py("/w/train.py", 3, "forward")]));
+    }
+}
