@@ -18,11 +18,18 @@
   graph_tiny    the launch-bound MLP's forward and backward captured in a CUDA graph and
                 replayed: the launches are cheap, the kernels still tiny
   contention    the launch-bound loop pinned to one core shared with 3 busy processes
+  checkpoint    a ~2.5 ms bf16 training step that saves model + AdamW state (~384 MiB)
+                with torch.save every 20 steps, in the loop
 
 Fixed twins (the same job with the diagnosed fix applied; their steps/s, measured, stand
 beside the planted job's predicted steps/s after the fix in docs/validation.md):
   item_fixed    item, reading the loss every 50 steps instead of every step
   sleepy_fixed  sleepy without the sleep (the synchronize stays)
+  pageable_fixed  pageable, its batch in pinned memory, copied with non_blocking=True
+  alloc_churn_fixed  alloc_churn without emptying the cache (the caching allocator reuses)
+  loader_inline_fixed  loader_inline with num_workers=8 (persistent, prefetching)
+  checkpoint_fixed  checkpoint without the in-loop saves (the limit of an asynchronous,
+                rarer checkpoint)
                 (planted.sh starts the busy processes and pins the job)
   idle          holds a CUDA context and 1 GiB of device memory and sleeps (an idle GPU)
 """
@@ -77,12 +84,14 @@ elif args.mode == "graph_tiny":
 
     def step(i):
         g.replay()
-elif args.mode == "pageable":
+elif args.mode in ("pageable", "pageable_fixed"):
     model = mlp(1024, 4)
     host = torch.randn(16384, 1024)  # 64 MiB, pageable
+    if args.mode == "pageable_fixed":
+        host = host.pin_memory()
 
     def step(i):
-        xb = host.to(dev)
+        xb = host.to(dev, non_blocking=args.mode == "pageable_fixed")
         model(xb[:512]).sum()
 elif args.mode in ("item", "item_fixed"):
     # ~10 ms of GPU work per step, then .item() and 5 ms of host work (logging, data prep)
@@ -101,9 +110,10 @@ elif args.mode in ("item", "item_fixed"):
         t = time.perf_counter() + 0.005
         while time.perf_counter() < t:
             pass
-elif args.mode == "alloc_churn":
+elif args.mode in ("alloc_churn", "alloc_churn_fixed"):
     def step(i):
-        torch.cuda.empty_cache()
+        if args.mode == "alloc_churn":
+            torch.cuda.empty_cache()
         bufs = [torch.empty((1 + (i + k) % 7) << 22, device=dev) for k in range(8)]
         for b in bufs:
             b.fill_(1)
@@ -151,7 +161,23 @@ elif args.mode in ("paused", "sleepy", "sleepy_fixed"):
                 torch.cuda.synchronize()
                 time.sleep(1.7)
                 started[0] = -1.0
-elif args.mode in ("loader_disk", "loader_cpu", "loader_inline"):
+elif args.mode in ("checkpoint", "checkpoint_fixed"):
+    model = mlp(4096, 4, torch.bfloat16)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    host = torch.randn(4096, 4096).to(torch.bfloat16).pin_memory()
+
+    def save_checkpoint(i):
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": i}, "/tmp/gputrace-ckpt.pt")
+
+    def step(i):
+        xb = host.to(dev, non_blocking=True)
+        opt.zero_grad(set_to_none=True)
+        loss = model(xb).float().square().mean()
+        loss.backward()
+        opt.step()
+        if args.mode == "checkpoint" and i % 20 == 19:
+            save_checkpoint(i)
+elif args.mode in ("loader_disk", "loader_cpu", "loader_inline", "loader_inline_fixed"):
     from torch.utils.data import DataLoader, Dataset
 
     SAMPLE = 4 << 20
@@ -196,7 +222,7 @@ elif args.mode in ("loader_disk", "loader_cpu", "loader_inline"):
             return torch.full((4096,), acc)
 
     ds = DiskSamples(64) if args.mode == "loader_disk" else CpuSamples()
-    workers = {"loader_disk": 1, "loader_cpu": 2, "loader_inline": 0}[args.mode]
+    workers = {"loader_disk": 1, "loader_cpu": 2, "loader_inline": 0, "loader_inline_fixed": 8}[args.mode]
     extra = {"prefetch_factor": 2, "persistent_workers": True} if workers else {}
     it = iter(DataLoader(ds, batch_size=8, num_workers=workers, **extra))
     model = mlp(4096, 4)

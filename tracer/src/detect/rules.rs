@@ -18,6 +18,7 @@ pub const ALL: &[Rule] = &[
     super::host_rules::input_starved,
     super::host_rules::host_sleep,
     small_kernels,
+    super::checkpoint::checkpoint_stall,
     gpu_bound,
 ];
 

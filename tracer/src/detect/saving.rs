@@ -38,6 +38,7 @@ fn recoverable(id: &str) -> (f64, &'static str) {
         "input-starved" => (1.0, "a loader that keeps up leaves no wait between steps"),
         "host-bound" => (1.0, "host work taken off the step (into loader workers, or vectorized) stops delaying the launches"),
         "host-sleep" => (1.0, "without the sleep the loop launches as soon as it can"),
+        "checkpoint-stall" => (1.0, "an asynchronous checkpoint overlaps the training; what remains is its copy into pinned memory"),
         "small-kernels" => (1.0, "at most: the same work filling the SMs would take that much less GPU time; a larger batch does more work per step instead"),
         _ => (1.0, "the time it costs"),
     }

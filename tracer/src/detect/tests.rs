@@ -313,3 +313,31 @@ fn a_busy_gpu_with_empty_sms_is_small_kernels() {
     let (_, found) = diagnose(&Inputs { window_ns: 10 * S, evidence: &ev, gpu: Some(&gpu_with_sm(95.0, None)) });
     assert!(found.iter().all(|d| d.id != "small-kernels"), "{found:?}");
 }
+
+#[test]
+fn periodic_bulk_copies_to_the_host_are_a_checkpoint_stall_and_not_a_pageable_copy_problem() {
+    let mut ev = evidence(10_000, 1_000, S / 10, 0);
+    // Three checkpoints of 4 × 64 MiB, 0.4 s each, every 2 s of a 6 s window.
+    for k in 0..3u64 {
+        for t in 0..4u64 {
+            let start = k * 2 * S + t * S / 10;
+            ev.d2h_bursts.record(start, start + S / 10, 64 << 20, true);
+        }
+    }
+    ev.copies.d2h.pageable_bytes = 12 * (64 << 20);
+    ev.copies.d2h.pageable = 12;
+    ev.copies.d2h.count = 12;
+    let (_, found) = diagnose(&Inputs { window_ns: 6 * S, evidence: &ev, gpu: None });
+    let d = found.iter().find(|d| d.id == "checkpoint-stall").expect("checkpoint-stall");
+    assert!((d.impact - 0.2).abs() < 1e-9, "{d:?}");
+    assert!(d.summary.contains("every 2.0 s"), "{}", d.summary);
+    assert!(!found.iter().any(|d| d.id == "pageable-copy"), "{found:?}");
+}
+
+#[test]
+fn one_bulk_copy_burst_is_no_checkpoint_stall() {
+    let mut ev = evidence(10_000, 1_000, S / 10, 0);
+    ev.d2h_bursts.record(0, S, 256 << 20, true);
+    let (_, found) = diagnose(&Inputs { window_ns: 6 * S, evidence: &ev, gpu: None });
+    assert!(!found.iter().any(|d| d.id == "checkpoint-stall"), "{found:?}");
+}

@@ -3,6 +3,7 @@
 //! maps); no I/O happens here.
 
 pub mod account;
+pub mod bursts;
 mod copies;
 pub mod cost;
 pub mod host;
@@ -50,6 +51,8 @@ pub struct ProcessSeen {
 #[derive(Clone, Debug, Default)]
 pub struct Evidence {
     pub copies: CopyStats,
+    /// Bulk device-to-host copies in bursts (checkpoints), all threads.
+    pub d2h_bursts: bursts::Bursts,
     pub memsets: (u64, u64),
     pub syncs: SyncStats,
     pub allocs: AllocStats,
@@ -143,6 +146,9 @@ impl Evidence {
             Family::Copy => {
                 let (dir, class) = self.copies.record(spec, call, duration, &self.allocs, &self.host_pins, host);
                 let bytes = spec.size_arg.map_or(0, |i| call.args[usize::from(i)]);
+                if dir == Direction::DeviceToHost {
+                    self.d2h_bursts.record(call.start_ns, call.header.ts_ns, bytes, class == Some(CopyClass::Pageable));
+                }
                 let t = self.thread(tid, pid);
                 t.copies += 1;
                 t.copy_ns += duration;
