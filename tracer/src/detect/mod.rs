@@ -79,12 +79,9 @@ pub fn analyze(inputs: &Inputs<'_>) -> Findings {
     let mut found: Vec<Diagnosis> = rules::ALL.iter().filter_map(|rule| rule(inputs.evidence, &account)).collect();
     found.sort_by(|a, b| b.impact.total_cmp(&a.impact));
     let threads = account.time.as_ref().map(|t| t.threads.clone()).unwrap_or_default();
-    checkpoint::drop_pageable_of_checkpoints(&mut found, inputs.evidence);
+    checkpoint::drop_pageable_of_checkpoints(&mut found, inputs.evidence, &account);
     sites::attach(&mut found, inputs.evidence, &threads);
     let steps = account.time.as_ref().and_then(|t| steps::find(inputs.evidence, t));
-    if let (Some(d), Some(s)) = (found.iter_mut().find(|d| d.id == "checkpoint-stall"), steps.as_ref()) {
-        checkpoint::describe_in_steps(d, inputs.evidence, s);
-    }
     saving::estimate(&mut found, &account, steps.as_ref().map(|s| s.per_second));
     let problems = || found.iter().filter(|d| d.id != rules::GPU_BOUND);
     let saw_cuda = inputs.evidence.threads.values().any(|t| t.hits.iter().any(|&h| h > 0));

@@ -57,6 +57,26 @@ pub fn attach(found: &mut Vec<Diagnosis>, ev: &Evidence, threads: &[u32]) {
     for &i in inputs.iter().skip(1).rev() {
         found.remove(i);
     }
+    fold_into_checkpoint(found);
+}
+
+/// The diagnoses whose code is the checkpoint's: a `torch.save` in the loop also shows as host
+/// time (pickling), I/O and syncs, all at the checkpoint's line. One problem, one diagnosis:
+/// those whose costliest site is the checkpoint's costliest site (for most of their time) are
+/// dropped, and `checkpoint-stall` takes the larger impact.
+fn fold_into_checkpoint(found: &mut Vec<Diagnosis>) {
+    let Some(site) = found.iter().find(|d| d.id == "checkpoint-stall").and_then(|d| d.sites.first()).map(|s| s.frame.clone()) else { return };
+    let same = |d: &Diagnosis| d.id != "checkpoint-stall" && d.id != "gpu-bound" && d.sites.first().is_some_and(|s| s.frame == site && s.share >= LOADING_SHARE);
+    let largest = found.iter().filter(|d| same(d)).map(|d| d.impact).fold(0.0, f64::max);
+    found.retain(|d| !same(d));
+    if let Some(d) = found.iter_mut().find(|d| d.id == "checkpoint-stall") {
+        if largest > d.impact {
+            d.evidence.push(format!("the same code also shows as host time, I/O or syncs, {:.0}% of the time in all", largest * 100.0));
+            d.impact = largest;
+            crate::detect::severity(largest).clone_into(&mut d.severity);
+        }
+    }
+    found.sort_by(|a, b| b.impact.total_cmp(&a.impact));
 }
 
 /// Of the launching threads' on-CPU host time, the share whose stacks are in data loading.

@@ -2,27 +2,37 @@
 //! synchronizes and copies of the threads on the critical path, the steady marker made most
 //! often is taken as one per step, and the window's figures are divided by the steps.
 
+use std::collections::VecDeque;
+
 use gputrace_common::spec_of;
 
 use crate::{
-    evidence::{account::TimeAccount, steps::rhythm, Evidence},
+    evidence::{
+        account::TimeAccount,
+        steps::{rhythm, MarkerKind, Rhythm},
+        Evidence,
+    },
     report::model::{PerStep, StepTime, Steps},
 };
+
+/// The step marker: among the launching threads' recurring calls with a rhythm, the one
+/// made most often (a marker made once per step beats one made every tenth step), then the
+/// steadier; with its times (ascending) and rhythm.
+pub fn best_marker<'a>(ev: &'a Evidence, time: &TimeAccount) -> Option<(&'a MarkerKind, &'a VecDeque<u64>, Rhythm)> {
+    time.threads
+        .iter()
+        .filter_map(|tid| ev.threads.get(tid))
+        .flat_map(|t| t.markers.kinds())
+        .filter_map(|(kind, times)| rhythm(times, time.window_ns).map(|r| (kind, times, r)))
+        .max_by(|a, b| a.1.len().cmp(&b.1.len()).then(a.2.on_beat.total_cmp(&b.2.on_beat)))
+}
 
 /// The job's steps, if its critical path keeps a steady rhythm; None otherwise.
 #[must_use]
 pub fn find(ev: &Evidence, time: &TimeAccount) -> Option<Steps> {
     let window_ns = time.window_ns;
-    let best = time
-        .threads
-        .iter()
-        .filter_map(|tid| ev.threads.get(tid))
-        .flat_map(|t| t.markers.kinds())
-        .filter_map(|(kind, times)| rhythm(times, window_ns).map(|r| (kind, times.len(), r)))
-        // Most markers wins (a marker made once per step beats one made every tenth step);
-        // then the steadier one.
-        .max_by(|a, b| a.1.cmp(&b.1).then(a.2.on_beat.total_cmp(&b.2.on_beat)))?;
-    let (kind, markers, r) = best;
+    let (kind, times, r) = best_marker(ev, time)?;
+    let markers = times.len();
     let mean_ns = r.mean_ns();
     let steps = window_ns as f64 / mean_ns;
     let on_path = |f: fn(&crate::evidence::ThreadStats) -> u64| -> f64 {

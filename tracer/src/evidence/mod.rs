@@ -51,8 +51,8 @@ pub struct ProcessSeen {
 #[derive(Clone, Debug, Default)]
 pub struct Evidence {
     pub copies: CopyStats,
-    /// Bulk device-to-host copies in bursts (checkpoints), all threads.
-    pub d2h_bursts: bursts::Bursts,
+    /// Bulk device-to-host copies (checkpoints), all threads.
+    pub bulk_d2h: bursts::BulkCopies,
     pub memsets: (u64, u64),
     pub syncs: SyncStats,
     pub allocs: AllocStats,
@@ -147,7 +147,7 @@ impl Evidence {
                 let (dir, class) = self.copies.record(spec, call, duration, &self.allocs, &self.host_pins, host);
                 let bytes = spec.size_arg.map_or(0, |i| call.args[usize::from(i)]);
                 if dir == Direction::DeviceToHost {
-                    self.d2h_bursts.record(call.start_ns, call.header.ts_ns, bytes, class == Some(CopyClass::Pageable));
+                    self.bulk_d2h.record(call.start_ns, call.header.ts_ns, bytes, class == Some(CopyClass::Pageable));
                 }
                 let t = self.thread(tid, pid);
                 t.copies += 1;
