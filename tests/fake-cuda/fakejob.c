@@ -26,6 +26,8 @@
  *                          once per thread, then N × (cuMemUnmap + cuMemRelease), as PyTorch's
  *                          expandable segments grow and shrink (N ≤ 64)
  *   --sync                 per step: cudaDeviceSynchronize at the end
+ *   --checkpoint-every N   every N steps, save_checkpoint(): 8 × 4 MiB D2H copies into malloc'ed
+ *                          memory, each written to /dev/null and followed by 5 ms of host work
  *   --alloc-churn N        per step: N × (cudaMalloc 1 MiB + cudaFree)
  *   --host-us U            per step: U µs of host work (spinning)
  *   --fork                 fork once after the gate; parent and child both run the workload
@@ -103,7 +105,7 @@ static int (*drv_launch_ex)(const launch_config *, void *, void **, void **);
 
 static struct {
     int gate, threads, steps, runtime_launches, driver_launches, ex_launches, graphs, item, sync, alloc_churn, fork, vmm;
-    int load_after_gate, pin_after_gate, print_time, pipe_worker_us;
+    int load_after_gate, pin_after_gate, print_time, pipe_worker_us, checkpoint_every;
     long kernel_us, host_us, settle_ms, sleep_ms, device_memory_mib, hold_ms;
     long read_bytes, read_per_step;
     char read_file[PATH_MAX];
@@ -229,11 +231,25 @@ NOINLINE_JOB void read_scalar(int *scalar) {
     rt_stream_sync(0);
 }
 
+/* A torch.save in the loop (--checkpoint-every): each tensor copied to pageable memory, then
+   serialized and written out before the next. */
+NOINLINE_JOB void save_checkpoint(char *staging) {
+    int out = open("/dev/null", O_WRONLY);
+    for (int t = 0; t < 8; t++) {
+        rt_memcpy_async(staging, device_buf, 4 << 20, D2H, 0);
+        rt_stream_sync(0);
+        compute_on_host(5000);
+        if (out >= 0 && write(out, staging, 4 << 20) < 0) die("writing the checkpoint");
+    }
+    if (out >= 0) close(out);
+}
+
 static void *worker(void *arg) {
     (void)arg;
     dim3 one = {1, 1, 1};
     launch_config cfg = {1, 1, 1, 1, 1, 1, 0, 0, 0, 0};
     char *pageable = opt.pageable_h2d ? malloc(opt.pageable_h2d) : NULL;
+    char *staging = opt.checkpoint_every ? calloc(1, 4 << 20) : NULL;
     int data_fd = -1;
     void *data_buf = NULL;
     if (opt.read_per_step) {
@@ -274,6 +290,7 @@ static void *worker(void *arg) {
         }
         if (opt.vmm) vmm_cycle(vmm_base);
         if (opt.sync) rt_device_sync();
+        if (staging && s % opt.checkpoint_every == opt.checkpoint_every - 1) save_checkpoint(staging);
         if (opt.sleep_ms) usleep((useconds_t)opt.sleep_ms * 1000);
         if (data_fd >= 0 && read(data_fd, data_buf, (size_t)opt.read_per_step) < opt.read_per_step) {
             lseek(data_fd, 0, SEEK_SET); /* wrap around at the end of the file */
@@ -283,6 +300,7 @@ static void *worker(void *arg) {
     free(data_buf);
     if (vmm_base) drv_mem_address_free(vmm_base, (size_t)opt.vmm * VMM_CHUNK);
     free(pageable);
+    free(staging);
     free(rows_2d);
     free(rows_3d);
     return NULL;
@@ -361,6 +379,7 @@ int main(int argc, char **argv) {
         NUM("--pinned-h2d", pinned_h2d) NUM("--item", item) NUM("--alloc-churn", alloc_churn)
         NUM("--settle-ms", settle_ms) NUM("--hold-ms", hold_ms) NUM("--device-memory-mib", device_memory_mib) NUM("--sleep-ms", sleep_ms) NUM("--read-bytes", read_bytes) NUM("--read-per-step", read_per_step)
         NUM("--copy2d", copy2d) NUM("--copy3d", copy3d) NUM("--vmm", vmm) NUM("--blocking-d2h", blocking_d2h) NUM("--pipe-worker-us", pipe_worker_us)
+        NUM("--checkpoint-every", checkpoint_every)
         if (!strcmp(a, "--read-file")) { snprintf(opt.read_file, sizeof opt.read_file, "%s", v); i++; continue; }
         if (!strcmp(a, "--lib-dir")) { snprintf(opt.lib_dir, sizeof opt.lib_dir, "%s", v); i++; continue; }
         fprintf(stderr, "fakejob: unknown argument %s\n", a);

@@ -79,7 +79,7 @@ pub fn analyze(inputs: &Inputs<'_>) -> Findings {
     let mut found: Vec<Diagnosis> = rules::ALL.iter().filter_map(|rule| rule(inputs.evidence, &account)).collect();
     found.sort_by(|a, b| b.impact.total_cmp(&a.impact));
     let threads = account.time.as_ref().map(|t| t.threads.clone()).unwrap_or_default();
-    checkpoint::drop_pageable_of_checkpoints(&mut found, inputs.evidence, &account);
+    checkpoint::drop_pageable_of_checkpoints(&mut found, inputs.evidence);
     sites::attach(&mut found, inputs.evidence, &threads);
     let steps = account.time.as_ref().and_then(|t| steps::find(inputs.evidence, t));
     saving::estimate(&mut found, &account, steps.as_ref().map(|s| s.per_second));

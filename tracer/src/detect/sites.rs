@@ -10,7 +10,7 @@ use crate::{
     evidence::Evidence,
     report::model::Diagnosis,
     stacks::{
-        sites::{is_data_loading, top, Wanted},
+        sites::{is_data_loading, preferred, top, Wanted},
         Activity,
     },
 };
@@ -81,7 +81,7 @@ fn fold_into_checkpoint(found: &mut Vec<Diagnosis>) {
 
 /// Of the launching threads' on-CPU host time, the share whose stacks are in data loading.
 fn loading_share(ev: &Evidence, threads: &[u32]) -> f64 {
-    let host = ev.stacks.iter().filter(|s| s.activity == Activity::Host && s.on_cpu && (threads.is_empty() || threads.contains(&s.tid)));
+    let host = preferred(&ev.stacks).filter(|s| s.activity == Activity::Host && s.on_cpu && (threads.is_empty() || threads.contains(&s.tid)));
     let (mut loading, mut all) = (0u64, 0u64);
     for s in host {
         all += s.ns;

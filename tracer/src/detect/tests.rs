@@ -321,8 +321,9 @@ fn periodic_bulk_copies_to_the_host_are_a_checkpoint_stall_and_not_a_pageable_co
     for k in 0..3u64 {
         for t in 0..4u64 {
             let start = k * 2 * S + t * S / 10;
-            ev.bulk_d2h.record(start, start + S / 10, 64 << 20, true);
+            ev.d2h_bursts.copy(1, start, start + S / 10, 64 << 20, true);
         }
+        ev.d2h_bursts.launch(1, k * 2 * S + 4 * S / 10);
     }
     ev.copies.d2h.pageable_bytes = 12 * (64 << 20);
     ev.copies.d2h.pageable = 12;
@@ -337,7 +338,7 @@ fn periodic_bulk_copies_to_the_host_are_a_checkpoint_stall_and_not_a_pageable_co
 #[test]
 fn one_bulk_copy_burst_is_no_checkpoint_stall() {
     let mut ev = evidence(10_000, 1_000, S / 10, 0);
-    ev.bulk_d2h.record(0, S, 256 << 20, true);
+    ev.d2h_bursts.copy(1, 0, S, 256 << 20, true);
     let (_, found) = diagnose(&Inputs { window_ns: 6 * S, evidence: &ev, gpu: None });
     assert!(!found.iter().any(|d| d.id == "checkpoint-stall"), "{found:?}");
 }

@@ -51,8 +51,8 @@ pub struct ProcessSeen {
 #[derive(Clone, Debug, Default)]
 pub struct Evidence {
     pub copies: CopyStats,
-    /// Bulk device-to-host copies (checkpoints), all threads.
-    pub bulk_d2h: bursts::BulkCopies,
+    /// Bulk device-to-host copies in bursts (checkpoints).
+    pub d2h_bursts: bursts::Bursts,
     pub memsets: (u64, u64),
     pub syncs: SyncStats,
     pub allocs: AllocStats,
@@ -99,6 +99,7 @@ impl Evidence {
                 self.apply_call(call, host);
             }
             Event::IdleEnd(e) => {
+                self.d2h_bursts.launch(e.header.tid, e.header.ts_ns);
                 let t = self.thread(e.header.tid, e.header.tgid);
                 t.queue_idle_ns += e.header.ts_ns.saturating_sub(e.drained_at_ns);
                 t.idle_periods += 1;
@@ -147,7 +148,7 @@ impl Evidence {
                 let (dir, class) = self.copies.record(spec, call, duration, &self.allocs, &self.host_pins, host);
                 let bytes = spec.size_arg.map_or(0, |i| call.args[usize::from(i)]);
                 if dir == Direction::DeviceToHost {
-                    self.bulk_d2h.record(call.start_ns, call.header.ts_ns, bytes, class == Some(CopyClass::Pageable));
+                    self.d2h_bursts.copy(tid, call.start_ns, call.header.ts_ns, bytes, class == Some(CopyClass::Pageable));
                 }
                 let t = self.thread(tid, pid);
                 t.copies += 1;

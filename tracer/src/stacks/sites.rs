@@ -40,8 +40,7 @@ impl Wanted<'_> {
 /// they are used, not its native ones (the interpreter's native frames name no user code).
 #[must_use]
 pub fn top(stacks: &[StackTime], wanted: &Wanted<'_>, n: usize) -> Vec<Site> {
-    let python_pids: std::collections::BTreeSet<u32> = stacks.iter().filter(|s| s.origin == Origin::Python).map(|s| s.pid).collect();
-    let chosen = stacks.iter().filter(|s| wanted.admits(s) && (s.origin == Origin::Python || !python_pids.contains(&s.pid)));
+    let chosen = preferred(stacks).filter(|s| wanted.admits(s));
     let mut by_site: BTreeMap<String, (Frame, u64)> = BTreeMap::new();
     let mut total = 0u64;
     for s in chosen {
@@ -66,6 +65,14 @@ pub fn top(stacks: &[StackTime], wanted: &Wanted<'_>, n: usize) -> Vec<Site> {
     sites.sort_by(|a, b| b.seconds.total_cmp(&a.seconds).then_with(|| a.frame.cmp(&b.frame)));
     sites.truncate(n);
     sites
+}
+
+/// The stacks that speak for their process: its Python ones where it has any (the
+/// interpreter's native frames name no user code, and both cover the same time), else its
+/// native ones.
+pub fn preferred(stacks: &[StackTime]) -> impl Iterator<Item = &StackTime> {
+    let python_pids: std::collections::BTreeSet<u32> = stacks.iter().filter(|s| s.origin == Origin::Python).map(|s| s.pid).collect();
+    stacks.iter().filter(move |s| s.origin == Origin::Python || !python_pids.contains(&s.pid))
 }
 
 /// The frame a stack is charged to: the innermost of the user's own code, else the innermost
