@@ -144,3 +144,21 @@ fn large_kernels_are_gpu_bound_and_healthy() {
     assert_eq!(r["verdict"], "gpu-bound", "{r:#}");
     assert!(problems(&r).is_empty(), "a healthy job gets no high/medium problem: {r:#}");
 }
+
+#[test]
+fn a_periodic_save_of_device_state_is_checkpoint_stall_at_the_saving_function() {
+    // Every 20 steps, 8 × 4 MiB copied to pageable memory, each written out after 5 ms of
+    // serialization: ~45 ms of a ~6 ms step rhythm, with nothing launched meanwhile.
+    let r = verdict(&["--steps", "200", "--driver-launches", "20", "--kernel-us", "300", "--pinned-h2d", "65536", "--sync", "--checkpoint-every", "20"]);
+    assert_eq!(r["verdict"], "checkpoint-stall", "{:#}", r["diagnoses"]);
+    let d = &r["diagnoses"].as_array().expect("diagnoses").iter().find(|d| d["id"] == "checkpoint-stall").expect("found")["sites"];
+    assert_eq!(d[0]["function"], "save_checkpoint", "{d:#}");
+    assert!(!problems(&r).contains(&"pageable-copy".to_owned()), "the checkpoint's pageable copies are the checkpoint's: {:#}", r["diagnoses"]);
+}
+
+#[test]
+fn copying_outputs_back_every_step_is_no_checkpoint() {
+    let r = verdict(&["--steps", "200", "--driver-launches", "20", "--kernel-us", "300", "--blocking-d2h", "33554432", "--sync"]);
+    let ids: Vec<&str> = r["diagnoses"].as_array().expect("diagnoses").iter().filter_map(|d| d["id"].as_str()).collect();
+    assert!(!ids.contains(&"checkpoint-stall"), "{ids:?}");
+}

@@ -45,3 +45,28 @@ fn no_stacks_means_no_sites() {
     let d = diagnosis(&r, "host-bound");
     assert!(functions(d).is_empty(), "{d:#}");
 }
+
+#[test]
+fn a_stripped_program_gets_addresses_and_a_report() {
+    require_root();
+    let dir = std::env::temp_dir().join(format!("gputrace-stripped-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let stripped = dir.join("fakejob");
+    let status = std::process::Command::new("strip").arg("-o").arg(&stripped).arg(gputrace_tests::fakejob()).status().expect("strip runs");
+    assert!(status.success());
+    let out = std::process::Command::new(gputrace_tests::gputrace())
+        .env("LD_LIBRARY_PATH", gputrace_tests::fake_cuda_dir())
+        .args(["run", "--json", "--"])
+        .arg(&stripped)
+        .args(["--steps", "40", "--driver-launches", "2", "--host-us", "20000", "--sync", "--lib-dir"])
+        .arg(gputrace_tests::fake_cuda_dir())
+        .output()
+        .expect("gputrace runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).expect("one JSON report");
+    let d = diagnosis(&r, "host-bound");
+    // No symbol names the spinning function: the site is whatever the stripped file still
+    // names (its dynamic symbols) or an address, never the function's real name.
+    assert!(!functions(d).contains(&"compute_on_host"), "{d:#}");
+}

@@ -106,7 +106,10 @@ pub struct SampleStats {
 }
 const _: () = assert!(core::mem::size_of::<SampleStats>() == 16);
 
-/// A traced thread's stack as it went off the CPU, until the wakeup closes the spell.
+/// A traced thread's stack as it last went off the CPU: the wakeup charges the spell to it.
+/// Taking a user stack costs microseconds, and a thread that syncs 100 k times a second
+/// switches as often, so the stack is retaken at most every [`stacks::OFF_CPU_RETAKE_NS`];
+/// switches in between reuse it (a loop goes off the CPU at the same few places).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OffCpuStart {
@@ -114,8 +117,10 @@ pub struct OffCpuStart {
     pub probe: u32,
     #[expect(clippy::pub_underscore_fields, reason = "explicit padding: wire types have no implicit padding")]
     pub _reserved: u32,
+    /// When `stack_id` was taken.
+    pub taken_ns: u64,
 }
-const _: () = assert!(core::mem::size_of::<OffCpuStart>() == 16);
+const _: () = assert!(core::mem::size_of::<OffCpuStart>() == 24);
 
 /// Stack sampling constants shared by both sides.
 pub mod stacks {
@@ -123,6 +128,8 @@ pub mod stacks {
     pub const SAMPLE_HZ: u64 = 99;
     /// [`super::SampleKey::probe`] of a thread outside any probed call (host code).
     pub const HOST: u32 = u32::MAX;
+    /// A thread's off-CPU stack is retaken at most this often (about the CPU sampler's rate).
+    pub const OFF_CPU_RETAKE_NS: u64 = 10_000_000;
 }
 
 /// Off-CPU spells at least this long are also written as [`crate::event::LongSleepEvent`]s,

@@ -164,9 +164,9 @@ pub static USER_STACKS: StackTrace = StackTrace::with_max_entries(8192, 0);
 #[map]
 pub static SAMPLES: HashMap<SampleKey, SampleStats> = HashMap::with_max_entries(16_384, 0);
 
-/// The stack a traced thread went off the CPU with, until its wakeup.
+/// The stack a traced thread last went off the CPU with (LRU: exited threads age out).
 #[map]
-pub static OFF_CPU: HashMap<u32, OffCpuStart> = HashMap::with_max_entries(MAX_THREADS, 0);
+pub static OFF_CPU: LruHashMap<u32, OffCpuStart> = LruHashMap::with_max_entries(MAX_THREADS, 0);
 
 /// `bpf_get_stackid` flag: the user-space stack (include/uapi/linux/bpf.h).
 pub const BPF_F_USER_STACK: u64 = 1 << 8;

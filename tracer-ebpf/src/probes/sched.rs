@@ -8,7 +8,7 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use gputrace_common::{
-    host::{prev_state, state, LONG_SLEEP_NS},
+    host::{prev_state, stacks::OFF_CPU_RETAKE_NS, state, LONG_SLEEP_NS},
     loss, EventHeader, LongSleepEvent, OffCpuStart, SampleKey, SchedFinalEvent, ThreadSched, WakeKey, WakeStats, KIND_LONG_SLEEP,
     KIND_SCHED_FINAL,
 };
@@ -53,10 +53,17 @@ pub fn sched_switch(ctx: TracePointContext) -> u32 {
         switch_out(tgid, tid, prev, next, now);
         if stacks_on() && prev & prev_state::PREEMPTED == 0 && prev & (prev_state::EXIT_DEAD | prev_state::EXIT_ZOMBIE) == 0 && prev != 0 {
             // Going to sleep or to block: remember where, for the wakeup to charge the spell to.
-            // SAFETY: the map is a stack-trace map; the current task is the one switching out.
-            let stack_id = unsafe { USER_STACKS.get_stackid(&ctx, BPF_F_USER_STACK) }.unwrap_or(-1);
-            let start = OffCpuStart { stack_id, probe: current_call(tid), _reserved: 0 };
-            let _ = OFF_CPU.insert(&tid, &start, 0);
+            let probe = current_call(tid);
+            match OFF_CPU.get_ptr_mut(&tid) {
+                // SAFETY: map value pointer; only this thread's switches write it.
+                Some(o) if now.saturating_sub(unsafe { (*o).taken_ns }) < OFF_CPU_RETAKE_NS => unsafe { (*o).probe = probe },
+                _ => {
+                    // SAFETY: the map is a stack-trace map; the current task is the one switching out.
+                    let stack_id = unsafe { USER_STACKS.get_stackid(&ctx, BPF_F_USER_STACK) }.unwrap_or(-1);
+                    let start = OffCpuStart { stack_id, probe, _reserved: 0, taken_ns: now };
+                    let _ = OFF_CPU.insert(&tid, &start, 0);
+                }
+            }
         }
     }
 
@@ -169,9 +176,8 @@ pub fn sched_waking(ctx: TracePointContext) -> u32 {
     let in_cuda = unsafe { THREADS.get(&tid) }.is_some_and(|c| c.in_call > 0);
     let key = WakeKey { tid, waker_tgid: (waker >> 32) as u32, stack_id, in_cuda: u32::from(in_cuda), _reserved: 0 };
     let spell = now.saturating_sub(start);
-    // SAFETY: a copy of the value is taken before the entry is removed.
+    // SAFETY: a copy of the value is taken; the entry stays for the next spell.
     if let Some(off) = unsafe { OFF_CPU.get(&tid) }.copied() {
-        let _ = OFF_CPU.remove(&tid);
         let key = SampleKey { tgid: s.tgid, tid, stack_id: off.stack_id, probe: off.probe, off_cpu: 1 };
         count_sample(&key, spell);
     }

@@ -34,7 +34,7 @@ pub(super) fn checkpoint_stall(ev: &Evidence, a: &Account) -> Option<Diagnosis> 
     let cost_s = list.iter().map(|b| (b.end_ns - b.start_ns) as f64 / 1e9).sum::<f64>();
     let share = cost_s / a.window_s;
     let each_s = cost_s / n as f64;
-    let mean_mib = list.iter().map(|b| b.bytes).sum::<u64>() / n as u64 >> 20;
+    let mean_mib = (list.iter().map(|b| b.bytes).sum::<u64>() / n as u64) >> 20;
     let every_s = (list[n - 1].start_ns - list[0].start_ns) as f64 / 1e9 / (n - 1) as f64;
     let mut evidence = vec![
         format!("{n} bursts of bulk device-to-host copies (~{mean_mib} MiB each) with no kernel launched until each was over"),

@@ -25,14 +25,14 @@ pub fn best_marker<'a>(ev: &'a Evidence, time: &TimeAccount) -> Option<(&'a Mark
         .flat_map(|t| t.markers.kinds())
         .filter_map(|(kind, times)| rhythm(times, time.window_ns).map(|r| (kind, times, r)))
         .max_by(|a, b| {
-            (!bulk_d2h(a.0), a.1.len()).cmp(&(!bulk_d2h(b.0), b.1.len())).then(a.2.on_beat.total_cmp(&b.2.on_beat))
+            (!bulk_d2h(*a.0), a.1.len()).cmp(&(!bulk_d2h(*b.0), b.1.len())).then(a.2.on_beat.total_cmp(&b.2.on_beat))
         })
 }
 
 /// A bulk device-to-host copy: a step marker only as a last resort, since a checkpoint's
 /// copies recur at a steady pace of their own (one tensor after another) and would pass for
 /// steps.
-fn bulk_d2h(kind: &MarkerKind) -> bool {
+fn bulk_d2h(kind: MarkerKind) -> bool {
     let bulk = 1u64 << kind.class >= crate::evidence::bursts::BULK_BYTES;
     bulk && spec_of(kind.probe).is_some_and(|s| s.family == gputrace_common::Family::Copy && s.copy == gputrace_common::CopyDir::DeviceToHost)
 }
