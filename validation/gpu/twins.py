@@ -1,6 +1,7 @@
 """Predicted against measured: for each planted job with a fixed twin, the speed-up that
-gputrace's verdict promised (its diagnosis's saving: steps/s after the fix over steps/s
-traced) beside the speed-up the twin really ran (steps done by the twin over steps done by
+gputrace's verdict promised (its diagnosis's saving: the same work in 1 − fraction of the
+time, i.e. 1 / (1 − saving.fraction), which is steps_per_s_after / steps.per_second where
+steps were found) beside the speed-up the twin really ran (steps done by the twin over steps done by
 the planted job, both traced the same way for the same time, from planted.txt).
 Usage: twins.py PLANTED_OUT_DIR"""
 import json
@@ -21,9 +22,8 @@ for job in sorted(done):
         continue
     r = json.load(open(f"{out}/{job}.json"))
     d = next((d for d in r["diagnoses"] if d["id"] == r["verdict"]), None)
-    steps = (r.get("steps") or {}).get("per_second")
-    after = ((d or {}).get("saving") or {}).get("steps_per_s_after")
-    predicted = after / steps if after and steps else None
+    fraction = ((d or {}).get("saving") or {}).get("fraction")
+    predicted = 1.0 / (1.0 - fraction) if fraction is not None and fraction < 1.0 else None
     measured = done[twin] / done[job]
     ratio = f"{predicted / measured:.2f}" if predicted else "n/a"
     shown = f"{predicted:.2f}×" if predicted else "n/a"

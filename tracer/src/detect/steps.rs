@@ -19,10 +19,17 @@ use crate::{
 /// made most often (a marker made once per step beats one made every tenth step), then the
 /// steadier, bulk device-to-host copies last; with its times (ascending) and rhythm.
 pub fn best_marker<'a>(ev: &'a Evidence, time: &TimeAccount) -> Option<(&'a MarkerKind, &'a VecDeque<u64>, Rhythm)> {
+    // Bulk D2H copies that come in clusters (a checkpoint copying tensor after tensor) keep a
+    // beat of their own that is no step.
+    let clustered = {
+        let bursts = ev.d2h_bursts.all();
+        !bursts.is_empty() && bursts.iter().map(|b| b.copies).sum::<u64>() >= 2 * bursts.len() as u64
+    };
     time.threads
         .iter()
         .filter_map(|tid| ev.threads.get(tid))
         .flat_map(|t| t.markers.kinds())
+        .filter(|(kind, _)| !(clustered && bulk_d2h(**kind)))
         .filter_map(|(kind, times)| rhythm(times, time.window_ns).map(|r| (kind, times, r)))
         .max_by(|a, b| {
             (!bulk_d2h(*a.0), a.1.len()).cmp(&(!bulk_d2h(*b.0), b.1.len())).then(a.2.on_beat.total_cmp(&b.2.on_beat))
