@@ -122,9 +122,15 @@ fn a_killed_recorder_leaves_a_readable_prefix() {
         std::thread::sleep(Duration::from_millis(100));
     }
     std::thread::sleep(Duration::from_millis(1500));
+    // The job the recorder started outlives a SIGKILLed recorder: find it by parentage (never
+    // by name, which could match another process on the host) and end it too.
+    let job = children_of(recorder.id());
     recorder.kill().expect("SIGKILL");
     let _ = recorder.wait();
-    let _ = Command::new("pkill").args(["-f", "steps 100000"]).status();
+    for pid in job {
+        // SAFETY: a plain signal to a process this test started (through the recorder).
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
     let (r, code, stderr) = report(&file);
     assert_eq!(code, 0, "a cut tail is what a killed recorder leaves: {stderr}");
     assert_eq!(r["window"]["stopped_by"], "recording-cut", "{r:#}");
@@ -249,7 +255,8 @@ fn the_perfetto_export_is_valid_trace_event_json() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let trace: Value = serde_json::from_slice(&fs::read(&out_file).expect("export")).expect("one JSON document");
     let events = trace["traceEvents"].as_array().expect("traceEvents");
-    let (mut copies, mut syncs, mut names) = (0, 0, 0);
+    let frames = trace["stackFrames"].as_object().expect("stackFrames");
+    let (mut copies, mut syncs, mut names, mut samples) = (0, 0, 0, 0);
     for e in events {
         let ph = e["ph"].as_str().unwrap_or_else(|| panic!("no ph: {e}"));
         assert!(e["name"].is_string() && e["pid"].is_u64(), "{e}");
@@ -261,6 +268,11 @@ fn the_perfetto_export_is_valid_trace_event_json() {
                 syncs += u64::from(e["cat"] == "sync");
             }
             "C" => assert!(e["args"].as_object().expect("args").values().all(Value::is_number), "{e}"),
+            "P" => {
+                let sf = e["sf"].as_str().expect("a stack frame");
+                assert!(frames.contains_key(sf), "{e}");
+                samples += 1;
+            }
             "i" => assert!(["g", "p", "t"].contains(&e["s"].as_str().expect("scope")), "{e}"),
             "M" => {
                 assert!(["process_name", "thread_name"].contains(&e["name"].as_str().expect("name")), "{e}");
@@ -274,6 +286,10 @@ fn the_perfetto_export_is_valid_trace_event_json() {
     assert_eq!(syncs, num(&r, "/cuda/syncs/count"), "one slice per recorded sync");
     assert!(copies >= 120);
     assert!(names >= 2);
+    assert!(samples > 0, "the threads' stacks are on the timeline");
+    for f in frames.values() {
+        assert!(f["name"].is_string() && f["parent"].as_str().is_none_or(|p| frames.contains_key(p)), "{f}");
+    }
     assert!(events.iter().any(|e| e["name"].as_str().is_some_and(|n| n.starts_with("verdict: "))), "the verdict is annotated");
     assert!(events.iter().any(|e| e["name"] == "kernel launches/s"), "launch-rate counter track");
     let _ = fs::remove_dir_all(&dir);
@@ -294,4 +310,14 @@ fn a_planted_symlink_at_the_output_is_not_followed() {
     assert_eq!(fs::read(&victim).expect("victim"), b"keep me");
     assert!(fs::symlink_metadata(&file).expect("file").file_type().is_file());
     let _ = fs::remove_dir_all(&dir);
+}
+
+/// The child processes of `pid` (`/proc/PID/task/*/children`).
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    tasks
+        .flatten()
+        .filter_map(|t| fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| c.split_whitespace().filter_map(|p| p.parse().ok()).collect::<Vec<u32>>())
+        .collect()
 }

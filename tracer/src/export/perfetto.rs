@@ -5,8 +5,9 @@
 //! Tracks: one per traced thread with its CUDA calls (copies, syncs, allocations …), the
 //! periods its GPU queue sat empty, its block I/O and its lifecycle; per process, counter
 //! tracks of kernel launches per second and of each thread's scheduler states; per GPU,
-//! NVML counter tracks; and the diagnoses as global annotations at the end. Timestamps are
-//! microseconds since the recording's start.
+//! NVML counter tracks; the time of each thread's stacks (`crate::stacks`) as sample events
+//! at each checkpoint, their frames in `stackFrames`; and the diagnoses, with their sites, as
+//! global annotations at the end. Timestamps are microseconds since the recording's start.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -87,12 +88,13 @@ pub fn write(file: &Path, replayed: &Replayed, report: &Report, out: &Destinatio
     for (rank, d) in report.diagnoses.iter().enumerate() {
         w.put(&json!({
             "ph": "i", "s": "g", "name": format!("{}: {}", d.id, d.severity), "ts": end_ts, "pid": 0, "tid": 0,
-            "args": {"rank": rank + 1, "impact": d.impact, "summary": d.summary, "evidence": d.evidence, "fix": d.fix},
+            "args": {"rank": rank + 1, "impact": d.impact, "summary": d.summary, "evidence": d.evidence, "fix": d.fix,
+                     "sites": d.sites.iter().map(|s| format!("{} ({:.2} s, {:.0}%)", s.frame, s.seconds, s.share * 100.0)).collect::<Vec<_>>()},
         }))?;
     }
     w.put(&json!({"ph": "i", "s": "g", "name": format!("verdict: {}", report.verdict), "ts": end_ts, "pid": 0, "tid": 0}))?;
     timeline.names(&mut w, replayed)?;
-    let count = w.finish()?;
+    let count = w.finish(&timeline.frames)?;
     if let Some(p) = placement.as_mut() {
         p.publish()?;
     }
@@ -121,8 +123,10 @@ impl TraceWriter {
         Ok(())
     }
 
-    fn finish(mut self) -> io::Result<u64> {
-        self.out.write_all(b"\n]}\n")?;
+    fn finish(mut self, frames: &StackFrames) -> io::Result<u64> {
+        self.out.write_all(b"\n],\"stackFrames\":")?;
+        serde_json::to_writer(&mut self.out, &frames.table)?;
+        self.out.write_all(b"}\n")?;
         self.out.flush()?;
         Ok(self.count)
     }
@@ -138,6 +142,35 @@ struct Timeline {
     previous: Option<Snapshot>,
     /// Threads that exited since: their last launches count in this interval.
     exited: Vec<ThreadHits>,
+    frames: StackFrames,
+}
+
+/// The trace format's `stackFrames`: each frame once per caller chain, `{name, parent}`.
+#[derive(Debug, Default)]
+struct StackFrames {
+    ids: BTreeMap<(u64, String), u64>,
+    table: serde_json::Map<String, Value>,
+}
+
+impl StackFrames {
+    /// The id of the innermost frame of `frames` (innermost first), adding what is new.
+    fn id(&mut self, frames: &[crate::stacks::Frame]) -> Option<u64> {
+        let mut parent = 0;
+        for f in frames.iter().rev() {
+            let name = f.location();
+            let next = self.ids.len() as u64 + 1;
+            let id = *self.ids.entry((parent, name.clone())).or_insert(next);
+            if id == next {
+                let mut frame = json!({"name": name});
+                if parent != 0 {
+                    frame["parent"] = json!(parent.to_string());
+                }
+                self.table.insert(id.to_string(), frame);
+            }
+            parent = id;
+        }
+        (parent != 0).then_some(parent)
+    }
 }
 
 impl Timeline {
@@ -205,6 +238,7 @@ impl Timeline {
         for (pid, n) in launches {
             w.put(&json!({"ph": "C", "name": "kernel launches/s", "ts": ts, "pid": pid, "args": {"launches": n as f64 * 1e9 / span_ns as f64}}))?;
         }
+        self.stack_samples(w, s, &prev, ts)?;
         for t in &s.sched {
             let now = t.sched.closed_at(s.at_ns);
             let then = prev_sched.get(&t.tid).map(|r| r.closed_at(prev.at_ns)).unwrap_or_default();
@@ -213,6 +247,22 @@ impl Timeline {
             w.put(&json!({
                 "ph": "C", "name": format!("cpu state % (thread {})", t.tid), "ts": ts, "pid": t.sched.tgid,
                 "args": {"running": f(d.on_cpu_ns), "runnable": f(d.runqueue_ns), "blocked": f(d.blocked_ns), "sleeping": f(d.sleep_ns)},
+            }))?;
+        }
+        Ok(())
+    }
+
+    /// One sample event per stack that gained time since the previous checkpoint, weighted by
+    /// that time (Python stacks for processes that have them, as in the sites).
+    fn stack_samples(&mut self, w: &mut TraceWriter, s: &Snapshot, prev: &Snapshot, ts: f64) -> io::Result<()> {
+        for st in crate::stacks::sites::preferred(&s.stacks) {
+            let before = prev.stacks.iter().find(|b| b.same_key(st)).map_or(0, |b| b.ns);
+            let ns = st.ns.saturating_sub(before);
+            let Some(sf) = (ns > 0).then(|| self.frames.id(&st.frames)).flatten() else { continue };
+            self.threads.insert((st.pid, st.tid));
+            w.put(&json!({
+                "ph": "P", "name": format!("{:?}{}", st.activity, if st.on_cpu { "" } else { " (off CPU)" }).to_lowercase(),
+                "ts": ts, "pid": st.pid, "tid": st.tid, "sf": sf.to_string(), "args": {"seconds": ns as f64 / 1e9},
             }))?;
         }
         Ok(())
