@@ -120,8 +120,9 @@ pub struct Snapshot {
     /// stack is symbolized on the traced machine; a recording carries the result).
     #[serde(default)]
     pub wakes: Vec<super::waits::Wake>,
-    /// Time by user stack (native and Python) and activity, cumulative (`crate::stacks`).
-    #[serde(default)]
+    /// Time by user stack (native and Python) and activity, cumulative (`crate::stacks`);
+    /// written as a frame table and indexes (`crate::stacks::table`).
+    #[serde(default, with = "crate::stacks::table")]
     pub stacks: Vec<crate::stacks::StackTime>,
 }
 

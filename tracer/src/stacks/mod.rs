@@ -7,6 +7,7 @@
 pub mod native;
 pub mod python;
 pub mod sites;
+pub mod table;
 
 use gputrace_common::{host::stacks::HOST, Family, PROBES};
 use serde::{Deserialize, Serialize};
