@@ -36,7 +36,7 @@ fn not_root_names_the_missing_capabilities() {
 fn a_command_that_cannot_be_run() {
     require_root();
     let (code, stdout, stderr) = gputrace_output(&["run", "--json", "--", "/nonexistent/program"]);
-    assert_eq!(code, 0, "the trace itself worked: {stderr}");
+    assert_eq!(code, 127, "run ends as its command did (as a shell would: 127): {stderr}");
     let r: serde_json::Value = serde_json::from_str(&stdout).expect("a report");
     assert_eq!(r["target"]["exit_code"], 127, "{r}");
     assert!(stderr.contains("cannot run `/nonexistent/program`"), "{stderr}");
@@ -48,6 +48,9 @@ fn a_process_without_cuda_is_reported_as_such() {
     let (code, stdout, stderr) = gputrace_output(&["run", "--json", "--", "sleep", "0.3"]);
     assert_eq!(code, 0, "{stderr}");
     let r: serde_json::Value = serde_json::from_str(&stdout).expect("a report");
+    let started = r["started_at"].as_str().expect("started_at");
+    assert!(started.len() == 24 && started.ends_with('Z') && started.as_bytes()[10] == b'T', "RFC 3339, UTC: {started}");
+    assert!(r["host"].as_str().is_some_and(|h| !h.is_empty()), "{r}");
     assert_eq!(r["target"]["cuda_loaded"], false);
     assert_eq!(r["verdict"], "no-cuda-work");
     assert_eq!(r["cuda"]["launches"]["kernels"], 0);
@@ -58,10 +61,26 @@ fn bad_flags_are_usage_errors() {
     require_root();
     let (code, _, stderr) = gputrace_output(&["attach", "--pid", "1", "--duration=-3"]);
     assert_eq!(code, 2, "{stderr}");
-    assert!(stderr.contains("positive number of seconds"), "{stderr}");
+    assert!(stderr.contains("must be positive"), "{stderr}");
     let (code, _, stderr) = gputrace_output(&["attach", "--pid", "1", "--duration", "soon"]);
     assert_eq!(code, 2, "{stderr}");
-    assert!(stderr.contains("not a number of seconds"), "{stderr}");
+    assert!(stderr.contains("not a duration"), "{stderr}");
+    let (code, _, stderr) = gputrace_output(&["attach", "--pid", "1", "--duration", "5x"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("unknown unit"), "{stderr}");
     let (code, _, stderr) = gputrace_output(&["run", "--json"]);
     assert_eq!(code, 2, "a command is required: {stderr}");
+}
+
+#[test]
+fn completions_and_the_man_page_come_from_the_command_line_definitions() {
+    let (code, bash, stderr) = gputrace_output(&["completions", "bash"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(bash.contains("gputrace") && bash.contains("--no-stacks") && bash.contains("attach"), "{bash}");
+    let (code, _, stderr) = gputrace_output(&["completions", "tcsh"]);
+    assert_eq!(code, 2, "an unknown shell is a usage error: {stderr}");
+    let (code, man, stderr) = gputrace_output(&["man"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(man.starts_with(".ie") || man.contains(".TH gputrace"), "roff: {}", &man[..man.len().min(200)]);
+    assert!(man.contains("attach") && man.contains("sweep"), "the subcommands are listed");
 }

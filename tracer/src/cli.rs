@@ -34,7 +34,7 @@ enum Command {
     /// Trace a running process, its threads and its child processes.
     Attach {
         /// The process to trace.
-        #[arg(long)]
+        #[arg(short, long)]
         pid: u32,
         #[command(flatten)]
         common: Common,
@@ -50,7 +50,7 @@ enum Command {
     /// Record a process (or a command) to a file, to report on or export later.
     Record {
         /// The process to record (or give a command after `--`).
-        #[arg(long, required_unless_present = "argv", conflicts_with = "argv")]
+        #[arg(short, long, required_unless_present = "argv", conflicts_with = "argv")]
         pid: Option<u32>,
         /// The recording file (created 0600), `-` for standard output, or a FIFO or
         /// character device written through. An existing file is kept unless --force.
@@ -91,8 +91,8 @@ enum Command {
     },
     /// Every process on the host that holds or uses a GPU, judged; idle holders are named.
     Sweep {
-        /// Watch CUDA calls for this many seconds.
-        #[arg(long, value_name = "SECS", value_parser = parse_seconds, default_value = "5")]
+        /// Watch CUDA calls this long (seconds, or 90s, 5m, 1h).
+        #[arg(short, long, value_name = "SECS", value_parser = parse_seconds, default_value = "5")]
         duration: Duration,
         /// Print the sweep as one JSON document on stdout.
         #[arg(long)]
@@ -102,6 +102,13 @@ enum Command {
         #[arg(long)]
         show_commands: bool,
     },
+    /// Print a shell completion script: `gputrace completions bash > /etc/bash_completion.d/gputrace`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff): `gputrace man > gputrace.1; man ./gputrace.1`.
+    Man,
 }
 
 #[derive(Debug, Args)]
@@ -121,8 +128,9 @@ struct RecordLimits {
 
 #[derive(Debug, Args)]
 struct Common {
-    /// Stop after this many seconds (default: when the target exits or on Ctrl-C).
-    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    /// Stop after this long: seconds, or with a unit (500ms, 90s, 5m, 1h); default: when
+    /// the target exits or on Ctrl-C.
+    #[arg(short, long, value_name = "SECS", value_parser = parse_seconds)]
     duration: Option<Duration>,
     /// NVML samples per second (utilization, memory, Hopper GPM); 0 turns NVML off.
     #[arg(long, value_name = "HZ", default_value_t = 10.0, value_parser = parse_hz)]
@@ -147,10 +155,25 @@ const MAX_KEEP: u32 = 1000;
 /// The longest `--duration`: a year.
 const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
 
+/// A duration: seconds (`90`, `2.5`), or a number with a unit (`500ms`, `90s`, `5m`, `1h`).
 fn parse_seconds(s: &str) -> Result<Duration, String> {
-    let secs: f64 = s.parse().map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    let t = s.trim();
+    // The unit is the trailing letters, so that `1e3` stays a number of seconds.
+    let (number, unit) = t.split_at(t.trim_end_matches(|c: char| c.is_ascii_alphabetic()).len());
+    let not_a_duration = || format!("`{s}` is not a duration (seconds, or e.g. 90s, 5m)");
+    if number.trim().is_empty() {
+        return Err(not_a_duration());
+    }
+    let scale = match unit {
+        "" | "s" => 1.0,
+        "ms" => 1e-3,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        _ => return Err(format!("`{s}`: unknown unit `{unit}` (use ms, s, m or h)")),
+    };
+    let secs = number.trim().parse::<f64>().map_err(|_| not_a_duration())? * scale;
     if !(secs.is_finite() && secs > 0.0) {
-        return Err(format!("the duration must be a positive number of seconds, got `{s}`"));
+        return Err(format!("the duration must be positive, got `{s}`"));
     }
     if secs > MAX_SECONDS {
         return Err(format!("the duration must be at most {MAX_SECONDS} seconds (a year), got `{s}`"));
@@ -208,6 +231,10 @@ pub enum Job {
         options: sweep::Options,
         json: bool,
     },
+    Completions {
+        shell: clap_complete::Shell,
+    },
+    Man,
 }
 
 fn nvml_interval(hz: f64) -> Duration {
@@ -268,6 +295,8 @@ impl Cli {
                 Job::Export { file, perfetto }
             }
             Command::Sweep { duration, json, show_commands } => Job::Sweep { options: sweep::Options { duration, show_commands }, json },
+            Command::Completions { shell } => Job::Completions { shell },
+            Command::Man => Job::Man,
         })
     }
 }
@@ -299,6 +328,11 @@ pub async fn execute(job: Job) -> i32 {
         Job::Report { file, json } => offline_report(&file, json),
         Job::Export { file, perfetto } => export(&file, &perfetto),
         Job::Sweep { options, json } => execute_sweep(&options, json).await,
+        Job::Completions { shell } => print_with(|out| {
+            clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "gputrace", out);
+            Ok(())
+        }),
+        Job::Man => print_with(|out| clap_mangen::Man::new(<Cli as clap::CommandFactory>::command()).render(out)),
     }
 }
 
@@ -329,6 +363,7 @@ async fn trace(target: Target, duration: Option<Duration>, json: bool, nvml_inte
         None => None,
     };
     let recording = recorder.is_some();
+    let run = matches!(target, Target::Run { .. }) && !recording;
     let mut outcome = match session::trace(target, duration, nvml_interval, recorder).await {
         Ok(o) => o,
         Err(e) => return fail(&e),
@@ -340,7 +375,12 @@ async fn trace(target: Target, duration: Option<Duration>, json: bool, nvml_inte
         code = code.max(printed);
     }
     outcome.detach();
-    code
+    // `run` ends as its command ended, as `perf stat` and `strace` do: a failed command's
+    // status, 128 + N for a command killed by signal N (the report is printed either way).
+    match (run && code == exit::OK, outcome.exit_status) {
+        (true, Some(status)) if status != 0 => status,
+        _ => code,
+    }
 }
 
 /// The closing lines of `record` (on stderr: stdout belongs to the recorded command).
@@ -457,6 +497,35 @@ fn print_with(write: impl FnOnce(&mut io::StdoutLock<'static>) -> io::Result<()>
         Err(e) => {
             eprintln!("gputrace: writing the report: {e}");
             exit::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_seconds_or_a_unit() {
+        let secs = |s: &str| parse_seconds(s).map(|d| d.as_secs_f64());
+        assert_eq!(secs("90"), Ok(90.0));
+        assert_eq!(secs("90s"), Ok(90.0));
+        assert_eq!(secs("5m"), Ok(300.0));
+        assert_eq!(secs("1h"), Ok(3600.0));
+        assert_eq!(secs("500ms"), Ok(0.5));
+        assert_eq!(secs("1e3"), Ok(1000.0));
+        assert!(secs("5x").is_err_and(|e| e.contains("unknown unit")));
+        assert!(secs("0s").is_err());
+        assert!(secs("m").is_err());
+        assert!(secs("9999h").is_err(), "over a year");
+    }
+
+    #[test]
+    fn short_flags_parse_as_their_long_forms() {
+        let cli = Cli::try_parse_from(["gputrace", "attach", "-p", "42", "-d", "5m"]).expect("parses");
+        match cli.job() {
+            Ok(Job::Trace { target: Target::Attach { pid: 42 }, duration: Some(d), .. }) => assert_eq!(d.as_secs(), 300),
+            other => panic!("{other:?}"),
         }
     }
 }

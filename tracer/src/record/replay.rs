@@ -269,6 +269,8 @@ impl State {
             peak_rss_bytes: self.end.as_ref().and_then(|e| e.peak_rss_bytes),
             cpu_s: self.end.as_ref().and_then(|e| e.cpu_s),
             entry_only: start.entry_only,
+            started_unix_s: start.started_unix_s,
+            host: start.host.clone(),
             recording: Some(RecordingNote {
                 file: path.display().to_string(),
                 mode: start.mode.clone(),

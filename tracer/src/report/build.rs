@@ -18,6 +18,23 @@ fn secs(ns: u64) -> f64 {
 
 /// Assemble the report for `outcome`, with the GPU view if NVML answered.
 #[must_use]
+/// The loss counters by name.
+fn loss_of(losses: &[u64; loss::COUNT as usize], undecodable: u64) -> Loss {
+    Loss {
+        ring_full: losses[loss::RING_FULL as usize],
+        ring_full_calls: losses[loss::RING_FULL_CALLS as usize],
+        thread_map_full: losses[loss::THREAD_MAP_FULL as usize],
+        inflight_full: losses[loss::INFLIGHT_FULL as usize],
+        unmatched_return: losses[loss::UNMATCHED_RETURN as usize],
+        process_map_full: losses[loss::PROCESS_MAP_FULL as usize],
+        sched_map_full: losses[loss::SCHED_MAP_FULL as usize],
+        io_map_full: losses[loss::IO_MAP_FULL as usize],
+        wake_map_full: losses[loss::WAKE_MAP_FULL as usize],
+        sample_map_full: losses[loss::SAMPLE_MAP_FULL as usize],
+        undecodable,
+    }
+}
+
 pub fn build(outcome: &Outcome) -> Report {
     let ev = &outcome.evidence;
     let window_ns = outcome.end_ns.saturating_sub(outcome.start_ns);
@@ -41,19 +58,7 @@ pub fn build(outcome: &Outcome) -> Report {
         }
     });
     let cuda = cuda(ev, outcome, window_ns);
-    let losses = &outcome.losses;
-    let loss = Loss {
-        ring_full: losses[loss::RING_FULL as usize],
-        ring_full_calls: losses[loss::RING_FULL_CALLS as usize],
-        thread_map_full: losses[loss::THREAD_MAP_FULL as usize],
-        inflight_full: losses[loss::INFLIGHT_FULL as usize],
-        unmatched_return: losses[loss::UNMATCHED_RETURN as usize],
-        process_map_full: losses[loss::PROCESS_MAP_FULL as usize],
-        sched_map_full: losses[loss::SCHED_MAP_FULL as usize],
-        io_map_full: losses[loss::IO_MAP_FULL as usize],
-        wake_map_full: losses[loss::WAKE_MAP_FULL as usize],
-        undecodable: ev.decode_errors,
-    };
+    let loss = loss_of(&outcome.losses, ev.decode_errors);
     // A return without its entry is a call that started before we attached: not a loss.
     let lost_events = loss.ring_full
         + loss.thread_map_full
@@ -72,6 +77,8 @@ pub fn build(outcome: &Outcome) -> Report {
     Report {
         schema: SCHEMA.into(),
         tool: Tool { name: "gputrace".into(), version: env!("CARGO_PKG_VERSION").into() },
+        started_at: crate::clock::rfc3339(outcome.started_unix_s),
+        host: outcome.host.clone(),
         target: Target {
             pid: outcome.target_pid,
             command: outcome.command.clone(),
@@ -242,6 +249,10 @@ fn cuda(ev: &Evidence, outcome: &Outcome, window_ns: u64) -> Cuda {
 /// and one when the waker map overflowed.
 fn notes(outcome: &Outcome) -> Vec<String> {
     let mut notes = outcome.notes.clone();
+    let samples_lost = outcome.losses[gputrace_common::loss::SAMPLE_MAP_FULL as usize];
+    if samples_lost > 0 {
+        notes.push(format!("{samples_lost} stack samples could not be counted (the sample map was full): diagnoses[].sites are partial"));
+    }
     let wakes_lost = outcome.losses[gputrace_common::loss::WAKE_MAP_FULL as usize];
     if wakes_lost > 0 {
         notes.push(format!(

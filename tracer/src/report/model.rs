@@ -9,6 +9,11 @@ pub const SCHEMA: &str = "gputrace.report/1";
 pub struct Report {
     pub schema: String,
     pub tool: Tool,
+    /// When tracing began (RFC 3339, UTC), and the host it ran on.
+    #[serde(default)]
+    pub started_at: String,
+    #[serde(default)]
+    pub host: String,
     pub target: Target,
     pub window: Window,
     pub cuda: Cuda,
@@ -645,6 +650,9 @@ pub struct Loss {
     /// off-CPU time by waker (`time_account.waits`) is then partial. Not a lost event.
     #[serde(default)]
     pub wake_map_full: u64,
+    /// Stack samples not counted (the sample map was full): the sites are partial.
+    #[serde(default)]
+    pub sample_map_full: u64,
     pub undecodable: u64,
 }
 

@@ -141,6 +141,9 @@ pub struct Outcome {
     pub cpu_s: Option<f64>,
     /// Return probes were off (calls counted, not timed).
     pub entry_only: bool,
+    /// Wall-clock time tracing began, seconds since the epoch, and the host it ran on.
+    pub started_unix_s: f64,
+    pub host: String,
 }
 
 /// Trace `target` until `duration`, a signal, or the end of the traced process tree; with a
@@ -161,6 +164,7 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
     let mut grace_until: Option<tokio::time::Instant> = None;
     let attach_ms = began.elapsed().as_secs_f64() * 1e3;
     let start_ns = clock::monotonic_ns();
+    let started_unix_s = unix_now_s();
     let pid = started.pid;
     let cuda_env = crate::gpu::identity::CudaEnv::of(pid);
     if sampler.is_some() && crate::gpu::identity::in_child_pid_namespace() {
@@ -243,6 +247,8 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
         exit = tokio::time::timeout(Duration::from_secs(1), wait_child(&mut child)).await.ok().flatten();
     }
     let mut outcome = live.conclude(pid, end_ns, stopped_by, exit, nvml_interval).await;
+    outcome.started_unix_s = started_unix_s;
+    outcome.host = host_and_kernel().0;
     outcome.command = started.command;
     outcome.attach_ms = attach_ms;
     outcome.cuda_env = cuda_env;
@@ -383,6 +389,8 @@ impl Live {
             peak_rss_bytes,
             cpu_s,
             entry_only,
+            started_unix_s: 0.0,
+            host: String::new(),
         }
     }
 }
@@ -456,7 +464,7 @@ fn start_record(kernel: &Kernel, command: &str, pid: u32, start_ns: u64, attach_
         tool_version: env!("CARGO_PKG_VERSION").into(),
         host: uname.0,
         kernel: uname.1,
-        started_unix_s: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
+        started_unix_s: unix_now_s(),
         start_ns,
         target_pid: pid,
         command: command.into(),
@@ -477,6 +485,11 @@ fn start_record(kernel: &Kernel, command: &str, pid: u32, start_ns: u64, attach_
 }
 
 /// Host name and kernel release.
+/// Wall-clock seconds since the epoch.
+fn unix_now_s() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
 fn host_and_kernel() -> (String, String) {
     let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_owned()).unwrap_or_default();
     (read("/proc/sys/kernel/hostname"), read("/proc/sys/kernel/osrelease"))
