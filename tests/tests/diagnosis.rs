@@ -93,7 +93,7 @@ fn the_text_report_fits_80_columns_and_has_no_colour_off_a_terminal() {
         .env("LD_LIBRARY_PATH", gputrace_tests::fake_cuda_dir())
         .args(["run", "--"])
         .arg(gputrace_tests::fakejob())
-        .args(["--steps", "100", "--driver-launches", "10", "--kernel-us", "1000", "--blocking-d2h", "1048576", "--item", "1"])
+        .args(["--steps", "200", "--driver-launches", "20", "--kernel-us", "150", "--item", "1", "--host-us", "2000"])
         .output()
         .expect("gputrace runs");
     let text = String::from_utf8(out.stdout).expect("utf-8");
@@ -103,7 +103,9 @@ fn the_text_report_fits_80_columns_and_has_no_colour_off_a_terminal() {
     }
     let verdict_at = text.find("VERDICT:").expect("a verdict");
     assert!(text.find("STEPS").is_some_and(|s| s > verdict_at), "{text}");
-    assert!(text.contains("saves:") || !text.contains("[HIGH]"), "{text}");
+    // A job with a high problem, so that its saving and its sites are shown (and wrapped).
+    assert!(text.contains("[HIGH]") && text.contains("saves:"), "{text}");
+    assert!(text.contains("  at ") && text.contains("read_scalar"), "the site under the evidence: {text}");
 }
 
 #[test]

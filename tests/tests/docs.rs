@@ -1,0 +1,78 @@
+//! The repository stands alone: every path a document, a comment or a script cites exists,
+//! and nothing cites the team's shared folder outside the repository.
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace root").to_path_buf()
+}
+
+/// The text files of the repository: sources, docs, scripts, manifests.
+fn text_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let path = e.path();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') || name == "target" || name == "corpus" || name == "artifacts" {
+            continue;
+        }
+        if path.is_dir() {
+            text_files(&path, out);
+        } else if ["rs", "md", "py", "sh", "toml"].iter().any(|x| name.ends_with(&format!(".{x}"))) {
+            out.push(path);
+        }
+    }
+}
+
+/// Repository paths cited in `text`: `docs/…`, `validation/…`, `tracer/…` and the like,
+/// ending in a file extension.
+fn cited(text: &str) -> Vec<String> {
+    const ROOTS: [&str; 8] = ["docs/", "validation/", "tracer/", "tracer-ebpf/", "tracer-common/", "tests/", "xtask/", "fuzz/"];
+    let bytes = text.as_bytes();
+    let mut out = Vec::new();
+    for root in ROOTS {
+        let mut from = 0;
+        while let Some(i) = text[from..].find(root).map(|i| from + i) {
+            from = i + root.len();
+            // Only where the path starts: not inside a longer word or path.
+            if i > 0 && (bytes[i - 1].is_ascii_alphanumeric() || b"/_-.".contains(&bytes[i - 1])) {
+                continue;
+            }
+            let end = text[i..].find(|c: char| !(c.is_ascii_alphanumeric() || "/_.-".contains(c))).map_or(text.len(), |n| i + n);
+            let path = text[i..end].trim_end_matches('.');
+            // `fuzz_targets/NAME.rs`: a pattern, not a path.
+            let placeholder = path.split('/').any(|part| part.split('.').next().is_some_and(|stem| stem.len() > 1 && stem.chars().all(|c| c.is_ascii_uppercase())));
+            if [".md", ".rs", ".py", ".sh", ".toml", ".h", ".c"].iter().any(|x| path.ends_with(x)) && !path.contains('*') && !placeholder {
+                out.push(path.to_owned());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_cited_path_exists_and_nothing_cites_outside_the_repository() {
+    let root = root();
+    let mut files = Vec::new();
+    text_files(&root, &mut files);
+    assert!(files.len() > 50, "found the sources: {}", files.len());
+    let mut missing = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        let rel = file.strip_prefix(&root).unwrap_or(file).display().to_string();
+        if text.contains("../shared") && !rel.ends_with("tests/tests/docs.rs") {
+            missing.push(format!("{rel} cites ../shared (copy what it needs into docs/)"));
+        }
+        for path in cited(&text) {
+            if !root.join(&path).exists() {
+                missing.push(format!("{rel} cites {path}"));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+}
+
+#[test]
+fn citations_are_found_where_paths_start() {
+    assert_eq!(cited("see docs/report.md, and `tracer/src/stacks/mod.rs:42`."), ["docs/report.md", "tracer/src/stacks/mod.rs"]);
+    assert!(cited("a/docs/x.md and mydocs/y.md").is_empty());
+}
