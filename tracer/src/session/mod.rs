@@ -191,6 +191,7 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
         notes,
         sampler,
         start_ns,
+        started_unix_s,
     };
     if let Some(r) = recorder {
         live.begin_recording(r, &started.command, pid, attach_ms, &cuda_env);
@@ -266,6 +267,8 @@ struct Live {
     notes: Vec<String>,
     sampler: Option<Sampler>,
     start_ns: u64,
+    /// Wall-clock time of `start_ns` (seconds since the epoch).
+    started_unix_s: f64,
 }
 
 impl Live {
@@ -286,6 +289,8 @@ impl Live {
 
     fn begin_recording(&mut self, mut r: Recorder, command: &str, pid: u32, attach_ms: f64, cuda_env: &crate::gpu::identity::CudaEnv) {
         let mut start = start_record(&self.kernel, command, pid, self.start_ns, attach_ms, self.sampler.as_ref());
+        // The same instant as the live report's `started_at`, so that both reports agree.
+        start.started_unix_s = self.started_unix_s;
         start.cuda_env = cuda_env.clone();
         r.begin(start);
         // The first checkpoint: a baseline for files that do not start with the session.
