@@ -29,6 +29,13 @@
  *   --checkpoint-every N   every N steps, save_checkpoint(): 8 × 4 MiB D2H copies into malloc'ed
  *                          memory, each written to /dev/null and followed by 5 ms of host work
  *   --alloc-churn N        per step: N × (cudaMalloc 1 MiB + cudaFree)
+ *   --leak B               per step: keep_activations() cudaMallocs B bytes and never frees them
+ *   --cache-pct P          per step: cached_malloc() asks for a block of P, P+5, P+10 or P+15 %
+ *                          of --device-memory-mib (by step) and keeps it cached; when the driver
+ *                          is out of memory it frees every cached block and retries once (a
+ *                          caching allocator's out-of-memory path)
+ *   --oom-at-end B         after the steps, cached_malloc() B bytes; if the retry fails too, print
+ *                          "out of memory" and exit with status 3 (an OutOfMemoryError)
  *   --host-us U            per step: U µs of host work (spinning)
  *   --fork                 fork once after the gate; parent and child both run the workload
  *   --sleep-ms M           per step: sleep M ms (a thread that waits, not computes)
@@ -105,7 +112,8 @@ static int (*drv_launch_ex)(const launch_config *, void *, void **, void **);
 
 static struct {
     int gate, threads, steps, runtime_launches, driver_launches, ex_launches, graphs, item, sync, alloc_churn, fork, vmm;
-    int load_after_gate, pin_after_gate, print_time, pipe_worker_us, checkpoint_every;
+    int load_after_gate, pin_after_gate, print_time, pipe_worker_us, checkpoint_every, cache_pct;
+    size_t leak, oom_at_end;
     long kernel_us, host_us, settle_ms, sleep_ms, device_memory_mib, hold_ms;
     long read_bytes, read_per_step;
     char read_file[PATH_MAX];
@@ -231,6 +239,35 @@ NOINLINE_JOB void read_scalar(int *scalar) {
     rt_stream_sync(0);
 }
 
+/* Activations kept alive across steps (--leak): a loss list that keeps every step's graph. */
+NOINLINE_JOB void keep_activations(size_t bytes) {
+    void *p;
+    if (rt_malloc(&p, bytes)) die("cudaMalloc failed (--leak ran out of device memory)");
+}
+
+/* A caching allocator (--cache-pct, --oom-at-end): blocks stay cached; when the driver says
+ * out of memory, every cached block is freed and the request retried once. */
+#define CACHE_MAX 256
+struct cache { void *blocks[CACHE_MAX]; int n; };
+
+static void release_cache(struct cache *c) {
+    for (int i = 0; i < c->n; i++) rt_free(c->blocks[i]);
+    c->n = 0;
+}
+
+NOINLINE_JOB int cached_malloc(struct cache *c, size_t bytes) {
+    void *p;
+    if (rt_malloc(&p, bytes)) {
+        release_cache(c);
+        if (rt_malloc(&p, bytes)) return -1;
+    }
+    if (c->n == CACHE_MAX) release_cache(c);
+    c->blocks[c->n++] = p;
+    return 0;
+}
+
+static int out_of_memory;
+
 /* A torch.save in the loop (--checkpoint-every): each tensor copied to pageable memory, then
    serialized and written out before the next. */
 NOINLINE_JOB void save_checkpoint(char *staging) {
@@ -262,6 +299,7 @@ static void *worker(void *arg) {
     uint64_t vmm_base = 0;
     if (opt.vmm && drv_mem_address_reserve(&vmm_base, (size_t)opt.vmm * VMM_CHUNK, 0, 0, 0)) die("cuMemAddressReserve failed");
     int scalar;
+    struct cache cache = {.n = 0};
     for (int s = 0; s < opt.steps; s++) {
         if (opt.pipe_worker_us) {
             char item;
@@ -289,6 +327,11 @@ static void *worker(void *arg) {
             if (rt_malloc(&p, 1 << 20) == 0) rt_free(p);
         }
         if (opt.vmm) vmm_cycle(vmm_base);
+        if (opt.leak) keep_activations(opt.leak);
+        if (opt.cache_pct) {
+            size_t pct = (size_t)opt.cache_pct + 5 * (size_t)(s % 4);
+            if (cached_malloc(&cache, ((size_t)opt.device_memory_mib << 20) / 100 * pct)) die("cached_malloc failed after its retry");
+        }
         if (opt.sync) rt_device_sync();
         if (staging && s % opt.checkpoint_every == opt.checkpoint_every - 1) save_checkpoint(staging);
         if (opt.sleep_ms) usleep((useconds_t)opt.sleep_ms * 1000);
@@ -296,6 +339,11 @@ static void *worker(void *arg) {
             lseek(data_fd, 0, SEEK_SET); /* wrap around at the end of the file */
         }
     }
+    if (opt.oom_at_end && cached_malloc(&cache, opt.oom_at_end)) {
+        fprintf(stderr, "out of memory\n");
+        out_of_memory = 1;
+    }
+    release_cache(&cache);
     if (data_fd >= 0) close(data_fd);
     free(data_buf);
     if (vmm_base) drv_mem_address_free(vmm_base, (size_t)opt.vmm * VMM_CHUNK);
@@ -379,12 +427,13 @@ int main(int argc, char **argv) {
         NUM("--pinned-h2d", pinned_h2d) NUM("--item", item) NUM("--alloc-churn", alloc_churn)
         NUM("--settle-ms", settle_ms) NUM("--hold-ms", hold_ms) NUM("--device-memory-mib", device_memory_mib) NUM("--sleep-ms", sleep_ms) NUM("--read-bytes", read_bytes) NUM("--read-per-step", read_per_step)
         NUM("--copy2d", copy2d) NUM("--copy3d", copy3d) NUM("--vmm", vmm) NUM("--blocking-d2h", blocking_d2h) NUM("--pipe-worker-us", pipe_worker_us)
-        NUM("--checkpoint-every", checkpoint_every)
+        NUM("--checkpoint-every", checkpoint_every) NUM("--leak", leak) NUM("--cache-pct", cache_pct) NUM("--oom-at-end", oom_at_end)
         if (!strcmp(a, "--read-file")) { snprintf(opt.read_file, sizeof opt.read_file, "%s", v); i++; continue; }
         if (!strcmp(a, "--lib-dir")) { snprintf(opt.lib_dir, sizeof opt.lib_dir, "%s", v); i++; continue; }
         fprintf(stderr, "fakejob: unknown argument %s\n", a);
         return 2;
     }
+    if ((opt.cache_pct || opt.oom_at_end) && !opt.device_memory_mib) die("--cache-pct and --oom-at-end need --device-memory-mib");
     if (opt.copy2d % COPY_ROWS || opt.copy3d % COPY_ROWS) die("--copy2d and --copy3d take a multiple of 16 bytes");
     if (opt.copy2d > (64 << 20) || opt.copy3d > (64 << 20)) die("--copy2d and --copy3d copy at most the 64 MiB device buffer");
     if (opt.vmm > VMM_MAX) die("--vmm takes at most 64");
@@ -423,5 +472,5 @@ int main(int argc, char **argv) {
     rt_free(device_buf);
     if (opt.fork && child > 0) waitpid(child, NULL, 0);
     if (opt.gate || child > 0 || !opt.fork) printf("done %d\n", getpid());
-    return 0;
+    return out_of_memory ? 3 : 0;
 }

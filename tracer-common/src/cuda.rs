@@ -34,6 +34,10 @@ pub mod slot {
     pub const DST_PTR: usize = 3;
     /// `WidthInBytes * Height` (2D) or `WidthInBytes * Height * Depth` (3D).
     pub const BYTES: usize = 4;
+    /// Device allocations (`Family::Alloc`) take at most four arguments; the entry puts the
+    /// caller's user stack id here instead (`u64::MAX`: none taken), so each allocation and
+    /// each failed one can be charged to the code that asked for it.
+    pub const ALLOC_STACK: usize = 4;
 }
 
 /// `CUDA_MEMCPY2D_v2` (cuda.h), field for field in snake case.

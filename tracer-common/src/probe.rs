@@ -338,10 +338,35 @@ pub const fn spec_of(id: u32) -> Option<&'static ProbeSpec> {
 #[must_use]
 pub const fn needs_prompt_delivery(id: u32) -> bool {
     match spec_of(id) {
-        Some(s) => matches!(s.family, Family::Copy),
+        // Copies: their host memory is classified while the process lives. Allocations: the
+        // Python reader reads the allocating line while the thread is still there.
+        Some(s) => matches!(s.family, Family::Copy | Family::Alloc),
         None => false,
     }
 }
+
+/// Whether the entry of probe `id` takes its caller's user stack into
+/// `args[cuda::slot::ALLOC_STACK]`: device allocations (compile-time helper for eBPF).
+#[must_use]
+pub const fn takes_alloc_stack(id: u32) -> bool {
+    match spec_of(id) {
+        Some(s) => matches!(s.family, Family::Alloc),
+        None => false,
+    }
+}
+
+// The allocation stack slot is free in every allocation's arguments.
+const _: () = {
+    let mut i = 0;
+    while i < PROBES.len() {
+        let s = &PROBES[i];
+        if matches!(s.family, Family::Alloc) {
+            assert!(matches!(s.out_arg, Some(a) if (a as usize) < crate::cuda::slot::ALLOC_STACK));
+            assert!(matches!(s.size_arg, Some(a) if (a as usize) < crate::cuda::slot::ALLOC_STACK));
+        }
+        i += 1;
+    }
+};
 
 /// Whether `id` is the probe of `symbol` in [`PROBES`] (compile-time check that each eBPF
 /// program is built with its symbol's id).

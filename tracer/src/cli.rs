@@ -324,7 +324,7 @@ fn record_plan(output: PathBuf, force: bool, limits: &RecordLimits, json: bool) 
 /// Run a job to its end; returns the process exit code.
 pub async fn execute(job: Job) -> i32 {
     match job {
-        Job::Trace { target, duration, json, nvml_interval, record } => trace(target, duration, json, nvml_interval, record).await,
+        Job::Trace { target, duration, json, nvml_interval, record } => Box::pin(trace(target, duration, json, nvml_interval, record)).await,
         Job::Report { file, json } => offline_report(&file, json),
         Job::Export { file, perfetto } => export(&file, &perfetto),
         Job::Sweep { options, json } => execute_sweep(&options, json).await,

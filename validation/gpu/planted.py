@@ -32,12 +32,29 @@ beside the planted job's predicted steps/s after the fix in docs/validation.md):
                 rarer checkpoint)
                 (planted.sh starts the busy processes and pins the job)
   idle          holds a CUDA context and 1 GiB of device memory and sleeps (an idle GPU)
+
+Memory (issue 21):
+  leak          a bf16 training step (batch 32) that keeps every step's output on the GPU
+                for metrics later (preds.append(out)): 512 KiB more held every step
+  leak_fixed    leak folding the output into a running metric instead
+  fragmentation all but 12 GiB of the GPU held, then each step allocates a buffer that
+                grows from 1 to 5 GiB a quarter at a time and starts over, living until the
+                next step: no cached block fits the next size, so cudaMalloc fails and the
+                allocator frees its cache and retries (the job prints torch's own count of
+                those retries)
+  fragmentation_fixed  fragmentation with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  oom           leak_fixed, which at its 300th traced step asks for 200 GiB once and catches
+                the OutOfMemoryError
 """
 import argparse
 import mmap
 import os
 import sys
 import time
+
+if "fragmentation_fixed" in sys.argv:
+    # Read by the caching allocator when it starts, at the first allocation.
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
 
 import torch
 
@@ -236,6 +253,41 @@ elif args.mode == "contention":
 
     def step(i):
         model(x).sum()
+elif args.mode in ("leak", "leak_fixed", "oom"):
+    model = mlp(8192, 4, torch.bfloat16)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    host = torch.randn(32, 8192).to(torch.bfloat16).pin_memory()
+    preds = []
+    metric = torch.zeros((), device=dev)
+
+    def step(i):
+        xb = host.to(dev, non_blocking=True)
+        opt.zero_grad(set_to_none=True)
+        out = model(xb)
+        out.float().square().mean().backward()
+        opt.step()
+        if args.mode == "leak":
+            preds.append(out)  # every step's output kept on the GPU, for metrics later
+        else:
+            metric.add_(out.detach().float().mean())
+        if args.mode == "oom" and i == 300:
+            try:
+                torch.empty(200 << 30, dtype=torch.uint8, device=dev)  # more than the GPU has
+            except torch.OutOfMemoryError:
+                print("out of memory, caught", file=sys.stderr, flush=True)
+elif args.mode in ("fragmentation", "fragmentation_fixed"):
+    free, _ = torch.cuda.mem_get_info()
+    ballast = torch.empty(free - (12 << 30), dtype=torch.uint8, device=dev)
+    kept = [None]
+
+    def step(i):
+        # A buffer that grows from 1 to 5 GiB, a quarter each step, and starts over (batches
+        # bucketed by length, longest last), living until the next step: no cached block
+        # fits the next size, and the cache holds the memory a new block needs.
+        quarters = 4 + i % 17
+        a = torch.empty(quarters << 28, dtype=torch.uint8, device=dev)
+        a.fill_(1)
+        kept[0] = a
 else:
     sys.exit(f"unknown mode {args.mode}")
 
@@ -250,4 +302,5 @@ while time.perf_counter() < end:
     step(steps)
     steps += 1
 torch.cuda.synchronize()
-print(f"done {steps}", flush=True)
+stats = torch.cuda.memory_stats()
+print(f"done {steps} alloc_retries {stats.get('num_alloc_retries', 0)} ooms {stats.get('num_ooms', 0)}", flush=True)

@@ -19,7 +19,7 @@ use gputrace_common::{
     drains_queue_after, is_probe, loss, out_arg, CallEvent, EventHeader, InflightCall, CALL_ARGS, KIND_CALL,
 };
 
-use crate::maps::{count_loss, cuda_caller, thread_counters, Current, EVENTS, INFLIGHT, THREADS};
+use crate::maps::{count_loss, cuda_caller, stacks_on, thread_counters, Current, BPF_F_USER_STACK, EVENTS, INFLIGHT, THREADS, USER_STACKS};
 
 #[inline(always)]
 fn inflight_key(tid: u32, probe: u32) -> u64 {
@@ -52,14 +52,24 @@ fn remember(cur: &Current, probe: u32, args: [u64; CALL_ARGS]) {
     }
 }
 
+/// `alloc_stack`: a device allocation, whose caller's user stack id replaces its unused last
+/// argument (`slot::ALLOC_STACK`), when stacks are on.
 #[inline(always)]
-fn on_enter(ctx: &ProbeContext, probe: u32) -> u32 {
+fn on_enter(ctx: &ProbeContext, probe: u32, alloc_stack: bool) -> u32 {
     let Some(cur) = cuda_caller() else { return 0 };
     let mut args = [0; CALL_ARGS];
     let mut i = 0;
     while i < CALL_ARGS {
         args[i] = ctx.arg::<u64>(i).unwrap_or(0);
         i += 1;
+    }
+    if alloc_stack {
+        args[slot::ALLOC_STACK] = if stacks_on() {
+            // SAFETY: the helper walks the user stack with its own checked reads.
+            unsafe { USER_STACKS.get_stackid(ctx, BPF_F_USER_STACK) }.map_or(u64::MAX, |id| id as u64)
+        } else {
+            u64::MAX
+        };
     }
     remember(&cur, probe, args);
     0
@@ -162,7 +172,8 @@ macro_rules! call_probes {
         #[uprobe]
         pub fn $symbol(ctx: ProbeContext) -> u32 {
             const _: () = assert!(is_probe($id, stringify!($symbol)), "id and symbol disagree with PROBES");
-            on_enter(&ctx, $id)
+            const ALLOC_STACK: bool = gputrace_common::takes_alloc_stack($id);
+            on_enter(&ctx, $id, ALLOC_STACK)
         }
 
         #[uretprobe]

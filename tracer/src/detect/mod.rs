@@ -8,6 +8,7 @@ mod account;
 mod checkpoint;
 mod gpu_idle;
 mod host_rules;
+pub mod memory;
 mod rules;
 mod saving;
 mod sites;

@@ -36,7 +36,8 @@ const GPU_IDLE_UTIL: f64 = 0.5;
 const HOST_WAIT_NONE: f64 = 0.05;
 /// Syncs per second that amount to "every step" for a training loop (≥ 10 steps/s).
 const SYNCS_PER_S: f64 = 10.0;
-/// Alloc + free calls per second that mean the caching allocator is not caching.
+/// Alloc + free calls per second that mean the caching allocator is not caching. Only calls
+/// that pair up count: allocations never freed are growth (`detect::memory`), not churn.
 const ALLOCS_PER_S: f64 = 20.0;
 
 /// A diagnosis whose impact is the part `bucket` of the time account.
@@ -240,7 +241,7 @@ fn blocking_copy(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
 
 fn alloc_churn(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     let m = &ev.allocs;
-    let rate = if a.window_s == 0.0 { 0.0 } else { (m.count + m.frees) as f64 / a.window_s };
+    let rate = if a.window_s == 0.0 { 0.0 } else { 2.0 * m.count.min(m.frees) as f64 / a.window_s };
     if rate < ALLOCS_PER_S {
         return None;
     }

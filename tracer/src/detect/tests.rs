@@ -171,7 +171,7 @@ fn impacts_add_up_to_at_most_one() {
         (t.copy_sync_wait_ns, t.copy_wait_transfer_ns) = (2 * S, 2 * S);
     }
     ev.copies.h2d = crate::evidence::DirStats { count: 100, pageable: 100, then_synced: 100, ..Default::default() };
-    ev.allocs.count = 10_000;
+    (ev.allocs.count, ev.allocs.frees) = (10_000, 10_000);
     sched(&mut ev, 1, 1, [4 * S, 2 * S, 2 * S, 2 * S]);
     sched(&mut ev, 9, 9, [5 * S, 0, 4 * S, S]);
     cases.push(("all at once", ev, None));
@@ -179,7 +179,7 @@ fn impacts_add_up_to_at_most_one() {
     // its largest (the Python thread syncs and idles, autograd's launches and waits for a CPU).
     let mut ev = evidence(100_000, 4_000, 6 * S, 4 * S);
     launcher(&mut ev, 2, 1, 120_000).alloc_ns = 3 * S;
-    ev.allocs.count = 10_000;
+    (ev.allocs.count, ev.allocs.frees) = (10_000, 10_000);
     sched(&mut ev, 1, 1, [3 * S, S, 0, 6 * S]);
     sched(&mut ev, 2, 1, [2 * S, 6 * S, S, S]);
     cases.push(("two threads", ev, Some(gpu_with_sm(20.0, Some(5.0)))));
@@ -191,7 +191,7 @@ fn impacts_add_up_to_at_most_one() {
         (t.copy_sync_wait_ns, t.copy_wait_transfer_ns) = (30 * S, 30 * S);
     }
     ev.copies.h2d = crate::evidence::DirStats { count: 100, pageable: 100, then_synced: 100, ..Default::default() };
-    ev.allocs.count = 100_000;
+    (ev.allocs.count, ev.allocs.frees) = (100_000, 100_000);
     cases.push(("beyond the window", ev, None));
     // Four training threads running at once.
     let mut ev = evidence(50_000, 0, 0, 0);

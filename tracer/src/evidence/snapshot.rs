@@ -124,6 +124,9 @@ pub struct Snapshot {
     /// written as a frame table and indexes (`crate::stacks::table`).
     #[serde(default, with = "crate::stacks::table")]
     pub stacks: Vec<crate::stacks::StackTime>,
+    /// Device allocations by user stack (native and Python), cumulative (`crate::stacks::alloc`).
+    #[serde(default)]
+    pub alloc_stacks: Vec<crate::stacks::alloc::AllocStack>,
 }
 
 impl Snapshot {
@@ -188,6 +191,13 @@ impl Snapshot {
                 s
             })
             .filter(|s| s.count > 0)
+            .collect();
+        let base_allocs = baseline.map(|b| b.alloc_stacks.as_slice()).unwrap_or_default();
+        ev.alloc_stacks = self
+            .alloc_stacks
+            .iter()
+            .map(|s| base_allocs.iter().find(|b| b.same_key(s)).map_or_else(|| s.clone(), |b| s.since(b)))
+            .filter(|s| s.count + s.failed > 0)
             .collect();
     }
 

@@ -133,6 +133,7 @@ fn sample_loop(source: &mut dyn Source, interval: Duration, ch: &Channels) {
             let mut sample = source.fast(index);
             if tick.is_multiple_of(SLOW_EVERY) {
                 source.slow(index, &mut sample);
+                sample.memory_by_pid = source.process_memory(index);
             }
             let _ = ch.samples.send(sample);
         }

@@ -28,6 +28,9 @@ pub struct Sample {
     pub pcie_rx_bytes_s: Option<f64>,
     pub pcie_tx_bytes_s: Option<f64>,
     pub processes: Vec<ProcessUse>,
+    /// Slow readings: GPU memory each process holds on the device (pid, bytes); None where
+    /// not read this tick.
+    pub memory_by_pid: Option<Vec<(u32, u64)>>,
 }
 
 /// A process's share of a device over the driver's last sampling period.

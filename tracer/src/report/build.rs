@@ -3,7 +3,7 @@
 use gputrace_common::{loss, Family, PROBES};
 
 use super::model::{
-    Allocs, ContextCall, Copies, CopyClassified, CopyDir, Count, Cuda, Gpu, HostPinned, Launches, LibraryEntry, Loss, ProbeHits,
+    Allocs, ContextCall, Copies, CopyClassified, CopyDir, Count, Cuda, Gpu, HostPinned, Launches, LibraryEntry, Loss, Memory, ProbeHits,
     ProcessEntry, Report, SymbolWait, Syncs, Target, ThreadEntry, Tool, Tracer, Vmm, Window, SCHEMA,
 };
 use crate::{
@@ -33,6 +33,22 @@ fn loss_of(losses: &[u64; loss::COUNT as usize], undecodable: u64) -> Loss {
         sample_map_full: losses[loss::SAMPLE_MAP_FULL as usize],
         undecodable,
     }
+}
+
+/// The memory view, and its diagnoses added to the findings (after the time ones: they cost
+/// memory, not time, and do not change the verdict).
+fn memory(outcome: &Outcome, traced: &[u32], findings: &mut detect::Findings) -> Memory {
+    let inputs = detect::memory::Inputs {
+        evidence: &outcome.evidence,
+        start_ns: outcome.start_ns,
+        end_ns: outcome.end_ns,
+        traced,
+        gpu: outcome.gpu.as_ref().map(|(samples, _)| samples),
+        steps_per_s: findings.steps.as_ref().map(|s| s.per_second),
+    };
+    let view = detect::memory::view(&inputs);
+    findings.diagnoses.extend(detect::memory::diagnose(&inputs, &view));
+    view
 }
 
 pub fn build(outcome: &Outcome) -> Report {
@@ -68,7 +84,8 @@ pub fn build(outcome: &Outcome) -> Report {
         + loss.io_map_full
         + loss.undecodable;
     let probed_late = outcome.libraries.iter().map(|l| l.probed_late_for.len() as u64).sum::<u64>();
-    let findings = detect::analyze(&detect::Inputs { window_ns, evidence: ev, gpu: gpu.as_ref().map(|g| g.devices.as_slice()) });
+    let mut findings = detect::analyze(&detect::Inputs { window_ns, evidence: ev, gpu: gpu.as_ref().map(|g| g.devices.as_slice()) });
+    let memory = memory(outcome, &traced, &mut findings);
     let mut processes: Vec<ProcessEntry> =
         ev.processes.iter().map(|(&pid, p)| ProcessEntry { pid, parent: p.parent, execs: p.execs, exited: p.exited }).collect();
     if !ev.processes.contains_key(&outcome.target_pid) {
@@ -104,6 +121,7 @@ pub fn build(outcome: &Outcome) -> Report {
         diagnoses: findings.diagnoses,
         gpu_idle: findings.gpu_idle,
         steps: findings.steps,
+        memory: Some(memory),
         tracer: Tracer {
             lost_events,
             overhead: super::overhead::estimate(ev, window_ns, outcome.entry_only, &outcome.libraries, outcome.trap_costs.as_ref()),

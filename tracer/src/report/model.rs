@@ -31,7 +31,48 @@ pub struct Report {
     pub gpu_idle: Option<GpuIdle>,
     /// Training steps found from the job's rhythm, and figures per step; null when none.
     pub steps: Option<Steps>,
+    /// Where the GPU memory is: what the job reserved through the driver, what NVML says it
+    /// holds, over time (docs/report.md, "memory").
+    #[serde(default)]
+    pub memory: Option<Memory>,
     pub tracer: Tracer,
+}
+
+/// GPU memory of the traced processes: reserved through the driver's allocation calls (what
+/// a caching allocator asked for, not what its tensors use) and held as NVML counts it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Memory {
+    /// Reserved through traced allocation calls and not freed, at the end and at most.
+    pub reserved_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    /// NVML: what the traced processes hold on their GPUs at the end (null without NVML).
+    pub held_bytes: Option<u64>,
+    /// `held − reserved`: what the driver holds for the context itself (its code, the
+    /// runtime's and libraries' workspaces); null without NVML or when tracing began after the
+    /// job's context (its earlier reservations are then in `held` only).
+    pub context_bytes: Option<u64>,
+    /// The total memory of the GPUs the traced processes hold memory on (null without NVML).
+    pub device_total_bytes: Option<u64>,
+    /// The session saw the job create its context, so every reservation was traced.
+    pub from_start: bool,
+    /// Steady growth of the reservations over the second half of the window (null: none).
+    pub growth_bytes_per_s: Option<f64>,
+    /// Allocations that failed for lack of memory; of them, those the job recovered from by
+    /// freeing cached memory and retrying, and those that failed for good.
+    pub out_of_memory: u64,
+    pub recovered_by_retry: u64,
+    pub failed_for_good: u64,
+    /// One point a second (at most): reserved and NVML-held bytes.
+    pub timeline: Vec<MemoryPoint>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MemoryPoint {
+    /// Seconds since the window began.
+    pub t_s: f64,
+    pub reserved_bytes: u64,
+    /// NVML's reading for the traced processes (null where none was taken in that second).
+    pub held_bytes: Option<u64>,
 }
 
 /// The GPU's idle time: a lower bound from the host's side, checked against NVML.

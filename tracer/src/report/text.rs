@@ -223,7 +223,12 @@ fn diagnoses_section(out: &mut String, st: &Style, r: &Report) {
         };
         // Impacts are shares of the active time (the window less its pauses).
         let active = if r.window.phases.is_empty() { r.window.duration_s } else { r.window.active_s };
-        let _ = writeln!(out, "\n[{sev}] {} — costs {:.0}% of the time ({:.2} s)", d.id, d.impact * 100.0, d.impact * active);
+        if d.bucket.is_none() && d.impact == 0.0 {
+            // A memory problem: it costs memory, not time.
+            let _ = writeln!(out, "\n[{sev}] {}", d.id);
+        } else {
+            let _ = writeln!(out, "\n[{sev}] {} — costs {:.0}% of the time ({:.2} s)", d.id, d.impact * 100.0, d.impact * active);
+        }
         wrap(out, "  ", &d.summary);
         // A problem too small to matter is named, not detailed (the JSON has it all).
         if d.severity == "info" && d.saving.is_some() {
@@ -233,7 +238,8 @@ fn diagnoses_section(out: &mut String, st: &Style, r: &Report) {
             wrap(out, "  · ", e);
         }
         for site in &d.sites {
-            wrap(out, "  at ", &format!("{} — {:.2} s, {:.0}%", site.frame, site.seconds, site.share * 100.0));
+            let weight = site.bytes.map_or_else(|| format!("{:.2} s", site.seconds), bytes);
+            wrap(out, "  at ", &format!("{} — {weight}, {:.0}%", site.frame, site.share * 100.0));
         }
         wrap(out, "  fix: ", &d.fix);
         if let Some(s) = &d.saving {
@@ -354,6 +360,9 @@ fn cuda_section(out: &mut String, st: &Style, r: &Report) {
         c.allocs.frees,
         c.allocs.failures
     );
+    if let Some(m) = &r.memory {
+        memory_line(out, m);
+    }
     if c.vmm.maps + c.vmm.unmaps + c.vmm.failures > 0 {
         let _ = writeln!(
             out,
@@ -376,6 +385,24 @@ fn cuda_section(out: &mut String, st: &Style, r: &Report) {
             );
         }
     }
+}
+
+/// Reserved through the driver, held per NVML, the context's part, growth.
+fn memory_line(out: &mut String, m: &crate::report::model::Memory) {
+    let mut line = format!("{} reserved (peak {})", bytes(m.reserved_bytes), bytes(m.peak_reserved_bytes));
+    if let Some(held) = m.held_bytes {
+        let _ = write!(line, "; NVML: {} held", bytes(held));
+        if let Some(c) = m.context_bytes {
+            let _ = write!(line, ", {} of it the context", bytes(c));
+        }
+    }
+    if let Some(rate) = m.growth_bytes_per_s {
+        let _ = write!(line, "; growing {}/s", bytes(rate as u64));
+    }
+    if m.out_of_memory > 0 {
+        let _ = write!(line, "; {} out of memory ({} retried, {} for good)", m.out_of_memory, m.recovered_by_retry, m.failed_for_good);
+    }
+    wrap(out, "  memory     ", &line);
 }
 
 fn copy_line(out: &mut String, name: &str, d: &CopyDir) {

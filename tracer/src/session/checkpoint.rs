@@ -8,11 +8,11 @@ use crate::{
     evidence::{
         snapshot::{Preemptor, SchedRaw, Snapshot, ThreadHits, ThreadTime},
         waits::{self, Relation, Wake},
-        Evidence,
+        AllocStats, Evidence,
     },
     probes::{AttachedLibrary, Kernel},
     record::format::{Checkpoint, LibraryRecord},
-    stacks::{native::NativeSymbolizer, python::PythonSampler, Activity, Origin, StackTime},
+    stacks::{alloc::AllocStack, native::NativeSymbolizer, python::PythonSampler, Activity, Origin, StackTime},
 };
 
 /// Reads snapshots; remembers the cgroup counters at the start (throttling is reported as its
@@ -33,6 +33,8 @@ pub struct SnapshotReader {
     /// Python frames of the CUDA processes that are CPython (None with `--no-stacks`).
     python: Option<PythonSampler>,
     python_followed: BTreeSet<u32>,
+    /// Allocation stacks symbolized so far (`symbolize_alloc_stacks`).
+    alloc_stacks_seen: usize,
 }
 
 impl SnapshotReader {
@@ -48,6 +50,7 @@ impl SnapshotReader {
             native: Box::default(),
             python: kernel.stacks_wanted.then(|| PythonSampler::start(kernel.threads_map_id())),
             python_followed: BTreeSet::new(),
+            alloc_stacks_seen: 0,
         }
     }
 
@@ -70,6 +73,51 @@ impl SnapshotReader {
         for (key, _) in kernel.samples() {
             self.native.frames(key.tgid, key.stack_id, || kernel.user_stack(key.stack_id));
         }
+    }
+
+    /// Symbolize the allocation stacks seen since the last call while their processes live
+    /// (an allocation that fails is often the process's last act). Cheap when none is new.
+    pub fn symbolize_alloc_stacks(&mut self, kernel: &Kernel, allocs: &AllocStats) {
+        if allocs.by_stack.len() == self.alloc_stacks_seen {
+            return;
+        }
+        self.alloc_stacks_seen = allocs.by_stack.len();
+        for &(pid, _, stack) in allocs.by_stack.keys() {
+            self.native.frames(pid, stack, || kernel.user_stack(stack));
+        }
+    }
+
+    /// The Python reader, to be told of allocations as they come (None with `--no-stacks`).
+    pub fn python(&self) -> Option<&PythonSampler> {
+        self.python.as_ref()
+    }
+
+    /// Device allocations by stack: native ones from the evidence's stack ids, Python ones from
+    /// the reader; cumulative.
+    fn alloc_stacks(&mut self, kernel: &Kernel, allocs: &AllocStats) -> Vec<AllocStack> {
+        let mut merged: Vec<AllocStack> = Vec::new();
+        for (&(pid, tid, stack), counts) in &allocs.by_stack {
+            let frames = self.native.frames(pid, stack, || kernel.user_stack(stack)).to_vec();
+            let this = AllocStack {
+                pid,
+                tid,
+                origin: Origin::Native,
+                frames,
+                count: counts.count,
+                bytes: counts.bytes,
+                failed: counts.failed,
+                failed_bytes: counts.failed_bytes,
+            };
+            // Stack ids that symbolize alike (or not at all) are one stack.
+            match merged.iter_mut().find(|m| m.same_key(&this)) {
+                Some(m) => m.add(&this),
+                None => merged.push(this),
+            }
+        }
+        if let Some(python) = &self.python {
+            merged.extend(python.alloc_stacks());
+        }
+        merged
     }
 
     /// What the stack readers have to say (processes they could not read).
@@ -168,7 +216,7 @@ impl SnapshotReader {
             .collect()
     }
 
-    pub fn read(&mut self, kernel: &Kernel, at_ns: u64) -> Snapshot {
+    pub fn read(&mut self, kernel: &Kernel, at_ns: u64, allocs: &AllocStats) -> Snapshot {
         let pids: Vec<u32> = kernel.traced_processes().into_iter().chain([self.root]).collect();
         let cgroups = cgroup::snapshot(&pids)
             .iter()
@@ -185,6 +233,7 @@ impl SnapshotReader {
         let sched: Vec<ThreadTime> = kernel.sched_stats().iter().map(|(tid, s)| ThreadTime { tid: *tid, sched: SchedRaw::from(s) }).collect();
         let wakes = self.wakes(kernel, &sched);
         let stacks = self.stacks(kernel);
+        let alloc_stacks = self.alloc_stacks(kernel, allocs);
         Snapshot {
             at_ns,
             threads: kernel.thread_counters().iter().map(|(tid, c)| ThreadHits::of(*tid, c)).collect(),
@@ -194,6 +243,7 @@ impl SnapshotReader {
             losses: kernel.losses().to_vec(),
             wakes,
             stacks,
+            alloc_stacks,
         }
     }
 }

@@ -10,6 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use gputrace_common::{spec_of, Family};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::{
@@ -28,6 +29,7 @@ use crate::{
         format::{End, GpuStart, HostAnswer, Start, Trigger},
         Recorder, Written,
     },
+    stacks::python::PythonSampler,
 };
 
 use checkpoint::SnapshotReader;
@@ -284,7 +286,8 @@ impl Live {
     }
 
     fn drain(&mut self) {
-        drain(&mut self.ring, &mut self.kernel, &mut self.evidence, &mut self.host, self.tape.as_mut());
+        drain(&mut self.ring, &mut self.kernel, &mut self.evidence, &mut self.host, self.tape.as_mut(), self.snapshots.python());
+        self.snapshots.symbolize_alloc_stacks(&self.kernel, &self.evidence.allocs);
     }
 
     fn begin_recording(&mut self, mut r: Recorder, command: &str, pid: u32, attach_ms: f64, cuda_env: &crate::gpu::identity::CudaEnv) {
@@ -294,7 +297,7 @@ impl Live {
         start.cuda_env = cuda_env.clone();
         r.begin(start);
         // The first checkpoint: a baseline for files that do not start with the session.
-        let first = self.snapshots.read(&self.kernel, self.start_ns);
+        let first = self.snapshots.read(&self.kernel, self.start_ns, &self.evidence.allocs);
         r.checkpoint(checkpoint::checkpoint(first, &self.kernel, &self.evidence, &self.notes, 0), &[]);
         self.tape = Some(Tape { recorder: r, samples: Vec::new(), diagnosis_fired: false });
     }
@@ -304,7 +307,7 @@ impl Live {
         self.drain();
         let Some(t) = self.tape.as_mut() else { return };
         self.snapshots.learn_processes(self.evidence.processes.keys().copied());
-        let snapshot = self.snapshots.read(&self.kernel, clock::monotonic_ns());
+        let snapshot = self.snapshots.read(&self.kernel, clock::monotonic_ns(), &self.evidence.allocs);
         let fresh = self.sampler.as_ref().map(Sampler::take_samples).unwrap_or_default();
         t.samples.extend(fresh.iter().cloned());
         let cp = checkpoint::checkpoint(snapshot, &self.kernel, &self.evidence, &self.notes, self.host.reads);
@@ -323,7 +326,7 @@ impl Live {
         // What the maps hold at the end: live threads' counters and scheduler accounting (their
         // open state closed at `end_ns`), who took the CPU, the cgroups' throttling since start.
         self.snapshots.learn_processes(self.evidence.processes.keys().copied());
-        let last = self.snapshots.read(&self.kernel, end_ns);
+        let last = self.snapshots.read(&self.kernel, end_ns, &self.evidence.allocs);
         last.apply(&mut self.evidence, None, &BTreeSet::new());
         self.notes.extend(self.snapshots.stack_notes());
         let gpu = match self.sampler.take() {
@@ -531,7 +534,8 @@ async fn finish_sampler(sampler: Sampler, pids: Vec<u32>, notes: &mut Vec<String
     }
 }
 
-fn drain(ring: &mut RingReader, kernel: &mut Kernel, evidence: &mut Evidence, host: &mut ProcMaps, mut tape: Option<&mut Tape>) {
+/// `python`: told of each device allocation as it comes, to read its Python line.
+fn drain(ring: &mut RingReader, kernel: &mut Kernel, evidence: &mut Evidence, host: &mut ProcMaps, mut tape: Option<&mut Tape>, python: Option<&PythonSampler>) {
     ring.drain(|bytes, decoded| {
         let event = match decoded {
             Ok(event) => event,
@@ -561,6 +565,12 @@ fn drain(ring: &mut RingReader, kernel: &mut Kernel, evidence: &mut Evidence, ho
             None => evidence.apply(&event, host),
         }
         match event {
+            Event::Call(c) => {
+                if let (Some(py), Some(spec)) = (python, spec_of(c.header.probe).filter(|s| s.family == Family::Alloc)) {
+                    let bytes = spec.size_arg.map_or(0, |i| c.args[usize::from(i)]);
+                    py.allocated(c.header.tgid, c.header.tid, bytes, c.ret != 0);
+                }
+            }
             Event::TaskExit(e) => {
                 // The thread is gone: fold its counters in and free its map slot.
                 if let Some(c) = kernel.take_thread(e.header.tid) {

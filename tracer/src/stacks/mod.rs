@@ -4,6 +4,7 @@
 //! carries the CUDA call its thread was in, so a diagnosis can name the code that causes it
 //! (`sites`).
 
+pub mod alloc;
 pub mod native;
 pub mod python;
 pub mod sites;
@@ -76,10 +77,11 @@ impl Activity {
 }
 
 /// Where the frames came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Origin {
     /// The kernel's user stack of the thread, symbolized from the process's ELF files.
+    #[default]
     Native,
     /// The interpreter's frames of a CPython thread.
     Python,

@@ -1,25 +1,29 @@
 //! Native frames: the kernel's user stacks (instruction pointers) turned into functions,
-//! files and lines with blazesym, from the live process's memory maps and ELF files (so it
-//! must happen while the process lives: a stack seen after its process exited keeps its
-//! addresses, with a note).
+//! files and lines with blazesym, from the live process's memory maps and ELF files. A stack
+//! first seen after its process exited (an allocation that failed just before the job died)
+//! is symbolized from the executable mappings remembered while the process lived, through
+//! the files' paths; without them it keeps its addresses, with a note.
 
 use std::collections::HashMap;
 
 use blazesym::{
     symbolize::{
-        source::{Process, Source},
+        source::{Elf, Process, Source},
         Input, Symbolized, Symbolizer,
     },
     Pid,
 };
 
 use super::{Frame, MAX_FRAMES};
+use crate::discover::maps::{parse, Mapping};
 
 /// Symbolizes stacks, each (process, stack id) once: the kernel's stack ids are stable for
 /// the session, and a stack is read at every snapshot.
 pub struct NativeSymbolizer {
     symbolizer: Symbolizer,
     cache: HashMap<(u32, i64), Vec<Frame>>,
+    /// Each process's executable file mappings, as last read while it lived, and when.
+    mappings: HashMap<u32, (std::time::Instant, Vec<Mapping>)>,
     /// Stacks whose process was gone (or unreadable) when they were symbolized.
     pub unresolved: u64,
 }
@@ -32,7 +36,7 @@ impl std::fmt::Debug for NativeSymbolizer {
 
 impl Default for NativeSymbolizer {
     fn default() -> Self {
-        Self { symbolizer: Symbolizer::new(), cache: HashMap::new(), unresolved: 0 }
+        Self { symbolizer: Symbolizer::new(), cache: HashMap::new(), mappings: HashMap::new(), unresolved: 0 }
     }
 }
 
@@ -55,6 +59,7 @@ impl NativeSymbolizer {
         // A caller's frame holds a return address, one past its call: look up the call itself,
         // so that the line is the call's and a call at a function's end is not misnamed.
         let lookup: Vec<u64> = ips.iter().enumerate().map(|(i, &ip)| if i == 0 { ip } else { ip.saturating_sub(1) }).collect();
+        self.remember_mappings(pid);
         // Files are read through /proc/PID/map_files (blazesym's default), which follows
         // what the process mapped even when the file was replaced on disk since.
         let source = Source::Process(Process::new(Pid::from(pid)));
@@ -62,10 +67,50 @@ impl NativeSymbolizer {
             Ok(symbols) => symbols.iter().zip(&ips).map(|(s, &ip)| frame_of(s, ip)).collect(),
             Err(e) => {
                 log::debug!("symbolizing a stack of {pid}: {e}");
-                self.unresolved += 1;
-                ips.iter().map(|&ip| address_frame(ip, None)).collect()
+                self.symbolize_remembered(pid, &lookup, &ips).unwrap_or_else(|| {
+                    self.unresolved += 1;
+                    ips.iter().map(|&ip| address_frame(ip, None)).collect()
+                })
             }
         }
+    }
+
+    /// Keep the process's executable file mappings, for its stacks seen after it exits. Read
+    /// at most once a second per process: a large process's maps take a millisecond to parse.
+    fn remember_mappings(&mut self, pid: u32) {
+        if self.mappings.get(&pid).is_some_and(|(at, _)| at.elapsed() < std::time::Duration::from_secs(1)) {
+            return;
+        }
+        let Ok(text) = crate::discover::procfs::read_text(format!("/proc/{pid}/maps")) else { return };
+        let executable: Vec<Mapping> = parse(&text).0.into_iter().filter(|m| m.executable() && m.path.starts_with('/')).collect();
+        if !executable.is_empty() {
+            self.mappings.insert(pid, (std::time::Instant::now(), executable));
+        }
+    }
+
+    /// Symbolize a stack of a process that is gone from its remembered mappings: each address
+    /// becomes an offset into its file, read by path (None: nothing remembered).
+    fn symbolize_remembered(&mut self, pid: u32, lookup: &[u64], ips: &[u64]) -> Option<Vec<Frame>> {
+        let mappings = &self.mappings.get(&pid)?.1;
+        let mut frames = Vec::with_capacity(ips.len());
+        for (&addr, &ip) in lookup.iter().zip(ips) {
+            let Some(m) = mappings.iter().find(|m| m.contains(addr)) else {
+                frames.push(address_frame(ip, None));
+                continue;
+            };
+            let offset = addr - m.start + m.offset;
+            let source = Source::Elf(Elf::new(m.path.as_str()));
+            let frame = match self.symbolizer.symbolize_single(&source, Input::FileOffset(offset)) {
+                Ok(symbolized) => {
+                    let mut f = frame_of(&symbolized, ip);
+                    f.module.get_or_insert_with(|| m.path.clone());
+                    f
+                }
+                Err(_) => address_frame(ip, None),
+            };
+            frames.push(frame);
+        }
+        Some(frames)
     }
 }
 

@@ -22,17 +22,32 @@ use aya::maps::{HashMap as BpfHashMap, Map, MapData};
 use gputrace_common::ThreadCounters;
 use py_spy::{config::LockingStrategy, Config, PythonSpy};
 
-use super::{Activity, Frame, Origin, StackTime, MAX_FRAMES};
+use super::{alloc::AllocStack, Activity, Frame, Origin, StackTime, MAX_FRAMES};
 
 /// Reads per second when a read is cheap.
 pub const TARGET_HZ: u64 = 49;
 /// A read may take at most this share of the period (it is the tracer's CPU, not the job's).
 const MAX_DUTY: f64 = 0.2;
 
+/// Reads made at once for allocations, at most this many a second (the rest keep their native
+/// stacks): a job that allocates thousands of times a second is churning, and its sites are
+/// a sample of them.
+const ALLOC_READS_PER_S: u32 = 100;
+
+/// What the session asks of the reader thread.
+#[derive(Debug)]
+enum Ask {
+    /// Read this process from now on.
+    Follow(u32),
+    /// A thread of a followed process just made a device allocation: read its line now.
+    Alloc { pid: u32, tid: u32, bytes: u64, failed: bool },
+}
+
 /// What the reader thread shares with the session.
 #[derive(Debug, Default)]
 struct Shared {
     stacks: HashMap<(u32, Activity, bool, Vec<Frame>), StackTime>,
+    allocs: HashMap<(u32, Vec<Frame>), AllocStack>,
     notes: Vec<String>,
     reads: u64,
     busy: Duration,
@@ -43,7 +58,7 @@ struct Shared {
 pub struct PythonSampler {
     shared: Arc<Mutex<Shared>>,
     stop: Arc<AtomicBool>,
-    add: mpsc::Sender<u32>,
+    add: mpsc::Sender<Ask>,
     handle: Option<JoinHandle<()>>,
 }
 
@@ -71,7 +86,19 @@ impl PythonSampler {
 
     /// Read this process's Python frames too (a no-op with a note if it is not CPython).
     pub fn follow(&self, pid: u32) {
-        let _ = self.add.send(pid);
+        let _ = self.add.send(Ask::Follow(pid));
+    }
+
+    /// Charge a device allocation of thread `tid` to the Python line it is at now (a no-op
+    /// for a process not followed, or not Python).
+    pub fn allocated(&self, pid: u32, tid: u32, bytes: u64, failed: bool) {
+        let _ = self.add.send(Ask::Alloc { pid, tid, bytes, failed });
+    }
+
+    /// The allocations charged to Python lines so far, cumulative.
+    #[must_use]
+    pub fn alloc_stacks(&self) -> Vec<AllocStack> {
+        self.shared.lock().map(|s| s.allocs.values().cloned().collect()).unwrap_or_default()
     }
 
     /// The stacks read so far, cumulative.
@@ -107,22 +134,14 @@ struct Spied {
     spy: PythonSpy,
 }
 
-fn run(shared: &Mutex<Shared>, stop: &AtomicBool, added: &mpsc::Receiver<u32>, threads_map: Option<u32>) {
+fn run(shared: &Mutex<Shared>, stop: &AtomicBool, asked: &mpsc::Receiver<Ask>, threads_map: Option<u32>) {
     let threads = threads_map.and_then(|id| MapData::from_id(id).ok()).and_then(|m| BpfHashMap::<MapData, u32, ThreadCounters>::try_from(Map::HashMap(m)).ok());
     let mut spied: Vec<Spied> = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     let period = Duration::from_nanos(1_000_000_000 / TARGET_HZ);
     let mut last = Instant::now();
+    let mut alloc_reads = (Instant::now(), 0u32, 0u32);
     while !stop.load(Ordering::Relaxed) {
-        while let Ok(pid) = added.try_recv() {
-            if seen.insert(pid) {
-                match open(pid) {
-                    Ok(spy) => spied.push(Spied { pid, spy }),
-                    Err(Some(why)) => note(shared, why),
-                    Err(None) => {}
-                }
-            }
-        }
         let began = Instant::now();
         let weight = began.duration_since(last);
         last = began;
@@ -132,9 +151,76 @@ fn run(shared: &Mutex<Shared>, stop: &AtomicBool, added: &mpsc::Receiver<u32>, t
             sh.reads += 1;
             sh.busy += took;
         }
-        let wait = period.max(took.div_f64(MAX_DUTY)).saturating_sub(took);
-        std::thread::sleep(wait);
+        // Waiting on the session's asks is the sleep: an allocation is read as it comes.
+        let until = began + period.max(took.div_f64(MAX_DUTY));
+        while let Some(wait) = until.checked_duration_since(Instant::now()) {
+            match asked.recv_timeout(wait) {
+                Ok(Ask::Follow(pid)) => {
+                    if seen.insert(pid) {
+                        match open(pid) {
+                            Ok(spy) => spied.push(Spied { pid, spy }),
+                            Err(Some(why)) => note(shared, why),
+                            Err(None) => {}
+                        }
+                    }
+                }
+                Ok(Ask::Alloc { pid, tid, bytes, failed }) => {
+                    if alloc_reads.0.elapsed() >= Duration::from_secs(1) {
+                        alloc_reads = (Instant::now(), 0, 0);
+                    }
+                    // Failures have a budget of their own: an out-of-memory diagnosis is
+                    // about them alone, and successes must not crowd them out.
+                    let used = if failed { &mut alloc_reads.2 } else { &mut alloc_reads.1 };
+                    if *used < ALLOC_READS_PER_S {
+                        if let Some(s) = spied.iter_mut().find(|s| s.pid == pid) {
+                            *used += 1;
+                            read_allocation(s, tid, bytes, failed, shared);
+                        }
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => break,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    std::thread::sleep(wait);
+                    break;
+                }
+            }
+        }
     }
+}
+
+/// Read the Python frames of thread `tid` now and charge an allocation to them.
+fn read_allocation(s: &mut Spied, tid: u32, bytes: u64, failed: bool, shared: &Mutex<Shared>) {
+    let Ok(traces) = s.spy.get_stack_traces() else { return };
+    let with_frames = |t: &&py_spy::StackTrace| !t.frames.is_empty();
+    // A thread with no Python frames (autograd's engine running a backward pass) works for
+    // the Python call that waits on it: charge the main thread's line.
+    let Some(trace) = traces
+        .iter()
+        .filter(with_frames)
+        .find(|t| t.os_thread_id.is_some_and(|t| t as u32 == tid))
+        .or_else(|| traces.iter().filter(with_frames).find(|t| t.os_thread_id.is_some_and(|t| t as u32 == s.pid)))
+    else {
+        return;
+    };
+    let frames = python_frames(trace);
+    let Ok(mut sh) = shared.lock() else { return };
+    let entry = sh.allocs.entry((tid, frames.clone())).or_insert_with(|| AllocStack { pid: s.pid, tid, origin: Origin::Python, frames, ..AllocStack::default() });
+    if failed {
+        entry.failed += 1;
+        entry.failed_bytes += bytes;
+    } else {
+        entry.count += 1;
+        entry.bytes += bytes;
+    }
+}
+
+fn python_frames(trace: &py_spy::StackTrace) -> Vec<Frame> {
+    trace
+        .frames
+        .iter()
+        .take(MAX_FRAMES)
+        .map(|f| Frame { function: f.name.clone(), file: Some(f.filename.clone()), line: u32::try_from(f.line).ok().filter(|&l| l > 0), module: None })
+        .collect()
 }
 
 fn note(shared: &Mutex<Shared>, why: String) {
@@ -179,17 +265,7 @@ fn read(s: &mut Spied, weight: Duration, threads: Option<&BpfHashMap<MapData, u3
                 Activity::Host
             }
         });
-        let frames: Vec<Frame> = trace
-            .frames
-            .iter()
-            .take(MAX_FRAMES)
-            .map(|f| Frame {
-                function: f.name.clone(),
-                file: Some(f.filename.clone()),
-                line: u32::try_from(f.line).ok().filter(|&l| l > 0),
-                module: None,
-            })
-            .collect();
+        let frames = python_frames(&trace);
         let key = (tid, activity, trace.active, frames);
         let entry = sh.stacks.entry(key.clone()).or_insert_with(|| StackTime {
             tid,

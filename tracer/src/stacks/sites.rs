@@ -16,8 +16,12 @@ pub struct Site {
     pub line: Option<u32>,
     pub function: String,
     pub seconds: f64,
-    /// Of the time of the stacks considered (the diagnosis's activity), this site's part.
+    /// Of the time of the stacks considered (the diagnosis's activity), this site's part; for
+    /// a memory diagnosis, of the bytes.
     pub share: f64,
+    /// Memory diagnoses: the bytes this site allocated (or asked for, where they failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
 }
 
 /// Which stacks a diagnosis is about.
@@ -60,6 +64,7 @@ pub fn top(stacks: &[StackTime], wanted: &Wanted<'_>, n: usize) -> Vec<Site> {
             function: frame.function.clone(),
             seconds: ns as f64 / 1e9,
             share: ns as f64 / total as f64,
+            bytes: None,
         })
         .collect();
     sites.sort_by(|a, b| b.seconds.total_cmp(&a.seconds).then_with(|| a.frame.cmp(&b.frame)));
@@ -79,7 +84,20 @@ pub fn preferred(stacks: &[StackTime]) -> impl Iterator<Item = &StackTime> {
 /// named one.
 #[must_use]
 pub fn site_frame(frames: &[Frame]) -> Option<&Frame> {
-    frames.iter().find(|f| !is_library(f)).or_else(|| frames.iter().find(|f| !f.function.starts_with("0x")))
+    let named = |f: &&Frame| !f.function.starts_with("0x");
+    frames
+        .iter()
+        .find(|f| !is_library(f))
+        // A stack all in libraries (a framework's own thread): the innermost frame that is
+        // not the CUDA driver's or runtime's says what the framework was doing.
+        .or_else(|| frames.iter().filter(named).find(|f| !is_cuda_library(f)))
+        .or_else(|| frames.iter().find(named))
+}
+
+/// A frame of the CUDA driver or runtime.
+fn is_cuda_library(f: &Frame) -> bool {
+    let object = f.module.as_deref().unwrap_or_default().rsplit('/').next().unwrap_or_default();
+    object.starts_with("libcuda") || object.starts_with("libcudart")
 }
 
 /// Whether a frame belongs to a library rather than to the user's code: the interpreter's
@@ -88,7 +106,7 @@ pub fn site_frame(frames: &[Frame]) -> Option<&Frame> {
 #[must_use]
 pub fn is_library(f: &Frame) -> bool {
     const LIBRARY_DIRS: [&str; 7] = ["/site-packages/", "/dist-packages/", "/lib/python3", "/usr/lib/", "/lib/x86_64-linux-gnu/", "/lib64/", "/rustc/"];
-    const LIBRARY_OBJECTS: [&str; 8] = ["libcuda", "libcudart", "libc.so", "libc-", "ld-linux", "libstdc++", "libpython", "libtorch"];
+    const LIBRARY_OBJECTS: [&str; 10] = ["libcuda", "libcudart", "libc.so", "libc-", "ld-linux", "libstdc++", "libpython", "libtorch", "libc10", "libnccl"];
     if f.function.starts_with("0x") || f.function.starts_with('<') && f.file.as_deref().is_some_and(|p| p.starts_with('<')) {
         return true;
     }

@@ -1,0 +1,137 @@
+//! Where the GPU memory is: a job that allocates every step and never frees (`memory-growth`
+//! at the right rate, charged to the allocating function, in C and in Python), a caching
+//! allocator's out-of-memory retry path (`fragmentation`), an allocation that fails for good
+//! (`oom`), and the healthy twin that raises none of them.
+use std::process::Command;
+
+use gputrace_tests::{fake_cuda_dir, gputrace, num, require_root, run_fakejob};
+use serde_json::Value;
+
+const MIB: u64 = 1 << 20;
+
+fn ids(r: &Value) -> Vec<&str> {
+    r["diagnoses"].as_array().expect("diagnoses").iter().map(|d| d["id"].as_str().expect("id")).collect()
+}
+
+fn diagnosis<'a>(r: &'a Value, id: &str) -> &'a Value {
+    r["diagnoses"].as_array().expect("diagnoses").iter().find(|d| d["id"] == id).unwrap_or_else(|| panic!("no {id} in {:#}", r["diagnoses"]))
+}
+
+fn top_site(d: &Value) -> &Value {
+    d["sites"].get(0).unwrap_or_else(|| panic!("no site in {d:#}"))
+}
+
+/// `work_ns N` as the fake job prints it with `--print-time`.
+fn work_s(stderr: &str) -> f64 {
+    stderr.lines().find_map(|l| l.strip_prefix("work_ns ")).and_then(|n| n.trim().parse::<f64>().ok()).map_or(0.0, |ns| ns / 1e9)
+}
+
+const STEADY: [&str; 8] = ["--steps", "400", "--driver-launches", "20", "--kernel-us", "300", "--sync", "--print-time"];
+
+#[test]
+fn a_job_that_keeps_every_steps_memory_grows_at_its_rate_from_its_function() {
+    require_root();
+    let args: Vec<&str> = STEADY.iter().copied().chain(["--leak", "1048576"]).collect();
+    let (r, code, stderr) = run_fakejob(&args);
+    assert_eq!(code, 0, "{stderr}");
+    // Every step's MiB is still reserved at the end; the 64 MiB work buffer was freed.
+    assert_eq!(num(&r, "/memory/reserved_bytes"), 400 * MIB);
+    assert_eq!(num(&r, "/memory/peak_reserved_bytes"), 464 * MIB);
+    let d = diagnosis(&r, "memory-growth");
+    assert_eq!(top_site(d)["function"], "keep_activations", "{d:#}");
+    // The job grows 1 MiB a step, evenly through its work.
+    let expected = 400.0 * MIB as f64 / work_s(&stderr);
+    let rate = r["memory"]["growth_bytes_per_s"].as_f64().expect("a growth rate");
+    assert!((rate / expected - 1.0).abs() < 0.25, "growth {rate:.0} B/s, expected about {expected:.0}");
+    assert!(!ids(&r).contains(&"alloc-churn"), "allocations never freed are growth, not churn: {:?}", ids(&r));
+    let timeline = r["memory"]["timeline"].as_array().expect("a timeline");
+    assert!(timeline.len() >= 2 && timeline.windows(2).all(|w| w[0]["t_s"].as_f64() < w[1]["t_s"].as_f64()), "{timeline:#?}");
+}
+
+#[test]
+fn the_healthy_twin_raises_no_memory_problem() {
+    require_root();
+    let (r, code, stderr) = run_fakejob(&STEADY);
+    assert_eq!(code, 0, "{stderr}");
+    for id in ["memory-growth", "fragmentation", "oom", "alloc-churn"] {
+        assert!(!ids(&r).contains(&id), "{id} in a healthy job: {:#}", r["diagnoses"]);
+    }
+    assert!(r["memory"]["growth_bytes_per_s"].is_null(), "{:#}", r["memory"]);
+    assert_eq!(num(&r, "/memory/out_of_memory"), 0);
+}
+
+#[test]
+fn failed_allocations_retried_after_freeing_the_cache_are_fragmentation() {
+    require_root();
+    let (r, code, stderr) =
+        run_fakejob(&["--steps", "100", "--driver-launches", "5", "--kernel-us", "300", "--sync", "--device-memory-mib", "256", "--cache-pct", "30"]);
+    assert_eq!(code, 0, "{stderr}");
+    let retried = num(&r, "/memory/recovered_by_retry");
+    assert!(retried > 0, "{:#}", r["memory"]);
+    assert_eq!(num(&r, "/memory/out_of_memory"), retried, "every failure was retried");
+    assert_eq!(num(&r, "/memory/failed_for_good"), 0);
+    let d = diagnosis(&r, "fragmentation");
+    assert_eq!(top_site(d)["function"], "cached_malloc", "{d:#}");
+    assert!(!ids(&r).contains(&"oom"), "{:?}", ids(&r));
+}
+
+#[test]
+fn an_allocation_that_fails_after_its_retry_is_oom_at_its_call() {
+    require_root();
+    let (r, code, stderr) = run_fakejob(&["--steps", "5", "--driver-launches", "5", "--sync", "--device-memory-mib", "256", "--oom-at-end", "1073741824"]);
+    assert_eq!(code, 3, "the job dies of it: {stderr}");
+    assert_eq!(num(&r, "/memory/out_of_memory"), 2, "the request and its retry");
+    assert_eq!(num(&r, "/memory/failed_for_good"), 1);
+    let d = diagnosis(&r, "oom");
+    assert_eq!(d["severity"], "high");
+    assert!(d["summary"].as_str().is_some_and(|s| s.contains("1.0 GiB")), "{d:#}");
+    // The job died right after: its stack is still named.
+    assert_eq!(top_site(d)["function"], "cached_malloc", "{d:#}");
+}
+
+#[test]
+fn a_python_loop_that_keeps_its_activations_names_the_python_function() {
+    require_root();
+    let dir = fake_cuda_dir();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fake-cuda/leak.py");
+    let out = Command::new(gputrace())
+        .env("LD_LIBRARY_PATH", &dir)
+        .args(["run", "--json", "--", "python3"])
+        .arg(&script)
+        .arg(&dir)
+        .arg("400")
+        .output()
+        .expect("gputrace runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let r: Value = serde_json::from_slice(&out.stdout).expect("one JSON report");
+    assert_eq!(num(&r, "/memory/reserved_bytes"), 400 * MIB);
+    let d = diagnosis(&r, "memory-growth");
+    let site = top_site(d);
+    assert_eq!(site["function"], "forward", "{d:#}");
+    assert!(site["file"].as_str().is_some_and(|f| f.ends_with("leak.py")), "{site:#}");
+}
+
+#[test]
+fn a_recording_keeps_the_memory_view_and_its_sites() {
+    require_root();
+    let dir = std::env::temp_dir().join(format!("gputrace-memory-rec-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("job.gtr");
+    let args: Vec<&str> = STEADY.iter().copied().chain(["--leak", "1048576"]).collect();
+    let recorded = Command::new(gputrace())
+        .env("LD_LIBRARY_PATH", fake_cuda_dir())
+        .args(["record", "-o"])
+        .arg(&file)
+        .arg("--")
+        .arg(gputrace_tests::fakejob())
+        .args(&args)
+        .output()
+        .expect("gputrace records");
+    assert!(recorded.status.success(), "{}", String::from_utf8_lossy(&recorded.stderr));
+    let out = Command::new(gputrace()).args(["report", "--json"]).arg(&file).output().expect("report runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    let r: Value = serde_json::from_slice(&out.stdout).expect("one JSON report");
+    assert_eq!(num(&r, "/memory/reserved_bytes"), 400 * MIB);
+    assert_eq!(top_site(diagnosis(&r, "memory-growth"))["function"], "keep_activations", "{:#}", r["diagnoses"]);
+}

@@ -1,0 +1,467 @@
+//! The other half of "memory 90 % full, utilization 15 %": where the GPU memory is, and
+//! whether it is a problem. From the driver's allocation calls (what the job reserved, when,
+//! from which code, and which requests failed) and NVML's per-process memory (what the
+//! process holds, context included):
+//!
+//! - `oom`: an allocation failed for good (its retry after freeing failed too, or nothing
+//!   followed it): the size asked, what was held, who else holds the GPU.
+//! - `fragmentation`: allocations failed and succeeded only after the job freed memory and
+//!   retried: a caching allocator's out-of-memory path (PyTorch empties its cache, then
+//!   retries), which costs the time of those frees and a device sync each time.
+//! - `memory-growth`: reservations grow steadily through the second half of the window (a
+//!   leak: tensors kept alive across steps; or a cache meeting ever new shapes), with the
+//!   rate and the time left before the GPU is full.
+//! - `memory-reserved` (info): the job holds a large part of the GPU; a caching allocator
+//!   keeps what it reserved, so nvidia-smi shows it used even when its tensors are gone.
+//!
+//! These are not parts of the time account: their impact is 0 except `fragmentation`'s
+//! (the time from a failed request to its successful retry).
+
+use super::{rules::pct, severity};
+use crate::{
+    evidence::{Evidence, Failure},
+    gpu::sampler::Finished,
+    report::{
+        model::{Diagnosis, Memory, MemoryPoint},
+        text::bytes,
+    },
+    stacks::alloc::{top, Weight},
+};
+
+/// Growth below this over the second half of the window is noise (a segment or two).
+const GROWTH_MIN_BYTES: u64 = 64 << 20;
+/// Each quarter of the second half must carry at least this share of its growth: steady,
+/// not one jump (an evaluation phase, a new batch shape).
+const GROWTH_STEADY_SHARE: f64 = 0.2;
+/// Windows shorter than this say nothing about growth.
+const GROWTH_MIN_WINDOW_NS: u64 = 2_000_000_000;
+/// `memory-reserved` when the job holds at least this share of its GPUs.
+const RESERVED_SHARE: f64 = 0.25;
+/// At most this many timeline points (one a second; longer windows are thinned).
+const TIMELINE_POINTS: u64 = 3600;
+/// Sites shown per diagnosis.
+const SITES: usize = 3;
+
+/// A sum that stops at the largest value rather than overflow (recordings are untrusted).
+fn total(values: impl Iterator<Item = u64>) -> u64 {
+    values.fold(0, u64::saturating_add)
+}
+
+/// What the memory view is made from.
+#[derive(Clone, Copy, Debug)]
+pub struct Inputs<'a> {
+    pub evidence: &'a Evidence,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// The traced processes.
+    pub traced: &'a [u32],
+    /// NVML's devices, samples and the holders at the end (None without NVML).
+    pub gpu: Option<&'a Finished>,
+    pub steps_per_s: Option<f64>,
+}
+
+impl Inputs<'_> {
+    /// NVML: bytes the traced processes hold on all devices, per the holders at the end; if
+    /// NVML no longer lists them there (the job had exited), per the newest reading that did.
+    fn held_at_end(&self) -> Option<u64> {
+        let g = self.gpu?;
+        let traced = |held: &[(u32, u64)]| -> Option<u64> {
+            let mine: Vec<u64> = held.iter().filter(|(pid, _)| self.traced.contains(pid)).map(|(_, b)| *b).collect();
+            (!mine.is_empty()).then(|| total(mine.iter().copied()))
+        };
+        let at_end: Vec<(u32, u64)> = g.holders.iter().flatten().copied().collect();
+        traced(&at_end).or_else(|| {
+            // The newest reading of each device that lists a traced process, summed.
+            let mut per_device: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
+            for s in g.samples.iter().filter(|s| s.at_ns <= self.end_ns) {
+                if let Some(bytes) = s.memory_by_pid.as_deref().and_then(traced) {
+                    per_device.insert(s.device, bytes);
+                }
+            }
+            (!per_device.is_empty()).then(|| total(per_device.values().copied()))
+        })
+    }
+
+    /// When the job first called CUDA in the window: growth is judged from there, so that a
+    /// window that began with the interpreter's start-up is not half start-up.
+    fn cuda_start_ns(&self) -> u64 {
+        self.evidence.threads.values().map(|t| t.first_ns).filter(|&f| f > 0).min().map_or(self.start_ns, |f| f.clamp(self.start_ns, self.end_ns))
+    }
+
+    /// The devices the traced processes hold memory on (all of them if NVML lists none).
+    fn devices(&self) -> Vec<u32> {
+        let Some(g) = self.gpu else { return Vec::new() };
+        let held: Vec<u32> = g
+            .holders
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.iter().any(|(pid, _)| self.traced.contains(pid)))
+            .filter_map(|(i, _)| g.devices.get(i).map(|d| d.index))
+            .collect();
+        if held.is_empty() {
+            g.devices.iter().map(|d| d.index).collect()
+        } else {
+            held
+        }
+    }
+
+    fn device_total(&self) -> Option<u64> {
+        let g = self.gpu?;
+        let devices = self.devices();
+        Some(g.devices.iter().filter(|d| devices.contains(&d.index)).map(|d| d.memory_total_bytes).fold(0, u64::saturating_add)).filter(|&t| t > 0)
+    }
+
+    /// Free memory on the job's devices at the last reading (NVML).
+    fn device_free(&self) -> Option<u64> {
+        let g = self.gpu?;
+        let capacity = self.device_total()?;
+        let used = total(self.devices().iter().filter_map(|&d| g.samples.iter().rev().find(|s| s.device == d).and_then(|s| s.mem_used_bytes)));
+        Some(capacity.saturating_sub(used))
+    }
+}
+
+/// The `memory` section of the report.
+#[must_use]
+pub fn view(inputs: &Inputs<'_>) -> Memory {
+    let a = &inputs.evidence.allocs;
+    let held = inputs.held_at_end();
+    let from_start = !inputs.evidence.contexts.is_empty();
+    let failures = &a.out_of_memory_failures;
+    Memory {
+        reserved_bytes: a.live_bytes,
+        peak_reserved_bytes: a.peak_live_bytes,
+        held_bytes: held,
+        context_bytes: held.filter(|_| from_start).map(|h| h.saturating_sub(a.live_bytes)),
+        device_total_bytes: inputs.device_total(),
+        from_start,
+        growth_bytes_per_s: growth(&a.timeline, inputs.cuda_start_ns(), inputs.end_ns).map(|g| g.rate),
+        out_of_memory: a.out_of_memory,
+        recovered_by_retry: failures.recovered.iter().filter(|f| f.frees_after > 0).count() as u64,
+        failed_for_good: failures.for_good().count() as u64,
+        timeline: timeline(inputs),
+    }
+}
+
+/// Reserved bytes at `t`: the newest point at or before it.
+fn reserved_at(points: &[(u64, u64)], t: u64) -> u64 {
+    let i = points.partition_point(|p| p.0 <= t);
+    if i == 0 {
+        0
+    } else {
+        points[i - 1].1
+    }
+}
+
+fn timeline(inputs: &Inputs<'_>) -> Vec<MemoryPoint> {
+    const S: u64 = 1_000_000_000;
+    let window = inputs.end_ns.saturating_sub(inputs.start_ns);
+    let step = S * (window / S / TIMELINE_POINTS + 1);
+    let points = &inputs.evidence.allocs.timeline;
+    let samples = inputs.gpu.map(|g| g.samples.as_slice()).unwrap_or_default();
+    let mut out = Vec::new();
+    let mut t = inputs.start_ns;
+    while t < inputs.end_ns {
+        let end = t.saturating_add(step).min(inputs.end_ns);
+        // The newest memory reading of each device in this interval, summed over devices.
+        let mut per_device: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
+        for s in samples.iter().filter(|s| (t..end).contains(&s.at_ns)) {
+            if let Some(m) = &s.memory_by_pid {
+                per_device.insert(s.device, m.iter().filter(|(pid, _)| inputs.traced.contains(pid)).map(|(_, b)| *b).fold(0, u64::saturating_add));
+            }
+        }
+        out.push(MemoryPoint {
+            t_s: (end - inputs.start_ns) as f64 / 1e9,
+            reserved_bytes: reserved_at(points, end),
+            held_bytes: (!per_device.is_empty()).then(|| total(per_device.values().copied())),
+        });
+        t = end;
+    }
+    out
+}
+
+/// Steady growth of the reservations.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Growth {
+    rate: f64,
+    /// Reserved bytes at the middle, three quarters and end of the window.
+    at: [u64; 3],
+}
+
+/// The most reserved at or before `t`.
+fn peak_at(points: &[(u64, u64)], t: u64) -> u64 {
+    points.iter().take_while(|p| p.0 <= t).map(|p| p.1).max().unwrap_or(0)
+}
+
+/// Growth of the reservations through the second half of the window (from the job's first
+/// CUDA call, `start_ns`, to its end): both of its quarters
+/// grow, each by a fair share, by at least [`GROWTH_MIN_BYTES`] in all. The first half is left
+/// out: it holds the start-up, where every job's allocator fills its cache. Growth is of the
+/// peak so far, so that the frees of a job's teardown do not hide it.
+fn growth(points: &[(u64, u64)], start_ns: u64, end_ns: u64) -> Option<Growth> {
+    let window = end_ns.checked_sub(start_ns)?;
+    if window < GROWTH_MIN_WINDOW_NS {
+        return None;
+    }
+    let at = |q: u64| peak_at(points, start_ns + window / 4 * q);
+    let (mid, three, end) = (at(2), at(3), peak_at(points, end_ns));
+    let (g1, g2) = (three.checked_sub(mid)?, end.checked_sub(three)?);
+    let total = g1 + g2;
+    if total < GROWTH_MIN_BYTES || (g1.min(g2) as f64) < GROWTH_STEADY_SHARE * total as f64 {
+        return None;
+    }
+    Some(Growth { rate: total as f64 / ((window / 2) as f64 / 1e9), at: [mid, three, end] })
+}
+
+/// The memory diagnoses, most severe first.
+#[must_use]
+pub fn diagnose(inputs: &Inputs<'_>, view: &Memory) -> Vec<Diagnosis> {
+    let window_s = inputs.end_ns.saturating_sub(inputs.start_ns) as f64 / 1e9;
+    let stacks = &inputs.evidence.alloc_stacks;
+    let mut found: Vec<Diagnosis> = Vec::new();
+    if let Some(mut d) = oom(inputs, view) {
+        d.sites = top(stacks, Weight::Failed, SITES);
+        found.push(d);
+    }
+    if let Some(mut d) = fragmentation(inputs, window_s) {
+        d.sites = top(stacks, Weight::Failed, SITES);
+        found.push(d);
+    }
+    if let Some(g) = growth(&inputs.evidence.allocs.timeline, inputs.cuda_start_ns(), inputs.end_ns) {
+        let mut d = memory_growth(inputs, g);
+        d.sites = top(stacks, Weight::Allocated, SITES);
+        found.push(d);
+    }
+    if view.failed_for_good == 0 {
+        if let Some(mut d) = memory_reserved(view) {
+            d.sites = top(stacks, Weight::Allocated, SITES);
+            found.push(d);
+        }
+    }
+    found
+}
+
+fn memory_diagnosis(id: &str, severity: &str, impact: f64, summary: String, evidence: Vec<String>, fix: &str) -> Diagnosis {
+    Diagnosis { id: id.into(), severity: severity.into(), impact, summary, evidence, fix: fix.into(), bucket: None, saving: None, sites: Vec::new() }
+}
+
+/// Other processes' memory on the job's GPUs at the end (NVML), largest first.
+fn others(inputs: &Inputs<'_>) -> Vec<String> {
+    let Some(g) = inputs.gpu else { return vec!["other processes on the GPU are unknown without NVML".into()] };
+    let devices = inputs.devices();
+    let mut others: Vec<(u32, u32, u64)> = g
+        .holders
+        .iter()
+        .enumerate()
+        .filter_map(|(i, h)| Some((g.devices.get(i)?.index, h)))
+        .filter(|(d, _)| devices.contains(d))
+        .flat_map(|(d, h)| h.iter().filter(|(pid, _)| !inputs.traced.contains(pid)).map(move |&(pid, b)| (d, pid, b)))
+        .collect();
+    others.sort_by_key(|o| std::cmp::Reverse(o.2));
+    if others.is_empty() {
+        return vec!["no other process holds memory on the job's GPUs (NVML)".into()];
+    }
+    others.iter().take(3).map(|(d, pid, b)| format!("process {pid} holds {} on GPU {d} (NVML)", bytes(*b))).collect()
+}
+
+fn oom(inputs: &Inputs<'_>, view: &Memory) -> Option<Diagnosis> {
+    let failures: Vec<&Failure> = inputs.evidence.allocs.out_of_memory_failures.for_good().collect();
+    let largest = failures.iter().max_by_key(|f| f.bytes)?;
+    // What the job held: through the driver where every reservation was seen, else NVML's.
+    let held = if view.from_start {
+        format!("{} reserved through the driver", bytes(largest.held_bytes))
+    } else if let Some(h) = view.held_bytes {
+        format!("{} on the GPU (NVML, at the end)", bytes(h))
+    } else {
+        "an unknown amount (tracing began after the job's context, and NVML is unavailable)".into()
+    };
+    let mut evidence = vec![format!(
+        "{} request(s) failed for good with CUDA_ERROR_OUT_OF_MEMORY; the largest asked for {} while the job held {held}",
+        failures.len(),
+        bytes(largest.bytes),
+    )];
+    if largest.frees_after > 0 {
+        let freed = if largest.freed_bytes_after > 0 { format!(" ({})", bytes(largest.freed_bytes_after)) } else { String::new() };
+        evidence.push(format!("before giving up, the thread freed {} block(s){freed} and retried: the retries failed too", largest.frees_after));
+    }
+    evidence.extend(others(inputs));
+    Some(memory_diagnosis(
+        "oom",
+        "high",
+        0.0,
+        format!("the GPU ran out of memory: a request for {} failed for good", bytes(largest.bytes)),
+        evidence,
+        "lower the peak: a smaller batch or sequence length, mixed precision, activation checkpointing; free what the loop keeps (losses kept with their graph, cached outputs); if another process holds the memory, stop it or use a free GPU",
+    ))
+}
+
+fn fragmentation(inputs: &Inputs<'_>, window_s: f64) -> Option<Diagnosis> {
+    let retried: Vec<&Failure> = inputs.evidence.allocs.out_of_memory_failures.recovered.iter().filter(|f| f.frees_after > 0).collect();
+    if retried.is_empty() {
+        return None;
+    }
+    let spent = total(retried.iter().map(|f| f.recovered_at_ns.saturating_sub(f.at_ns)));
+    let impact = if window_s > 0.0 { (spent as f64 / 1e9 / window_s).clamp(0.0, 1.0) } else { 0.0 };
+    let free_calls = total(retried.iter().map(|f| f.frees_after));
+    let freed_bytes = total(retried.iter().map(|f| f.freed_bytes_after));
+    let largest = retried.iter().map(|f| f.bytes).max().unwrap_or(0);
+    let level = match severity(impact) {
+        "info" => "low",
+        s => s,
+    };
+    Some(memory_diagnosis(
+        "fragmentation",
+        level,
+        impact,
+        format!(
+            "{} allocation(s) failed for lack of memory and succeeded only after the job freed cached memory and retried: its memory is fragmented or near capacity",
+            retried.len()
+        ),
+        vec![
+            format!("{free_calls} frees ({}) between the failures and their retries; the largest request was {}", bytes(freed_bytes), bytes(largest)),
+            format!("failing, freeing and retrying took {:.3} s, {} of the window", spent as f64 / 1e9, pct(impact)),
+        ],
+        // On the H200, expandable segments made a near-capacity growing buffer 8× slower
+        // (docs/validation.md): they are worth a try, measured, not the fix.
+        if inputs.evidence.vmm.maps > 0 {
+            "leave headroom (a smaller batch, activation checkpointing, less memory held elsewhere) and keep shapes fixed (pad to a few bucket sizes, largest first); expandable segments are in use and are mapping and unmapping on each retry"
+        } else {
+            "leave headroom (a smaller batch, activation checkpointing, less memory held elsewhere) and keep shapes fixed (pad to a few bucket sizes, largest first); PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True can help when free memory is split between blocks, but measure it: it can also map and unmap on every retry"
+        },
+    ))
+}
+
+fn memory_growth(inputs: &Inputs<'_>, g: Growth) -> Diagnosis {
+    let left = inputs.device_free().map(|free| free as f64 / g.rate);
+    let level = match left {
+        Some(s) if s <= 3600.0 => "high",
+        Some(s) if s > 86_400.0 => "low",
+        _ => "medium",
+    };
+    let mut evidence = vec![format!(
+        "reserved through the driver, at most: {} halfway through the job's CUDA work, {} at three quarters, {} at the end",
+        bytes(g.at[0]),
+        bytes(g.at[1]),
+        bytes(g.at[2])
+    )];
+    if let Some(steps) = inputs.steps_per_s.filter(|s| *s > 0.0) {
+        evidence.push(format!("about {} more every step ({steps:.1} steps/s)", bytes((g.rate / steps) as u64)));
+    }
+    evidence.push(match left {
+        Some(s) => format!("at this rate the GPU's free memory ({}) is gone in {}", bytes(inputs.device_free().unwrap_or(0)), duration(s)),
+        None => "the GPU's free memory is unknown without NVML: no time to exhaustion".into(),
+    });
+    memory_diagnosis(
+        "memory-growth",
+        level,
+        0.0,
+        format!("the job's GPU memory grows steadily, {}/s: a leak, or a cache that keeps meeting new shapes", bytes(g.rate as u64)),
+        evidence,
+        "find what outlives its step: a list of losses or outputs kept with their graph (keep loss.item() or loss.detach()), a cache or history that grows without bound; if it is the allocator meeting new shapes, keep shapes fixed",
+    )
+}
+
+fn duration(s: f64) -> String {
+    if s < 120.0 {
+        format!("{s:.0} s")
+    } else if s < 7200.0 {
+        format!("{:.0} min", s / 60.0)
+    } else {
+        format!("{:.1} h", s / 3600.0)
+    }
+}
+
+fn memory_reserved(view: &Memory) -> Option<Diagnosis> {
+    let total = view.device_total_bytes?;
+    let held = view.held_bytes.unwrap_or(0).max(view.reserved_bytes);
+    let share = held as f64 / total as f64;
+    if share < RESERVED_SHARE {
+        return None;
+    }
+    let mut evidence = vec![format!("the job holds {} of the GPU's {} (NVML)", bytes(held), bytes(total))];
+    evidence.push(if view.from_start {
+        format!(
+            "of it, {} was reserved through allocation calls and kept; {} is the context itself",
+            bytes(view.reserved_bytes),
+            bytes(view.context_bytes.unwrap_or(0))
+        )
+    } else {
+        format!("{} was reserved while traced; the rest before tracing began or by the context", bytes(view.reserved_bytes))
+    });
+    Some(memory_diagnosis(
+        "memory-reserved",
+        "info",
+        0.0,
+        format!(
+            "the job holds {} ({} of the GPU): a caching allocator keeps what it reserved, so nvidia-smi shows it used even when the tensors in it are gone",
+            bytes(held),
+            pct(share)
+        ),
+        evidence,
+        "a problem only where other jobs need the memory: cap it (torch.cuda.set_per_process_memory_fraction), give it back at phase ends (torch.cuda.empty_cache()), or tune PYTORCH_CUDA_ALLOC_CONF (expandable_segments:True, garbage_collection_threshold)",
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn steady_growth_in_the_second_half_is_growth_and_start_up_is_not() {
+        // 10 MiB a second for 20 s: 100 MiB over the second half.
+        let leak: Vec<(u64, u64)> = (1..=20).map(|i| (i * S, i * 10 * MIB)).collect();
+        let g = growth(&leak, 0, 20 * S).expect("a leak grows");
+        assert!((g.rate - 10.0 * MIB as f64).abs() < 1.0, "{}", g.rate);
+        // The cache fills in the first second and stays.
+        let warm = vec![(S / 2, 900 * MIB), (S, 1000 * MIB)];
+        assert_eq!(growth(&warm, 0, 20 * S), None);
+        // The teardown's frees do not hide it.
+        let mut torn_down = leak.clone();
+        torn_down.push((20 * S, 0));
+        assert_eq!(growth(&torn_down, 0, 20 * S).map(|g| g.at), Some([100 * MIB, 150 * MIB, 200 * MIB]));
+        // One jump at three quarters (an evaluation phase) is not steady growth.
+        let jump = vec![(S, 100 * MIB), (15 * S, 400 * MIB)];
+        assert_eq!(growth(&jump, 0, 20 * S), None);
+        // A trickle under the floor is noise.
+        let trickle: Vec<(u64, u64)> = (1..=20).map(|i| (i * S, i * MIB)).collect();
+        assert_eq!(growth(&trickle, 0, 20 * S), None);
+    }
+
+    #[test]
+    fn reserved_at_takes_the_newest_point_before() {
+        let p = vec![(10, 1), (20, 2)];
+        assert_eq!((reserved_at(&p, 5), reserved_at(&p, 10), reserved_at(&p, 15), reserved_at(&p, 99)), (0, 1, 1, 2));
+    }
+
+    fn failure(at_ns: u64, bytes: u64, frees_after: u64, recovered_at_ns: u64) -> Failure {
+        Failure { pid: 1, tid: 1, at_ns, bytes, held_bytes: 10 * MIB, frees_after, freed_bytes_after: frees_after * MIB, recovered_at_ns }
+    }
+
+    #[test]
+    fn retries_after_frees_are_fragmentation_and_a_failed_retry_is_oom() {
+        let mut ev = Evidence::default();
+        ev.allocs.out_of_memory_failures.recovered = vec![failure(S, 64 * MIB, 4, S + S / 10), failure(2 * S, 64 * MIB, 0, 2 * S + 1)];
+        ev.allocs.out_of_memory_failures.fatal = vec![failure(3 * S, 512 * MIB, 2, 0)];
+        let inputs = Inputs { evidence: &ev, start_ns: 0, end_ns: 10 * S, traced: &[1], gpu: None, steps_per_s: None };
+        let v = view(&inputs);
+        assert_eq!((v.recovered_by_retry, v.failed_for_good), (1, 1));
+        let found = diagnose(&inputs, &v);
+        let ids: Vec<&str> = found.iter().map(|d| d.id.as_str()).collect();
+        assert_eq!(ids, ["oom", "fragmentation"]);
+        assert!(found[0].summary.contains("512.0 MiB"), "{}", found[0].summary);
+        assert!((found[1].impact - 0.01).abs() < 1e-9, "0.1 s of 10 s: {}", found[1].impact);
+        assert_eq!(found[1].severity, "low");
+    }
+
+    #[test]
+    fn the_timeline_has_a_point_a_second() {
+        let mut ev = Evidence::default();
+        ev.allocs.timeline = vec![(S / 2, 5), (2 * S + 1, 7)];
+        let inputs = Inputs { evidence: &ev, start_ns: 0, end_ns: 3 * S, traced: &[1], gpu: None, steps_per_s: None };
+        let t = timeline(&inputs);
+        assert_eq!(t.iter().map(|p| p.reserved_bytes).collect::<Vec<_>>(), [5, 5, 7]);
+        assert!((t[2].t_s - 3.0).abs() < 1e-9);
+    }
+}

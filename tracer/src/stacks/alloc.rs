@@ -1,0 +1,149 @@
+//! Where device memory is asked for: the user stack of every allocation call (the kernel
+//! takes it at the call's entry, `slot::ALLOC_STACK`), symbolized while its process lives,
+//! and for CPython targets the Python line read at once after the call returned
+//! (`python.rs`). A memory diagnosis names the code whose allocations grow or fail.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    sites::{site_frame, Site},
+    Frame, Origin,
+};
+
+/// Device allocations charged to one stack of one thread, cumulative since the session began.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocStack {
+    pub pid: u32,
+    pub tid: u32,
+    pub origin: Origin,
+    /// Innermost first.
+    pub frames: Vec<Frame>,
+    /// Allocations that succeeded, and their bytes.
+    pub count: u64,
+    pub bytes: u64,
+    /// Allocations that failed, and the bytes they asked for.
+    pub failed: u64,
+    pub failed_bytes: u64,
+}
+
+impl AllocStack {
+    /// Whether `other` is a later reading of the same thread and stack.
+    #[must_use]
+    pub fn same_key(&self, other: &Self) -> bool {
+        self.pid == other.pid && self.tid == other.tid && self.origin == other.origin && self.frames == other.frames
+    }
+
+    /// Add `other`'s counts.
+    pub fn add(&mut self, other: &Self) {
+        self.count += other.count;
+        self.bytes += other.bytes;
+        self.failed += other.failed;
+        self.failed_bytes += other.failed_bytes;
+    }
+
+    /// These counts less `before`'s (a segment of a recording).
+    #[must_use]
+    pub fn since(&self, before: &Self) -> Self {
+        Self {
+            count: self.count.saturating_sub(before.count),
+            bytes: self.bytes.saturating_sub(before.bytes),
+            failed: self.failed.saturating_sub(before.failed),
+            failed_bytes: self.failed_bytes.saturating_sub(before.failed_bytes),
+            ..self.clone()
+        }
+    }
+}
+
+/// What a memory diagnosis weighs sites by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Weight {
+    /// Bytes allocated (memory that grows or is held).
+    Allocated,
+    /// Bytes asked for by failed allocations.
+    Failed,
+}
+
+/// The `n` sites that allocated (or failed to allocate) the most bytes. Where a process has
+/// Python stacks they are used, not its native ones: the interpreter's native frames name no
+/// user code.
+#[must_use]
+pub fn top(stacks: &[AllocStack], weight: Weight, n: usize) -> Vec<Site> {
+    let python: std::collections::BTreeSet<u32> = stacks.iter().filter(|s| s.origin == Origin::Python).map(|s| s.pid).collect();
+    let bytes = |s: &AllocStack| match weight {
+        Weight::Allocated => s.bytes,
+        Weight::Failed => s.failed_bytes,
+    };
+    let mut by_site: BTreeMap<String, (Frame, u64)> = BTreeMap::new();
+    let mut total = 0u64;
+    for s in stacks.iter().filter(|s| s.origin == Origin::Python || !python.contains(&s.pid)) {
+        total += bytes(s);
+        let Some(frame) = site_frame(&s.frames) else { continue };
+        by_site.entry(frame.location()).or_insert_with(|| (frame.clone(), 0)).1 += bytes(s);
+    }
+    if total == 0 {
+        return Vec::new();
+    }
+    let mut sites: Vec<Site> = by_site
+        .into_iter()
+        .filter(|(_, (_, b))| *b > 0)
+        .map(|(location, (frame, b))| Site {
+            frame: location,
+            file: frame.file.clone(),
+            line: frame.line,
+            function: frame.function.clone(),
+            seconds: 0.0,
+            share: b as f64 / total as f64,
+            bytes: Some(b),
+        })
+        .collect();
+    sites.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.frame.cmp(&b.frame)));
+    sites.truncate(n);
+    sites
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(origin: Origin, pid: u32, function: &str, file: &str, bytes: u64, failed_bytes: u64) -> AllocStack {
+        AllocStack {
+            pid,
+            tid: pid,
+            origin,
+            frames: vec![Frame { function: function.into(), file: Some(file.into()), line: Some(7), module: None }],
+            count: 1,
+            bytes,
+            failed: u64::from(failed_bytes > 0),
+            failed_bytes,
+        }
+    }
+
+    #[test]
+    fn sites_rank_by_bytes_and_python_replaces_native() {
+        let stacks = vec![
+            at(Origin::Native, 1, "malloc_segment", "/src/alloc.cpp", 900, 0),
+            at(Origin::Python, 1, "forward", "/w/train.py", 300, 0),
+            at(Origin::Python, 1, "keep", "/w/train.py", 100, 50),
+            at(Origin::Native, 2, "grow", "/w/job.c", 40, 0),
+        ];
+        let sites = top(&stacks, Weight::Allocated, 3);
+        assert_eq!(sites.iter().map(|s| s.function.as_str()).collect::<Vec<_>>(), ["forward", "keep", "grow"]);
+        assert_eq!(sites[0].bytes, Some(300));
+        assert!((sites[0].share - 300.0 / 440.0).abs() < 1e-9);
+        let failed = top(&stacks, Weight::Failed, 3);
+        assert_eq!(failed.len(), 1);
+        assert_eq!(failed[0].function, "keep");
+    }
+
+    #[test]
+    fn a_segment_subtracts_the_baseline() {
+        let a = at(Origin::Native, 1, "f", "/w/a.c", 100, 10);
+        let mut b = a.clone();
+        b.add(&a);
+        let d = b.since(&a);
+        assert_eq!((d.count, d.bytes, d.failed, d.failed_bytes), (1, 100, 1, 10));
+        assert!(d.same_key(&a));
+    }
+}
