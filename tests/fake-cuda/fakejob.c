@@ -34,6 +34,9 @@
  *                          of --device-memory-mib (by step) and keeps it cached; when the driver
  *                          is out of memory it frees every cached block and retries once (a
  *                          caching allocator's out-of-memory path)
+ *   --idle-children N      after loading CUDA (before the gate), fork N children that make no CUDA
+ *                          call and sleep until the job exits (DataLoader workers forked from a
+ *                          CUDA process: they inherit its driver mappings, not its context)
  *   --oom-at-end B         after the steps, cached_malloc() B bytes; if the retry fails too, print
  *                          "out of memory" and exit with status 3 (an OutOfMemoryError)
  *   --host-us U            per step: U µs of host work (spinning)
@@ -63,6 +66,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -112,7 +117,7 @@ static int (*drv_launch_ex)(const launch_config *, void *, void **, void **);
 
 static struct {
     int gate, threads, steps, runtime_launches, driver_launches, ex_launches, graphs, item, sync, alloc_churn, fork, vmm;
-    int load_after_gate, pin_after_gate, print_time, pipe_worker_us, checkpoint_every, cache_pct;
+    int load_after_gate, pin_after_gate, print_time, pipe_worker_us, checkpoint_every, cache_pct, idle_children;
     size_t leak, oom_at_end;
     long kernel_us, host_us, settle_ms, sleep_ms, device_memory_mib, hold_ms;
     long read_bytes, read_per_step;
@@ -427,7 +432,7 @@ int main(int argc, char **argv) {
         NUM("--pinned-h2d", pinned_h2d) NUM("--item", item) NUM("--alloc-churn", alloc_churn)
         NUM("--settle-ms", settle_ms) NUM("--hold-ms", hold_ms) NUM("--device-memory-mib", device_memory_mib) NUM("--sleep-ms", sleep_ms) NUM("--read-bytes", read_bytes) NUM("--read-per-step", read_per_step)
         NUM("--copy2d", copy2d) NUM("--copy3d", copy3d) NUM("--vmm", vmm) NUM("--blocking-d2h", blocking_d2h) NUM("--pipe-worker-us", pipe_worker_us)
-        NUM("--checkpoint-every", checkpoint_every) NUM("--leak", leak) NUM("--cache-pct", cache_pct) NUM("--oom-at-end", oom_at_end)
+        NUM("--checkpoint-every", checkpoint_every) NUM("--leak", leak) NUM("--cache-pct", cache_pct) NUM("--oom-at-end", oom_at_end) NUM("--idle-children", idle_children)
         if (!strcmp(a, "--read-file")) { snprintf(opt.read_file, sizeof opt.read_file, "%s", v); i++; continue; }
         if (!strcmp(a, "--lib-dir")) { snprintf(opt.lib_dir, sizeof opt.lib_dir, "%s", v); i++; continue; }
         fprintf(stderr, "fakejob: unknown argument %s\n", a);
@@ -444,6 +449,14 @@ int main(int argc, char **argv) {
     if (!opt.load_after_gate) {
         load_cuda();
         if (!opt.pin_after_gate) pin_buffer();
+    }
+    pid_t job = getpid();
+    for (int i = 0; i < opt.idle_children; i++) {
+        if (fork() == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != job) _exit(0); /* the job died before prctl took effect */
+            for (;;) pause();
+        }
     }
     if (opt.gate) {
         printf("ready %d\n", getpid());

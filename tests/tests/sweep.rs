@@ -86,6 +86,41 @@ fn names_the_idle_holder_and_counts_the_busy_job_exactly() {
 }
 
 #[test]
+fn a_busy_jobs_forked_children_are_its_workers_not_idle_holders() {
+    require_root();
+    let mut idle = Gated::start(&["--hold-ms", "60000"]);
+    idle.release();
+    idle.wait_for("holding");
+    let mut busy = Gated::start(&["--steps", "10", "--driver-launches", "100", "--sync", "--hold-ms", "60000", "--idle-children", "2"]);
+    let children: Vec<u32> = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", busy.pid))
+        .expect("the job's children")
+        .split_whitespace()
+        .map(|p| p.parse().expect("a pid"))
+        .collect();
+    assert_eq!(children.len(), 2, "{children:?}");
+    let sweep = Tracer::sweep(&["--duration", "3"], None);
+    busy.release();
+    busy.wait_for("holding");
+    let (r, code, stderr) = sweep.report();
+    let (idle_pid, busy_pid) = (idle.pid, busy.pid);
+    stop(idle);
+    stop(busy);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(row(&r, busy_pid)["state"], "active");
+    let rows: Vec<u64> = r["processes"].as_array().expect("rows").iter().map(|p| p["pid"].as_u64().expect("pid")).collect();
+    let job_at = rows.iter().position(|&p| p == u64::from(busy_pid)).expect("the job has a row");
+    for child in &children {
+        let c = row(&r, *child);
+        assert_eq!((c["state"].as_str(), c["worker_of"].as_u64()), (Some("worker"), Some(u64::from(busy_pid))), "{c:#}");
+        let at = rows.iter().position(|&p| p == u64::from(*child)).expect("a row");
+        assert!(at > job_at && at <= job_at + 2, "listed under its job: {rows:?}");
+    }
+    let named: Vec<u64> =
+        r["diagnoses"].as_array().expect("diagnoses").iter().filter(|d| d["id"] == "idle-gpu-holder").map(|d| d["pid"].as_u64().expect("pid")).collect();
+    assert_eq!(named, [u64::from(idle_pid)], "only the real idle holder is blamed: {r:#}");
+}
+
+#[test]
 fn a_job_that_starts_during_the_window_is_counted() {
     require_root();
     // Nothing maps the fake driver when the sweep arms: it is probed because it is the

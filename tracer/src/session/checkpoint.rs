@@ -75,15 +75,19 @@ impl SnapshotReader {
         }
     }
 
-    /// Symbolize the allocation stacks seen since the last call while their processes live
-    /// (an allocation that fails is often the process's last act). Cheap when none is new.
-    pub fn symbolize_alloc_stacks(&mut self, kernel: &Kernel, allocs: &AllocStats) {
+    /// Remember the executable mappings of each process that allocated, as soon as it does.
+    /// Allocation stacks are symbolized at snapshots (the end, and recording checkpoints), not
+    /// during the session: loading a program's DWARF there held up the drain long enough for
+    /// a short job to exit before its copies were classified from its live memory map. A
+    /// process gone by then (an allocation that failed is often its last act) is symbolized
+    /// from these mappings. Only reads `/proc/PID/maps`, once per new process.
+    pub fn note_allocating_processes(&mut self, allocs: &AllocStats) {
         if allocs.by_stack.len() == self.alloc_stacks_seen {
             return;
         }
         self.alloc_stacks_seen = allocs.by_stack.len();
-        for &(pid, _, stack) in allocs.by_stack.keys() {
-            self.native.frames(pid, stack, || kernel.user_stack(stack));
+        for &(pid, _, _) in allocs.by_stack.keys() {
+            self.native.remember_mappings_once(pid);
         }
     }
 

@@ -287,7 +287,7 @@ impl Live {
 
     fn drain(&mut self) {
         drain(&mut self.ring, &mut self.kernel, &mut self.evidence, &mut self.host, self.tape.as_mut(), self.snapshots.python());
-        self.snapshots.symbolize_alloc_stacks(&self.kernel, &self.evidence.allocs);
+        self.snapshots.note_allocating_processes(&self.evidence.allocs);
     }
 
     fn begin_recording(&mut self, mut r: Recorder, command: &str, pid: u32, attach_ms: f64, cuda_env: &crate::gpu::identity::CudaEnv) {

@@ -75,6 +75,13 @@ impl NativeSymbolizer {
         }
     }
 
+    /// Keep the process's executable file mappings if none are kept yet.
+    pub fn remember_mappings_once(&mut self, pid: u32) {
+        if !self.mappings.contains_key(&pid) {
+            self.remember_mappings(pid);
+        }
+    }
+
     /// Keep the process's executable file mappings, for its stacks seen after it exits. Read
     /// at most once a second per process: a large process's maps take a millisecond to parse.
     fn remember_mappings(&mut self, pid: u32) {

@@ -40,15 +40,61 @@ pub struct Inputs<'a> {
     pub boot: Option<(f64, f64)>,
 }
 
-/// The rows, in report order: rogue holders first, most memory first within a state.
+/// The rows, in report order: rogue holders first, most memory first within a state; each
+/// job's workers right after it.
 #[must_use]
 pub fn processes(inputs: &Inputs<'_>, candidates: &[Candidate]) -> Vec<Process> {
-    let mut rows: Vec<(State, Process)> = candidates.iter().filter_map(|c| row(inputs, c)).collect();
+    let jobs = jobs(inputs, candidates);
+    let mut rows: Vec<(State, Process)> = candidates.iter().filter_map(|c| row(inputs, c, &jobs)).collect();
     rows.sort_by(|(sa, a), (sb, b)| sa.cmp(sb).then(b.gpu_memory_bytes.cmp(&a.gpu_memory_bytes)).then(a.pid.cmp(&b.pid)));
-    rows.into_iter().map(|(_, p)| p).collect()
+    let (workers, mut ordered): (Vec<Process>, Vec<Process>) = rows.into_iter().map(|(_, p)| p).partition(|p| p.worker_of.is_some());
+    for w in workers {
+        // After its job and the job's other workers; at the end if its job has no row.
+        let at = ordered.iter().rposition(|p| p.pid == w.worker_of.unwrap_or(0) || p.worker_of == w.worker_of).map_or(ordered.len(), |i| i + 1);
+        ordered.insert(at, w);
+    }
+    ordered
 }
 
-fn row(inputs: &Inputs<'_>, c: &Candidate) -> Option<(State, Process)> {
+/// The GPU jobs: processes that made CUDA calls in the window or that NVML lists. Each
+/// maps to its parent, for finding the workers' jobs.
+struct Jobs {
+    gpu: BTreeSet<u32>,
+    parent: HashMap<u32, u32>,
+}
+
+/// How many generations up a worker's job may be (a DataLoader worker's own children).
+const WORKER_DEPTH: usize = 3;
+
+impl Jobs {
+    /// The nearest ancestor of `pid` that is a GPU job.
+    fn of(&self, pid: u32) -> Option<u32> {
+        let mut at = pid;
+        for _ in 0..WORKER_DEPTH {
+            at = *self.parent.get(&at)?;
+            if self.gpu.contains(&at) {
+                return Some(at);
+            }
+        }
+        None
+    }
+}
+
+fn jobs(inputs: &Inputs<'_>, candidates: &[Candidate]) -> Jobs {
+    let a = inputs.activity;
+    let gpu = candidates
+        .iter()
+        .filter(|c| {
+            let listed = inputs.gpu.and_then(|g| g.processes.get(&c.pid)).is_some_and(|u| !u.is_empty());
+            listed || a.calls.get(&c.pid).is_some_and(|calls| calls.total() > 0) || a.timed.contains_key(&c.pid)
+        })
+        .map(|c| c.pid)
+        .collect();
+    let parent = candidates.iter().filter_map(|c| Some((c.pid, c.details.as_ref()?.ppid))).collect();
+    Jobs { gpu, parent }
+}
+
+fn row(inputs: &Inputs<'_>, c: &Candidate, jobs: &Jobs) -> Option<(State, Process)> {
     let a = inputs.activity;
     let calls = a.calls.get(&c.pid).copied().unwrap_or_default();
     let timed = a.timed.get(&c.pid);
@@ -85,13 +131,19 @@ fn row(inputs: &Inputs<'_>, c: &Candidate) -> Option<(State, Process)> {
     let d = c.details.as_ref();
     let ppid = d.map(|d| d.ppid);
     let orphaned = ppid.is_some_and(classify::orphaned);
-    let state = classify::classify(Facts {
+    let mut state = classify::classify(Facts {
         alive: c.alive,
         proc_state: d.filter(|_| c.alive).map(|d| d.state),
         worked,
         holds: holds.iter().any(|h| *h != "cuda-calls"),
         orphaned,
     });
+    // A child of a GPU job that made no CUDA call and that NVML does not list inherited the
+    // driver's mappings through fork: its job's worker, not a holder of its own.
+    let worker_of = (matches!(state, State::Idle | State::Unknown) && !called && uses.is_empty()).then(|| jobs.of(c.pid)).flatten();
+    if worker_of.is_some() {
+        state = State::Worker;
+    }
     let comm = d.map(|d| d.comm.clone()).unwrap_or_default();
     let uid = d.and_then(|d| d.uid);
     let shown = privacy::command(d.and_then(|d| d.cmdline.as_deref()), &comm, uid, inputs.viewer, inputs.show_commands);
@@ -124,9 +176,11 @@ fn row(inputs: &Inputs<'_>, c: &Candidate) -> Option<(State, Process)> {
         state: state.name().to_owned(),
         process_state: d.filter(|_| c.alive).map(|d| d.state.to_string()),
         parent: ppid,
+        worker_of,
         orphaned,
         cgroup: d.and_then(|d| d.cgroup.clone()),
         container: d.and_then(|d| d.cgroup.as_deref()).and_then(scan::container_of),
+        pod: d.and_then(|d| d.cgroup.as_deref()).and_then(scan::pod_of),
         age_s: d.zip(inputs.boot).filter(|_| c.alive).map(|(d, boot)| scan::age_s(d.start_ticks, boot)),
         holds: holds.into_iter().map(str::to_owned).collect(),
         device_files: device_files.into_iter().collect(),
@@ -244,6 +298,21 @@ mod tests {
             show_commands: false,
             boot: Some((1000.0, 100.0)),
         }
+    }
+
+    #[test]
+    fn forked_children_of_a_job_are_its_workers_not_idle_holders() {
+        let mut activity = Activity::default();
+        activity.observe(5_500_000_000, &[launches(20, 300)]);
+        let users = HashMap::new();
+        let input = inputs(&activity, None, &users, true);
+        let child = |pid: u32, ppid: u32| Candidate { pid, details: Some(details(1000, ppid, 'S')), alive: true, holding: Holding { libcuda: true, ..Holding::default() } };
+        // 21 and 22 are the job's workers, 23 a worker's own child; 40 an unrelated idle holder.
+        let rows = processes(&input, &[child(21, 20), candidate(40, 1000, true), candidate(20, 1000, true), child(22, 20), child(23, 21)]);
+        let order: Vec<(u32, &str, Option<u32>)> = rows.iter().map(|p| (p.pid, p.state.as_str(), p.worker_of)).collect();
+        assert_eq!(order, [(40, "idle", None), (20, "active", None), (21, "worker", Some(20)), (22, "worker", Some(20)), (23, "worker", Some(20))]);
+        let blamed: Vec<u32> = diagnoses(&input, &rows).iter().map(|d| d.pid).collect();
+        assert_eq!(blamed, [40]);
     }
 
     #[test]

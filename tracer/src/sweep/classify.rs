@@ -18,6 +18,9 @@ pub enum State {
     Unknown,
     /// Made CUDA calls in the window (or NVML sampled it running).
     Active,
+    /// A child of a GPU job that made no CUDA call and that NVML does not list: it inherited
+    /// the driver's mappings through `fork` (a DataLoader worker) and holds no context.
+    Worker,
     /// Worked or held a GPU during the window and exited before its end.
     Exited,
 }
@@ -30,6 +33,7 @@ impl State {
             Self::Idle => "idle",
             Self::Unknown => "unknown",
             Self::Active => "active",
+            Self::Worker => "worker",
             Self::Exited => "exited",
         }
     }
@@ -88,6 +92,12 @@ pub fn idle_gpu_holder(p: &Process, window_s: f64, device_total: Option<u64>) ->
     if !(nvml || mapped || libcuda) {
         return None;
     }
+    // NVML answered and does not list it: it holds no GPU memory and no context, whatever
+    // it maps (a process that only initialised the driver, or one that inherited a parent's
+    // mappings through fork).
+    if !nvml && p.gpu_memory_bytes == Some(0) {
+        return None;
+    }
     let memory = p.gpu_memory_bytes.filter(|&m| m > 0);
     let zombie = state == State::Zombie.name();
     let severity = if memory.is_some_and(|m| m >= GIB) || (zombie && (nvml || mapped)) {
@@ -126,6 +136,9 @@ pub fn idle_gpu_holder(p: &Process, window_s: f64, device_total: Option<u64>) ->
     }
     if let Some(c) = &p.container {
         evidence.push(format!("in container {c}"));
+    }
+    if let Some(pod) = &p.pod {
+        evidence.push(format!("in Kubernetes pod {pod}"));
     }
     if p.command_hidden {
         evidence.push("command line hidden (another user's; run as root or with --show-commands)".to_owned());
@@ -217,9 +230,11 @@ mod tests {
             state: state.into(),
             process_state: Some("S".into()),
             parent: Some(1),
+            worker_of: None,
             orphaned: false,
             cgroup: None,
             container: None,
+            pod: None,
             age_s: Some(7300.0),
             holds: holds.iter().map(|h| (*h).to_owned()).collect(),
             device_files: vec!["nvidia0".into()],
@@ -245,6 +260,8 @@ mod tests {
         // A context without NVML: medium, impact unknown.
         let d = idle_gpu_holder(&process("idle", &["device-mapped"], None), 5.0, None).expect("diagnosed");
         assert_eq!((d.severity.as_str(), d.impact), ("medium", None));
+        // NVML answered and does not list it: no memory, no context, not a holder.
+        assert!(idle_gpu_holder(&process("idle", &["device-mapped", "libcuda"], Some(0)), 5.0, Some(140 * GIB)).is_none());
         // The driver loaded and nothing else known: low.
         let d = idle_gpu_holder(&process("idle", &["libcuda"], None), 5.0, None).expect("diagnosed");
         assert_eq!(d.severity, "low");

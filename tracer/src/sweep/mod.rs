@@ -143,7 +143,7 @@ pub async fn sweep(options: &Options) -> Result<Finished> {
         ));
     }
 
-    let users = users::load();
+    let users = users::resolve(candidates.iter().filter_map(|c| c.details.as_ref()?.uid));
     let inputs = build::Inputs {
         start_ns,
         end_ns,

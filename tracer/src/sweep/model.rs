@@ -40,16 +40,22 @@ pub struct Process {
     pub command_hidden: bool,
     /// The kernel's short name (15 bytes at most).
     pub comm: String,
-    /// `active`, `idle`, `zombie`, `exited` or `unknown` (docs/sweep.md).
+    /// `active`, `idle`, `zombie`, `worker`, `exited` or `unknown` (docs/sweep.md).
     pub state: String,
     /// The `/proc` state letter at the end (R, S, D, Z, …); null once exited.
     pub process_state: Option<String>,
     pub parent: Option<u32>,
+    /// State `worker`: the GPU job (its parent or an ancestor) it works for.
+    #[serde(default)]
+    pub worker_of: Option<u32>,
     /// Its parent is init (pid 1): its own parent exited.
     pub orphaned: bool,
     pub cgroup: Option<String>,
     /// A container id found in the cgroup path (12 hex digits), or null.
     pub container: Option<String>,
+    /// Under Kubernetes, the pod's uid from the cgroup path, or null.
+    #[serde(default)]
+    pub pod: Option<String>,
     /// Seconds since the process started.
     pub age_s: Option<f64>,
     /// Why it is listed: `nvml`, `device-mapped`, `device-open`, `libcuda`, `cuda-calls`.

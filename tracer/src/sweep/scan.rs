@@ -85,6 +85,20 @@ pub fn container_of(cgroup: &str) -> Option<String> {
     })
 }
 
+/// A Kubernetes pod uid in a cgroup path: `kubepods-burstable-pod<uid>.slice` (systemd driver,
+/// the uid's dashes written as underscores) or `/kubepods/burstable/pod<uid>/` (cgroupfs
+/// driver). The uid is what `kubectl get pod -o jsonpath='{.metadata.uid}'` prints.
+#[must_use]
+pub fn pod_of(cgroup: &str) -> Option<String> {
+    cgroup.split('/').find_map(|segment| {
+        let s = segment.strip_suffix(".slice").unwrap_or(segment);
+        let uid = s.rsplit_once("-pod").map(|(_, u)| u).or_else(|| s.strip_prefix("pod"))?;
+        let uid = uid.replace('_', "-");
+        let looks = uid.len() == 36 && uid.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') && uid.matches('-').count() == 4;
+        looks.then_some(uid)
+    })
+}
+
 /// The command line from `/proc/PID/cmdline` bytes: arguments joined by spaces, non-UTF-8
 /// replaced; None if empty (kernel threads, zombies).
 #[must_use]
@@ -325,6 +339,13 @@ garbage line
             assert_eq!(container_of(&path).as_deref(), Some("0123456789ab"), "{path}");
         }
         assert_eq!(container_of("/user.slice/user-1000.slice/session-3.scope"), None);
+        let pod = "4f1c2d3e-5a6b-4c7d-8e9f-0a1b2c3d4e5f";
+        let systemd = format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{id}.scope", pod.replace('-', "_"));
+        assert_eq!(pod_of(&systemd).as_deref(), Some(pod));
+        assert_eq!(pod_of(&format!("/kubepods/besteffort/pod{pod}/{id}")).as_deref(), Some(pod));
+        assert_eq!(pod_of(&format!("/kubepods.slice/kubepods-pod{}.slice/x", pod.replace('-', "_"))).as_deref(), Some(pod));
+        assert_eq!(pod_of("/kubepods/burstable/pod1234/x"), None);
+        assert_eq!(pod_of("/system.slice/docker-abc.scope"), None);
         assert_eq!(container_of(""), None);
     }
 

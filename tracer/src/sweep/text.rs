@@ -69,6 +69,12 @@ pub fn render(r: &SweepReport, color: bool) -> String {
         if let Some(c) = &p.container {
             facts.push(format!("container {c}"));
         }
+        if let Some(pod) = &p.pod {
+            facts.push(format!("pod {pod}"));
+        }
+        if let Some(job) = p.worker_of {
+            facts.push(format!("worker of {job}"));
+        }
         facts.push(format!("holds: {}", p.holds.join(", ")));
         let _ = writeln!(out, "        {}", fit(&format!("{}{hidden}", clean(&p.command)), 72));
         let _ = writeln!(out, "        {}", fit(&facts.join("; "), 72));
@@ -138,9 +144,11 @@ mod tests {
                 state: "zombie".into(),
                 process_state: Some("S".into()),
                 parent: Some(1),
+                worker_of: None,
                 orphaned: true,
                 cgroup: None,
                 container: Some("0123456789ab".into()),
+                pod: None,
                 age_s: Some(100_000.0),
                 holds: vec!["nvml".into(), "device-mapped".into(), "libcuda".into()],
                 device_files: vec!["nvidia0".into()],

@@ -1,29 +1,25 @@
-//! Who owns a process: user names from `/etc/passwd`, read once per sweep. A uid with no
-//! entry (a container's user, LDAP without a local line) is shown as its number.
+//! Who owns a process: user names through the C library's NSS lookup (`getpwuid_r`, so
+//! LDAP and SSSD users resolve as `ls -l` shows them, not only `/etc/passwd`), each uid once
+//! per sweep. A uid with no entry (a container's user) is shown as its number.
 
 use std::collections::HashMap;
 
-/// uid → name, from the text of a passwd file. Malformed lines are skipped; the first entry
-/// for a uid wins, as in `getpwuid`.
+use nix::unistd::{Uid, User};
+
+/// uid → name for each of `uids` that NSS knows.
 #[must_use]
-pub fn parse_passwd(text: &str) -> HashMap<u32, String> {
+pub fn resolve(uids: impl IntoIterator<Item = u32>) -> HashMap<u32, String> {
     let mut out = HashMap::new();
-    for line in text.lines() {
-        let mut fields = line.split(':');
-        let (Some(name), Some(_password), Some(uid)) = (fields.next(), fields.next(), fields.next()) else { continue };
-        let Ok(uid) = uid.parse::<u32>() else { continue };
-        if name.is_empty() || name.starts_with('#') {
+    for uid in uids {
+        if out.contains_key(&uid) {
             continue;
         }
-        out.entry(uid).or_insert_with(|| name.to_owned());
+        // An error (NSS unreachable) or no entry both leave the number.
+        if let Ok(Some(user)) = User::from_uid(Uid::from_raw(uid)) {
+            out.insert(uid, user.name);
+        }
     }
     out
-}
-
-/// The host's users (empty if `/etc/passwd` cannot be read: numbers are shown then).
-#[must_use]
-pub fn load() -> HashMap<u32, String> {
-    std::fs::read_to_string("/etc/passwd").map(|t| parse_passwd(&t)).unwrap_or_default()
 }
 
 /// A uid as a person reads it: the name, else the number; `?` when the owner is unknown
@@ -42,14 +38,11 @@ mod tests {
 
     #[test]
     fn names_and_numeric_fallback() {
-        let users = parse_passwd(
-            "root:x:0:0:root:/root:/bin/bash\nbad line\nalice:x:1000:1000::/home/alice:/bin/sh\nx:x:notanumber\nalias:x:0:0::/:/bin/sh\n",
-        );
+        // uid 0 is root on every system NSS serves; 4242424 is nobody's.
+        let users = resolve([0, 0, 4_242_424]);
         assert_eq!(name(&users, Some(0)), "root");
-        assert_eq!(name(&users, Some(1000)), "alice");
-        assert_eq!(name(&users, Some(4242)), "4242");
+        assert_eq!(name(&users, Some(4_242_424)), "4242424");
         assert_eq!(name(&users, None), "?");
-        assert_eq!(users.len(), 2);
-        assert!(parse_passwd("").is_empty());
+        assert_eq!(users.len(), 1);
     }
 }
