@@ -32,6 +32,9 @@ beside the planted job's predicted steps/s after the fix in docs/validation.md):
                 rarer checkpoint)
                 (planted.sh starts the busy processes and pins the job)
   idle          holds a CUDA context and 1 GiB of device memory and sleeps (an idle GPU)
+  idle20        the same with 20 GiB
+  loader_cpu4   loader_cpu with 4 workers forked after CUDA was initialised (sweep: the
+                workers inherit the driver's mappings, not a context)
 
 Memory (issue 21):
   leak          a bf16 training step (batch 32) that keeps every step's output on the GPU
@@ -72,8 +75,8 @@ def mlp(width, depth, dtype=torch.float32):
     return torch.nn.Sequential(*layers).to(dev, dtype)
 
 
-if args.mode == "idle":
-    held = torch.empty(1 << 30, dtype=torch.uint8, device=dev)
+if args.mode in ("idle", "idle20"):
+    held = torch.empty((20 if args.mode == "idle20" else 1) << 30, dtype=torch.uint8, device=dev)
 
     def step(i):
         time.sleep(0.1)
@@ -194,7 +197,7 @@ elif args.mode in ("checkpoint", "checkpoint_fixed"):
         opt.step()
         if args.mode == "checkpoint" and i % 20 == 19:
             save_checkpoint(i)
-elif args.mode in ("loader_disk", "loader_cpu", "loader_inline", "loader_inline_fixed"):
+elif args.mode in ("loader_disk", "loader_cpu", "loader_cpu4", "loader_inline", "loader_inline_fixed"):
     from torch.utils.data import DataLoader, Dataset
 
     SAMPLE = 4 << 20
@@ -239,8 +242,12 @@ elif args.mode in ("loader_disk", "loader_cpu", "loader_inline", "loader_inline_
             return torch.full((4096,), acc)
 
     ds = DiskSamples(64) if args.mode == "loader_disk" else CpuSamples()
-    workers = {"loader_disk": 1, "loader_cpu": 2, "loader_inline": 0, "loader_inline_fixed": 8}[args.mode]
+    workers = {"loader_disk": 1, "loader_cpu": 2, "loader_cpu4": 4, "loader_inline": 0, "loader_inline_fixed": 8}[args.mode]
     extra = {"prefetch_factor": 2, "persistent_workers": True} if workers else {}
+    if args.mode == "loader_cpu4":
+        # As most training scripts do: CUDA is initialised (the model moved to the GPU) before
+        # the loader forks its workers, which inherit the driver's mappings.
+        torch.zeros(1, device=dev)
     it = iter(DataLoader(ds, batch_size=8, num_workers=workers, **extra))
     model = mlp(4096, 4)
 

@@ -19,7 +19,7 @@
 
 use super::{rules::pct, severity};
 use crate::{
-    evidence::{Evidence, Failure},
+    evidence::{Evidence, Failure, RETRY_WITHIN_NS},
     gpu::sampler::Finished,
     report::{
         model::{Diagnosis, Memory, MemoryPoint},
@@ -82,26 +82,36 @@ impl Inputs<'_> {
         })
     }
 
+    /// Requests that failed for good: those given up on, and those never resolved, but not a
+    /// failure in the window's last second of a process still alive (its retry may come after).
+    fn failed_for_good(&self) -> Vec<&Failure> {
+        let failures = &self.evidence.allocs.out_of_memory_failures;
+        let alive = |pid: u32| !self.evidence.processes.get(&pid).is_some_and(|p| p.exited);
+        let unresolved = failures.pending.values().filter(|f| !(f.at_ns.saturating_add(RETRY_WITHIN_NS) > self.end_ns && alive(f.pid)));
+        failures.fatal.iter().chain(unresolved).collect()
+    }
+
     /// When the job first called CUDA in the window: growth is judged from there, so that a
     /// window that began with the interpreter's start-up is not half start-up.
     fn cuda_start_ns(&self) -> u64 {
-        self.evidence.threads.values().map(|t| t.first_ns).filter(|&f| f > 0).min().map_or(self.start_ns, |f| f.clamp(self.start_ns, self.end_ns))
+        // max then min, not clamp: a damaged recording may end before it starts.
+        self.evidence.threads.values().map(|t| t.first_ns).filter(|&f| f > 0).min().map_or(self.start_ns, |f| f.max(self.start_ns).min(self.end_ns))
     }
 
-    /// The devices the traced processes hold memory on (all of them if NVML lists none).
+    /// The devices the traced processes hold memory on: per the holders at the end, else (the
+    /// job had exited) per any reading of the window; all devices if NVML never listed them.
     fn devices(&self) -> Vec<u32> {
         let Some(g) = self.gpu else { return Vec::new() };
-        let held: Vec<u32> = g
-            .holders
-            .iter()
-            .enumerate()
-            .filter(|(_, h)| h.iter().any(|(pid, _)| self.traced.contains(pid)))
-            .filter_map(|(i, _)| g.devices.get(i).map(|d| d.index))
-            .collect();
+        let mine = |held: &[(u32, u64)]| held.iter().any(|(pid, _)| self.traced.contains(pid));
+        let mut held: std::collections::BTreeSet<u32> =
+            g.holders.iter().enumerate().filter(|(_, h)| mine(h)).filter_map(|(i, _)| g.devices.get(i).map(|d| d.index)).collect();
+        if held.is_empty() {
+            held = g.samples.iter().filter(|s| s.memory_by_pid.as_deref().is_some_and(mine)).map(|s| s.device).collect();
+        }
         if held.is_empty() {
             g.devices.iter().map(|d| d.index).collect()
         } else {
-            held
+            held.into_iter().collect()
         }
     }
 
@@ -125,7 +135,10 @@ impl Inputs<'_> {
 pub fn view(inputs: &Inputs<'_>) -> Memory {
     let a = &inputs.evidence.allocs;
     let held = inputs.held_at_end();
-    let from_start = !inputs.evidence.contexts.is_empty();
+    // Every reservation was seen: the job created or retained its context while traced, and
+    // freed nothing allocated before (a library's retain in a running job is not its start).
+    let from_start = inputs.evidence.contexts.iter().any(|c| c.result == 0 && (c.symbol.starts_with("cuCtxCreate") || c.symbol == "cuDevicePrimaryCtxRetain"))
+        && a.unknown_frees == 0;
     let failures = &a.out_of_memory_failures;
     Memory {
         reserved_bytes: a.live_bytes,
@@ -137,7 +150,7 @@ pub fn view(inputs: &Inputs<'_>) -> Memory {
         growth_bytes_per_s: growth(&a.timeline, inputs.cuda_start_ns(), inputs.end_ns).map(|g| g.rate),
         out_of_memory: a.out_of_memory,
         recovered_by_retry: failures.recovered.iter().filter(|f| f.frees_after > 0).count() as u64,
-        failed_for_good: failures.for_good().count() as u64,
+        failed_for_good: inputs.failed_for_good().len() as u64,
         timeline: timeline(inputs),
     }
 }
@@ -157,14 +170,18 @@ fn timeline(inputs: &Inputs<'_>) -> Vec<MemoryPoint> {
     let window = inputs.end_ns.saturating_sub(inputs.start_ns);
     let step = S * (window / S / TIMELINE_POINTS + 1);
     let points = &inputs.evidence.allocs.timeline;
-    let samples = inputs.gpu.map(|g| g.samples.as_slice()).unwrap_or_default();
+    // The memory readings in time order, each interval's found by bisection (a long window of
+    // many devices must not be scanned once per point).
+    let mut samples: Vec<&crate::gpu::Sample> = inputs.gpu.map(|g| g.samples.iter().filter(|s| s.memory_by_pid.is_some()).collect()).unwrap_or_default();
+    samples.sort_by_key(|s| s.at_ns);
     let mut out = Vec::new();
     let mut t = inputs.start_ns;
     while t < inputs.end_ns {
         let end = t.saturating_add(step).min(inputs.end_ns);
         // The newest memory reading of each device in this interval, summed over devices.
         let mut per_device: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
-        for s in samples.iter().filter(|s| (t..end).contains(&s.at_ns)) {
+        let (from, to) = (samples.partition_point(|s| s.at_ns < t), samples.partition_point(|s| s.at_ns < end));
+        for s in &samples[from..to] {
             if let Some(m) = &s.memory_by_pid {
                 per_device.insert(s.device, m.iter().filter(|(pid, _)| inputs.traced.contains(pid)).map(|(_, b)| *b).fold(0, u64::saturating_add));
             }
@@ -264,7 +281,7 @@ fn others(inputs: &Inputs<'_>) -> Vec<String> {
 }
 
 fn oom(inputs: &Inputs<'_>, view: &Memory) -> Option<Diagnosis> {
-    let failures: Vec<&Failure> = inputs.evidence.allocs.out_of_memory_failures.for_good().collect();
+    let failures = inputs.failed_for_good();
     let largest = failures.iter().max_by_key(|f| f.bytes)?;
     // What the job held: through the driver where every reservation was seen, else NVML's.
     let held = if view.from_start {
@@ -377,15 +394,11 @@ fn memory_reserved(view: &Memory) -> Option<Diagnosis> {
     if share < RESERVED_SHARE {
         return None;
     }
-    let mut evidence = vec![format!("the job holds {} of the GPU's {} (NVML)", bytes(held), bytes(total))];
-    evidence.push(if view.from_start {
-        format!(
-            "of it, {} was reserved through allocation calls and kept; {} is the context itself",
-            bytes(view.reserved_bytes),
-            bytes(view.context_bytes.unwrap_or(0))
-        )
-    } else {
-        format!("{} was reserved while traced; the rest before tracing began or by the context", bytes(view.reserved_bytes))
+    let source = if view.held_bytes.is_some_and(|h| h >= view.reserved_bytes) { "NVML" } else { "reserved through the driver" };
+    let mut evidence = vec![format!("the job holds {} of the GPU's {} ({source})", bytes(held), bytes(total))];
+    evidence.push(match view.context_bytes {
+        Some(context) => format!("of it, {} was reserved through allocation calls and kept; {} is the context itself", bytes(view.reserved_bytes), bytes(context)),
+        None => format!("{} was reserved while traced; the rest before tracing began or by the context", bytes(view.reserved_bytes)),
     });
     Some(memory_diagnosis(
         "memory-reserved",
@@ -453,6 +466,13 @@ mod tests {
         assert!(found[0].summary.contains("512.0 MiB"), "{}", found[0].summary);
         assert!((found[1].impact - 0.01).abs() < 1e-9, "0.1 s of 10 s: {}", found[1].impact);
         assert_eq!(found[1].severity, "low");
+        // A failure in the last second of a live process may yet be retried; once it exited, not.
+        ev.allocs.out_of_memory_failures.pending.insert(1, failure(10 * S - S / 2, 8 * MIB, 0, 0));
+        let inputs = Inputs { evidence: &ev, start_ns: 0, end_ns: 10 * S, traced: &[1], gpu: None, steps_per_s: None };
+        assert_eq!(inputs.failed_for_good().len(), 1);
+        ev.processes.entry(1).or_default().exited = true;
+        let inputs = Inputs { evidence: &ev, start_ns: 0, end_ns: 10 * S, traced: &[1], gpu: None, steps_per_s: None };
+        assert_eq!(inputs.failed_for_good().len(), 2);
     }
 
     #[test]

@@ -134,6 +134,8 @@ pub struct AllocStats {
     /// Device allocations by process, thread and user stack id (-1: none).
     pub by_stack: BTreeMap<(u32, u32, i64), StackAllocs>,
     pub out_of_memory_failures: Failures,
+    /// Frees of blocks allocated before tracing began (their size is unknown).
+    pub unknown_frees: u64,
     live: Ranges,
 }
 
@@ -175,7 +177,10 @@ impl AllocStats {
             self.frees += 1;
             let addr = spec.addr_arg.map_or(0, |i| call.args[usize::from(i)]);
             // Blocks allocated before we attached are freed unseen: their size is unknown.
-            let size = self.live.remove(pid, addr).unwrap_or(0);
+            let size = self.live.remove(pid, addr).unwrap_or_else(|| {
+                self.unknown_frees += 1;
+                0
+            });
             self.freed_bytes += size;
             self.live_bytes -= size;
             self.out_of_memory_failures.freed(tid, size);

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use gputrace_common::{drains_queue_after, spec_of, CallEvent, Family, ThreadCounters, CLONE_THREAD};
 
 pub use copies::{CopyClass, CopyStats, DirStats, Direction, HostClass, HostMemory};
-pub use memory::{AllocStats, ContextCall, Failure, Failures, HostPinStats, StackAllocs, TIMELINE_BUCKET_NS};
+pub use memory::{AllocStats, ContextCall, Failure, Failures, HostPinStats, StackAllocs, RETRY_WITHIN_NS, TIMELINE_BUCKET_NS};
 pub use threads::ThreadStats;
 pub use vmm::VmmStats;
 

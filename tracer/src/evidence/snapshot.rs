@@ -197,7 +197,7 @@ impl Snapshot {
             .alloc_stacks
             .iter()
             .map(|s| base_allocs.iter().find(|b| b.same_key(s)).map_or_else(|| s.clone(), |b| s.since(b)))
-            .filter(|s| s.count + s.failed > 0)
+            .filter(|s| s.count > 0 || s.failed > 0)
             .collect();
     }
 

@@ -400,7 +400,11 @@ fn memory_line(out: &mut String, m: &crate::report::model::Memory) {
         let _ = write!(line, "; growing {}/s", bytes(rate as u64));
     }
     if m.out_of_memory > 0 {
-        let _ = write!(line, "; {} out of memory ({} retried, {} for good)", m.out_of_memory, m.recovered_by_retry, m.failed_for_good);
+        let _ = write!(
+            line,
+            "; {} allocation calls out of memory: {} request(s) recovered by a retry, {} failed for good",
+            m.out_of_memory, m.recovered_by_retry, m.failed_for_good
+        );
     }
     wrap(out, "  memory     ", &line);
 }

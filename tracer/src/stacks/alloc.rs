@@ -37,10 +37,10 @@ impl AllocStack {
 
     /// Add `other`'s counts.
     pub fn add(&mut self, other: &Self) {
-        self.count += other.count;
-        self.bytes += other.bytes;
-        self.failed += other.failed;
-        self.failed_bytes += other.failed_bytes;
+        self.count = self.count.saturating_add(other.count);
+        self.bytes = self.bytes.saturating_add(other.bytes);
+        self.failed = self.failed.saturating_add(other.failed);
+        self.failed_bytes = self.failed_bytes.saturating_add(other.failed_bytes);
     }
 
     /// These counts less `before`'s (a segment of a recording).
@@ -66,21 +66,24 @@ pub enum Weight {
 }
 
 /// The `n` sites that allocated (or failed to allocate) the most bytes. Where a process has
-/// Python stacks they are used, not its native ones: the interpreter's native frames name no
-/// user code.
+/// Python stacks of that weight they are used, not its native ones: the interpreter's native
+/// frames name no user code. (Python reads are a sample, at most 100 a second of each kind:
+/// their bytes are those of the allocations read.) Where it has none, its native stacks
+/// speak for it (a failure whose Python read was lost: the process died at once).
 #[must_use]
 pub fn top(stacks: &[AllocStack], weight: Weight, n: usize) -> Vec<Site> {
-    let python: std::collections::BTreeSet<u32> = stacks.iter().filter(|s| s.origin == Origin::Python).map(|s| s.pid).collect();
     let bytes = |s: &AllocStack| match weight {
         Weight::Allocated => s.bytes,
         Weight::Failed => s.failed_bytes,
     };
+    let python: std::collections::BTreeSet<u32> = stacks.iter().filter(|s| s.origin == Origin::Python && bytes(s) > 0).map(|s| s.pid).collect();
     let mut by_site: BTreeMap<String, (Frame, u64)> = BTreeMap::new();
     let mut total = 0u64;
     for s in stacks.iter().filter(|s| s.origin == Origin::Python || !python.contains(&s.pid)) {
-        total += bytes(s);
+        total = total.saturating_add(bytes(s));
         let Some(frame) = site_frame(&s.frames) else { continue };
-        by_site.entry(frame.location()).or_insert_with(|| (frame.clone(), 0)).1 += bytes(s);
+        let at = &mut by_site.entry(frame.location()).or_insert_with(|| (frame.clone(), 0)).1;
+        *at = at.saturating_add(bytes(s));
     }
     if total == 0 {
         return Vec::new();
@@ -135,6 +138,9 @@ mod tests {
         let failed = top(&stacks, Weight::Failed, 3);
         assert_eq!(failed.len(), 1);
         assert_eq!(failed[0].function, "keep");
+        // A failure only the native stack saw still has its site.
+        let native_only = vec![at(Origin::Native, 1, "grow_segment", "/src/alloc.cpp", 0, 64), at(Origin::Python, 1, "forward", "/w/train.py", 300, 0)];
+        assert_eq!(top(&native_only, Weight::Failed, 3)[0].function, "grow_segment");
     }
 
     #[test]

@@ -174,7 +174,13 @@ fn run(shared: &Mutex<Shared>, stop: &AtomicBool, asked: &mpsc::Receiver<Ask>, t
                     if *used < ALLOC_READS_PER_S {
                         if let Some(s) = spied.iter_mut().find(|s| s.pid == pid) {
                             *used += 1;
+                            let began = Instant::now();
                             read_allocation(s, tid, bytes, failed, shared);
+                            // The tracer's own cost, reported with the periodic reads'.
+                            if let Ok(mut sh) = shared.lock() {
+                                sh.reads += 1;
+                                sh.busy += began.elapsed();
+                            }
                         }
                     }
                 }
@@ -207,10 +213,10 @@ fn read_allocation(s: &mut Spied, tid: u32, bytes: u64, failed: bool, shared: &M
     let entry = sh.allocs.entry((tid, frames.clone())).or_insert_with(|| AllocStack { pid: s.pid, tid, origin: Origin::Python, frames, ..AllocStack::default() });
     if failed {
         entry.failed += 1;
-        entry.failed_bytes += bytes;
+        entry.failed_bytes = entry.failed_bytes.saturating_add(bytes);
     } else {
         entry.count += 1;
-        entry.bytes += bytes;
+        entry.bytes = entry.bytes.saturating_add(bytes);
     }
 }
 

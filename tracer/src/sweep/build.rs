@@ -61,12 +61,18 @@ pub fn processes(inputs: &Inputs<'_>, candidates: &[Candidate]) -> Vec<Process> 
 struct Jobs {
     gpu: BTreeSet<u32>,
     parent: HashMap<u32, u32>,
+    command: HashMap<u32, String>,
 }
 
 /// How many generations up a worker's job may be (a DataLoader worker's own children).
 const WORKER_DEPTH: usize = 3;
 
 impl Jobs {
+    /// Whether `pid` runs the same command line as `job` (a fork that did not exec).
+    fn same_command(&self, pid: u32, job: u32) -> bool {
+        self.command.get(&pid).is_some_and(|c| self.command.get(&job) == Some(c))
+    }
+
     /// The nearest ancestor of `pid` that is a GPU job.
     fn of(&self, pid: u32) -> Option<u32> {
         let mut at = pid;
@@ -91,7 +97,8 @@ fn jobs(inputs: &Inputs<'_>, candidates: &[Candidate]) -> Jobs {
         .map(|c| c.pid)
         .collect();
     let parent = candidates.iter().filter_map(|c| Some((c.pid, c.details.as_ref()?.ppid))).collect();
-    Jobs { gpu, parent }
+    let command = candidates.iter().filter_map(|c| Some((c.pid, c.details.as_ref()?.cmdline.clone()?))).collect();
+    Jobs { gpu, parent, command }
 }
 
 fn row(inputs: &Inputs<'_>, c: &Candidate, jobs: &Jobs) -> Option<(State, Process)> {
@@ -140,7 +147,13 @@ fn row(inputs: &Inputs<'_>, c: &Candidate, jobs: &Jobs) -> Option<(State, Proces
     });
     // A child of a GPU job that made no CUDA call and that NVML does not list inherited the
     // driver's mappings through fork: its job's worker, not a holder of its own.
-    let worker_of = (matches!(state, State::Idle | State::Unknown) && !called && uses.is_empty()).then(|| jobs.of(c.pid)).flatten();
+    // Without NVML's lists a child could hold a context of its own (a rank started with
+    // mp.spawn): only one still running its job's command line (forked, not exec'd) counts.
+    let listed = inputs.gpu.is_some_and(|g| g.processes_listed);
+    let worker_of = (matches!(state, State::Idle | State::Unknown) && !called && uses.is_empty())
+        .then(|| jobs.of(c.pid))
+        .flatten()
+        .filter(|&job| listed || jobs.same_command(c.pid, job));
     if worker_of.is_some() {
         state = State::Worker;
     }
@@ -156,11 +169,12 @@ fn row(inputs: &Inputs<'_>, c: &Candidate, jobs: &Jobs) -> Option<(State, Proces
             sm_util_pct: u.sm_util_pct,
         })
         .collect();
-    // With NVML, a process it does not list holds no GPU memory (0); without NVML, or
-    // where NVML withholds a figure, the memory is unknown (null).
+    // With NVML's lists read, a process they do not list holds no GPU memory (0); without
+    // NVML, with lists unread or of another pid namespace, or where NVML withholds a figure,
+    // the memory is unknown (null).
     let gpu_memory_bytes = match inputs.gpu {
         None => None,
-        Some(_) if uses.is_empty() => Some(0),
+        Some(g) if uses.is_empty() => g.processes_listed.then_some(0),
         Some(_) => uses.iter().map(|u| u.memory_bytes).sum(),
     };
     let secs = |ns: u64| ns as f64 / 1e9;
@@ -308,11 +322,14 @@ mod tests {
         let input = inputs(&activity, None, &users, true);
         let child = |pid: u32, ppid: u32| Candidate { pid, details: Some(details(1000, ppid, 'S')), alive: true, holding: Holding { libcuda: true, ..Holding::default() } };
         // 21 and 22 are the job's workers, 23 a worker's own child; 40 an unrelated idle holder.
-        let rows = processes(&input, &[child(21, 20), candidate(40, 1000, true), candidate(20, 1000, true), child(22, 20), child(23, 21)]);
+        // 24 exec'd another program: without NVML it may hold a context of its own.
+        let mut spawned = child(24, 20);
+        spawned.details.as_mut().expect("details").cmdline = Some("python -c from multiprocessing.spawn import spawn_main".into());
+        let rows = processes(&input, &[child(21, 20), candidate(40, 1000, true), candidate(20, 1000, true), child(22, 20), child(23, 21), spawned]);
         let order: Vec<(u32, &str, Option<u32>)> = rows.iter().map(|p| (p.pid, p.state.as_str(), p.worker_of)).collect();
-        assert_eq!(order, [(40, "idle", None), (20, "active", None), (21, "worker", Some(20)), (22, "worker", Some(20)), (23, "worker", Some(20))]);
+        assert_eq!(order, [(24, "idle", None), (40, "idle", None), (20, "active", None), (21, "worker", Some(20)), (22, "worker", Some(20)), (23, "worker", Some(20))]);
         let blamed: Vec<u32> = diagnoses(&input, &rows).iter().map(|d| d.pid).collect();
-        assert_eq!(blamed, [40]);
+        assert_eq!(blamed, [24, 40]);
     }
 
     #[test]
@@ -366,6 +383,7 @@ mod tests {
             ]
             .into(),
             utilization_known: true,
+            processes_listed: true,
         };
         // Without probes, NVML's samples still tell the worker from the idle holder.
         let input = inputs(&activity, Some(&view), &users, false);
@@ -382,6 +400,11 @@ mod tests {
         assert_eq!(d[0].severity, "high");
         assert!((d[0].impact.expect("known") - 0.2).abs() < 1e-9);
         assert_eq!(gpu(&view).devices[0].processes, 2);
+        // NVML's lists unread (or of another pid namespace): not listed says nothing.
+        let unlisted = GpuView { processes_listed: false, ..view.clone() };
+        let input = inputs(&activity, Some(&unlisted), &users, false);
+        let rows = processes(&input, &[candidate(30, 0, true)]);
+        assert_eq!(rows[0].gpu_memory_bytes, None);
     }
 
     #[test]

@@ -40,6 +40,9 @@ pub struct GpuView {
     /// Whether per-process utilization samples could be read on every device: only then does
     /// a missing sample mean "did not run".
     pub utilization_known: bool,
+    /// Whether NVML's process lists could be read on every device and name processes of our
+    /// pid namespace: only then does a process missing from them hold no GPU memory.
+    pub processes_listed: bool,
 }
 
 /// Ask NVML; `since_unix_us` is the window's start on the wall clock, which NVML's
@@ -58,7 +61,7 @@ pub fn query(since_unix_us: u64) -> Result<GpuView, String> {
 fn ask(since_unix_us: u64) -> Result<GpuView, String> {
     let nvml = Nvml::init().map_err(|e| format!("NVML is unavailable ({e}); GPU memory per process is unknown (gpu: null)"))?;
     let count = nvml.device_count().map_err(|e| format!("NVML cannot count the GPUs ({e}); gpu: null"))?;
-    let mut view = GpuView { driver_version: nvml.sys_driver_version().ok(), utilization_known: count > 0, ..GpuView::default() };
+    let mut view = GpuView { driver_version: nvml.sys_driver_version().ok(), utilization_known: count > 0, processes_listed: count > 0, ..GpuView::default() };
     for index in 0..count {
         let Ok(dev) = nvml.device_by_index(index) else { continue };
         let memory = dev.memory_info().ok();
@@ -69,16 +72,23 @@ fn ask(since_unix_us: u64) -> Result<GpuView, String> {
             memory_total_bytes: memory.as_ref().map(|m| m.total),
             memory_used_bytes: memory.as_ref().map(|m| m.used),
         });
-        let utilization = device_processes(&dev, index, since_unix_us, &mut view.processes);
+        let (utilization, listed) = device_processes(&dev, index, since_unix_us, &mut view.processes);
         view.utilization_known &= utilization;
+        view.processes_listed &= listed;
     }
+    // Inside a container without the host's pid namespace NVML names host pids, none of
+    // which is ours: its lists then say nothing about the processes we see.
+    let ours = |pid: &u32| std::path::Path::new(&format!("/proc/{pid}")).exists();
+    view.processes_listed &= view.processes.is_empty() || view.processes.keys().any(ours);
     Ok(view)
 }
 
-/// Add one device's processes; returns whether per-process utilization was readable.
-fn device_processes(dev: &Device<'_>, index: u32, since_unix_us: u64, out: &mut BTreeMap<u32, Vec<ProcessUse>>) -> bool {
-    let listed =
-        dev.running_compute_processes().unwrap_or_default().into_iter().chain(dev.running_graphics_processes().unwrap_or_default());
+/// Add one device's processes; returns whether per-process utilization was readable and
+/// whether the process lists were.
+fn device_processes(dev: &Device<'_>, index: u32, since_unix_us: u64, out: &mut BTreeMap<u32, Vec<ProcessUse>>) -> (bool, bool) {
+    let (compute, graphics) = (dev.running_compute_processes(), dev.running_graphics_processes());
+    let lists_read = compute.is_ok() && graphics.is_ok();
+    let listed = compute.unwrap_or_default().into_iter().chain(graphics.unwrap_or_default());
     let mut here: BTreeMap<u32, ProcessUse> = BTreeMap::new();
     for p in listed {
         let memory = match p.used_gpu_memory {
@@ -102,5 +112,5 @@ fn device_processes(dev: &Device<'_>, index: u32, since_unix_us: u64, out: &mut 
     for (pid, u) in here {
         out.entry(pid).or_default().push(u);
     }
-    known
+    (known, lists_read)
 }

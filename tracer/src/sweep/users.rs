@@ -10,8 +10,10 @@ use nix::unistd::{Uid, User};
 #[must_use]
 pub fn resolve(uids: impl IntoIterator<Item = u32>) -> HashMap<u32, String> {
     let mut out = HashMap::new();
+    // Each uid is asked once, found or not: a miss may have waited on an LDAP timeout.
+    let mut asked = std::collections::HashSet::new();
     for uid in uids {
-        if out.contains_key(&uid) {
+        if !asked.insert(uid) {
             continue;
         }
         // An error (NSS unreachable) or no entry both leave the number.
