@@ -204,6 +204,28 @@ fn run_fakejob_full(wrapper: &[&str], options: &[&str], args: &[&str]) -> (Value
     (report, out.status.code().unwrap_or(-1), stderr)
 }
 
+/// `gputrace record -o FILE -- fakejob ARGS`, then `gputrace report --json FILE`: the report
+/// made later from the recording. `name` keeps concurrent callers' files apart.
+#[must_use]
+pub fn record_then_report(name: &str, args: &[&str]) -> Value {
+    let dir = std::env::temp_dir().join(format!("gputrace-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("job.gtr");
+    let recorded = Command::new(gputrace())
+        .env("LD_LIBRARY_PATH", fake_cuda_dir())
+        .args(["record", "-o"])
+        .arg(&file)
+        .arg("--")
+        .arg(fakejob())
+        .args(args)
+        .output()
+        .expect("gputrace records");
+    assert!(recorded.status.success(), "{}", String::from_utf8_lossy(&recorded.stderr));
+    let out = Command::new(gputrace()).args(["report", "--json"]).arg(&file).output().expect("report runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    serde_json::from_slice(&out.stdout).expect("one JSON report")
+}
+
 /// A number at a JSON pointer (`/cuda/launches/kernels`); panics with the report if absent.
 #[must_use]
 pub fn num(report: &Value, pointer: &str) -> u64 {

@@ -115,23 +115,8 @@ fn a_python_loop_that_keeps_its_activations_names_the_python_function() {
 #[test]
 fn a_recording_keeps_the_memory_view_and_its_sites() {
     require_root();
-    let dir = std::env::temp_dir().join(format!("gputrace-memory-rec-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let file = dir.join("job.gtr");
     let args: Vec<&str> = STEADY.iter().copied().chain(["--leak", "1048576"]).collect();
-    let recorded = Command::new(gputrace())
-        .env("LD_LIBRARY_PATH", fake_cuda_dir())
-        .args(["record", "-o"])
-        .arg(&file)
-        .arg("--")
-        .arg(gputrace_tests::fakejob())
-        .args(&args)
-        .output()
-        .expect("gputrace records");
-    assert!(recorded.status.success(), "{}", String::from_utf8_lossy(&recorded.stderr));
-    let out = Command::new(gputrace()).args(["report", "--json"]).arg(&file).output().expect("report runs");
-    let _ = std::fs::remove_dir_all(&dir);
-    let r: Value = serde_json::from_slice(&out.stdout).expect("one JSON report");
+    let r = gputrace_tests::record_then_report("memory-rec", &args);
     assert_eq!(num(&r, "/memory/reserved_bytes"), 400 * MIB);
     assert_eq!(top_site(diagnosis(&r, "memory-growth"))["function"], "keep_activations", "{:#}", r["diagnoses"]);
 }

@@ -74,21 +74,6 @@ fn a_stripped_program_gets_addresses_and_a_report() {
 #[test]
 fn a_recording_keeps_the_sites_for_the_report_made_later() {
     require_root();
-    let dir = std::env::temp_dir().join(format!("gputrace-sites-rec-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let file = dir.join("job.gtr");
-    let recorded = std::process::Command::new(gputrace_tests::gputrace())
-        .env("LD_LIBRARY_PATH", gputrace_tests::fake_cuda_dir())
-        .args(["record", "-o"])
-        .arg(&file)
-        .arg("--")
-        .arg(gputrace_tests::fakejob())
-        .args(["--steps", "200", "--driver-launches", "20", "--kernel-us", "150", "--item", "1", "--host-us", "2000"])
-        .output()
-        .expect("gputrace records");
-    assert!(recorded.status.success(), "{}", String::from_utf8_lossy(&recorded.stderr));
-    let out = std::process::Command::new(gputrace_tests::gputrace()).args(["report", "--json"]).arg(&file).output().expect("report runs");
-    let _ = std::fs::remove_dir_all(&dir);
-    let r: Value = serde_json::from_slice(&out.stdout).expect("one JSON report");
+    let r = gputrace_tests::record_then_report("sites-rec", &["--steps", "200", "--driver-launches", "20", "--kernel-us", "150", "--item", "1", "--host-us", "2000"]);
     assert_eq!(functions(diagnosis(&r, "host-sync")).first(), Some(&"read_scalar"), "{:#}", r["diagnoses"]);
 }

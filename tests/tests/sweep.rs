@@ -22,12 +22,18 @@ fn stop(mut job: Gated) {
     let _ = job.child.wait();
 }
 
-#[test]
-fn names_the_idle_holder_and_counts_the_busy_job_exactly() {
-    require_root();
+/// A fake job that allocated device memory and now only holds it.
+fn idle_holder() -> Gated {
     let mut idle = Gated::start(&["--hold-ms", "60000"]);
     idle.release();
     idle.wait_for("holding");
+    idle
+}
+
+#[test]
+fn names_the_idle_holder_and_counts_the_busy_job_exactly() {
+    require_root();
+    let idle = idle_holder();
     let mut busy = Gated::start(&["--steps", "10", "--driver-launches", "100", "--sync", "--hold-ms", "60000"]);
 
     let sweep = Tracer::sweep(&["--duration", "3"], None);
@@ -88,9 +94,7 @@ fn names_the_idle_holder_and_counts_the_busy_job_exactly() {
 #[test]
 fn a_busy_jobs_forked_children_are_its_workers_not_idle_holders() {
     require_root();
-    let mut idle = Gated::start(&["--hold-ms", "60000"]);
-    idle.release();
-    idle.wait_for("holding");
+    let idle = idle_holder();
     let mut busy = Gated::start(&["--steps", "10", "--driver-launches", "100", "--sync", "--hold-ms", "60000", "--idle-children", "2"]);
     let children: Vec<u32> = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", busy.pid))
         .expect("the job's children")

@@ -9,11 +9,9 @@ OUT=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT"
 cd "$OUT" || exit 1
-start() { # NAME MODE
-  rm -f "in.$1" "out.$1"
-  mkfifo "in.$1" "out.$1"
-  PYTHONUNBUFFERED=1 python3 "$HERE/planted.py" "$2" --seconds 25 <"in.$1" >"out.$1" 2>"$1.py.err" &
-}
+# shellcheck source=fifo_job.sh
+. "$HERE/fifo_job.sh"
+start() { start_job "$1" "$2" 25; } # NAME MODE
 start job launch_bound
 job=$!
 start sleeper idle

@@ -14,7 +14,7 @@ use std::{
     process::Command,
 };
 
-use super::maps::{self, Mapping};
+use super::maps;
 
 /// A library file identified by device and inode.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -34,9 +34,6 @@ pub fn is_driver_library(file_name: &str) -> bool {
     file_name == "libcuda.so" || file_name.strip_prefix("libcuda.so.").is_some_and(|v| !v.is_empty())
 }
 
-fn dev_of(m: &Mapping) -> u64 {
-    libc::makedev(m.dev_major, m.dev_minor)
-}
 
 /// CUDA driver libraries mapped by `pid`, one per inode.
 #[must_use]
@@ -45,7 +42,7 @@ pub fn mapped_by(pid: u32) -> Vec<Library> {
     let (mappings, _) = maps::parse(&text);
     let mut found: BTreeMap<(u64, u64), Library> = BTreeMap::new();
     for m in mappings.iter().filter(|m| m.inode != 0 && is_driver_library(m.file_name())) {
-        let key = (dev_of(m), m.inode);
+        let key = (m.dev(), m.inode);
         if found.contains_key(&key) {
             continue;
         }

@@ -23,6 +23,12 @@ impl Mapping {
         self.perms[3] == b's'
     }
 
+    /// The device number of the mapped file, as `stat` gives it (`st_dev`).
+    #[must_use]
+    pub fn dev(&self) -> u64 {
+        libc::makedev(self.dev_major, self.dev_minor)
+    }
+
     #[must_use]
     pub fn executable(&self) -> bool {
         self.perms[2] == b'x'

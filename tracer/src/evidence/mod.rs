@@ -85,9 +85,6 @@ pub struct Evidence {
     pub stacks: Vec<crate::stacks::StackTime>,
     /// Device allocations by user stack, for the memory diagnoses' sites.
     pub alloc_stacks: Vec<crate::stacks::alloc::AllocStack>,
-    /// The first and last event times seen (monotonic ns; 0 before any).
-    pub first_ns: u64,
-    pub last_ns: u64,
     /// Off-CPU spells of at least half a second, as they ended.
     pub long_sleeps: Vec<waits::LongSleep>,
     /// When threads and processes created during the window were created.
@@ -98,9 +95,6 @@ impl Evidence {
     /// Fold one event in.
     pub fn apply(&mut self, event: &Event, host: &mut dyn HostMemory) {
         self.delivered += 1;
-        let at = event.header().ts_ns;
-        self.first_ns = if self.first_ns == 0 { at } else { self.first_ns.min(at) };
-        self.last_ns = self.last_ns.max(at);
         match event {
             Event::Call(call) => {
                 self.calls_delivered += 1;

@@ -3,12 +3,10 @@
 //! and for CPython targets the Python line read at once after the call returned
 //! (`python.rs`). A memory diagnosis names the code whose allocations grow or fail.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
 use super::{
-    sites::{site_frame, Site},
+    sites::{rank, Site, Unit},
     Frame, Origin,
 };
 
@@ -77,33 +75,8 @@ pub fn top(stacks: &[AllocStack], weight: Weight, n: usize) -> Vec<Site> {
         Weight::Failed => s.failed_bytes,
     };
     let python: std::collections::BTreeSet<u32> = stacks.iter().filter(|s| s.origin == Origin::Python && bytes(s) > 0).map(|s| s.pid).collect();
-    let mut by_site: BTreeMap<String, (Frame, u64)> = BTreeMap::new();
-    let mut total = 0u64;
-    for s in stacks.iter().filter(|s| s.origin == Origin::Python || !python.contains(&s.pid)) {
-        total = total.saturating_add(bytes(s));
-        let Some(frame) = site_frame(&s.frames) else { continue };
-        let at = &mut by_site.entry(frame.location()).or_insert_with(|| (frame.clone(), 0)).1;
-        *at = at.saturating_add(bytes(s));
-    }
-    if total == 0 {
-        return Vec::new();
-    }
-    let mut sites: Vec<Site> = by_site
-        .into_iter()
-        .filter(|(_, (_, b))| *b > 0)
-        .map(|(location, (frame, b))| Site {
-            frame: location,
-            file: frame.file.clone(),
-            line: frame.line,
-            function: frame.function.clone(),
-            seconds: 0.0,
-            share: b as f64 / total as f64,
-            bytes: Some(b),
-        })
-        .collect();
-    sites.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.frame.cmp(&b.frame)));
-    sites.truncate(n);
-    sites
+    let chosen = stacks.iter().filter(|s| s.origin == Origin::Python || !python.contains(&s.pid));
+    rank(chosen.map(|s| (s.frames.as_slice(), bytes(s))), Unit::Bytes, n)
 }
 
 #[cfg(test)]

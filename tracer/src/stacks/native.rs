@@ -89,7 +89,7 @@ impl NativeSymbolizer {
             return;
         }
         let Ok(text) = crate::discover::procfs::read_text(format!("/proc/{pid}/maps")) else { return };
-        let executable: Vec<Mapping> = parse(&text).0.into_iter().filter(|m| m.executable() && m.path.starts_with('/')).collect();
+        let executable: Vec<Mapping> = parse(&text).0.into_iter().filter(|m| m.executable() && m.path.starts_with('/') && m.inode != 0).collect();
         if !executable.is_empty() {
             self.mappings.insert(pid, (std::time::Instant::now(), executable));
         }
@@ -105,6 +105,13 @@ impl NativeSymbolizer {
                 frames.push(address_frame(ip, None));
                 continue;
             };
+            // Opened by path as root after the process is gone: only the very file it mapped
+            // (a regular file, same device and inode), never what a path may name since (a
+            // FIFO would hang us, a device node is no ELF file).
+            if !same_file(m) {
+                frames.push(address_frame(ip, None));
+                continue;
+            }
             let offset = addr - m.start + m.offset;
             let source = Source::Elf(Elf::new(m.path.as_str()));
             let frame = match self.symbolizer.symbolize_single(&source, Input::FileOffset(offset)) {
@@ -119,6 +126,14 @@ impl NativeSymbolizer {
         }
         Some(frames)
     }
+}
+
+/// Whether `m.path` still names the regular file the process mapped.
+fn same_file(m: &Mapping) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::symlink_metadata(&m.path).is_ok_and(|md| {
+        md.file_type().is_file() && md.ino() == m.inode && md.dev() == m.dev()
+    })
 }
 
 fn frame_of(symbolized: &Symbolized<'_>, ip: u64) -> Frame {

@@ -44,32 +44,48 @@ impl Wanted<'_> {
 /// they are used, not its native ones (the interpreter's native frames name no user code).
 #[must_use]
 pub fn top(stacks: &[StackTime], wanted: &Wanted<'_>, n: usize) -> Vec<Site> {
-    let chosen = preferred(stacks).filter(|s| wanted.admits(s));
+    rank(preferred(stacks).filter(|s| wanted.admits(s)).map(|s| (s.frames.as_slice(), s.ns)), Unit::Nanoseconds, n)
+}
+
+/// What the weights given to [`rank`] are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    Nanoseconds,
+    Bytes,
+}
+
+/// The `n` heaviest sites of weighted stacks: each stack's weight is charged to its site
+/// frame (`site_frame`), heaviest first; `share` is of all the weight given.
+pub fn rank<'a>(weighted: impl Iterator<Item = (&'a [Frame], u64)>, unit: Unit, n: usize) -> Vec<Site> {
     let mut by_site: BTreeMap<String, (Frame, u64)> = BTreeMap::new();
     let mut total = 0u64;
-    for s in chosen {
-        total += s.ns;
-        let Some(frame) = site_frame(&s.frames) else { continue };
-        by_site.entry(frame.location()).or_insert_with(|| (frame.clone(), 0)).1 += s.ns;
+    for (frames, weight) in weighted {
+        total = total.saturating_add(weight);
+        let Some(frame) = site_frame(frames) else { continue };
+        let at = &mut by_site.entry(frame.location()).or_insert_with(|| (frame.clone(), 0)).1;
+        *at = at.saturating_add(weight);
     }
     if total == 0 {
         return Vec::new();
     }
-    let mut sites: Vec<Site> = by_site
+    let mut sites: Vec<(u64, Site)> = by_site
         .into_iter()
-        .map(|(location, (frame, ns))| Site {
-            frame: location,
-            file: frame.file.clone(),
-            line: frame.line,
-            function: frame.function.clone(),
-            seconds: ns as f64 / 1e9,
-            share: ns as f64 / total as f64,
-            bytes: None,
+        .filter(|(_, (_, w))| *w > 0)
+        .map(|(location, (frame, w))| {
+            let site = Site {
+                frame: location,
+                file: frame.file.clone(),
+                line: frame.line,
+                function: frame.function.clone(),
+                seconds: if unit == Unit::Nanoseconds { w as f64 / 1e9 } else { 0.0 },
+                share: w as f64 / total as f64,
+                bytes: (unit == Unit::Bytes).then_some(w),
+            };
+            (w, site)
         })
         .collect();
-    sites.sort_by(|a, b| b.seconds.total_cmp(&a.seconds).then_with(|| a.frame.cmp(&b.frame)));
-    sites.truncate(n);
-    sites
+    sites.sort_by(|(wa, a), (wb, b)| wb.cmp(wa).then_with(|| a.frame.cmp(&b.frame)));
+    sites.into_iter().take(n).map(|(_, s)| s).collect()
 }
 
 /// The stacks that speak for their process: its Python ones where it has any (the
