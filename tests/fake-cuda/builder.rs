@@ -38,7 +38,36 @@ pub fn build_fake_cuda(src: &Path, out: &Path) -> Result<(), String> {
         ],
         vec!["-O2".into(), "-o".into(), o("fakejob"), s("fakejob.c"), "-ldl".into(), "-lpthread".into()],
     ];
-    for args in steps {
+    // The same pair in `unprobeable/`, with one symbol the kernel cannot probe (libcuda.c).
+    let variant = out.join("unprobeable");
+    std::fs::create_dir_all(&variant).map_err(|e| format!("creating {}: {e}", variant.display()))?;
+    let v = |name: &str| variant.join(name).display().to_string();
+    let variant_steps: [Vec<String>; 2] = [
+        vec![
+            "-O2".into(),
+            "-DFAKE_UNPROBEABLE_UNMAP".into(),
+            "-shared".into(),
+            "-fPIC".into(),
+            "-Wl,-soname,libcuda.so.1".into(),
+            "-o".into(),
+            v("libcuda.so.1"),
+            s("libcuda.c"),
+            "-lpthread".into(),
+        ],
+        vec![
+            "-O2".into(),
+            "-shared".into(),
+            "-fPIC".into(),
+            "-Wl,-soname,libcudart.so.13".into(),
+            "-o".into(),
+            v("libcudart.so.13"),
+            s("libcudart.c"),
+            format!("-L{}", variant.display()),
+            "-l:libcuda.so.1".into(),
+            "-Wl,-rpath,$ORIGIN".into(),
+        ],
+    ];
+    for args in steps.into_iter().chain(variant_steps) {
         let status = Command::new(&cc).args(debuggable).args(&args).status().map_err(|e| format!("running {cc}: {e} (install a C compiler)"))?;
         if !status.success() {
             return Err(format!("{cc} {} failed: {status}", args.join(" ")));

@@ -275,11 +275,18 @@ NOINLINE CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGener
     return CUDA_SUCCESS;
 }
 
+#ifdef FAKE_UNPROBEABLE_UNMAP
+/* The variant library of the partial-attach test (`unprobeable/`): cuMemUnmap begins with
+   an int3, an instruction the kernel refuses to probe, so attaching to it fails while every
+   other symbol attaches. Nothing calls it there. */
+__asm__(".text\n.globl cuMemUnmap\n.type cuMemUnmap, @function\ncuMemUnmap:\n\tint3\n\tret\n.size cuMemUnmap, .-cuMemUnmap\n");
+#else
 NOINLINE CUresult cuMemUnmap(CUdeviceptr p, size_t size) {
     if (!is_device(p)) return CUDA_ERROR_INVALID_VALUE;
     spin_until(now_ns() + 5000 + size / 1000);
     return CUDA_SUCCESS;
 }
+#endif
 
 NOINLINE CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags) {
     (void)flags;

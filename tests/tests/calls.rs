@@ -21,6 +21,11 @@ fn copies_syncs_and_allocations_are_exact() {
         "--sync",
         "--alloc-churn",
         "2",
+        // Alive a moment after its work: its copies are classified by its live memory map,
+        // and a job of a few milliseconds can exit before the reader, short of CPU on two
+        // cores beside a spinning fake GPU, reads it (a real job lives much longer).
+        "--hold-ms",
+        "200",
     ]);
     assert_eq!(code, 0, "{stderr}");
     let h2d = &r["cuda"]["copies"]["h2d"];
@@ -72,7 +77,8 @@ fn copies_described_by_2d_and_3d_structs_are_exact() {
     // one synchronous cudaMemcpy3D D2H of 64 KiB (4 × 4 rows) into pageable memory. The
     // runtime forwards them to cuMemcpy2DAsync_v2 and cuMemcpy3D_v2 with a struct argument.
     let steps = 30;
-    let (r, code, stderr) = run_fakejob(&["--steps", "30", "--copy2d", "1048576", "--driver-launches", "2", "--copy3d", "65536"]);
+    // The hold: see `copies_syncs_and_allocations_are_exact`.
+    let (r, code, stderr) = run_fakejob(&["--steps", "30", "--copy2d", "1048576", "--driver-launches", "2", "--copy3d", "65536", "--hold-ms", "200"]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(hits(&r, "cuMemcpy2DAsync_v2"), steps);
     assert_eq!(hits(&r, "cuMemcpy3D_v2"), steps);

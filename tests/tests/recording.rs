@@ -14,7 +14,10 @@ use gputrace_tests::{fake_cuda_dir, fakejob, gputrace, num, require_root, run_fa
 use serde_json::Value;
 
 /// A deterministic workload: 120 steps of 50 launches, a pageable 64 KiB upload, a sync.
-const JOB: &[&str] = &["--steps", "120", "--driver-launches", "50", "--kernel-us", "20", "--pageable-h2d", "65536", "--sync"];
+// The hold keeps the job alive a moment after its work: its copies are classified by its
+// live memory map, which a job of a few milliseconds can take away before the reader, short
+// of CPU on two cores next to a spinning fake GPU, gets to them (docs/architecture.md).
+const JOB: &[&str] = &["--steps", "120", "--driver-launches", "50", "--kernel-us", "20", "--pageable-h2d", "65536", "--sync", "--hold-ms", "200"];
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("gputrace-recording-{name}-{}", std::process::id()));

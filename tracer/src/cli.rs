@@ -364,7 +364,7 @@ async fn trace(target: Target, duration: Option<Duration>, json: bool, nvml_inte
     };
     let recording = recorder.is_some();
     let run = matches!(target, Target::Run { .. }) && !recording;
-    let mut outcome = match session::trace(target, duration, nvml_interval, recorder).await {
+    let mut outcome = match Box::pin(session::trace(target, duration, nvml_interval, recorder)).await {
         Ok(o) => o,
         Err(e) => return fail(&e),
     };

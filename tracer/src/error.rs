@@ -61,12 +61,15 @@ pub enum TraceError {
         source: Box<aya::programs::ProgramError>,
     },
 
+    #[error("no CUDA symbol of {} could be probed (the notes say why for each)", .library.display())]
+    NothingProbed { library: PathBuf },
+
     #[error("attaching to `{symbol}` in {}: {source}", .library.display())]
     AttachUprobe {
         symbol: String,
         library: PathBuf,
         #[source]
-        source: Box<aya::programs::ProgramError>,
+        source: Box<crate::probes::uprobes::AttachError>,
     },
 
     #[error("attaching tracepoint {category}:{name}: {source}")]
@@ -120,6 +123,21 @@ impl TraceError {
             Self::Kernel { .. } => exit::KERNEL,
             _ => exit::FAILURE,
         }
+    }
+
+    /// Whether this is an attachment that failed because its file (or the process whose
+    /// mapping named it) went away: the library as a whole is gone, not one symbol.
+    #[must_use]
+    pub fn file_gone(&self) -> bool {
+        let Self::AttachUprobe { source, .. } = self else { return false };
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(source.as_ref());
+        while let Some(e) = cause {
+            if let Some(io) = e.downcast_ref::<io::Error>() {
+                return matches!(io.raw_os_error(), Some(libc::ENOENT | libc::ESRCH)) || io.kind() == io::ErrorKind::NotFound;
+            }
+            cause = e.source();
+        }
+        false
     }
 
     pub(crate) fn io(what: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {

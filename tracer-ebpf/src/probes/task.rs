@@ -11,7 +11,7 @@ use gputrace_common::{
     host::state, loss, EventHeader, TaskEvent, ThreadSched, CLONE_THREAD, KIND_TASK_EXEC, KIND_TASK_EXIT, KIND_TASK_NEW,
 };
 
-use crate::maps::{count_loss, traced_current, Current, EVENTS, SCHED, TRACED};
+use crate::maps::{count_loss, traced_current, Current, EVENTS, FORCE_WAKEUP, SCHED, TRACED};
 
 /// Set by user space from `events/task/task_newtask/format` before loading.
 #[unsafe(no_mangle)]
@@ -19,8 +19,10 @@ static NEWTASK_PID_OFFSET: u32 = 8;
 #[unsafe(no_mangle)]
 static NEWTASK_FLAGS_OFFSET: u32 = 32;
 
+/// `submit_flags`: `FORCE_WAKEUP` for what user space must act on at once (a new process or
+/// image may map a CUDA library the probes do not cover yet), 0 for the rest.
 #[inline(always)]
-fn emit(kind: u32, cur: &Current, child_tid: u32, flags: u64) {
+fn emit(kind: u32, cur: &Current, child_tid: u32, flags: u64, submit_flags: u64) {
     let Some(mut entry) = EVENTS.reserve::<TaskEvent>(0) else {
         count_loss(loss::RING_FULL);
         return;
@@ -32,7 +34,7 @@ fn emit(kind: u32, cur: &Current, child_tid: u32, flags: u64) {
         _reserved: 0,
         flags,
     });
-    entry.submit(0);
+    entry.submit(submit_flags);
 }
 
 /// Runs in the parent, inside `copy_process`, before the child can run: a child process of a
@@ -59,14 +61,15 @@ pub fn task_newtask(ctx: TracePointContext) -> u32 {
             count_loss(loss::SCHED_MAP_FULL);
         }
     }
-    emit(KIND_TASK_NEW, &cur, child, flags);
+    let wake = if flags & CLONE_THREAD == 0 { FORCE_WAKEUP } else { 0 };
+    emit(KIND_TASK_NEW, &cur, child, flags, wake);
     0
 }
 
 #[tracepoint]
 pub fn sched_process_exec(_ctx: TracePointContext) -> u32 {
     if let Some(cur) = traced_current() {
-        emit(KIND_TASK_EXEC, &cur, 0, 0);
+        emit(KIND_TASK_EXEC, &cur, 0, 0, FORCE_WAKEUP);
     }
     0
 }
@@ -79,7 +82,7 @@ pub fn sched_process_exit(_ctx: TracePointContext) -> u32 {
     let tgid = (pid_tgid >> 32) as u32;
     // SAFETY: presence test only.
     if unsafe { TRACED.get(&tgid) }.is_some() {
-        emit(KIND_TASK_EXIT, &Current { tgid, tid: pid_tgid as u32 }, 0, 0);
+        emit(KIND_TASK_EXIT, &Current { tgid, tid: pid_tgid as u32 }, 0, 0, 0);
     }
     0
 }

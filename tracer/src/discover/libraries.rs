@@ -100,8 +100,14 @@ pub fn predicted_for_command(ld_library_path: Option<&str>) -> Vec<Library> {
     found.into_values().collect()
 }
 
-/// Directories holding a libcuda according to the ld.so cache (`ldconfig -p`).
+/// Directories holding a libcuda according to the ld.so cache (`ldconfig -p`), asked once:
+/// running `ldconfig` takes milliseconds, and a session asks again at every exec.
 fn ld_cache_dirs() -> Vec<PathBuf> {
+    static DIRS: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
+    DIRS.get_or_init(ask_ld_cache).clone()
+}
+
+fn ask_ld_cache() -> Vec<PathBuf> {
     let ldconfig = ["/sbin/ldconfig", "/usr/sbin/ldconfig"].into_iter().find(|p| Path::new(p).exists());
     let Some(out) = ldconfig.and_then(|l| Command::new(l).arg("-p").output().ok()) else { return Vec::new() };
     String::from_utf8_lossy(&out.stdout)
@@ -109,6 +115,28 @@ fn ld_cache_dirs() -> Vec<PathBuf> {
         .filter(|l| l.trim_start().starts_with("libcuda.so"))
         .filter_map(|l| Some(Path::new(l.rsplit_once("=> ")?.1.trim()).parent()?.to_path_buf()))
         .collect()
+}
+
+/// The driver libraries process `pid` would load, from its own `LD_LIBRARY_PATH` (as
+/// [`predicted_for_command`]); none for a process under another root directory (a
+/// container), whose files these paths would not name, and none again for a search path
+/// already predicted (an exec-heavy shell script would otherwise pay for it every time).
+#[must_use]
+pub fn predicted_for_process(pid: u32) -> Vec<Library> {
+    static PREDICTED: std::sync::Mutex<std::collections::BTreeSet<Option<Vec<u8>>>> = std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let same_root = match (fs::metadata(format!("/proc/{pid}/root")), fs::metadata("/")) {
+        (Ok(theirs), Ok(ours)) => theirs.dev() == ours.dev() && theirs.ino() == ours.ino(),
+        _ => false,
+    };
+    if !same_root {
+        return Vec::new();
+    }
+    let Ok(environ) = fs::read(format!("/proc/{pid}/environ")) else { return Vec::new() };
+    let ld_library_path = environ.split(|&b| b == 0).find_map(|var| var.strip_prefix(b"LD_LIBRARY_PATH=")).map(<[u8]>::to_vec);
+    if !PREDICTED.lock().is_ok_and(|mut seen| seen.insert(ld_library_path.clone())) {
+        return Vec::new();
+    }
+    predicted_for_command(ld_library_path.map(|v| String::from_utf8_lossy(&v).into_owned()).as_deref())
 }
 
 /// `LD_LIBRARY_PATH` as the command will see it.

@@ -2,7 +2,14 @@
 //! and hands each sample over a channel as it is taken. NVML calls block, and a hung driver
 //! must not stall the event loop: the session only ever waits on channels, with timeouts.
 
-use std::{sync::mpsc, thread, time::Duration};
+use std::{
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        mpsc, Arc,
+    },
+    thread,
+    time::Duration,
+};
 
 use super::{DeviceInfo, Sample};
 
@@ -36,6 +43,9 @@ pub struct Sampler {
     /// The driver and the devices, known from the start (for a recording's start record).
     pub driver_version: Option<String>,
     pub devices: Vec<DeviceInfo>,
+    /// The busiest device's last `utilization.gpu` (f64 bits; NaN: none yet), for the live
+    /// status line, which must not take samples from the report.
+    latest_util: Arc<AtomicU64>,
 }
 
 /// What the sampler hands back at the end.
@@ -57,6 +67,7 @@ struct Channels {
     ready: mpsc::Sender<Result<Ready, String>>,
     samples: mpsc::Sender<Sample>,
     done: mpsc::Sender<Finished>,
+    latest_util: Arc<AtomicU64>,
 }
 
 impl Sampler {
@@ -83,7 +94,8 @@ impl Sampler {
         let (ready_tx, ready_rx) = mpsc::channel();
         let (done_tx, done_rx) = mpsc::channel();
         let (sample_tx, sample_rx) = mpsc::channel();
-        let ch = Channels { stop: stop_rx, ready: ready_tx, samples: sample_tx, done: done_tx };
+        let latest_util = Arc::new(AtomicU64::new(f64::NAN.to_bits()));
+        let ch = Channels { stop: stop_rx, ready: ready_tx, samples: sample_tx, done: done_tx, latest_util: Arc::clone(&latest_util) };
         thread::Builder::new()
             .name("gputrace-nvml".into())
             .spawn(move || {
@@ -94,10 +106,16 @@ impl Sampler {
             })
             .map_err(|e| format!("cannot start the NVML thread: {e}"))?;
         match ready_rx.recv_timeout(SOURCE_TIMEOUT) {
-            Ok(Ok((driver_version, devices))) => Ok(Self { stop, done: done_rx, samples: sample_rx, interval, driver_version, devices }),
+            Ok(Ok((driver_version, devices))) => Ok(Self { stop, done: done_rx, samples: sample_rx, interval, driver_version, devices, latest_util }),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(format!("NVML did not initialise within {SOURCE_TIMEOUT:?}; GPU-side figures are omitted")),
         }
+    }
+
+    /// The busiest device's utilization at the last tick, percent (never blocks).
+    #[must_use]
+    pub fn latest_utilization(&self) -> Option<f64> {
+        Some(f64::from_bits(self.latest_util.load(Ordering::Relaxed))).filter(|u| !u.is_nan())
     }
 
     /// The samples taken since the last call (never blocks).
@@ -129,13 +147,20 @@ fn sample_loop(source: &mut dyn Source, interval: Duration, ch: &Channels) {
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
         tick += 1;
+        let mut busiest: Option<f64> = None;
         for index in 0..devices.len() {
             let mut sample = source.fast(index);
+            if let Some(u) = sample.util_pct {
+                busiest = Some(busiest.map_or(u, |b| b.max(u)));
+            }
             if tick.is_multiple_of(SLOW_EVERY) {
                 source.slow(index, &mut sample);
                 sample.memory_by_pid = source.process_memory(index);
             }
             let _ = ch.samples.send(sample);
+        }
+        if let Some(u) = busiest {
+            ch.latest_util.store(u.to_bits(), Ordering::Relaxed);
         }
     };
     let holders: Vec<Vec<(u32, u64)>> = (0..devices.len()).map(|i| source.process_memory(i).unwrap_or_default()).collect();

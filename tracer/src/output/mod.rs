@@ -3,6 +3,8 @@
 
 pub mod destination;
 pub mod open;
+pub mod printable;
 
 pub use destination::{resolve, Destination, Refused};
 pub use open::{open, Placement};
+pub use printable::clean;

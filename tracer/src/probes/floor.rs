@@ -40,7 +40,7 @@ impl Floor {
         prog.attach(None, offset, library, None).map_err(|source| TraceError::AttachUprobe {
             symbol: symbol.into(),
             library: library.into(),
-            source: Box::new(source),
+            source: Box::new(source.into()),
         })?;
         let hits = PerCpuArray::try_from(ebpf.take_map("FLOOR_HITS").ok_or_else(|| map_error("FLOOR_HITS"))?)
             .map_err(|_| map_error("FLOOR_HITS"))?;

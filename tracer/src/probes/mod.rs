@@ -6,10 +6,12 @@
 
 pub mod floor;
 mod layout;
+mod multi_link;
 pub mod return_safety;
 pub mod sampler;
 pub mod tracefs;
 pub mod trap_cost;
+pub mod uprobes;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -17,8 +19,7 @@ use aya::{
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
     programs::{
         trace_point::{TracePointLink, TracePointLinkId},
-        uprobe::{UProbeLink, UProbeLinkId},
-        TracePoint, UProbe,
+        TracePoint,
     },
     Ebpf, EbpfLoader,
 };
@@ -86,8 +87,12 @@ pub struct Kernel {
     attached: BTreeMap<(u64, u64), AttachedLibrary>,
     /// What could not be set up, in sentences for the report (degraded, not fatal).
     pub notes: Vec<String>,
+    /// The same, found after the start (a symbol refused in a library probed later).
+    later_notes: Vec<String>,
+    /// Where the loading time went (the session adds the attaching and the total).
+    pub startup: Startup,
     /// Every attachment, so that `detach` can undo them all at once.
-    uprobe_links: Vec<(String, UProbeLinkId)>,
+    uprobes: uprobes::Uprobes,
     tracepoint_links: Vec<(&'static str, TracePointLinkId)>,
     /// Which tracepoint groups are attached (see `TRACEPOINT_GROUPS`).
     pub sched_traced: bool,
@@ -101,6 +106,27 @@ pub struct Kernel {
     pub stacks_wanted: bool,
     /// Return probes are off: calls are counted from their entries only.
     pub entry_only: bool,
+}
+
+/// Where the start-up time went, in milliseconds (`tracer.startup_ms`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Startup {
+    /// Reading the object and creating its maps.
+    pub load_ms: f64,
+    /// Loading the uprobe programs: mostly the verifier's time.
+    pub verifier_ms: f64,
+    /// The return-probe safety check (a forked child under seccomp, `return_safety`).
+    pub return_check_ms: f64,
+    /// Loading and attaching the task, scheduler and block tracepoints and the CPU sampler.
+    pub tracepoints_ms: f64,
+    /// Finding the target's CUDA libraries and attaching the uprobes to them.
+    pub uprobes_ms: f64,
+    /// From gputrace's start to armed (the report's `attach_ms`).
+    pub total_ms: f64,
+}
+
+fn ms_since(t: std::time::Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
 }
 
 /// Set by `--entry-only`: never attach return probes.
@@ -127,7 +153,7 @@ impl std::fmt::Debug for Kernel {
 
 /// Whether to leave return probes off, with a note saying why when they are; the check's
 /// probe goes to `links`.
-fn entry_only_decision(ebpf: &mut Ebpf, notes: &mut Vec<String>, links: &mut Vec<(String, UProbeLinkId)>) -> bool {
+fn entry_only_decision(ebpf: &mut Ebpf, notes: &mut Vec<String>, links: &mut uprobes::Uprobes) -> bool {
     const CONSEQUENCE: &str = "calls are counted from their entries (tracer.probes), without durations, copy sizes or \
          classification, sync waits or allocations";
     if FORCE_ENTRY_ONLY.load(std::sync::atomic::Ordering::Relaxed) {
@@ -211,39 +237,34 @@ impl Kernel {
         let stacks_wanted = scope == Scope::Tree && sampler::wanted();
         let sample_stacks = u32::from(stacks_wanted);
         loader.set_global(globals::SAMPLE_STACKS, &sample_stacks, true);
+        let mut startup = Startup::default();
+        let phase = std::time::Instant::now();
         let mut ebpf = loader.load(OBJECT).map_err(crate::preflight::classify_load_error)?;
+        startup.load_ms = ms_since(phase);
+        let phase = std::time::Instant::now();
 
+        let (mut uprobes, links_note) = uprobes::Uprobes::new(OBJECT, &ebpf);
+        notes.extend(links_note);
         for spec in PROBES {
-            load_uprobe(&mut ebpf, spec.symbol)?;
+            load_uprobe(&mut ebpf, &uprobes, spec.symbol)?;
             if has_return(spec) {
-                load_uprobe(&mut ebpf, &return_program(spec.symbol))?;
+                load_uprobe(&mut ebpf, &uprobes, &return_program(spec.symbol))?;
             }
         }
 
-        let mut uprobe_links = Vec::new();
-        let entry_only = entry_only_decision(&mut ebpf, &mut notes, &mut uprobe_links);
-        let mut attached = [false; TRACEPOINT_GROUPS.len()];
+        startup.verifier_ms = ms_since(phase);
+        let phase = std::time::Instant::now();
+        let entry_only = entry_only_decision(&mut ebpf, &mut notes, &mut uprobes);
+        startup.return_check_ms = ms_since(phase);
+        let phase = std::time::Instant::now();
         let mut tracepoint_links = Vec::new();
         let groups: &[(Tracepoints, &str)] = if scope == Scope::Tree { &TRACEPOINT_GROUPS } else { &[] };
-        for (ok, (group, what)) in attached.iter_mut().zip(groups.iter().copied()) {
-            let result = match &tracefs {
-                Ok(_) => attach_tracepoints(&mut ebpf, group, &mut tracepoint_links).map_err(|e| e.to_string()),
-                Err(e) => Err(e.clone()),
-            };
-            match result {
-                Ok(()) => *ok = true,
-                Err(e) => {
-                    log::warn!("{what}: {e}");
-                    // The report keeps the first line; the verifier log went to stderr.
-                    let first = e.lines().next().unwrap_or_default();
-                    notes.push(format!("{what}: {}", first.chars().take(300).collect::<String>()));
-                }
-            }
-        }
+        let attached = attach_tracepoint_groups(&mut ebpf, groups, tracefs.as_ref().map(|_| ()), &mut tracepoint_links, &mut notes);
         let [_tasks_followed, sched_traced, io_traced, waking_attached] = attached;
         // Wakers only mean something on top of the scheduler accounting.
         let wakers_traced = waking_attached && sched_traced;
         let cpu_sampled = stacks_wanted && sampler::attach_or_note(&mut ebpf, &mut notes);
+        startup.tracepoints_ms = ms_since(phase);
 
         let take = |ebpf: &mut Ebpf, name: &str| ebpf.take_map(name).ok_or_else(|| map_error(name));
         let traced = BpfHashMap::try_from(take(&mut ebpf, "TRACED")?).map_err(|_| map_error("TRACED"))?;
@@ -276,7 +297,9 @@ impl Kernel {
                 user_stacks,
                 attached: BTreeMap::new(),
                 notes,
-                uprobe_links,
+                later_notes: Vec::new(),
+                startup,
+                uprobes,
                 tracepoint_links,
                 sched_traced,
                 io_traced,
@@ -324,14 +347,36 @@ impl Kernel {
         let offsets = symbols::file_offsets(&library.open_path, &wanted)?;
         let mut attached = Vec::new();
         let mut entry = BTreeMap::new();
+        // Whole or not at all when the file goes away mid-attach (its process exited): a
+        // library half probed and not marked attached would be probed again by the next
+        // rescan, counting the first half's hits twice. A symbol the kernel refuses on its
+        // own (an instruction it cannot probe) is left out, with a note.
+        let library_mark = self.uprobes.mark();
         for spec in PROBES {
             let Some(&offset) = offsets.get(spec.symbol) else { continue };
-            entry.insert(spec.symbol, trap_cost::entry_kind_at(&library.open_path, offset));
-            self.attach_one(spec.symbol, offset, library)?;
-            if has_return(spec) && !self.entry_only {
-                self.attach_one(&return_program(spec.symbol), offset, library)?;
+            let symbol_mark = self.uprobes.mark();
+            let mut both = self.attach_one(spec.symbol, offset, library);
+            if both.is_ok() && has_return(spec) && !self.entry_only {
+                both = self.attach_one(&return_program(spec.symbol), offset, library);
             }
-            attached.push(spec.symbol);
+            match both {
+                Ok(()) => {
+                    entry.insert(spec.symbol, trap_cost::entry_kind_at(&library.open_path, offset));
+                    attached.push(spec.symbol);
+                }
+                Err(e) if e.file_gone() => {
+                    self.uprobes.undo_to(&mut self.ebpf, library_mark);
+                    return Err(e);
+                }
+                Err(e) => {
+                    self.uprobes.undo_to(&mut self.ebpf, symbol_mark);
+                    log::warn!("{e}");
+                    self.later_notes.push(format!("{} not probed in {} ({e}): its calls are not counted", spec.symbol, library.name));
+                }
+            }
+        }
+        if attached.is_empty() && !offsets.is_empty() {
+            return Err(TraceError::NothingProbed { library: library.name.clone().into() });
         }
         log::info!("probed {} of {} CUDA symbols in {}", attached.len(), PROBES.len(), library.name);
         self.attached.insert(key, AttachedLibrary { library: library.clone(), symbols: attached, entry, ..AttachedLibrary::default_for(library) });
@@ -350,19 +395,27 @@ impl Kernel {
     }
 
     fn attach_one(&mut self, program: &str, offset: u64, library: &Library) -> Result<()> {
-        let prog: &mut UProbe = self.ebpf.program_mut(program).and_then(|p| p.try_into().ok()).ok_or_else(|| map_error(program))?;
-        let link = prog.attach(None, offset, &library.open_path, None).map_err(|source| TraceError::AttachUprobe {
+        self.uprobes.attach(&mut self.ebpf, program, offset, &library.open_path).map_err(|source| TraceError::AttachUprobe {
             symbol: program.to_owned(),
             library: library.name.clone().into(),
             source: Box::new(source),
-        })?;
-        self.uprobe_links.push((program.to_owned(), link));
-        Ok(())
+        })
     }
 
     /// What a trap costs on this kernel, by the instruction it sits on (`trap_cost`).
     pub fn measure_trap_costs(&mut self) -> std::result::Result<trap_cost::TrapCosts, String> {
-        trap_cost::calibrate(&mut self.ebpf, &mut self.uprobe_links)
+        trap_cost::calibrate(&mut self.ebpf, &mut self.uprobes)
+    }
+
+    /// Notes found since the start (taken once: the caller adds them to its own).
+    pub fn take_later_notes(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.later_notes)
+    }
+
+    /// How the uprobes are attached.
+    #[must_use]
+    pub fn uprobe_link_kind(&self) -> uprobes::LinkKind {
+        self.uprobes.kind()
     }
 
     #[must_use]
@@ -427,33 +480,15 @@ impl Kernel {
         self.user_stacks.get(&id, 0).map(|st| st.frames().iter().map(|f| f.ip).collect()).unwrap_or_default()
     }
 
-    /// Detach everything, in parallel. Each uprobe removal waits for an RCU grace period in
-    /// the kernel (tens of milliseconds); one after another, ~100 probes took ~6 s on 6.18, so
-    /// every link is dropped on its own thread and the grace periods overlap.
+    /// Detach everything, in parallel: multi-uprobe links then wait for their grace periods
+    /// together (docs/facts.md: 63 perf-event uprobes took 6.8 s to close, one after another
+    /// under the kernel's event mutex; one multi link, 24 ms).
     pub fn detach(mut self) {
-        let mut uprobes: Vec<UProbeLink> = Vec::new();
-        for (program, id) in std::mem::take(&mut self.uprobe_links) {
-            if let Some(link) =
-                self.ebpf.program_mut(&program).and_then(|p| <&mut UProbe>::try_from(p).ok()).and_then(|p| p.take_link(id).ok())
-            {
-                uprobes.push(link);
-            }
-        }
-        let mut tracepoints: Vec<TracePointLink> = Vec::new();
-        for (program, id) in std::mem::take(&mut self.tracepoint_links) {
-            if let Some(link) =
-                self.ebpf.program_mut(program).and_then(|p| <&mut TracePoint>::try_from(p).ok()).and_then(|p| p.take_link(id).ok())
-            {
-                tracepoints.push(link);
-            }
-        }
+        let uprobes = self.uprobes.take_all(&mut self.ebpf);
+        let tracepoints = take_tracepoint_links(&mut self.ebpf, std::mem::take(&mut self.tracepoint_links));
         std::thread::scope(|scope| {
-            for link in uprobes {
-                scope.spawn(move || drop(link));
-            }
-            for link in tracepoints {
-                scope.spawn(move || drop(link));
-            }
+            scope.spawn(|| uprobes::drop_all(uprobes));
+            scope.spawn(|| uprobes::drop_all(tracepoints));
         });
     }
 
@@ -470,9 +505,15 @@ impl Kernel {
     }
 }
 
-fn load_uprobe(ebpf: &mut Ebpf, name: &str) -> Result<()> {
-    let prog: &mut UProbe = ebpf.program_mut(name).and_then(|p| p.try_into().ok()).ok_or_else(|| map_error(name))?;
-    prog.load().map_err(|source| TraceError::LoadProgram { program: name.to_owned(), source: Box::new(source) })
+fn load_uprobe(ebpf: &mut Ebpf, uprobes: &uprobes::Uprobes, name: &str) -> Result<()> {
+    uprobes.prepare(ebpf, name).map_err(|source| TraceError::LoadProgram { program: name.to_owned(), source: Box::new(source) })
+}
+
+fn take_tracepoint_links(ebpf: &mut Ebpf, links: Vec<(&'static str, TracePointLinkId)>) -> Vec<TracePointLink> {
+    links
+        .into_iter()
+        .filter_map(|(program, id)| ebpf.program_mut(program).and_then(|p| <&mut TracePoint>::try_from(p).ok())?.take_link(id).ok())
+        .collect()
 }
 
 /// Tracepoint groups (task following, then `Kernel::{sched_traced, io_traced}`):
@@ -509,7 +550,45 @@ const TRACEPOINT_GROUPS: [(Tracepoints, &str); 4] = [
     (&[("sched_waking", "sched", "sched_waking")], "off-CPU time is not split by who woke the threads"),
 ];
 
+/// Attach each group of `TRACEPOINT_GROUPS` (none without tracefs); which ones are on, in
+/// order. A group that fails leaves a note.
+fn attach_tracepoint_groups(
+    ebpf: &mut Ebpf,
+    groups: &[(Tracepoints, &str)],
+    tracefs: std::result::Result<(), &String>,
+    links: &mut Vec<(&'static str, TracePointLinkId)>,
+    notes: &mut Vec<String>,
+) -> [bool; TRACEPOINT_GROUPS.len()] {
+    let mut attached = [false; TRACEPOINT_GROUPS.len()];
+    for (ok, (group, what)) in attached.iter_mut().zip(groups.iter().copied()) {
+        let result = match tracefs {
+            Ok(()) => attach_tracepoints(ebpf, group, links).map_err(|e| e.to_string()),
+            Err(e) => Err(e.clone()),
+        };
+        match result {
+            Ok(()) => *ok = true,
+            Err(e) => {
+                log::warn!("{what}: {e}");
+                // The report keeps the first line; the verifier log went to stderr.
+                let first = e.lines().next().unwrap_or_default();
+                notes.push(format!("{what}: {}", first.chars().take(300).collect::<String>()));
+            }
+        }
+    }
+    attached
+}
+
+/// Attach a group whole or not at all: on a failure, what it attached is detached again.
 fn attach_tracepoints(ebpf: &mut Ebpf, group: Tracepoints, links: &mut Vec<(&'static str, TracePointLinkId)>) -> Result<()> {
+    let mark = links.len();
+    let all = attach_each_tracepoint(ebpf, group, links);
+    if all.is_err() {
+        uprobes::drop_all(take_tracepoint_links(ebpf, links.split_off(mark)));
+    }
+    all
+}
+
+fn attach_each_tracepoint(ebpf: &mut Ebpf, group: Tracepoints, links: &mut Vec<(&'static str, TracePointLinkId)>) -> Result<()> {
     for &(program, category, name) in group {
         let tp: &mut TracePoint = ebpf.program_mut(program).and_then(|p| p.try_into().ok()).ok_or_else(|| map_error(program))?;
         tp.load().map_err(|source| TraceError::LoadProgram { program: program.to_owned(), source: Box::new(source) })?;

@@ -11,7 +11,6 @@ use std::{path::Path, time::Duration};
 
 use aya::{
     maps::{HashMap as BpfHashMap, PerCpuArray},
-    programs::{uprobe::UProbeLinkId, UProbe},
     Ebpf,
 };
 use gputrace_common::loss;
@@ -66,7 +65,7 @@ fn has_uretprobe_syscall() -> bool {
 /// detaches with all the others before it exits. (Detaching it from a background thread
 /// raced the process's exit: the kernel logged "failed to unregister, leaking uprobe" and
 /// kept a breakpoint in the executable for every later run, 6.18.)
-pub fn check(ebpf: &mut Ebpf, program: &str, links: &mut Vec<(String, UProbeLinkId)>) -> Safety {
+pub fn check(ebpf: &mut Ebpf, program: &str, links: &mut super::uprobes::Uprobes) -> Safety {
     // Without the system call a child survives anyway; the shortcut only saves the check
     // where the kernel says so plainly (a kernel without kallsyms gets the check).
     if kallsyms_readable() && !has_uretprobe_syscall() {
@@ -77,12 +76,8 @@ pub fn check(ebpf: &mut Ebpf, program: &str, links: &mut Vec<(String, UProbeLink
     let Some(offset) = own_file_offset(gputrace_return_probe_check as *const () as usize as u64) else {
         return Safety::Unknown("the check function is not in a file mapping of this binary".into());
     };
-    let Some(prog) = ebpf.program_mut(program).and_then(|p| <&mut UProbe>::try_from(p).ok()) else {
-        return Safety::Unknown(format!("no program {program}"));
-    };
-    match prog.attach(None, offset, exe, None) {
-        Ok(l) => links.push((program.to_owned(), l)),
-        Err(e) => return Safety::Unknown(format!("attaching the check probe: {e}")),
+    if let Err(e) = links.attach(ebpf, program, offset, exe) {
+        return Safety::Unknown(format!("attaching the check probe: {e}"));
     }
     // The return program only counts (as an unmatched return: the check has no entry probe)
     // for a traced process: the child is traced for the check, so a survival can be told

@@ -18,10 +18,11 @@
 use std::{fs::File, os::unix::fs::FileExt as _, path::Path, time::Instant};
 
 use aya::{
-    programs::{uprobe::UProbeLinkId, UProbe},
     Ebpf,
 };
 use serde::{Deserialize, Serialize};
+
+use super::uprobes::Uprobes;
 
 /// The kind of instruction a probe sits on, as far as its trap cost goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -196,23 +197,18 @@ fn per_call_ns(f: unsafe extern "C" fn()) -> f64 {
 /// NOPs and `endbr64` are single-stepped like any other instruction on the kernels measured
 /// (6.18: 12–13 µs against 13 µs for a `mov`), and are charged as such, not probed here.
 #[cfg(target_arch = "x86_64")]
-pub fn calibrate(ebpf: &mut Ebpf, links: &mut Vec<(String, UProbeLinkId)>) -> Result<TrapCosts, String> {
+pub fn calibrate(ebpf: &mut Ebpf, links: &mut Uprobes) -> Result<TrapCosts, String> {
     let code = CalibrationCode::new()?;
     let functions: Vec<unsafe extern "C" fn()> = (0..CODE.len()).map(|i| code.function(i)).collect();
     let bare: Vec<f64> = functions.iter().map(|f| per_call_ns(*f)).collect();
     for program in ["uprobe_floor", "uretprobe_floor"] {
-        let prog: &mut UProbe = ebpf.program_mut(program).and_then(|p| p.try_into().ok()).ok_or_else(|| format!("no program {program}"))?;
-        if prog.fd().is_err() {
-            prog.load().map_err(|e| format!("loading {program}: {e}"))?;
-        }
+        links.prepare(ebpf, program).map_err(|e| format!("loading {program}: {e}"))?;
     }
     let path = code.path();
     let result = (|| {
         for (i, (name, _)) in CODE.iter().enumerate() {
             let program = if *name == "return" { "uretprobe_floor" } else { "uprobe_floor" };
-            let prog: &mut UProbe = ebpf.program_mut(program).and_then(|p| p.try_into().ok()).ok_or_else(|| format!("no program {program}"))?;
-            let link = prog.attach(None, (i * SLOT) as u64, &path, None).map_err(|e| format!("attaching to {name}: {e}"))?;
-            links.push((program.to_owned(), link));
+            links.attach(ebpf, program, (i * SLOT) as u64, &path).map_err(|e| format!("attaching to {name}: {e}"))?;
         }
         let hits_before = floor_hits(ebpf);
         let probed: Vec<f64> = functions.iter().map(|f| per_call_ns(*f)).collect();
@@ -239,7 +235,7 @@ pub fn calibrate(ebpf: &mut Ebpf, links: &mut Vec<(String, UProbeLinkId)>) -> Re
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-pub fn calibrate(_ebpf: &mut Ebpf, _links: &mut Vec<(String, UProbeLinkId)>) -> Result<TrapCosts, String> {
+pub fn calibrate(_ebpf: &mut Ebpf, _links: &mut Uprobes) -> Result<TrapCosts, String> {
     Err("trap costs are measured on x86-64 only".into())
 }
 

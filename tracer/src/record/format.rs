@@ -62,6 +62,11 @@ pub struct Start {
     pub target_pid: u32,
     pub command: String,
     pub attach_ms: f64,
+    /// Absent in recordings made before they existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup: Option<crate::probes::Startup>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uprobe_links: Option<crate::probes::uprobes::LinkKind>,
     pub sched_traced: bool,
     pub io_traced: bool,
     /// NVML's view at the start, or null without NVML.

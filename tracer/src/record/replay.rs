@@ -258,6 +258,8 @@ impl State {
             stopped_by,
             libraries: last.libraries.iter().map(library).collect(),
             attach_ms: start.attach_ms,
+            startup: start.startup,
+            uprobe_links: start.uprobe_links,
             notes,
             maps_reads: last.maps_reads,
             sched_traced: start.sched_traced,

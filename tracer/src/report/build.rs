@@ -139,6 +139,8 @@ pub fn build(outcome: &Outcome) -> Report {
                 .map(|l| LibraryEntry { path: l.library.name.clone(), inode: l.library.inode, symbols: l.symbols.len() })
                 .collect(),
             attach_ms: outcome.attach_ms,
+            uprobe_links: outcome.uprobe_links,
+            startup_ms: outcome.startup,
             maps_reads: outcome.maps_reads,
             notes: notes(outcome),
             recording: outcome.recording.clone(),
@@ -317,7 +319,7 @@ fn waker_name(w: &crate::evidence::waits::Wake) -> String {
         WaitKind::Disk => "a disk completion".into(),
         WaitKind::Network => "the network".into(),
         _ if w.waker_pid == 0 => "an interrupt".into(),
-        _ => format!("pid {} ({})", w.waker_pid, crate::report::text::clean(&w.waker_comm)),
+        _ => format!("pid {} ({})", w.waker_pid, crate::output::clean(&w.waker_comm)),
     }
 }
 

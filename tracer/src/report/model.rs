@@ -615,6 +615,15 @@ pub struct Tracer {
     pub libraries: Vec<LibraryEntry>,
     /// Milliseconds from start to all probes armed.
     pub attach_ms: f64,
+    /// How the uprobes were attached: `multi` (multi-uprobe links, Linux ≥ 6.6: detached
+    /// together, in about one grace period) or `perf-event` (one perf event per probe, each
+    /// detach waiting its turn). Absent in reports made before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uprobe_links: Option<crate::probes::uprobes::LinkKind>,
+    /// Where `attach_ms` went: loading the object, the verifier, the return-probe check,
+    /// the tracepoints, the uprobes, and the total.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_ms: Option<crate::probes::Startup>,
     /// Times a process memory map was read to classify copies.
     pub maps_reads: u64,
     pub notes: Vec<String>,

@@ -34,11 +34,7 @@ pub(crate) fn bytes(n: u64) -> String {
     }
 }
 
-/// Make a string from the traced process safe to print: no control characters reach the
-/// terminal (a hostile command name could otherwise move the cursor or recolour output).
-pub(crate) fn clean(s: &str) -> String {
-    s.chars().map(|c| if c.is_control() { '?' } else { c }).collect()
-}
+pub(crate) use crate::output::clean;
 
 /// Word-wrap `text` to 78 columns; the first line starts with `lead`, the others are
 /// indented to line up under it.

@@ -3,6 +3,7 @@
 //! place that sequences the stages; each stage lives in its own module.
 
 mod checkpoint;
+pub mod progress;
 mod target;
 
 use std::{
@@ -35,6 +36,14 @@ use crate::{
 use checkpoint::SnapshotReader;
 use target::{forward_signal, wait_child, Exit};
 pub use target::{gate_then_exec, Target, GATE_ARG};
+
+const OWN_PID_NAMESPACE: &str = "gputrace runs in a pid namespace of its own (a container): NVML reports host pids, so GPU \
+     memory and utilization cannot be matched to the traced processes by pid; the job's GPU is inferred from activity";
+
+/// How often the status line is rewritten (on a terminal).
+const STATUS_EVERY: Duration = Duration::from_secs(1);
+/// Detaching that takes longer than this is announced (on a terminal).
+const DETACH_SAY_AFTER: Duration = Duration::from_millis(500);
 
 /// How often the traced processes' memory maps are rescanned for CUDA libraries loaded
 /// after attach (dlopen) and for processes that exited unseen.
@@ -122,6 +131,10 @@ pub struct Outcome {
     pub libraries: Vec<crate::probes::AttachedLibrary>,
     pub losses: [u64; gputrace_common::loss::COUNT as usize],
     pub attach_ms: f64,
+    /// Where the start-up time went, and how the uprobes were attached (live sessions, and
+    /// recordings that carry them).
+    pub startup: Option<crate::probes::Startup>,
+    pub uprobe_links: Option<crate::probes::uprobes::LinkKind>,
     pub notes: Vec<String>,
     pub maps_reads: u64,
     /// Whether scheduler and block evidence were collected.
@@ -158,31 +171,24 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
     let (mut kernel, ring) = Kernel::load()?;
     notes.extend(kernel.notes.iter().cloned());
     let ring = RingReader::new(ring).map_err(|e| TraceError::io("watching the ring buffer", "EVENTS", e))?;
-    let started = target.start(&mut kernel, &mut notes)?;
-    let mut child = started.child;
+    let attaching = Instant::now();
+    let mut started = target.start(&mut kernel, &mut notes)?;
+    kernel.startup.uprobes_ms = attaching.elapsed().as_secs_f64() * 1e3;
+    let mut child = started.child.take();
     let mut exit: Option<Exit> = None;
     // Set once a stopping signal was passed to the command: tracing ends when it exits, or
     // at this instant.
     let mut grace_until: Option<tokio::time::Instant> = None;
     let attach_ms = began.elapsed().as_secs_f64() * 1e3;
+    kernel.startup.total_ms = attach_ms;
     let start_ns = clock::monotonic_ns();
     let started_unix_s = unix_now_s();
     let pid = started.pid;
     let cuda_env = crate::gpu::identity::CudaEnv::of(pid);
     if sampler.is_some() && crate::gpu::identity::in_child_pid_namespace() {
-        notes.push(
-            "gputrace runs in a pid namespace of its own (a container): NVML reports host pids, so GPU memory and \
-             utilization cannot be matched to the traced processes by pid; the job's GPU is inferred from activity"
-                .into(),
-        );
+        notes.push(OWN_PID_NAMESPACE.into());
     }
-    // Tests and scripts wait for this line (with -v) before starting the traced work.
-    log::info!("armed: tracing pid {pid} with probes in {} libraries after {attach_ms:.0} ms", kernel.attached_libraries().len());
-    if kernel.attached_libraries().is_empty() {
-        let note = format!("process {pid} has not loaded the CUDA driver (libcuda) yet; waiting for it to be loaded");
-        log::warn!("{note}");
-        notes.push(note);
-    }
+    let mut progress = announce_armed(pid, &started.command, attach_ms, &kernel, &mut notes);
     let mut live = Live {
         snapshots: SnapshotReader::new(&kernel, pid),
         kernel,
@@ -208,7 +214,9 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
     tokio::pin!(deadline);
     let mut rescan = tokio::time::interval(RESCAN_EVERY);
     let mut checkpoint_tick = tokio::time::interval_at(tokio::time::Instant::now() + CHECKPOINT_EVERY, CHECKPOINT_EVERY);
+    let mut status_tick = tokio::time::interval_at(tokio::time::Instant::now() + STATUS_EVERY, STATUS_EVERY);
 
+    started.go()?;
     let stopped_by = loop {
         tokio::select! {
             r = live.ring.readable() => {
@@ -236,6 +244,7 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
                 if live.kernel.traced_processes().is_empty() { break StopReason::TargetExited; }
             }
             _ = checkpoint_tick.tick(), if live.tape.is_some() => live.checkpoint(flight),
+            _ = status_tick.tick(), if progress.enabled() => progress.tick(live.status()),
             () = recv_or_pend(sigusr1.as_mut()) => {
                 live.checkpoint(false);
                 if let Some(t) = live.tape.as_mut() {
@@ -245,6 +254,7 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
         }
     };
     let end_ns = clock::monotonic_ns();
+    progress.clear();
     if exit.is_none() && stopped_by == StopReason::TargetExited {
         // The tree is gone; reap the command we started for its exit code.
         exit = tokio::time::timeout(Duration::from_secs(1), wait_child(&mut child)).await.ok().flatten();
@@ -283,6 +293,26 @@ impl Live {
         self.snapshots.follow_cuda_processes(&self.kernel);
         self.snapshots.symbolize_new_stacks(&self.kernel);
         reap_gone(&mut self.kernel);
+    }
+
+    /// The counters of the live status line: the kernel's for live threads, plus those of
+    /// threads that have exited.
+    fn status(&self) -> progress::Status {
+        let mut hits = self.evidence.hits();
+        for (_, counters) in self.kernel.thread_counters() {
+            for (id, &n) in counters.hits.iter().enumerate() {
+                if n > 0 {
+                    *hits.entry(id as u32).or_default() += n;
+                }
+            }
+        }
+        let is_launch = |id: u32| spec_of(id).is_some_and(|s| matches!(s.family, Family::Launch | Family::GraphLaunch));
+        progress::Status {
+            calls: hits.values().sum(),
+            launches: hits.iter().filter(|&(&id, _)| is_launch(id)).map(|(_, n)| n).sum(),
+            gpu_util_pct: self.sampler.as_ref().and_then(Sampler::latest_utilization),
+            lost: self.kernel.losses().iter().sum(),
+        }
     }
 
     fn drain(&mut self) {
@@ -329,6 +359,7 @@ impl Live {
         let last = self.snapshots.read(&self.kernel, end_ns, &self.evidence.allocs);
         last.apply(&mut self.evidence, None, &BTreeSet::new());
         self.notes.extend(self.snapshots.stack_notes());
+        self.notes.extend(self.kernel.take_later_notes());
         let gpu = match self.sampler.take() {
             Some(sampler) => {
                 let pids: Vec<u32> = self.evidence.pids().into_iter().chain(self.kernel.traced_processes()).chain([pid]).collect();
@@ -387,6 +418,8 @@ impl Live {
             stopped_by,
             libraries: self.kernel.attached_libraries(),
             losses: self.kernel.losses(),
+            startup: Some(self.kernel.startup),
+            uprobe_links: Some(self.kernel.uprobe_link_kind()),
             probes: Some(self.kernel),
             attach_ms: 0.0,
             notes: self.notes,
@@ -477,6 +510,8 @@ fn start_record(kernel: &Kernel, command: &str, pid: u32, start_ns: u64, attach_
         target_pid: pid,
         command: command.into(),
         attach_ms,
+        startup: Some(kernel.startup),
+        uprobe_links: Some(kernel.uprobe_link_kind()),
         sched_traced: kernel.sched_traced,
         io_traced: kernel.io_traced,
         gpu: sampler.map(|s| GpuStart {
@@ -517,6 +552,33 @@ async fn start_sampler(nvml_interval: Duration, notes: &mut Vec<String>) -> Opti
             None
         }
     }
+}
+
+/// Say the probes are armed: the log line (tests and scripts wait for it, with -v), a note
+/// if the driver is not loaded yet, and the start line on a terminal.
+fn announce_armed(pid: u32, command: &str, attach_ms: f64, kernel: &Kernel, notes: &mut Vec<String>) -> progress::Progress {
+    log::info!("armed: tracing pid {pid} with probes in {} libraries after {attach_ms:.0} ms", kernel.attached_libraries().len());
+    if kernel.attached_libraries().is_empty() {
+        let note = format!("process {pid} has not loaded the CUDA driver (libcuda) yet; waiting for it to be loaded");
+        log::warn!("{note}");
+        notes.push(note);
+    }
+    let mut progress = progress::Progress::for_terminal();
+    progress.started(&start_line(pid, command, kernel));
+    progress
+}
+
+/// `tracing pid 4242 (python train.py): 63 probes in libcuda.so.1 — Ctrl-C to stop`
+fn start_line(pid: u32, command: &str, kernel: &Kernel) -> String {
+    let mut shown: String = command.chars().take(60).collect();
+    if shown.len() < command.len() {
+        shown.push('…');
+    }
+    let libraries = kernel.attached_libraries();
+    let probes: usize = libraries.iter().map(|l| l.symbols.len()).sum();
+    let names: Vec<&str> = libraries.iter().map(|l| l.library.name.rsplit('/').next().unwrap_or(&l.library.name)).collect();
+    let what = if libraries.is_empty() { "waiting for it to load libcuda".to_owned() } else { format!("{probes} probes in {}", names.join(", ")) };
+    format!("tracing pid {pid} ({}): {what} — Ctrl-C to stop", crate::output::clean(&shown))
 }
 
 /// Stop NVML sampling and collect the samples for `pids`; failures go to `notes`.
@@ -583,7 +645,12 @@ fn drain(ring: &mut RingReader, kernel: &mut Kernel, evidence: &mut Evidence, ho
                     kernel.untrace_process(e.header.tgid);
                 }
             }
-            Event::TaskExec(e) => attach_mapped(kernel, e.header.tgid),
+            Event::TaskExec(e) => {
+                // The new image has not loaded its libraries yet: probe the driver it would
+                // load now (its first CUDA calls are seen), then anything already mapped.
+                attach_predicted(kernel, e.header.tgid);
+                attach_mapped(kernel, e.header.tgid);
+            }
             _ => {}
         }
     });
@@ -623,6 +690,16 @@ fn attach_mapped(kernel: &mut Kernel, pid: u32) {
     }
 }
 
+/// Probe the driver libraries `pid`'s environment would make it load (not mapped yet, so
+/// nothing was missed; a failure is only logged: the rescan will find what it maps).
+fn attach_predicted(kernel: &mut Kernel, pid: u32) {
+    for lib in libraries::predicted_for_process(pid) {
+        if let Err(e) = kernel.attach_library(&lib) {
+            log::info!("predicted library {} of process {pid}: {e}", lib.name);
+        }
+    }
+}
+
 fn rescan_libraries(kernel: &mut Kernel) {
     for pid in kernel.traced_processes() {
         attach_mapped(kernel, pid);
@@ -639,14 +716,29 @@ fn reap_gone(kernel: &mut Kernel) {
 }
 
 impl Outcome {
-    /// Remove the probes, after the report is out: each uprobe's removal waits for an RCU
-    /// grace period in the kernel and the removals are serialised there, so ~120 probes on the
-    /// real libcuda took ~12 s on 6.18 (docs/validation.md). Printing first means the user
-    /// never waits for the report. (Detaching from a forked child instead let consecutive
-    /// sessions contend in the kernel and hung a run on the GPU machine; not done.)
+    /// Remove the probes, after the report is out. With multi-uprobe links this takes about
+    /// a grace period; with perf-event uprobes each removal waits its turn in the kernel
+    /// (13–14 s for the real libcuda's 63 probes, docs/benchmarks.md), so printing first
+    /// means the user never waits for the report. (Detaching from a forked child instead let
+    /// consecutive sessions contend in the kernel and hung a run on the GPU machine; not done.)
     pub fn detach(&mut self) {
-        if let Some(kernel) = self.probes.take() {
-            kernel.detach();
+        let Some(kernel) = self.probes.take() else { return };
+        // The report is out: a second Ctrl-C (or SIGTERM) while detaching ends gputrace at
+        // once, as it would without our handlers.
+        // SAFETY: restoring the default disposition; nothing waits on these signals any more.
+        unsafe {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGTERM, libc::SIG_DFL);
         }
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watch = std::sync::Arc::clone(&done);
+        std::thread::spawn(move || {
+            std::thread::sleep(DETACH_SAY_AFTER);
+            if !watch.load(std::sync::atomic::Ordering::Relaxed) && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+                eprintln!("gputrace: detaching the probes… (Ctrl-C to leave now)");
+            }
+        });
+        kernel.detach();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }

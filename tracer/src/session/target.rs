@@ -33,6 +33,20 @@ pub struct Started {
     pub command: String,
     /// The command we started (run mode), until it is reaped.
     pub child: Option<tokio::process::Child>,
+    /// The command's gate (run mode): it runs once [`Started::go`] says so, when everything
+    /// that reads its events is ready (a job of a few milliseconds would otherwise exit
+    /// before its first records were read, and its copies could not be classified).
+    gate: Option<std::os::fd::OwnedFd>,
+}
+
+impl Started {
+    /// Let the command run (nothing to do when attached to a running process).
+    pub fn go(&mut self) -> Result<()> {
+        match self.gate.take() {
+            Some(gate) => write_byte(&gate).map_err(|source| TraceError::Spawn { command: self.command.clone(), source }),
+            None => Ok(()),
+        }
+    }
 }
 
 impl Target {
@@ -74,13 +88,38 @@ fn attach(pid: u32, kernel: &mut Kernel, notes: &mut Vec<String>) -> Result<Star
     }
     for &p in &tree {
         for lib in libraries::mapped_by(p) {
-            kernel.attach_library(&lib)?;
+            match kernel.attach_library(&lib) {
+                Ok(_) => {}
+                // A child (a worker) that exits while it is being attached to takes its
+                // mapping with it: skipped, as it would have been a moment later.
+                Err(e) if p != pid && process::stat(p).is_none() => {
+                    log::info!("process {p} exited while its libraries were probed: {e}");
+                    continue;
+                }
+                Err(_) if p == pid && process::stat(pid).is_none() => return Err(TraceError::TargetExited { pid }),
+                Err(e) if p != pid => {
+                    let note = format!("process {p} of the traced tree: {e}; its calls there are not counted");
+                    log::warn!("{note}");
+                    notes.push(note);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
             // Mapped before tracing began: nothing of this window was missed.
             kernel.note_mapping(&lib, p, false);
         }
         seed_threads(kernel, p);
     }
-    Ok(Started { pid, command: process::command_line(pid), child: None })
+    // A launcher (a shell, torchrun) with no driver mapped yet: probe the one its children
+    // would load, so that their first CUDA calls are seen (the rescan would be late).
+    if kernel.attached_libraries().is_empty() {
+        for lib in libraries::predicted_for_process(pid) {
+            if let Err(e) = kernel.attach_library(&lib) {
+                log::info!("predicted library {}: {e}", lib.name);
+            }
+        }
+    }
+    Ok(Started { pid, command: process::command_line(pid), child: None, gate: None })
 }
 
 /// Spawn the command held just before `exec`, put it in the traced set, probe the driver
@@ -112,8 +151,7 @@ fn run(argv: &[OsString], quiet_stdout: bool, kernel: &mut Kernel) -> Result<Sta
     for lib in libraries::predicted_for_command(libraries::inherited_ld_library_path().as_deref()) {
         kernel.attach_library(&lib)?;
     }
-    write_byte(&gate_write).map_err(spawn_err)?;
-    Ok(Started { pid, command, child: Some(child) })
+    Ok(Started { pid, command, child: Some(child), gate: Some(gate_write) })
 }
 
 /// The hidden first argument that turns gputrace into the gate of `run`.
