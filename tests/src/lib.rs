@@ -118,7 +118,8 @@ impl Tracer {
         Self::start(&mut command)
     }
 
-    fn start(command: &mut Command) -> Self {
+    /// Spawn `command` (a `gputrace -v …` of any binary) and wait until it is armed.
+    pub fn start(command: &mut Command) -> Self {
         let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("gputrace starts");
         let stderr = child.stderr.take().expect("piped");
         let (armed_tx, armed_rx) = mpsc::channel();
@@ -137,6 +138,7 @@ impl Tracer {
         let stderr: String = self.stderr_rest.try_iter().collect();
         let report =
             serde_json::from_str(&out).unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{out}\nstderr:\n{stderr}"));
+        assert_valid(&report);
         (report, status.code().unwrap_or(-1), stderr)
     }
 
@@ -201,6 +203,7 @@ fn run_fakejob_full(wrapper: &[&str], options: &[&str], args: &[&str]) -> (Value
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let report =
         serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{stdout}\nstderr:\n{stderr}"));
+    assert_valid(&report);
     (report, out.status.code().unwrap_or(-1), stderr)
 }
 
@@ -223,7 +226,40 @@ pub fn record_then_report(name: &str, args: &[&str]) -> Value {
     assert!(recorded.status.success(), "{}", String::from_utf8_lossy(&recorded.stderr));
     let out = Command::new(gputrace()).args(["report", "--json"]).arg(&file).output().expect("report runs");
     let _ = std::fs::remove_dir_all(&dir);
-    serde_json::from_slice(&out.stdout).expect("one JSON report")
+    report_json(&out.stdout)
+}
+
+/// The validators of the published schemas (docs/schema/, equal to the report types: a
+/// unit test of `gputrace::report::schema` checks the files).
+fn validators() -> &'static (jsonschema::Validator, jsonschema::Validator) {
+    static VALIDATORS: std::sync::OnceLock<(jsonschema::Validator, jsonschema::Validator)> = std::sync::OnceLock::new();
+    VALIDATORS.get_or_init(|| {
+        let build = |schema: &Value| jsonschema::validator_for(schema).expect("the published schema compiles");
+        (build(&gputrace::report::schema::report()), build(&gputrace::report::schema::sweep()))
+    })
+}
+
+/// Check a JSON report against its published schema (`gputrace.report/1` or
+/// `gputrace.sweep/1`, by its `schema` field); panics with every violation.
+pub fn assert_valid(report: &Value) {
+    let (trace, sweep) = validators();
+    let validator = match report["schema"].as_str() {
+        Some("gputrace.report/1") => trace,
+        Some("gputrace.sweep/1") => sweep,
+        other => panic!("not a gputrace report (schema {other:?}): {report:#}"),
+    };
+    let errors: Vec<String> = validator.iter_errors(report).map(|e| format!("{} at {}", e, e.instance_path())).collect();
+    assert!(errors.is_empty(), "the report breaks its published schema:\n{}", errors.join("\n"));
+}
+
+/// Parse one JSON report and check it against its published schema.
+#[must_use]
+pub fn report_json(bytes: impl AsRef<[u8]>) -> Value {
+    let bytes = bytes.as_ref();
+    let report: Value = serde_json::from_slice(bytes)
+        .unwrap_or_else(|e| panic!("not one JSON document ({e}):\n{}", String::from_utf8_lossy(bytes)));
+    assert_valid(&report);
+    report
 }
 
 /// A number at a JSON pointer (`/cuda/launches/kernels`); panics with the report if absent.

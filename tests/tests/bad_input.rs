@@ -37,7 +37,7 @@ fn a_command_that_cannot_be_run() {
     require_root();
     let (code, stdout, stderr) = gputrace_output(&["run", "--json", "--", "/nonexistent/program"]);
     assert_eq!(code, 127, "run ends as its command did (as a shell would: 127): {stderr}");
-    let r: serde_json::Value = serde_json::from_str(&stdout).expect("a report");
+    let r = gputrace_tests::report_json(&stdout);
     assert_eq!(r["target"]["exit_code"], 127, "{r}");
     assert!(stderr.contains("cannot run `/nonexistent/program`"), "{stderr}");
 }
@@ -47,7 +47,7 @@ fn a_process_without_cuda_is_reported_as_such() {
     require_root();
     let (code, stdout, stderr) = gputrace_output(&["run", "--json", "--", "sleep", "0.3"]);
     assert_eq!(code, 0, "{stderr}");
-    let r: serde_json::Value = serde_json::from_str(&stdout).expect("a report");
+    let r = gputrace_tests::report_json(&stdout);
     let started = r["started_at"].as_str().expect("started_at");
     assert!(started.len() == 24 && started.ends_with('Z') && started.as_bytes()[10] == b'T', "RFC 3339, UTC: {started}");
     assert!(r["host"].as_str().is_some_and(|h| !h.is_empty()), "{r}");

@@ -25,7 +25,7 @@ fn copies_syncs_and_allocations_are_exact() {
         // and a job of a few milliseconds can exit before the reader, short of CPU on two
         // cores beside a spinning fake GPU, reads it (a real job lives much longer).
         "--hold-ms",
-        "200",
+        "1000",
     ]);
     assert_eq!(code, 0, "{stderr}");
     let h2d = &r["cuda"]["copies"]["h2d"];
@@ -78,7 +78,7 @@ fn copies_described_by_2d_and_3d_structs_are_exact() {
     // runtime forwards them to cuMemcpy2DAsync_v2 and cuMemcpy3D_v2 with a struct argument.
     let steps = 30;
     // The hold: see `copies_syncs_and_allocations_are_exact`.
-    let (r, code, stderr) = run_fakejob(&["--steps", "30", "--copy2d", "1048576", "--driver-launches", "2", "--copy3d", "65536", "--hold-ms", "200"]);
+    let (r, code, stderr) = run_fakejob(&["--steps", "30", "--copy2d", "1048576", "--driver-launches", "2", "--copy3d", "65536", "--hold-ms", "1000"]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(hits(&r, "cuMemcpy2DAsync_v2"), steps);
     assert_eq!(hits(&r, "cuMemcpy3D_v2"), steps);
@@ -172,7 +172,7 @@ fn return_probes_are_on_where_the_kernel_is_safe_and_off_when_asked() {
         .args(args)
         .output()
         .expect("gputrace runs");
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a report");
+    let r = gputrace_tests::report_json(&out.stdout);
     assert_eq!(r["tracer"]["entry_only"], true);
     assert_eq!(num(&r, "/cuda/launches/kernels"), 500, "launches are entry probes: exact either way");
     assert_eq!(gputrace_tests::hits(&r, "cuStreamSynchronize"), 200, "calls counted at their entry");

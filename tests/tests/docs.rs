@@ -1,5 +1,6 @@
 //! The repository stands alone: every path a document, a comment or a script cites exists,
-//! and nothing cites the team's shared folder outside the repository.
+//! and nothing cites the team's shared folder outside the repository. And the schema check
+//! every JSON report of these tests passes through can fail.
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {
@@ -75,4 +76,13 @@ fn every_cited_path_exists_and_nothing_cites_outside_the_repository() {
 fn citations_are_found_where_paths_start() {
     assert_eq!(cited("see docs/report.md, and `tracer/src/stacks/mod.rs:42`."), ["docs/report.md", "tracer/src/stacks/mod.rs"]);
     assert!(cited("a/docs/x.md and mydocs/y.md").is_empty());
+}
+
+#[test]
+fn a_report_that_breaks_the_published_schema_is_caught() {
+    // The check every JSON report of these tests goes through must be able to fail.
+    let broken = serde_json::json!({"schema": "gputrace.report/1", "verdict": 5});
+    assert!(std::panic::catch_unwind(|| gputrace_tests::assert_valid(&broken)).is_err());
+    let sweep = serde_json::json!({"schema": "gputrace.sweep/1"});
+    assert!(std::panic::catch_unwind(|| gputrace_tests::assert_valid(&sweep)).is_err(), "required fields missing");
 }

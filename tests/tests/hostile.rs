@@ -213,7 +213,7 @@ fn arguments_and_names_that_are_not_utf8_never_panic() {
     // A command argument: passed through as bytes.
     let (code, stdout, stderr) = output(gt().args(["run", "--json", "--", "/bin/echo"]).arg(bad));
     assert_eq!(code, 0, "{stderr}");
-    let r: Value = serde_json::from_slice(&stdout).expect("a report");
+    let r = gputrace_tests::report_json(&stdout);
     assert_eq!(r["target"]["exit_code"], 0);
     assert!(stderr.contains('\u{fffd}'), "echo's output (on stderr with --json) carried the bytes: {stderr}");
     // A recording named with such bytes: written, then read back.
@@ -224,7 +224,7 @@ fn arguments_and_names_that_are_not_utf8_never_panic() {
     recording(&file);
     let (code, stdout, stderr) = output(gt().args(["report", "--json"]).arg(&file));
     assert_eq!(code, 0, "{stderr}");
-    assert_eq!(num(&serde_json::from_slice(&stdout).expect("report"), "/cuda/launches/kernels"), 10);
+    assert_eq!(num(&gputrace_tests::report_json(&stdout), "/cuda/launches/kernels"), 10);
     // A missing one: a clear message, exit 6.
     let (code, _, stderr) = output(gt().arg("report").arg(OsStr::from_bytes(b"\xff.gtr")));
     assert_eq!(code, 6, "{stderr}");
@@ -296,7 +296,7 @@ fn calls_missed_before_a_library_was_probed_make_the_report_incomplete() {
             .args(["--lib-dir", &lib_dir, "--steps", "2000", "--driver-launches", "10", "--kernel-us", "50", "--sync"]),
     );
     assert_eq!(code, 0, "{stderr}");
-    let r: Value = serde_json::from_slice(&stdout).expect("a report");
+    let r = gputrace_tests::report_json(&stdout);
     assert_eq!(r["tracer"]["probed_late"], 1, "{:#}", r["tracer"]);
     assert_eq!(r["tracer"]["complete"], false);
     assert!(r["tracer"]["notes"].to_string().contains("before gputrace probed it"), "{:#}", r["tracer"]["notes"]);
@@ -310,7 +310,7 @@ fn a_command_that_maps_no_cuda_has_not_loaded_it() {
     // libcuda is on the loader path (and probed in advance), but `sleep` never maps it.
     let (code, stdout, stderr) = output(gt().args(["run", "--json", "--nvml-hz", "0", "--", "sleep", "0.3"]));
     assert_eq!(code, 0, "{stderr}");
-    let r: Value = serde_json::from_slice(&stdout).expect("a report");
+    let r = gputrace_tests::report_json(&stdout);
     assert_eq!(r["target"]["cuda_loaded"], false, "{:#}", r["target"]);
     assert_eq!(r["tracer"]["complete"], true);
 }
@@ -340,7 +340,8 @@ fn run_then_signal(signal: i32) -> Value {
     unsafe { libc::kill(child.id() as i32, signal) };
     let out = child.wait_with_output().expect("gputrace exits");
     let _ = drained.join();
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("no report after signal {signal} ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+    assert!(!out.stdout.is_empty(), "no report after signal {signal}");
+    gputrace_tests::report_json(&out.stdout)
 }
 
 #[test]
@@ -391,7 +392,7 @@ fn a_plain_user_under_hidepid_is_told_the_sweep_cannot_see_everyone() {
     let _ = holder.child.kill();
     let _ = holder.child.wait();
     assert_eq!(code, 0, "{stderr}");
-    let r: Value = serde_json::from_slice(&stdout).expect("a sweep");
+    let r = gputrace_tests::report_json(&stdout);
     assert_eq!(r["tracer"]["processes_hidden"], true, "{:#}", r["tracer"]);
     assert_eq!(r["tracer"]["complete"], false);
     assert!(r["tracer"]["notes"].to_string().contains("hidepid"), "{:#}", r["tracer"]["notes"]);
@@ -406,7 +407,7 @@ fn the_overhead_estimate_uses_trap_costs_measured_per_probe() {
     let (code, stdout, stderr) =
         output(gt().args(["run", "--json", "--nvml-hz", "0", "--"]).arg(fakejob()).args(["--steps", "500", "--item", "1"]));
     assert_eq!(code, 0, "{stderr}");
-    let r: Value = serde_json::from_slice(&stdout).expect("a report");
+    let r = gputrace_tests::report_json(&stdout);
     let o = &r["tracer"]["overhead"];
     assert_eq!(o["basis"], "measured", "{o:#}");
     let probe = |symbol: &str| {
@@ -485,6 +486,6 @@ fn attaching_to_pid_1_says_it_traces_the_whole_namespace() {
     require_root();
     let (code, stdout, stderr) = output(gt().args(["attach", "--pid", "1", "--duration", "0.5", "--json", "--nvml-hz", "0"]));
     assert_eq!(code, 0, "{stderr}");
-    let r: Value = serde_json::from_slice(&stdout).expect("a report");
+    let r = gputrace_tests::report_json(&stdout);
     assert!(r["tracer"]["notes"].to_string().contains("pid 1 is the init process"), "{:#}", r["tracer"]["notes"]);
 }

@@ -104,7 +104,7 @@ fn a_python_loop_that_keeps_its_activations_names_the_python_function() {
         .expect("gputrace runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let r: Value = serde_json::from_slice(&out.stdout).expect("one JSON report");
+    let r = gputrace_tests::report_json(&out.stdout);
     assert_eq!(num(&r, "/memory/reserved_bytes"), 400 * MIB);
     let d = diagnosis(&r, "memory-growth");
     let site = top_site(d);

@@ -17,7 +17,7 @@ use serde_json::Value;
 // The hold keeps the job alive a moment after its work: its copies are classified by its
 // live memory map, which a job of a few milliseconds can take away before the reader, short
 // of CPU on two cores next to a spinning fake GPU, gets to them (docs/architecture.md).
-const JOB: &[&str] = &["--steps", "120", "--driver-launches", "50", "--kernel-us", "20", "--pageable-h2d", "65536", "--sync", "--hold-ms", "200"];
+const JOB: &[&str] = &["--steps", "120", "--driver-launches", "50", "--kernel-us", "20", "--pageable-h2d", "65536", "--sync", "--hold-ms", "1000"];
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("gputrace-recording-{name}-{}", std::process::id()));
@@ -76,7 +76,7 @@ fn the_offline_report_is_the_live_report() {
     let job = ["--steps", "300", "--driver-launches", "40", "--kernel-us", "200", "--pageable-h2d", "65536", "--item", "1", "--alloc-churn", "1"];
     let out = record(&file, &["--json"], &job);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let live: Value = serde_json::from_slice(&out.stdout).expect("the live report");
+    let live = gputrace_tests::report_json(&out.stdout);
     let (offline, code, stderr) = report(&file);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(without_source(offline), without_source(live), "every figure, timings included");

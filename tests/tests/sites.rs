@@ -64,7 +64,7 @@ fn a_stripped_program_gets_addresses_and_a_report() {
         .expect("gputrace runs");
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    let r: Value = serde_json::from_slice(&out.stdout).expect("one JSON report");
+    let r = gputrace_tests::report_json(&out.stdout);
     let d = diagnosis(&r, "host-bound");
     // No symbol names the spinning function: the site is whatever the stripped file still
     // names (its dynamic symbols) or an address, never the function's real name.

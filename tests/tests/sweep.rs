@@ -35,8 +35,10 @@ fn names_the_idle_holder_and_counts_the_busy_job_exactly() {
     require_root();
     let idle = idle_holder();
     let mut busy = Gated::start(&["--steps", "10", "--driver-launches", "100", "--sync", "--hold-ms", "60000"]);
+    let page = std::env::temp_dir().join(format!("gputrace-sweep-page-{}.html", std::process::id()));
+    let _ = std::fs::remove_file(&page);
 
-    let sweep = Tracer::sweep(&["--duration", "3"], None);
+    let sweep = Tracer::sweep(&["--duration", "3", "--html", page.to_str().expect("a UTF-8 temp path")], None);
     busy.release();
     busy.wait_for("holding");
     let (r, code, stderr) = sweep.report();
@@ -89,6 +91,16 @@ fn names_the_idle_holder_and_counts_the_busy_job_exactly() {
     assert!(r["tracer"]["complete"].as_bool().expect("bool"), "{r:#}");
     assert!(num(&r, "/tracer/processes_scanned") > 0);
     assert!(num(&r, "/tracer/probe_hits") >= 1010, "{r:#}");
+
+    // The page (`--html`): the same sweep as a table, the idle holder diagnosed, no requests.
+    let html = std::fs::read_to_string(&page).expect("the sweep's page was written");
+    let _ = std::fs::remove_file(&page);
+    let table = html.split(r#"<table class="sites" id="processes">"#).nth(1).expect("the process table");
+    for pid in [idle_pid, busy_pid] {
+        assert!(table.contains(&format!("<tr><td>{pid}</td>")), "pid {pid} has no row");
+    }
+    assert!(html.contains(&format!("idle-gpu-holder — pid {idle_pid} ")), "the idle holder is not diagnosed on the page");
+    assert!(html.contains("default-src 'none'") && !html.contains("<script"), "a page with no script and no requests");
 }
 
 #[test]

@@ -160,6 +160,13 @@ pub fn stacks_on() -> bool {
 #[map]
 pub static USER_STACKS: StackTrace = StackTrace::with_max_entries(8192, 0);
 
+/// The user stacks of device allocation calls, by id: a map of their own, because a stack
+/// map refuses a stack whose hash bucket is taken (`-EEXIST`), and the thousands of sampled
+/// stacks in `USER_STACKS` made an allocation's stack — often the one naming an OOM — miss
+/// now and then. A job has few distinct allocation stacks, so collisions here are rare.
+#[map]
+pub static ALLOC_STACKS: StackTrace = StackTrace::with_max_entries(2048, 0);
+
 /// CPU samples and off-CPU time of traced threads, by user stack and the CUDA call they were in.
 #[map]
 pub static SAMPLES: HashMap<SampleKey, SampleStats> = HashMap::with_max_entries(16_384, 0);

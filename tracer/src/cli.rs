@@ -76,15 +76,27 @@ enum Command {
         /// Print the report as one JSON document on stdout.
         #[arg(long)]
         json: bool,
+        /// Also write the report as one self-contained HTML page (as `export --html`).
+        #[arg(long, value_name = "OUT.html")]
+        html: Option<PathBuf>,
+        /// Replace an existing file at the --html path (never the recording being read).
+        #[arg(long)]
+        force: bool,
     },
-    /// Export a recording as a timeline.
+    /// Export a recording as a timeline, or as a page to look at.
+    #[command(group(clap::ArgGroup::new("format").required(true).multiple(true).args(["perfetto", "html"])))]
     Export {
         /// A file written by `gputrace record`.
         file: PathBuf,
         /// Write a Chrome trace-event JSON file that ui.perfetto.dev (and `chrome://tracing`)
         /// opens; `-` for standard output. An existing file is kept unless --force.
         #[arg(long, value_name = "OUT.json")]
-        perfetto: PathBuf,
+        perfetto: Option<PathBuf>,
+        /// Write one self-contained HTML page (no network needed to open it): the verdict,
+        /// the diagnoses with flamegraphs of their call stacks, the time account and a
+        /// zoomable timeline; `-` for standard output.
+        #[arg(long, value_name = "OUT.html")]
+        html: Option<PathBuf>,
         /// Replace an existing file at the output path (never the recording being read).
         #[arg(long)]
         force: bool,
@@ -101,6 +113,12 @@ enum Command {
         /// short process name.
         #[arg(long)]
         show_commands: bool,
+        /// Also write the sweep as one self-contained HTML page (a table of the holders).
+        #[arg(long, value_name = "OUT.html")]
+        html: Option<PathBuf>,
+        /// Replace an existing file at the --html path.
+        #[arg(long)]
+        force: bool,
     },
     /// Print a shell completion script: `gputrace completions bash > /etc/bash_completion.d/gputrace`.
     Completions {
@@ -147,6 +165,12 @@ struct Common {
     /// `diagnoses[].sites`.
     #[arg(long)]
     no_stacks: bool,
+    /// Keep the estimated cost to the job's busiest thread under PCT percent (0 < PCT ≤ 100):
+    /// past it, the launch probes are taken off part of each second and launch counts are
+    /// scaled from the time they were on (the report says so, `tracer.sampling`); every
+    /// other count stays exact. Not with `record`.
+    #[arg(long, value_name = "PCT", value_parser = parse_percent)]
+    max_overhead: Option<f64>,
 }
 
 /// The most files rotation keeps: enough for any retention policy, few enough that a
@@ -189,6 +213,15 @@ fn parse_hz(s: &str) -> Result<f64, String> {
     Ok(hz)
 }
 
+/// A budget in percent: `1`, `0.5`, `2%`.
+fn parse_percent(s: &str) -> Result<f64, String> {
+    let pct: f64 = s.trim().trim_end_matches('%').parse().map_err(|_| format!("`{s}` is not a percentage (e.g. 1 or 0.5)"))?;
+    if !(pct > 0.0 && pct <= 100.0) {
+        return Err(format!("the overhead budget must be above 0 and at most 100 (percent), got `{s}`"));
+    }
+    Ok(pct)
+}
+
 /// `512M`, `2G`, `100k` or a number of bytes.
 fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
@@ -218,18 +251,23 @@ pub enum Job {
         /// Zero: NVML off.
         nvml_interval: Duration,
         record: Option<Plan>,
+        /// `--max-overhead`, a fraction.
+        max_overhead: Option<f64>,
     },
     Report {
         file: PathBuf,
         json: bool,
+        html: Option<Destination>,
     },
     Export {
         file: PathBuf,
-        perfetto: Destination,
+        perfetto: Option<Destination>,
+        html: Option<Destination>,
     },
     Sweep {
         options: sweep::Options,
         json: bool,
+        html: Option<Destination>,
     },
     Completions {
         shell: clap_complete::Shell,
@@ -266,6 +304,7 @@ impl Cli {
                 json: common.json,
                 nvml_interval: nvml_interval(common.nvml_hz),
                 record: None,
+                max_overhead: common.max_overhead.map(|pct| pct / 100.0),
             },
             Command::Run { common, argv } => Job::Trace {
                 target: Target::Run { argv, quiet_stdout: common.json },
@@ -273,8 +312,12 @@ impl Cli {
                 json: common.json,
                 nvml_interval: nvml_interval(common.nvml_hz),
                 record: None,
+                max_overhead: common.max_overhead.map(|pct| pct / 100.0),
             },
             Command::Record { pid, output, force, limits, common, argv } => {
+                if common.max_overhead.is_some() {
+                    return Err("--max-overhead is for attach and run: a recording keeps every launch counted (record without it, or attach with it)".into());
+                }
                 let plan = record_plan(output, force, &limits, common.json)?;
                 // A recording on stdout must not mix with the command's own output.
                 let quiet_stdout = common.json || plan.destination == Destination::Stdout;
@@ -287,14 +330,33 @@ impl Cli {
                     json: common.json,
                     nvml_interval: nvml_interval(common.nvml_hz),
                     record: Some(plan),
+                    max_overhead: None,
                 }
             }
-            Command::Report { file, json } => Job::Report { file, json },
-            Command::Export { file, perfetto, force } => {
-                let perfetto = output::resolve(&perfetto, force, &[&file]).map_err(|e| e.to_string())?;
-                Job::Export { file, perfetto }
+            Command::Report { file, json, html, force } => {
+                let html = html.map(|h| output::resolve(&h, force, &[&file])).transpose().map_err(|e| e.to_string())?;
+                if json && html.as_ref().is_some_and(|h| *h == Destination::Stdout) {
+                    return Err("--json and --html - would both write to standard output: give --html a file".into());
+                }
+                Job::Report { file, json, html }
             }
-            Command::Sweep { duration, json, show_commands } => Job::Sweep { options: sweep::Options { duration, show_commands }, json },
+            Command::Export { file, perfetto, html, force } => {
+                let resolve = |p: Option<PathBuf>| p.map(|p| output::resolve(&p, force, &[&file])).transpose().map_err(|e| e.to_string());
+                let (perfetto, html) = (resolve(perfetto)?, resolve(html)?);
+                if let (Some(p), Some(h)) = (&perfetto, &html) {
+                    if p == h {
+                        return Err(format!("--perfetto and --html name the same output, {p}: give each its own"));
+                    }
+                }
+                Job::Export { file, perfetto, html }
+            }
+            Command::Sweep { duration, json, show_commands, html, force } => {
+                let html = html.map(|h| output::resolve(&h, force, &[])).transpose().map_err(|e| e.to_string())?;
+                if html.as_ref().is_some_and(|h| *h == Destination::Stdout) {
+                    return Err("--html - would mix the page with the sweep report on standard output: give --html a file".into());
+                }
+                Job::Sweep { options: sweep::Options { duration, show_commands }, json, html }
+            }
             Command::Completions { shell } => Job::Completions { shell },
             Command::Man => Job::Man,
         })
@@ -324,10 +386,12 @@ fn record_plan(output: PathBuf, force: bool, limits: &RecordLimits, json: bool) 
 /// Run a job to its end; returns the process exit code.
 pub async fn execute(job: Job) -> i32 {
     match job {
-        Job::Trace { target, duration, json, nvml_interval, record } => Box::pin(trace(target, duration, json, nvml_interval, record)).await,
-        Job::Report { file, json } => offline_report(&file, json),
-        Job::Export { file, perfetto } => export(&file, &perfetto),
-        Job::Sweep { options, json } => execute_sweep(&options, json).await,
+        Job::Trace { target, duration, json, nvml_interval, record, max_overhead } => {
+            Box::pin(trace(target, duration, json, nvml_interval, record, max_overhead)).await
+        }
+        Job::Report { file, json, html } => offline_report(&file, json, html.as_ref()),
+        Job::Export { file, perfetto, html } => export(&file, perfetto.as_ref(), html.as_ref()),
+        Job::Sweep { options, json, html } => execute_sweep(&options, json, html.as_ref()).await,
         Job::Completions { shell } => print_with(|out| {
             clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "gputrace", out);
             Ok(())
@@ -336,7 +400,7 @@ pub async fn execute(job: Job) -> i32 {
     }
 }
 
-async fn execute_sweep(options: &sweep::Options, json: bool) -> i32 {
+async fn execute_sweep(options: &sweep::Options, json: bool, html: Option<&Destination>) -> i32 {
     let mut finished = match sweep::sweep(options).await {
         Ok(f) => f,
         Err(e) => return fail(&e),
@@ -349,11 +413,19 @@ async fn execute_sweep(options: &sweep::Options, json: bool) -> i32 {
             out.write_all(sweep::text::render(report, io::stdout().is_terminal()).as_bytes())
         }
     });
+    let code = match html.map(|out| (out, crate::export::html::write_sweep(report, out))) {
+        Some((out, Ok(bytes))) => {
+            eprintln!("gputrace: wrote the sweep's page ({} KiB) to {out}", bytes.div_ceil(1024));
+            code
+        }
+        Some((out, Err(e))) => export_failed(out, &e),
+        None => code,
+    };
     finished.detach();
     code
 }
 
-async fn trace(target: Target, duration: Option<Duration>, json: bool, nvml_interval: Duration, record: Option<Plan>) -> i32 {
+async fn trace(target: Target, duration: Option<Duration>, json: bool, nvml_interval: Duration, record: Option<Plan>, max_overhead: Option<f64>) -> i32 {
     let recorder = match record.map(Recorder::new) {
         Some(Ok(r)) => Some(r),
         Some(Err(e)) => {
@@ -364,7 +436,7 @@ async fn trace(target: Target, duration: Option<Duration>, json: bool, nvml_inte
     };
     let recording = recorder.is_some();
     let run = matches!(target, Target::Run { .. }) && !recording;
-    let mut outcome = match Box::pin(session::trace(target, duration, nvml_interval, recorder)).await {
+    let mut outcome = match Box::pin(session::trace(target, duration, nvml_interval, recorder, max_overhead)).await {
         Ok(o) => o,
         Err(e) => return fail(&e),
     };
@@ -424,7 +496,7 @@ fn read_recording(file: &std::path::Path) -> Result<record::Replayed, i32> {
     })
 }
 
-fn offline_report(file: &std::path::Path, json: bool) -> i32 {
+fn offline_report(file: &std::path::Path, json: bool, html: Option<&Destination>) -> i32 {
     let replayed = match read_recording(file) {
         Ok(r) => r,
         Err(code) => return code,
@@ -434,14 +506,18 @@ fn offline_report(file: &std::path::Path, json: bool) -> i32 {
     }
     let report = report::build::build(&replayed.outcome);
     let printed = print_report(&report, json);
-    if printed == exit::OK {
-        damage_code(replayed.damage.as_ref())
-    } else {
-        printed
+    if printed != exit::OK {
+        return printed;
     }
+    if let Some(out) = html {
+        if let Err(code) = write_page(file, &replayed, &report, out) {
+            return code;
+        }
+    }
+    damage_code(replayed.damage.as_ref())
 }
 
-fn export(file: &std::path::Path, out: &Destination) -> i32 {
+fn export(file: &std::path::Path, perfetto: Option<&Destination>, html: Option<&Destination>) -> i32 {
     let replayed = match read_recording(file) {
         Ok(r) => r,
         Err(code) => return code,
@@ -450,30 +526,56 @@ fn export(file: &std::path::Path, out: &Destination) -> i32 {
         eprintln!("gputrace: {}: {d}; exporting what was read before it", file.display());
     }
     let report = report::build::build(&replayed.outcome);
-    match crate::export::perfetto::write(file, &replayed, &report, out) {
-        Ok(n) => {
-            eprintln!("gputrace: wrote {n} trace events to {out}; open it at https://ui.perfetto.dev");
-            damage_code(replayed.damage.as_ref())
+    if let Some(out) = perfetto {
+        match crate::export::perfetto::write(file, &replayed, &report, out) {
+            Ok(n) => eprintln!("gputrace: wrote {n} trace events to {out}; open it at https://ui.perfetto.dev"),
+            Err(e) => return export_failed(out, &e),
         }
-        Err(e) => {
-            let kept = if out.is_file() { "; nothing was put in its place" } else { "" };
-            eprintln!("gputrace: exporting to {out}: {e}{kept}");
-            exit::FAILURE
+    }
+    if let Some(out) = html {
+        if let Err(code) = write_page(file, &replayed, &report, out) {
+            return code;
         }
+    }
+    damage_code(replayed.damage.as_ref())
+}
+
+fn write_page(file: &std::path::Path, replayed: &record::Replayed, report: &report::Report, out: &Destination) -> Result<(), i32> {
+    match crate::export::html::write(file, replayed, report, out) {
+        Ok(bytes) => {
+            eprintln!("gputrace: wrote the page ({} KiB) to {out}; open it in any browser, no network needed", bytes.div_ceil(1024));
+            Ok(())
+        }
+        Err(e) => Err(export_failed(out, &e)),
     }
 }
 
+fn export_failed(out: &Destination, e: &io::Error) -> i32 {
+    let kept = if out.is_file() { "; nothing was put in its place" } else { "" };
+    eprintln!("gputrace: exporting to {out}: {e}{kept}");
+    exit::FAILURE
+}
+
 fn fail(e: &TraceError) -> i32 {
+    eprintln!("{}", failure_message(e));
+    e.exit_code()
+}
+
+/// The error and its causes, each said once: a message that already quotes its cause (most
+/// do, `reading /x: not found`) gets no `caused by: not found` line repeating it.
+fn failure_message(e: &dyn std::error::Error) -> String {
     use std::fmt::Write as _;
     let mut msg = format!("gputrace: {e}");
-    let mut source = std::error::Error::source(e);
+    let mut source = e.source();
     while let Some(s) = source {
-        // Writing to a String cannot fail.
-        let _ = write!(msg, "\n  caused by: {s}");
+        let text = s.to_string();
+        if !msg.contains(&text) {
+            // Writing to a String cannot fail.
+            let _ = write!(msg, "\n  caused by: {text}");
+        }
         source = s.source();
     }
-    eprintln!("{msg}");
-    e.exit_code()
+    msg
 }
 
 fn print_report(report: &Report, json: bool) -> i32 {
@@ -504,6 +606,30 @@ fn print_with(write: impl FnOnce(&mut io::StdoutLock<'static>) -> io::Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Outer(#[source] io::Error);
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let e = TraceError::io("reading", "/x", io::Error::from(io::ErrorKind::NotFound));
+        let msg = failure_message(&e);
+        assert_eq!(msg.matches("entity not found").count(), 1, "{msg}");
+        assert!(!msg.contains("caused by"), "{msg}");
+        // A cause the message does not quote is still shown.
+        let msg = failure_message(&Outer(io::Error::other("the inner reason")));
+        assert_eq!(msg, "gputrace: outer\n  caused by: the inner reason");
+    }
+
+    #[test]
+    fn overhead_budgets_are_percentages_above_zero() {
+        assert_eq!(parse_percent("1"), Ok(1.0));
+        assert_eq!(parse_percent("0.5%"), Ok(0.5));
+        for bad in ["0", "-1", "101", "NaN", "inf", "one", ""] {
+            assert!(parse_percent(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn durations_take_seconds_or_a_unit() {

@@ -23,6 +23,7 @@ pub mod probes;
 pub mod record;
 pub mod report;
 pub mod session;
+pub mod severity;
 pub mod stacks;
 pub mod sweep;
 pub mod usage;

@@ -12,6 +12,8 @@ Workloads:
   graph   the eager MLP's forward and backward captured once in a CUDA graph, replayed
   item    one `x.item()` on a 1-element tensor per step: a device-to-host copy and a
           stream synchronize, the pattern whose probe cost issue 20 measured
+  tiny    100 `y.add_(1)` per step on a 1-element tensor: the fastest launch loop PyTorch
+          makes (~150,000 launches a second), for the overhead budget (budget.sh)
 """
 import os
 import sys
@@ -65,6 +67,12 @@ elif mode == "bf16":
         opt.zero_grad(set_to_none=True)
         model(x).float().square().mean().backward()
         opt.step()
+elif mode == "tiny":
+    y = torch.zeros(1, device=dev)
+
+    def step():
+        for _ in range(100):
+            y.add_(1)
 elif mode == "item":
     x = torch.ones(1, device=dev)
 

@@ -8,6 +8,10 @@
 //! Then the overhead estimate is checked against what tracing really cost: a `.item()` loop
 //! (a device-to-host copy whose probe the kernel single-steps, and a synchronize) timed
 //! untraced and traced, beside the report's `tracer.overhead.estimated_s`.
+//!
+//! Last, start-up and exit (issue 15): `gputrace run` of a short job, from gputrace's start
+//! to probes armed (`attach_ms`, goal ≤ 200 ms) and from the end of the window to gputrace's
+//! exit (goal ≤ 1 s).
 
 use std::{
     io::{BufRead as _, BufReader, Write as _},
@@ -187,5 +191,34 @@ pub fn run(release: &Path, fake: &Path) -> Result<()> {
         "\ngputrace's added cost per launch: {ours:.1} ns = {:.2} × the bare-uprobe floor ({floor:.1} ns); goal ≤ 1.2 ×",
         ours / floor
     );
-    estimate_accuracy(release, fake)
+    estimate_accuracy(release, fake)?;
+    startup_and_exit(release, fake)
+}
+
+/// Start-up and exit of `gputrace run` on a short job: medians of `REPEATS` runs.
+#[expect(clippy::print_stdout, reason = "the table is this command's output")]
+fn startup_and_exit(release: &Path, fake: &Path) -> Result<()> {
+    let mut armed = Vec::new();
+    let mut after = Vec::new();
+    for _ in 0..REPEATS {
+        let began = std::time::Instant::now();
+        let out = Command::new(release.join("gputrace"))
+            .env("LD_LIBRARY_PATH", fake)
+            .args(["run", "--json", "--"])
+            .arg(fake.join("fakejob"))
+            .args(["--steps", "100", "--driver-launches", "10", "--kernel-us", "500", "--sync"])
+            .output()?;
+        let wall_ms = began.elapsed().as_secs_f64() * 1e3;
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).context("gputrace run printed no JSON report")?;
+        let attach_ms = report["tracer"]["attach_ms"].as_f64().context("attach_ms")?;
+        let window_ms = report["window"]["duration_s"].as_f64().context("window.duration_s")? * 1e3;
+        armed.push(attach_ms);
+        after.push(wall_ms - attach_ms - window_ms);
+    }
+    eprintln!("armed after {armed:.0?} ms; exited {after:.0?} ms after the window");
+    println!("\n| `gputrace run`, short job (median of {REPEATS}) | ms | goal |");
+    println!("|---|---|---|");
+    println!("| start to probes armed (`attach_ms`) | {:.0} | ≤ 200 |", median(armed));
+    println!("| end of window to exit (report, NVML, detach) | {:.0} | ≤ 1000 |", median(after));
+    Ok(())
 }

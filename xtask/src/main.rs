@@ -1,9 +1,10 @@
-//! Project tasks: `cargo xtask setup | build | demo | test | bench | fuzz`.
+//! Project tasks: `cargo xtask setup | build | demo | test | bench | dist | fuzz`.
 //!
 //! `setup` installs what the eBPF build needs and is idempotent; every other task runs it
 //! first, so the README's two commands work on a fresh machine.
 
 mod bench;
+mod dist;
 mod toolchain;
 
 #[path = "../../tests/fake-cuda/builder.rs"]
@@ -35,6 +36,8 @@ enum Task {
     Test,
     /// Measure the added cost per traced launch against a bare uprobe (root; docs/benchmarks.md).
     Bench,
+    /// Build the release artifacts into target/dist: tarball, debug info, .deb (docs/install.md).
+    Dist,
     /// Fuzz the parsers of untrusted bytes with cargo-fuzz (installed if missing; nightly).
     Fuzz {
         /// One of the targets in fuzz/Cargo.toml; all of them by default.
@@ -130,6 +133,14 @@ fn demo() -> Result<()> {
         // `gputrace run` finds it and arms the probes before the job's first call.
         run(Command::new(&gputrace).env("LD_LIBRARY_PATH", &fake).arg("run").arg("--").arg(&job).args(args))?;
     }
+    // The same pageable-copy job recorded, then looked at: a page to open in a browser.
+    let dir = root().join("target/demo");
+    std::fs::create_dir_all(&dir)?;
+    let (recording, page) = (dir.join("pageable.gtr"), dir.join("pageable.html"));
+    eprintln!("\n=== demo: the second job recorded, and its report as a page ===");
+    run(Command::new(&gputrace).env("LD_LIBRARY_PATH", &fake).args(["record", "--force", "-o"]).arg(&recording).arg("--").arg(&job).args(scenarios[1].1))?;
+    run(Command::new(&gputrace).args(["export", "--force", "--html"]).arg(&page).arg(&recording))?;
+    eprintln!("demo: open {} in a browser", page.display());
     Ok(())
 }
 
@@ -165,6 +176,9 @@ fn test() -> Result<()> {
         "--lib",
         "fuzzing::",
     ]))?;
+    // The release artifacts, which `tests/tests/dist.rs` installs and runs without cargo.
+    dist::dist(&root(), &gputrace)?;
+    toolchain::browser()?;
     // The privileged tests load eBPF into the one kernel: one at a time.
     run(Command::new("cargo").current_dir(root()).env("GPUTRACE_BIN", &gputrace).args([
         "test",
@@ -188,6 +202,13 @@ fn main() -> Result<()> {
             let fake = root().join("target/fake-cuda");
             builder::build_fake_cuda(&root().join("tests/fake-cuda"), &fake).map_err(anyhow::Error::msg)?;
             bench::run(&release, &fake)
+        }
+        Task::Dist => {
+            let a = dist::dist(&root(), &build()?)?;
+            for path in [a.tarball, a.debug, a.deb] {
+                eprintln!("dist: {}", path.display());
+            }
+            Ok(())
         }
         Task::Fuzz { target, seconds } => fuzz(target.as_deref(), seconds),
     }

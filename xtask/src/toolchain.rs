@@ -84,3 +84,21 @@ fn find_llvm(sysroot: &Path) -> Result<PathBuf> {
         .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libLLVM") && n.contains(".so")))
         .with_context(|| format!("no libLLVM in {}: is the nightly complete?", lib.display()))
 }
+
+/// Headless Chromium, which the HTML page's test opens the page in (tests/tests/html.rs):
+/// Debian's package, installed when missing.
+pub fn browser() -> Result<()> {
+    if env::var_os("GPUTRACE_CHROMIUM").is_some() || Path::new("/usr/bin/chromium").exists() {
+        return Ok(());
+    }
+    eprintln!("setup: installing Debian's chromium for the HTML page's test");
+    let install = || Command::new("apt-get").env("DEBIAN_FRONTEND", "noninteractive").args(["install", "-y", "chromium"]).status();
+    if !install()?.success() {
+        // A fresh machine may have no package lists yet.
+        let _ = Command::new("apt-get").arg("update").status()?;
+        if !install()?.success() {
+            bail!("installing chromium failed: install it (`apt-get install chromium`) or point GPUTRACE_CHROMIUM at a Chromium");
+        }
+    }
+    Ok(())
+}

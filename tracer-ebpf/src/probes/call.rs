@@ -19,7 +19,7 @@ use gputrace_common::{
     drains_queue_after, is_probe, loss, out_arg, CallEvent, EventHeader, InflightCall, CALL_ARGS, KIND_CALL,
 };
 
-use crate::maps::{count_loss, cuda_caller, stacks_on, thread_counters, Current, BPF_F_USER_STACK, EVENTS, INFLIGHT, THREADS, USER_STACKS};
+use crate::maps::{count_loss, cuda_caller, stacks_on, thread_counters, Current, BPF_F_USER_STACK, ALLOC_STACKS, EVENTS, INFLIGHT, THREADS};
 
 #[inline(always)]
 fn inflight_key(tid: u32, probe: u32) -> u64 {
@@ -66,7 +66,7 @@ fn on_enter(ctx: &ProbeContext, probe: u32, alloc_stack: bool) -> u32 {
     if alloc_stack {
         args[slot::ALLOC_STACK] = if stacks_on() {
             // SAFETY: the helper walks the user stack with its own checked reads.
-            unsafe { USER_STACKS.get_stackid(ctx, BPF_F_USER_STACK) }.map_or(u64::MAX, |id| id as u64)
+            unsafe { ALLOC_STACKS.get_stackid(ctx, BPF_F_USER_STACK) }.map_or(u64::MAX, |id| id as u64)
         } else {
             u64::MAX
         };

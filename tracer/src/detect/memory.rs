@@ -18,6 +18,7 @@
 //! (the time from a failed request to its successful retry).
 
 use super::{rules::pct, severity};
+use crate::severity::Severity;
 use crate::{
     evidence::{Evidence, Failure, RETRY_WITHIN_NS},
     gpu::sampler::Finished,
@@ -257,8 +258,8 @@ pub fn diagnose(inputs: &Inputs<'_>, view: &Memory) -> Vec<Diagnosis> {
     found
 }
 
-fn memory_diagnosis(id: &str, severity: &str, impact: f64, summary: String, evidence: Vec<String>, fix: &str) -> Diagnosis {
-    Diagnosis { id: id.into(), severity: severity.into(), impact, summary, evidence, fix: fix.into(), bucket: None, saving: None, sites: Vec::new() }
+fn memory_diagnosis(id: &str, severity: Severity, impact: f64, summary: String, evidence: Vec<String>, fix: &str) -> Diagnosis {
+    Diagnosis { id: id.into(), severity, impact, summary, evidence, fix: fix.into(), bucket: None, saving: None, sites: Vec::new() }
 }
 
 /// Other processes' memory on the job's GPUs at the end (NVML), largest first.
@@ -303,7 +304,7 @@ fn oom(inputs: &Inputs<'_>, view: &Memory) -> Option<Diagnosis> {
     evidence.extend(others(inputs));
     Some(memory_diagnosis(
         "oom",
-        "high",
+        Severity::High,
         0.0,
         format!("the GPU ran out of memory: a request for {} failed for good", bytes(largest.bytes)),
         evidence,
@@ -322,7 +323,7 @@ fn fragmentation(inputs: &Inputs<'_>, window_s: f64) -> Option<Diagnosis> {
     let freed_bytes = total(retried.iter().map(|f| f.freed_bytes_after));
     let largest = retried.iter().map(|f| f.bytes).max().unwrap_or(0);
     let level = match severity(impact) {
-        "info" => "low",
+        Severity::Info => Severity::Low,
         s => s,
     };
     Some(memory_diagnosis(
@@ -350,9 +351,9 @@ fn fragmentation(inputs: &Inputs<'_>, window_s: f64) -> Option<Diagnosis> {
 fn memory_growth(inputs: &Inputs<'_>, g: Growth) -> Diagnosis {
     let left = inputs.device_free().map(|free| free as f64 / g.rate);
     let level = match left {
-        Some(s) if s <= 3600.0 => "high",
-        Some(s) if s > 86_400.0 => "low",
-        _ => "medium",
+        Some(s) if s <= 3600.0 => Severity::High,
+        Some(s) if s > 86_400.0 => Severity::Low,
+        _ => Severity::Medium,
     };
     let mut evidence = vec![format!(
         "reserved through the driver, at most: {} halfway through the job's CUDA work, {} at three quarters, {} at the end",
@@ -402,7 +403,7 @@ fn memory_reserved(view: &Memory) -> Option<Diagnosis> {
     });
     Some(memory_diagnosis(
         "memory-reserved",
-        "info",
+        Severity::Info,
         0.0,
         format!(
             "the job holds {} ({} of the GPU): a caching allocator keeps what it reserved, so nvidia-smi shows it used even when the tensors in it are gone",

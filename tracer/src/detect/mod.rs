@@ -11,11 +11,12 @@ mod host_rules;
 pub mod memory;
 mod rules;
 mod saving;
-mod sites;
-mod steps;
+pub mod sites;
+pub mod steps;
 
 pub use account::Account;
 
+use crate::severity::Severity;
 use crate::{
     evidence::{account::TimeAccount, Evidence},
     report::model::{Diagnosis, GpuDevice, GpuIdle, Steps},
@@ -40,15 +41,15 @@ pub const NO_CUDA_WORK: &str = "no-cuda-work";
 pub const NO_BOTTLENECK_FOUND: &str = "no-bottleneck-found";
 
 #[must_use]
-pub fn severity(impact: f64) -> &'static str {
+pub fn severity(impact: f64) -> Severity {
     if impact >= HIGH {
-        "high"
+        Severity::High
     } else if impact >= MEDIUM {
-        "medium"
+        Severity::Medium
     } else if impact >= LOW {
-        "low"
+        Severity::Low
     } else {
-        "info"
+        Severity::Info
     }
 }
 

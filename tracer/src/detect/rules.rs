@@ -45,7 +45,7 @@ pub(super) fn diagnosis(id: &str, bucket: &str, impact: f64, summary: String, ev
     let impact = impact.clamp(0.0, 1.0);
     Diagnosis {
         id: id.into(),
-        severity: severity(impact).into(),
+        severity: severity(impact),
         impact,
         summary,
         evidence,
@@ -290,7 +290,7 @@ fn small_kernels(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     ));
     Some(Diagnosis {
         id: "small-kernels".into(),
-        severity: severity(impact).into(),
+        severity: severity(impact),
         impact,
         summary: format!("the GPU runs kernels {} of the time but its SMs are busy only {}: the work is too small to fill it", pct(util), pct(sm)),
         evidence,
@@ -313,7 +313,7 @@ fn gpu_bound(_: &Evidence, a: &Account) -> Option<Diagnosis> {
     evidence.extend(gpu_line(a));
     Some(Diagnosis {
         id: GPU_BOUND.into(),
-        severity: "info".into(),
+        severity: crate::severity::Severity::Info,
         impact: a.gpu_activity().unwrap_or(waiting),
         summary: "the GPU is the limiter: the host keeps it fed — healthy".into(),
         evidence,

@@ -11,7 +11,7 @@ use crate::{
     report::model::Diagnosis,
     stacks::{
         sites::{is_data_loading, preferred, top, Wanted},
-        Activity,
+        Activity, StackTime,
     },
 };
 
@@ -60,6 +60,15 @@ pub fn attach(found: &mut Vec<Diagnosis>, ev: &Evidence, threads: &[u32]) {
     fold_into_checkpoint(found);
 }
 
+/// The stacks a diagnosis is charged with, those its sites are ranked from (Python stacks
+/// where a process has them); None where the diagnosis names no code.
+#[must_use]
+pub fn stacks_of<'a>(ev: &'a Evidence, id: &str, threads: &'a [u32]) -> Option<Vec<&'a StackTime>> {
+    let (activities, on_cpu) = wanted(id)?;
+    let wanted = Wanted { activities, on_cpu, tids: threads };
+    Some(preferred(&ev.stacks).filter(|s| wanted.admits(s)).collect())
+}
+
 /// The diagnoses whose code is the checkpoint's: a `torch.save` in the loop also shows as host
 /// time (pickling), I/O and syncs, all at the checkpoint's line. One problem, one diagnosis:
 /// those whose costliest site is the checkpoint's costliest site (for most of their time) are
@@ -73,7 +82,7 @@ fn fold_into_checkpoint(found: &mut Vec<Diagnosis>) {
         if largest > d.impact {
             d.evidence.push(format!("the same code also shows as host time, I/O or syncs, {:.0}% of the time in all", largest * 100.0));
             d.impact = largest;
-            crate::detect::severity(largest).clone_into(&mut d.severity);
+            d.severity = crate::detect::severity(largest);
         }
     }
     found.sort_by(|a, b| b.impact.total_cmp(&a.impact));

@@ -18,6 +18,7 @@ use crate::{
 /// The step marker: among the launching threads' recurring calls with a rhythm, the one
 /// made most often (a marker made once per step beats one made every tenth step), then the
 /// steadier, bulk device-to-host copies last; with its times (ascending) and rhythm.
+#[must_use]
 pub fn best_marker<'a>(ev: &'a Evidence, time: &TimeAccount) -> Option<(&'a MarkerKind, &'a VecDeque<u64>, Rhythm)> {
     // Bulk D2H copies that come in clusters (a checkpoint copying tensor after tensor) keep a
     // beat of their own that is no step.

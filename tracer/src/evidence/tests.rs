@@ -190,3 +190,72 @@ fn maps_and_unmaps_are_counted_apart_from_allocations() {
     let th = &t.ev.threads[&TID];
     assert_eq!((th.allocs, th.alloc_ns), (5, 9_500));
 }
+
+/// The first launch after a drain at `drained_at_ns`, seen at `ts_ns`.
+fn idle_end(drained_at_ns: u64, ts_ns: u64) -> Event {
+    let probe = PROBES.iter().find(|p| p.symbol == "cuLaunchKernel").expect("probed").id;
+    Event::IdleEnd(gputrace_common::IdleEndEvent { header: EventHeader { kind: gputrace_common::KIND_IDLE_END, probe, tgid: PID, tid: TID, ts_ns }, drained_at_ns })
+}
+
+#[test]
+fn with_launch_probes_off_part_of_the_time_spells_across_it_are_left_out_and_launches_scale() {
+    const S: u64 = 1_000_000_000;
+    let mut ev = Evidence::default();
+    ev.apply(&idle_end(100, 200), &mut FakeMaps);
+    // Off from 1 s to 3 s of a 4 s window.
+    ev.launch_probes_off(S);
+    ev.launch_probes_off(S + 5); // already off: no second span
+    // A drain before the probes came back, ended by a launch after: its end is unknown.
+    ev.launch_probes_on(3 * S);
+    ev.apply(&idle_end(3 * S - 10, 3 * S + 50), &mut FakeMaps);
+    ev.apply(&idle_end(3 * S + 100, 3 * S + 300), &mut FakeMaps);
+    assert_eq!(ev.launches_off, vec![(S, 3 * S)]);
+    assert_eq!(ev.spells_unseen, 1);
+    let launch = PROBES.iter().find(|p| p.symbol == "cuLaunchKernel").expect("probed").id as usize;
+    let mut counters = gputrace_common::ThreadCounters { tgid: PID, in_call: 0, call_probe: 0, drained_at_ns: 0, hits: [0; gputrace_common::PROBE_SLOTS] };
+    counters.hits[launch] = 1_000;
+    ev.add_counters(TID, &counters);
+    let t = &ev.threads[&TID];
+    assert_eq!((t.kernel_launches(), t.idle_periods, t.queue_idle_ns), (1_000, 2, 300));
+    // On half of the window: launches and spells count double.
+    let on = ev.scale_sampled_launches(0, 4 * S).expect("sampled");
+    assert!((on - 0.5).abs() < 1e-12);
+    let t = &ev.threads[&TID];
+    assert_eq!((t.kernel_launches(), t.idle_periods, t.queue_idle_ns), (2_000, 4, 600));
+    assert_eq!(t.hits[launch], 1_000, "the traps taken stay as counted (the overhead estimate's)");
+    // Probes on throughout: nothing to scale.
+    assert_eq!(Evidence::default().scale_sampled_launches(0, 4 * S), None);
+}
+
+#[test]
+fn launch_probes_still_off_at_the_end_are_off_until_the_end() {
+    let mut ev = Evidence::default();
+    ev.launch_probes_off(3_000);
+    assert!((ev.scale_sampled_launches(0, 4_000).expect("sampled") - 0.75).abs() < 1e-12);
+    // A spell begun while they were off is left out even after the end.
+    ev.apply(&idle_end(3_500, 5_000), &mut FakeMaps);
+    assert_eq!(ev.spells_unseen, 1);
+}
+
+#[test]
+fn a_thread_that_calls_the_driver_each_step_is_scaled_by_its_calls_not_by_time() {
+    // Off from 1 ms to 6 ms of a 10 ms window (on half the time); 40 syncs seen with
+    // launches on, 60 with them off: whatever the speed in each phase, launches per sync
+    // hold, so ×100/40 (by time it would be ×2).
+    let mut t = Trace::new();
+    t.ev.launch_probes_off(1_000_000);
+    t.ev.launch_probes_on(6_000_000);
+    t.now = 0;
+    for i in 0..100u64 {
+        t.now = if i < 40 { 7_000_000 + i * 10_000 } else { 1_000_000 + (i - 40) * 10_000 };
+        t.sync(1);
+    }
+    let launch = PROBES.iter().find(|p| p.symbol == "cuLaunchKernel").expect("probed").id as usize;
+    let mut counters = gputrace_common::ThreadCounters { tgid: PID, in_call: 0, call_probe: 0, drained_at_ns: 0, hits: [0; gputrace_common::PROBE_SLOTS] };
+    counters.hits[launch] = 400;
+    t.ev.add_counters(TID, &counters);
+    assert!((t.ev.scale_sampled_launches(0, 10_000_000).expect("sampled") - 0.5).abs() < 1e-12);
+    let th = &t.ev.threads[&TID];
+    assert_eq!((th.calls_seen, th.calls_while_launches_off), (100, 60));
+    assert_eq!(th.kernel_launches(), 1_000);
+}

@@ -36,6 +36,14 @@ pub struct ThreadStats {
     /// Direction and bytes of this thread's async copies since its last sync (cleared by a
     /// sync; a copy in another direction replaces them).
     pub(super) last_async_copy: Option<(Direction, u64)>,
+    /// Where the overhead budget took the launch probes off part of the time: the part of
+    /// this thread's activity they saw and the whole (its calls, or the time, ns); launch
+    /// counts are scaled by their ratio (`Evidence::scale_sampled_launches`).
+    pub launches_seen: Option<(u64, u64)>,
+    /// CUDA calls (with a return probe) of this thread, and of them those made while the
+    /// overhead budget had the launch probes off.
+    pub calls_seen: u64,
+    pub calls_while_launches_off: u64,
 }
 
 impl ThreadStats {
@@ -60,6 +68,9 @@ impl ThreadStats {
             copy_sync_wait_ns: 0,
             markers: super::steps::Markers::default(),
             last_async_copy: None,
+            launches_seen: None,
+            calls_seen: 0,
+            calls_while_launches_off: 0,
         }
     }
 
@@ -67,14 +78,25 @@ impl ThreadStats {
         PROBES.iter().filter(|p| p.family == family).map(|p| self.hits[p.id as usize]).sum()
     }
 
-    /// Kernel launches, each counted once (only the driver layer counts launches).
+    /// Kernel launches, each counted once (only the driver layer counts launches); an
+    /// estimate where the launch probes were on part of the time.
     #[must_use]
     pub fn kernel_launches(&self) -> u64 {
-        self.family_hits(Family::Launch)
+        self.launches_estimated(self.family_hits(Family::Launch))
     }
 
     #[must_use]
     pub fn graph_launches(&self) -> u64 {
-        self.family_hits(Family::GraphLaunch)
+        self.launches_estimated(self.family_hits(Family::GraphLaunch))
+    }
+
+    /// `counted` launches scaled to the whole window when the launch probes were on only
+    /// part of it (at the rate seen while they were on).
+    #[must_use]
+    pub fn launches_estimated(&self, counted: u64) -> u64 {
+        match self.launches_seen {
+            Some((part, whole)) if part > 0 && part < whole => (counted as f64 * whole as f64 / part as f64).round() as u64,
+            _ => counted,
+        }
     }
 }

@@ -19,19 +19,16 @@ use std::{
 use gputrace_common::{spec_of, Family};
 use serde_json::{json, Value};
 
+use super::walk::{launches_since, walk, Item};
 use crate::{
-    decode::{decode, Event},
+    decode::Event,
     evidence::{
         host::op_of,
         snapshot::{Snapshot, ThreadHits},
     },
     gpu::Sample,
     output::{self, Destination},
-    record::{
-        format::{kind, Checkpoint, End, GpuSamples, Trigger},
-        reader::Reader,
-        Replayed,
-    },
+    record::Replayed,
     report::Report,
 };
 
@@ -45,45 +42,20 @@ pub fn write(file: &Path, replayed: &Replayed, report: &Report, out: &Destinatio
     let mut w = TraceWriter::new(opened)?;
     let start_ns = replayed.start.start_ns;
     let mut timeline = Timeline { start_ns, ..Timeline::default() };
-    let mut reader = Reader::open(file).map_err(io::Error::other)?;
-    while let Some(Ok(frame)) = reader.next_frame() {
-        match frame.kind {
-            kind::EVENT => {
-                if let Ok(event) = decode(&frame.payload) {
-                    timeline.event(&mut w, &event)?;
-                }
-            }
-            kind::THREAD_EXIT => {
-                if let Some((tid, c)) = crate::record::replay::thread_exit(&frame.payload) {
-                    timeline.exited.push(crate::evidence::snapshot::ThreadHits::of(tid, &c));
-                }
-            }
-            kind::CHECKPOINT => {
-                if let Ok(cp) = serde_json::from_slice::<Checkpoint>(&frame.payload) {
-                    timeline.checkpoint(&mut w, &cp.snapshot)?;
-                }
-            }
-            kind::END => {
-                if let Ok(end) = serde_json::from_slice::<End>(&frame.payload) {
-                    timeline.checkpoint(&mut w, &end.checkpoint.snapshot)?;
-                }
-            }
-            kind::GPU_SAMPLES => {
-                if let Ok(samples) = serde_json::from_slice::<GpuSamples>(&frame.payload) {
-                    for s in &samples {
-                        timeline.gpu_sample(&mut w, s)?;
-                    }
-                }
-            }
-            kind::TRIGGER => {
-                if let Ok(t) = serde_json::from_slice::<Trigger>(&frame.payload) {
-                    let what = t.diagnosis.map_or_else(|| format!("flight recorder written out ({})", t.reason), |d| format!("flight recorder: {d} fired"));
-                    w.put(&json!({"ph": "i", "s": "g", "name": what, "ts": timeline.us(t.at_ns), "pid": 0, "tid": 0}))?;
-                }
-            }
-            _ => {}
+    walk(file, |item| match item {
+        Item::Event(event) => timeline.event(&mut w, &event),
+        Item::ThreadExit(tid, c) => {
+            timeline.exited.push(ThreadHits::of(tid, &c));
+            Ok(())
         }
-    }
+        Item::Checkpoint(snapshot) => timeline.checkpoint(&mut w, &snapshot),
+        Item::GpuSamples(samples) => samples.iter().try_for_each(|s| timeline.gpu_sample(&mut w, s)),
+        Item::Trigger(t) => {
+            let what = t.diagnosis.map_or_else(|| format!("flight recorder written out ({})", t.reason), |d| format!("flight recorder: {d} fired"));
+            w.put(&json!({"ph": "i", "s": "g", "name": what, "ts": timeline.us(t.at_ns), "pid": 0, "tid": 0}))
+        }
+        Item::HostClass(_) => Ok(()),
+    })?;
     let end_ts = report.window.duration_s * 1e6;
     for (rank, d) in report.diagnoses.iter().enumerate() {
         w.put(&json!({
@@ -221,20 +193,8 @@ impl Timeline {
             return Ok(());
         }
         let ts = self.us(prev.at_ns);
-        let mut launches: BTreeMap<u32, u64> = BTreeMap::new();
-        // The previous reading by thread, indexed once (a checkpoint may list thousands).
-        let prev_hits: BTreeMap<u32, &ThreadHits> = prev.threads.iter().map(|t| (t.tid, t)).collect();
+        let launches = launches_since(&prev, s, &exited);
         let prev_sched: BTreeMap<u32, &crate::evidence::snapshot::SchedRaw> = prev.sched.iter().map(|t| (t.tid, &t.sched)).collect();
-        for t in s.threads.iter().chain(&exited) {
-            let before = prev_hits.get(&t.tid).copied();
-            let added: u64 = t
-                .hits
-                .iter()
-                .filter(|(id, _)| spec_of(*id).is_some_and(|p| matches!(p.family, Family::Launch | Family::GraphLaunch)))
-                .map(|&(id, n)| n.saturating_sub(before.and_then(|b| b.hits.iter().find(|(i, _)| *i == id)).map_or(0, |(_, m)| *m)))
-                .sum();
-            *launches.entry(t.tgid).or_default() += added;
-        }
         for (pid, n) in launches {
             w.put(&json!({"ph": "C", "name": "kernel launches/s", "ts": ts, "pid": pid, "args": {"launches": n as f64 * 1e9 / span_ns as f64}}))?;
         }

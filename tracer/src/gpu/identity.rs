@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::DeviceInfo;
 
 /// The job's CUDA device environment, read from `/proc/PID/environ` at attach.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CudaEnv {
     pub visible_devices: Option<String>,
     pub device_order: Option<String>,

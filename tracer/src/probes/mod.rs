@@ -37,7 +37,25 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gp
 
 /// Whether a probe has a return program (`<symbol>_ret`).
 fn has_return(spec: &ProbeSpec) -> bool {
-    !matches!(spec.family, gputrace_common::Family::Launch | gputrace_common::Family::GraphLaunch)
+    !is_launch(spec)
+}
+
+/// Launch probes: the hottest, entry only, and the ones the overhead budget may shed.
+fn is_launch(spec: &ProbeSpec) -> bool {
+    matches!(spec.family, gputrace_common::Family::Launch | gputrace_common::Family::GraphLaunch)
+}
+
+/// Whether `program` is a launch probe's (its programs are named after their symbols).
+fn is_launch_program(program: &str) -> bool {
+    PROBES.iter().any(|p| is_launch(p) && p.symbol == program)
+}
+
+/// Where a launch probe goes, kept so that the overhead budget can put it back.
+#[derive(Clone, Debug)]
+struct LaunchSite {
+    symbol: &'static str,
+    offset: u64,
+    library: Library,
 }
 
 fn return_program(symbol: &str) -> String {
@@ -84,7 +102,11 @@ pub struct Kernel {
     wake_stacks: aya::maps::StackTraceMap<MapData>,
     samples: BpfHashMap<MapData, SampleKey, SampleStats>,
     user_stacks: aya::maps::StackTraceMap<MapData>,
+    alloc_stacks: aya::maps::StackTraceMap<MapData>,
     attached: BTreeMap<(u64, u64), AttachedLibrary>,
+    /// Every launch probe's place, and whether they are off now (`shed_launches`).
+    launch_sites: Vec<LaunchSite>,
+    launches_shed: bool,
     /// What could not be set up, in sentences for the report (degraded, not fatal).
     pub notes: Vec<String>,
     /// The same, found after the start (a symbol refused in a library probed later).
@@ -109,7 +131,7 @@ pub struct Kernel {
 }
 
 /// Where the start-up time went, in milliseconds (`tracer.startup_ms`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Startup {
     /// Reading the object and creating its maps.
     pub load_ms: f64,
@@ -269,10 +291,7 @@ impl Kernel {
         let take = |ebpf: &mut Ebpf, name: &str| ebpf.take_map(name).ok_or_else(|| map_error(name));
         let traced = BpfHashMap::try_from(take(&mut ebpf, "TRACED")?).map_err(|_| map_error("TRACED"))?;
         let threads_map = take(&mut ebpf, "THREADS")?;
-        let threads_id = match &threads_map {
-            aya::maps::Map::HashMap(data) => data.info().ok().map(|i| i.id()),
-            _ => None,
-        };
+        let threads_id = hash_map_id(&threads_map);
         let threads = BpfHashMap::try_from(threads_map).map_err(|_| map_error("THREADS"))?;
         let loss = PerCpuArray::try_from(take(&mut ebpf, "LOSS")?).map_err(|_| map_error("LOSS"))?;
         let ring = RingBuf::try_from(take(&mut ebpf, "EVENTS")?).map_err(|_| map_error("EVENTS"))?;
@@ -282,6 +301,7 @@ impl Kernel {
         let wake_stacks = aya::maps::StackTraceMap::try_from(take(&mut ebpf, "WAKE_STACKS")?).map_err(|_| map_error("WAKE_STACKS"))?;
         let samples = BpfHashMap::try_from(take(&mut ebpf, "SAMPLES")?).map_err(|_| map_error("SAMPLES"))?;
         let user_stacks = aya::maps::StackTraceMap::try_from(take(&mut ebpf, "USER_STACKS")?).map_err(|_| map_error("USER_STACKS"))?;
+        let alloc_stacks = aya::maps::StackTraceMap::try_from(take(&mut ebpf, "ALLOC_STACKS")?).map_err(|_| map_error("ALLOC_STACKS"))?;
         Ok((
             Self {
                 ebpf,
@@ -295,7 +315,10 @@ impl Kernel {
                 wake_stacks,
                 samples,
                 user_stacks,
+                alloc_stacks,
                 attached: BTreeMap::new(),
+                launch_sites: Vec::new(),
+                launches_shed: false,
                 notes,
                 later_notes: Vec::new(),
                 startup,
@@ -355,6 +378,15 @@ impl Kernel {
         for spec in PROBES {
             let Some(&offset) = offsets.get(spec.symbol) else { continue };
             let symbol_mark = self.uprobes.mark();
+            if is_launch(spec) {
+                self.launch_sites.push(LaunchSite { symbol: spec.symbol, offset, library: library.clone() });
+                if self.launches_shed {
+                    // The overhead budget has the launch probes off: this one goes on with them.
+                    entry.insert(spec.symbol, trap_cost::entry_kind_at(&library.open_path, offset));
+                    attached.push(spec.symbol);
+                    continue;
+                }
+            }
             let mut both = self.attach_one(spec.symbol, offset, library);
             if both.is_ok() && has_return(spec) && !self.entry_only {
                 both = self.attach_one(&return_program(spec.symbol), offset, library);
@@ -366,10 +398,12 @@ impl Kernel {
                 }
                 Err(e) if e.file_gone() => {
                     self.uprobes.undo_to(&mut self.ebpf, library_mark);
+                    self.launch_sites.retain(|s| (s.library.dev, s.library.inode) != key);
                     return Err(e);
                 }
                 Err(e) => {
                     self.uprobes.undo_to(&mut self.ebpf, symbol_mark);
+                    self.launch_sites.retain(|s| (s.library.dev, s.library.inode, s.symbol) != (key.0, key.1, spec.symbol));
                     log::warn!("{e}");
                     self.later_notes.push(format!("{} not probed in {} ({e}): its calls are not counted", spec.symbol, library.name));
                 }
@@ -400,6 +434,47 @@ impl Kernel {
             library: library.name.clone().into(),
             source: Box::new(source),
         })
+    }
+
+    /// Whether the launch probes can be taken off and put back cheaply: multi-uprobe links
+    /// detach in about a grace period, off the caller's thread; a perf-event uprobe's detach
+    /// holds the kernel's event mutex ~0.1 s each (docs/facts.md).
+    #[must_use]
+    pub fn can_shed_launches(&self) -> bool {
+        self.uprobes.kind() == uprobes::LinkKind::Multi
+    }
+
+    /// Take every launch probe off (the overhead budget's off phase). The links are handed
+    /// back for the caller to close on a thread of its own; none when already off.
+    pub fn shed_launches(&mut self) -> Vec<uprobes::Detached> {
+        if self.launches_shed {
+            return Vec::new();
+        }
+        self.launches_shed = true;
+        self.uprobes.take_programs(&mut self.ebpf, is_launch_program)
+    }
+
+    /// Put the launch probes back; a library whose file is gone is skipped (its process
+    /// exited). Returns how many went back.
+    pub fn restore_launches(&mut self) -> usize {
+        if !self.launches_shed {
+            return 0;
+        }
+        self.launches_shed = false;
+        let mut back = 0;
+        for site in std::mem::take(&mut self.launch_sites) {
+            match self.attach_one(site.symbol, site.offset, &site.library) {
+                Ok(()) => back += 1,
+                // Its process exited and the file went with it: nothing left to probe there.
+                Err(e) if e.file_gone() => {
+                    log::info!("{e}");
+                    continue;
+                }
+                Err(e) => log::info!("{e}"),
+            }
+            self.launch_sites.push(site);
+        }
+        back
     }
 
     /// What a trap costs on this kernel, by the instruction it sits on (`trap_cost`).
@@ -457,8 +532,7 @@ impl Kernel {
     /// The instruction pointers of a waker's kernel stack, innermost first.
     #[must_use]
     pub fn wake_stack(&self, id: i64) -> Vec<u64> {
-        let Ok(id) = u32::try_from(id) else { return Vec::new() };
-        self.wake_stacks.get(&id, 0).map(|st| st.frames().iter().map(|f| f.ip).collect()).unwrap_or_default()
+        stack_ips(&self.wake_stacks, id)
     }
 
     /// The id of the `THREADS` map, for readers on other threads to open a handle of their own.
@@ -476,8 +550,14 @@ impl Kernel {
     /// The instruction pointers of a traced thread's user stack, innermost first.
     #[must_use]
     pub fn user_stack(&self, id: i64) -> Vec<u64> {
-        let Ok(id) = u32::try_from(id) else { return Vec::new() };
-        self.user_stacks.get(&id, 0).map(|st| st.frames().iter().map(|f| f.ip).collect()).unwrap_or_default()
+        stack_ips(&self.user_stacks, id)
+    }
+
+    /// The instruction pointers of a device allocation's user stack (`ALLOC_STACKS`, the id
+    /// an allocation call carries), innermost first.
+    #[must_use]
+    pub fn alloc_stack(&self, id: i64) -> Vec<u64> {
+        stack_ips(&self.alloc_stacks, id)
     }
 
     /// Detach everything, in parallel: multi-uprobe links then wait for their grace periods
@@ -502,6 +582,21 @@ impl Kernel {
             }
         }
         out
+    }
+}
+
+/// The instruction pointers of stack `id` in `stacks`, innermost first (none for a negative
+/// id: the kernel's "no stack").
+fn stack_ips(stacks: &aya::maps::StackTraceMap<MapData>, id: i64) -> Vec<u64> {
+    let Ok(id) = u32::try_from(id) else { return Vec::new() };
+    stacks.get(&id, 0).map(|st| st.frames().iter().map(|f| f.ip).collect()).unwrap_or_default()
+}
+
+/// The kernel's id of a hash map (for readers that open a handle of their own).
+fn hash_map_id(map: &aya::maps::Map) -> Option<u32> {
+    match map {
+        aya::maps::Map::HashMap(data) => data.info().ok().map(|i| i.id()),
+        _ => None,
     }
 }
 

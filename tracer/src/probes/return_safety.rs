@@ -34,7 +34,7 @@ pub extern "C" fn gputrace_return_probe_check(x: u64) -> u64 {
 /// What the check found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Safety {
-    /// Return probes do not go through a system call here (no `uretprobe` call in the kernel).
+    /// Return probes do not go through a system call on this architecture.
     NoSyscall,
     /// The child under the filter survived its probed return (and the probe did fire).
     Survived,
@@ -51,26 +51,14 @@ impl Safety {
     }
 }
 
-fn kallsyms_readable() -> bool {
-    std::fs::read_to_string("/proc/kallsyms").is_ok_and(|k| !k.is_empty())
-}
-
-/// Whether the kernel has the `uretprobe` system call (and so the trampoline).
-fn has_uretprobe_syscall() -> bool {
-    std::fs::read_to_string("/proc/kallsyms").is_ok_and(|k| k.lines().any(|l| l.ends_with(" __x64_sys_uretprobe") || l.ends_with(" sys_uretprobe")))
-}
-
 /// Ask the kernel, with `program` (a loaded return-probe program) attached to our own
 /// function. The probe stays attached; its link id goes to `links`, which the session
 /// detaches with all the others before it exits. (Detaching it from a background thread
 /// raced the process's exit: the kernel logged "failed to unregister, leaking uprobe" and
 /// kept a breakpoint in the executable for every later run, 6.18.)
 pub fn check(ebpf: &mut Ebpf, program: &str, links: &mut super::uprobes::Uprobes) -> Safety {
-    // Without the system call a child survives anyway; the shortcut only saves the check
-    // where the kernel says so plainly (a kernel without kallsyms gets the check).
-    if kallsyms_readable() && !has_uretprobe_syscall() {
-        return Safety::NoSyscall;
-    }
+    // The check itself takes a few milliseconds; telling first whether the kernel has the
+    // `uretprobe` call at all meant reading /proc/kallsyms (~80 ms, twice): it is not done.
     let exe = Path::new("/proc/self/exe");
     // The function's file offset from where it is mapped: works for a stripped binary too.
     let Some(offset) = own_file_offset(gputrace_return_probe_check as *const () as usize as u64) else {

@@ -15,17 +15,18 @@
 //! cost of a probe is the measured cost of its kind. Which kinds the kernel emulates need
 //! not be known in advance: an emulated kind simply measures cheap.
 
-use std::{fs::File, os::unix::fs::FileExt as _, path::Path, time::Instant};
+use std::{collections::BTreeMap, fs::File, os::unix::fs::FileExt as _, path::Path, time::Instant};
 
 use aya::{
     Ebpf,
 };
+use gputrace_common::{spec_of, Family, PROBES};
 use serde::{Deserialize, Serialize};
 
-use super::uprobes::Uprobes;
+use super::{uprobes::Uprobes, AttachedLibrary};
 
 /// The kind of instruction a probe sits on, as far as its trap cost goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum EntryKind {
     /// `push reg` (emulated by x86-64 kernels since 5.x).
@@ -65,7 +66,7 @@ pub fn entry_kind_at(path: &Path, offset: u64) -> EntryKind {
 }
 
 /// Measured cost per trap, ns, by what the probe sits on.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TrapCosts {
     pub push_ns: f64,
     pub nop_ns: f64,
@@ -189,6 +190,47 @@ fn per_call_ns(f: unsafe extern "C" fn()) -> f64 {
             t.elapsed().as_nanos() as f64 / f64::from(CALLS)
         })
         .fold(f64::INFINITY, f64::min)
+}
+
+/// Whether probe `id` has a return probe attached (launches never do; nothing does in
+/// entry-only mode).
+#[must_use]
+pub fn has_return(id: u32, entry_only: bool) -> bool {
+    match spec_of(id).map(|s| s.family) {
+        Some(Family::Launch | Family::GraphLaunch) | None => false,
+        Some(_) => !entry_only,
+    }
+}
+
+/// Per probe id (shared by the overhead estimate and the overhead budget): its entry kind (from the first library that has the symbol), its entry
+/// and return cost, ns.
+#[must_use]
+pub fn costs_by_probe(libraries: &[AttachedLibrary], measured: Option<&TrapCosts>, entry_only: bool) -> BTreeMap<u32, (Option<EntryKind>, f64, f64)> {
+    PROBES
+        .iter()
+        .map(|spec| {
+            let kind = libraries.iter().find_map(|l| l.entry.get(spec.symbol).copied());
+            let (entry, ret) = match measured {
+                // A probe whose instruction is unknown (an old recording) is charged as stepped.
+                Some(c) => (c.entry_ns(kind.unwrap_or(EntryKind::Stepped)), c.return_ns),
+                None => (TrapCosts::ASSUMED_NS, TrapCosts::ASSUMED_NS),
+            };
+            (spec.id, (kind, entry, if has_return(spec.id, entry_only) { ret } else { 0.0 }))
+        })
+        .collect()
+}
+
+/// What one hit of each probe costs the thread that takes it, ns (entry and return traps),
+/// by probe id.
+#[must_use]
+pub fn hit_ns(libraries: &[AttachedLibrary], measured: Option<&TrapCosts>, entry_only: bool) -> [f64; gputrace_common::PROBE_SLOTS] {
+    let mut out = [0.0; gputrace_common::PROBE_SLOTS];
+    for (id, (_, entry, ret)) in costs_by_probe(libraries, measured, entry_only) {
+        if let Some(slot) = out.get_mut(id as usize) {
+            *slot = entry + ret;
+        }
+    }
+    out
 }
 
 /// Measure with the floor programs of `ebpf` (the session's object). The probes sit on a

@@ -19,7 +19,7 @@ use super::multi_link;
 pub const LINKS_ENV: &str = "GPUTRACE_UPROBE_LINKS";
 
 /// How the uprobes are attached.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum LinkKind {
     /// `BPF_TRACE_UPROBE_MULTI` links: detached together in about one grace period.
@@ -38,8 +38,16 @@ pub enum AttachError {
 }
 
 enum Attachment {
-    Multi(multi_link::Link),
+    Multi { program: String, link: multi_link::Link },
     PerfEvent { program: String, id: UProbeLinkId },
+}
+
+impl Attachment {
+    fn program(&self) -> &str {
+        match self {
+            Self::Multi { program, .. } | Self::PerfEvent { program, .. } => program,
+        }
+    }
 }
 
 /// What detaching hands back: owned links, each closed by its drop.
@@ -115,7 +123,7 @@ impl Uprobes {
     /// Attach `program` at file offset `offset` of `path`, for every process.
     pub fn attach(&mut self, ebpf: &mut Ebpf, program: &str, offset: u64, path: &Path) -> Result<(), AttachError> {
         let attachment = if let Some(programs) = &self.multi {
-            Attachment::Multi(programs.attach(program, path, offset)?)
+            Attachment::Multi { program: program.to_owned(), link: programs.attach(program, path, offset)? }
         } else {
             self.prepare(ebpf, program)?;
             let id = aya_program(ebpf, program)?.attach(None, offset, path, None)?;
@@ -137,6 +145,15 @@ impl Uprobes {
         drop_all(take(ebpf, undone));
     }
 
+    /// The attachments of the programs `shed` names, owned, for the caller to close: the
+    /// overhead budget takes the launch probes off for a while (`session::budget`). Marks
+    /// taken before are void after this.
+    pub fn take_programs(&mut self, ebpf: &mut Ebpf, shed: impl Fn(&str) -> bool) -> Vec<Detached> {
+        let (taken, kept) = std::mem::take(&mut self.links).into_iter().partition(|a| shed(a.program()));
+        self.links = kept;
+        take(ebpf, taken)
+    }
+
     /// Every attachment, owned, for the caller to close (in parallel: see `Kernel::detach`).
     pub fn take_all(&mut self, ebpf: &mut Ebpf) -> Vec<Detached> {
         take(ebpf, std::mem::take(&mut self.links))
@@ -147,7 +164,7 @@ fn take(ebpf: &mut Ebpf, links: Vec<Attachment>) -> Vec<Detached> {
     links
         .into_iter()
         .filter_map(|a| match a {
-            Attachment::Multi(link) => Some(Detached::Multi(link)),
+            Attachment::Multi { link, .. } => Some(Detached::Multi(link)),
             Attachment::PerfEvent { program, id } => aya_program(ebpf, &program).ok()?.take_link(id).ok().map(Detached::PerfEvent),
         })
         .collect()

@@ -273,6 +273,8 @@ impl State {
             entry_only: start.entry_only,
             started_unix_s: start.started_unix_s,
             host: start.host.clone(),
+            // `record` refuses --max-overhead: a recording's counts are exact.
+            sampling: None,
             recording: Some(RecordingNote {
                 file: path.display().to_string(),
                 mode: start.mode.clone(),

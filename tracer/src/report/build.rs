@@ -144,6 +144,7 @@ pub fn build(outcome: &Outcome) -> Report {
             maps_reads: outcome.maps_reads,
             notes: notes(outcome),
             recording: outcome.recording.clone(),
+            sampling: outcome.sampling.clone(),
             peak_rss_bytes: outcome.peak_rss_bytes,
             cpu_s: outcome.cpu_s,
             events_delivered: ev.delivered,
@@ -174,13 +175,13 @@ fn copy_dir(d: &DirStats) -> CopyDir {
 }
 
 fn cuda(ev: &Evidence, outcome: &Outcome, window_ns: u64) -> Cuda {
-    let hits = ev.hits();
-    let family = |f: Family| -> u64 { PROBES.iter().filter(|p| p.family == f).map(|p| hits.get(&p.id).copied().unwrap_or(0)).sum() };
-    let cooperative: u64 = ["cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz"]
-        .iter()
-        .filter_map(|s| PROBES.iter().find(|p| p.symbol == *s))
-        .map(|p| hits.get(&p.id).copied().unwrap_or(0))
-        .sum();
+    // Per thread, so that launches counted while the overhead budget had the probes on part
+    // of the time are scaled to the window (`ThreadStats::launches_estimated`).
+    let launched = |ids: &[u32]| -> u64 { ev.threads.values().map(|t| t.launches_estimated(ids.iter().map(|&id| t.hits[id as usize]).sum())).sum() };
+    let family = |f: Family| -> u64 { launched(&PROBES.iter().filter(|p| p.family == f).map(|p| p.id).collect::<Vec<_>>()) };
+    let cooperative_ids: Vec<u32> =
+        ["cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz"].iter().filter_map(|s| PROBES.iter().find(|p| p.symbol == *s)).map(|p| p.id).collect();
+    let cooperative = launched(&cooperative_ids);
     let kernels = family(Family::Launch);
     let mut threads: Vec<ThreadEntry> = ev
         .threads

@@ -4,6 +4,7 @@ pub mod build;
 mod host;
 pub mod model;
 pub mod overhead;
+pub mod schema;
 pub mod text;
 
 pub use model::Report;

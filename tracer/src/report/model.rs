@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 pub const SCHEMA: &str = "gputrace.report/1";
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Report {
     pub schema: String,
     pub tool: Tool,
@@ -40,7 +40,7 @@ pub struct Report {
 
 /// GPU memory of the traced processes: reserved through the driver's allocation calls (what
 /// a caching allocator asked for, not what its tensors use) and held as NVML counts it.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Memory {
     /// Reserved through traced allocation calls and not freed, at the end and at most.
     pub reserved_bytes: u64,
@@ -66,7 +66,7 @@ pub struct Memory {
     pub timeline: Vec<MemoryPoint>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MemoryPoint {
     /// Seconds since the window began.
     pub t_s: f64,
@@ -76,7 +76,7 @@ pub struct MemoryPoint {
 }
 
 /// The GPU's idle time: a lower bound from the host's side, checked against NVML.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GpuIdle {
     /// Time the GPU queue was known to be empty (from a synchronize's or synchronous D→H
     /// copy's return to the next launch) on the threads of the time account.
@@ -89,7 +89,7 @@ pub struct GpuIdle {
     pub consistent: Option<bool>,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Steps {
     /// The recurring call taken as one per step.
     pub marker: String,
@@ -103,7 +103,7 @@ pub struct Steps {
     pub per_step: PerStep,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StepTime {
     pub mean: f64,
     pub p50: f64,
@@ -111,7 +111,7 @@ pub struct StepTime {
 }
 
 /// Figures of the window divided by its steps (`window.duration_s / step_time_s.mean`).
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PerStep {
     /// Kernel and graph launches by the time account's threads.
     pub launches: f64,
@@ -126,7 +126,7 @@ pub struct PerStep {
 }
 
 /// A partition of the window for the main (launching) thread: the fractions add up to 1.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TimeAccount {
     pub tid: u32,
     pub window_s: f64,
@@ -151,7 +151,7 @@ pub struct TimeAccount {
 }
 
 /// One kind of wakeup of an accounted thread.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Waker {
     /// A `waits` key.
     pub kind: String,
@@ -166,7 +166,7 @@ pub struct Waker {
 }
 
 /// A stretch of the window.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Phase {
     pub start_s: f64,
     pub end_s: f64,
@@ -174,7 +174,7 @@ pub struct Phase {
     pub kind: String,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Part {
     pub name: String,
     /// The bucket it lies in.
@@ -183,20 +183,20 @@ pub struct Part {
     pub fraction: f64,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Bucket {
     pub name: String,
     pub seconds: f64,
     pub fraction: f64,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Tool {
     pub name: String,
     pub version: String,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Target {
     pub pid: u32,
     pub command: String,
@@ -211,7 +211,7 @@ pub struct Target {
     pub cuda_loaded: bool,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProcessEntry {
     pub pid: u32,
     pub parent: Option<u32>,
@@ -219,7 +219,7 @@ pub struct ProcessEntry {
     pub exited: bool,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Window {
     pub duration_s: f64,
     /// `duration`, `signal` or `target-exited`.
@@ -232,7 +232,7 @@ pub struct Window {
     pub phases: Vec<Phase>,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Cuda {
     pub launches: Launches,
     pub copies: Copies,
@@ -249,7 +249,7 @@ pub struct Cuda {
     pub threads: Vec<ThreadEntry>,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Launches {
     /// Kernel launch calls, each counted once (driver layer).
     pub kernels: u64,
@@ -258,7 +258,7 @@ pub struct Launches {
     pub per_second: f64,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Copies {
     pub h2d: CopyDir,
     pub d2h: CopyDir,
@@ -269,7 +269,7 @@ pub struct Copies {
     pub h2h: CopyDir,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CopyDir {
     pub count: u64,
     pub bytes: u64,
@@ -291,7 +291,7 @@ pub struct CopyDir {
     pub scalar_read_wait_s: f64,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CopyClassified {
     /// Pinned by a host-allocation or registration call we traced.
     pub pinned_traced: u64,
@@ -303,27 +303,27 @@ pub struct CopyClassified {
     pub unknown: u64,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Count {
     pub count: u64,
     pub bytes: u64,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Syncs {
     pub count: u64,
     pub wait_s: f64,
     pub by_symbol: Vec<SymbolWait>,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SymbolWait {
     pub symbol: String,
     pub count: u64,
     pub wait_s: f64,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Allocs {
     pub count: u64,
     pub frees: u64,
@@ -336,7 +336,7 @@ pub struct Allocs {
     pub peak_live_bytes: u64,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HostPinned {
     pub count: u64,
     pub bytes: u64,
@@ -344,7 +344,7 @@ pub struct HostPinned {
     pub failures: u64,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Vmm {
     pub maps: u64,
     pub unmaps: u64,
@@ -355,7 +355,7 @@ pub struct Vmm {
     pub call_s: f64,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ContextCall {
     pub symbol: String,
     pub pid: u32,
@@ -367,7 +367,7 @@ pub struct ContextCall {
     pub result: u32,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ThreadEntry {
     pub tid: u32,
     pub pid: u32,
@@ -380,7 +380,7 @@ pub struct ThreadEntry {
     pub queue_idle_s: f64,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Cpu {
     /// The thread that launches the most kernels.
     pub main_thread: Option<MainThread>,
@@ -393,7 +393,7 @@ pub struct Cpu {
 }
 
 /// Scheduler figures are null where scheduler tracing is unavailable (see `tracer.notes`).
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MainThread {
     pub tid: u32,
     pub on_cpu_s: Option<f64>,
@@ -407,7 +407,7 @@ pub struct MainThread {
     pub voluntary_switches: Option<u64>,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ThreadTime {
     pub tid: u32,
     pub pid: u32,
@@ -419,7 +419,7 @@ pub struct ThreadTime {
     pub voluntary_switches: u64,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Preemptor {
     pub tid: u32,
     /// Its process, if it still existed at the end.
@@ -428,7 +428,7 @@ pub struct Preemptor {
     pub count: u64,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CgroupThrottle {
     pub path: String,
     pub periods: u64,
@@ -436,7 +436,7 @@ pub struct CgroupThrottle {
     pub throttled_s: f64,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Io {
     pub reads: u64,
     pub read_bytes: u64,
@@ -453,7 +453,7 @@ pub struct Io {
     pub by_device: Vec<IoEntry>,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Quantiles {
     pub p50: u64,
     pub p95: u64,
@@ -462,7 +462,7 @@ pub struct Quantiles {
 }
 
 /// I/O totals of one process (`pid`) or one device (`device`, `major:minor`).
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct IoEntry {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
@@ -475,7 +475,7 @@ pub struct IoEntry {
     pub wait_s: f64,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Gpu {
     pub available: bool,
     pub driver_version: Option<String>,
@@ -487,7 +487,7 @@ pub struct Gpu {
     pub cuda_env: crate::gpu::identity::CudaEnv,
 }
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GpuDevice {
     /// NVML's index (CUDA may number devices differently; match by `uuid`).
     pub index: u32,
@@ -538,13 +538,13 @@ pub struct GpuDevice {
     pub visible_to_target: Option<bool>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ThrottleSeen {
     pub reason: String,
     pub fraction: f64,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GpuProcess {
     pub pid: u32,
     /// Whether it is one of the traced processes (NVML reports host pids: see docs/report.md).
@@ -554,7 +554,7 @@ pub struct GpuProcess {
 }
 
 /// A summary of samples over the window.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Distribution {
     pub mean: f64,
     pub p50: f64,
@@ -562,11 +562,11 @@ pub struct Distribution {
     pub samples: usize,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Diagnosis {
     pub id: String,
     /// `high`, `medium`, `low` or `info`.
-    pub severity: String,
+    pub severity: crate::severity::Severity,
     /// Fraction of the window's wall time this costs (0..1).
     pub impact: f64,
     pub summary: String,
@@ -582,7 +582,7 @@ pub struct Diagnosis {
 }
 
 /// An estimate of what a diagnosis's fix, applied alone, would save over the window.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Saving {
     /// Fraction of the window (never more than the impact).
     pub fraction: f64,
@@ -594,7 +594,7 @@ pub struct Saving {
     pub basis: String,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Tracer {
     /// Events lost anywhere (sum of `loss`); 0 means the counts are complete.
     pub lost_events: u64,
@@ -643,10 +643,14 @@ pub struct Tracer {
     /// Present when the report was made from a recording (`gputrace report FILE`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recording: Option<crate::session::RecordingNote>,
+    /// What `--max-overhead` did (absent without it): which probes were taken off part of
+    /// the time, for what share of the window, and whether the budget was met.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<crate::session::budget::Sampling>,
 }
 
 /// The estimated cost of tracing to the job (docs/report.md, `tracer.overhead`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Overhead {
     /// Uprobe traps taken by the job's threads (a call with a return probe traps twice).
     pub traps: u64,
@@ -672,7 +676,7 @@ pub struct Overhead {
 }
 
 /// What one probed symbol cost the job.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProbeCost {
     pub symbol: String,
     /// The instruction the probe sits on (null where unknown: an old recording).
@@ -684,7 +688,7 @@ pub struct ProbeCost {
     pub cost_s: f64,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Loss {
     pub ring_full: u64,
     /// Of `ring_full`, CUDA call records (already in `ring_full`; not added twice).
@@ -706,14 +710,14 @@ pub struct Loss {
     pub undecodable: u64,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProbeHits {
     pub symbol: String,
     pub library: String,
     pub hits: u64,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LibraryEntry {
     pub path: String,
     pub inode: u64,

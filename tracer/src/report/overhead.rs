@@ -3,44 +3,16 @@
 //! instruction the probe sits on (`probes::trap_cost`), plus a return probe's own cost for
 //! calls that have one. The thread that paid the most was slowed the most.
 
-use std::collections::BTreeMap;
-
-use gputrace_common::{spec_of, Family, PROBES};
+use gputrace_common::spec_of;
 
 use super::model::{Overhead, ProbeCost};
 use crate::{
     evidence::Evidence,
     probes::{
-        trap_cost::{EntryKind, TrapCosts},
+        trap_cost::{costs_by_probe, has_return, TrapCosts},
         AttachedLibrary,
     },
 };
-
-/// Whether probe `id` has a return probe attached (launches never do; nothing does in
-/// entry-only mode).
-fn has_return(id: u32, entry_only: bool) -> bool {
-    match spec_of(id).map(|s| s.family) {
-        Some(Family::Launch | Family::GraphLaunch) | None => false,
-        Some(_) => !entry_only,
-    }
-}
-
-/// Per probe id: its entry kind (from the first library that has the symbol), its entry
-/// and return cost, ns.
-fn costs_by_probe(libraries: &[AttachedLibrary], measured: Option<&TrapCosts>, entry_only: bool) -> BTreeMap<u32, (Option<EntryKind>, f64, f64)> {
-    PROBES
-        .iter()
-        .map(|spec| {
-            let kind = libraries.iter().find_map(|l| l.entry.get(spec.symbol).copied());
-            let (entry, ret) = match measured {
-                // A probe whose instruction is unknown (an old recording) is charged as stepped.
-                Some(c) => (c.entry_ns(kind.unwrap_or(EntryKind::Stepped)), c.return_ns),
-                None => (TrapCosts::ASSUMED_NS, TrapCosts::ASSUMED_NS),
-            };
-            (spec.id, (kind, entry, if has_return(spec.id, entry_only) { ret } else { 0.0 }))
-        })
-        .collect()
-}
 
 #[must_use]
 pub fn estimate(ev: &Evidence, window_ns: u64, entry_only: bool, libraries: &[AttachedLibrary], measured: Option<&TrapCosts>) -> Overhead {
@@ -86,6 +58,7 @@ pub fn estimate(ev: &Evidence, window_ns: u64, entry_only: bool, libraries: &[At
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gputrace_common::Family;
 
     #[test]
     fn launches_trap_once_calls_twice_and_the_busiest_thread_sets_the_fraction() {

@@ -1,6 +1,7 @@
 //! The report for a person: verdict first, then the diagnoses with numbers and fixes, then
 //! the tables. Fits 80 columns; colour only when writing to a terminal.
 
+use crate::severity::Severity;
 use std::fmt::Write as _;
 
 use super::model::{CopyDir, Report};
@@ -211,11 +212,11 @@ pub fn render(r: &Report, color: bool) -> String {
 
 fn diagnoses_section(out: &mut String, st: &Style, r: &Report) {
     for d in &r.diagnoses {
-        let sev = match d.severity.as_str() {
-            "high" => st.paint("1;31", "HIGH"),
-            "medium" => st.paint("33", "MEDIUM"),
-            "low" => "low".to_owned(),
-            _ => "info".to_owned(),
+        let sev = match d.severity {
+            Severity::High => st.paint("1;31", "HIGH"),
+            Severity::Medium => st.paint("33", "MEDIUM"),
+            Severity::Low => "low".to_owned(),
+            Severity::Info => "info".to_owned(),
         };
         // Impacts are shares of the active time (the window less its pauses).
         let active = if r.window.phases.is_empty() { r.window.duration_s } else { r.window.active_s };
@@ -227,7 +228,7 @@ fn diagnoses_section(out: &mut String, st: &Style, r: &Report) {
         }
         wrap(out, "  ", &d.summary);
         // A problem too small to matter is named, not detailed (the JSON has it all).
-        if d.severity == "info" && d.saving.is_some() {
+        if d.severity == Severity::Info && d.saving.is_some() {
             continue;
         }
         for e in &d.evidence {

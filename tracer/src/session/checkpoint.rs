@@ -15,6 +15,10 @@ use crate::{
     stacks::{alloc::AllocStack, native::NativeSymbolizer, python::PythonSampler, Activity, Origin, StackTime},
 };
 
+/// Set on an allocation stack's id in the symbolizer's cache, whose sampled stacks' ids come
+/// from another map (`probes::Kernel::alloc_stack`); stack ids are below 2^32.
+const ALLOC_STACK_KEY: i64 = 1 << 40;
+
 /// Reads snapshots; remembers the cgroup counters at the start (throttling is reported as its
 /// increase over the window), who each preempting thread was (looked up once), and what it
 /// learnt about wakeups: each thread's process, the processes of the tree, and each waker
@@ -101,7 +105,10 @@ impl SnapshotReader {
     fn alloc_stacks(&mut self, kernel: &Kernel, allocs: &AllocStats) -> Vec<AllocStack> {
         let mut merged: Vec<AllocStack> = Vec::new();
         for (&(pid, tid, stack), counts) in &allocs.by_stack {
-            let frames = self.native.frames(pid, stack, || kernel.user_stack(stack)).to_vec();
+            // Allocation stack ids are of their own map: kept apart from sampled stacks' ids
+            // in the symbolizer's cache.
+            let key = if stack < 0 { stack } else { stack | ALLOC_STACK_KEY };
+            let frames = self.native.frames(pid, key, || kernel.alloc_stack(stack)).to_vec();
             let this = AllocStack {
                 pid,
                 tid,

@@ -2,6 +2,7 @@
 //! collect until a stop condition, and hand the evidence to the report. This is the only
 //! place that sequences the stages; each stage lives in its own module.
 
+pub mod budget;
 mod checkpoint;
 pub mod progress;
 mod target;
@@ -97,7 +98,7 @@ impl StopReason {
 }
 
 /// Where a report's evidence came from when it was read from a recording.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct RecordingNote {
     pub file: String,
     /// `file` or `flight`.
@@ -159,11 +160,13 @@ pub struct Outcome {
     /// Wall-clock time tracing began, seconds since the epoch, and the host it ran on.
     pub started_unix_s: f64,
     pub host: String,
+    /// What `--max-overhead` did; None without it.
+    pub sampling: Option<budget::Sampling>,
 }
 
 /// Trace `target` until `duration`, a signal, or the end of the traced process tree; with a
 /// `recorder`, everything the report needs is also written to it as it happens.
-pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Duration, recorder: Option<Recorder>) -> Result<Outcome> {
+pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Duration, recorder: Option<Recorder>, max_overhead: Option<f64>) -> Result<Outcome> {
     let began = Instant::now();
     let mut notes = Vec::new();
     // NVML first, so that its samples cover the whole window.
@@ -200,16 +203,13 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
         sampler,
         start_ns,
         started_unix_s,
+        budget: None,
     };
     if let Some(r) = recorder {
         live.begin_recording(r, &started.command, pid, attach_ms, &cuda_env);
     }
     let flight = live.tape.as_ref().is_some_and(|t| t.recorder.is_flight());
-    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| TraceError::io("installing", "SIGINT handler", e))?;
-    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| TraceError::io("installing", "SIGTERM handler", e))?;
-    // SIGUSR1 writes a flight recorder out; otherwise its default action (terminate) stays.
-    let mut sigusr1 =
-        if flight { Some(signal(SignalKind::user_defined1()).map_err(|e| TraceError::io("installing", "SIGUSR1 handler", e))?) } else { None };
+    let (mut sigint, mut sigterm, mut sigusr1) = stopping_signals(flight)?;
     let deadline = tokio::time::sleep(duration.unwrap_or(Duration::from_secs(u64::MAX / 4)));
     tokio::pin!(deadline);
     let mut rescan = tokio::time::interval(RESCAN_EVERY);
@@ -217,7 +217,9 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
     let mut status_tick = tokio::time::interval_at(tokio::time::Instant::now() + STATUS_EVERY, STATUS_EVERY);
 
     started.go()?;
+    max_overhead.inspect(|&limit| live.start_budget(limit));
     let stopped_by = loop {
+        let budget_due = live.budget_due();
         tokio::select! {
             r = live.ring.readable() => {
                 r.map_err(|e| TraceError::io("reading", "the ring buffer", e))?;
@@ -245,6 +247,7 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
             }
             _ = checkpoint_tick.tick(), if live.tape.is_some() => live.checkpoint(flight),
             _ = status_tick.tick(), if progress.enabled() => progress.tick(live.status()),
+            () = sleep_until_or_pend(budget_due) => live.budget_step(),
             () = recv_or_pend(sigusr1.as_mut()) => {
                 live.checkpoint(false);
                 if let Some(t) = live.tape.as_mut() {
@@ -281,6 +284,17 @@ struct Live {
     start_ns: u64,
     /// Wall-clock time of `start_ns` (seconds since the epoch).
     started_unix_s: f64,
+    /// `--max-overhead`: the controller, and the trap costs it was measured with.
+    budget: Option<Budgeting>,
+}
+
+/// The overhead budget while it runs.
+struct Budgeting {
+    controller: budget::Budget,
+    /// Trap costs measured at the start (reused for the report's estimate).
+    costs: Option<crate::probes::trap_cost::TrapCosts>,
+    /// Threads closing launch links taken off (a grace period each, off the loop).
+    closing: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Live {
@@ -313,6 +327,68 @@ impl Live {
             gpu_util_pct: self.sampler.as_ref().and_then(Sampler::latest_utilization),
             lost: self.kernel.losses().iter().sum(),
         }
+    }
+
+    /// Start the overhead budget: the trap costs are measured now (the controller needs
+    /// them), where the launch probes can be taken off cheaply.
+    fn start_budget(&mut self, limit: f64) {
+        if !self.kernel.can_shed_launches() {
+            self.notes.push(format!(
+                "--max-overhead {}: not applied: taking the launch probes off and on needs multi-uprobe links (Linux ≥ 6.6), \
+                 which this session does not use (tracer.uprobe_links)",
+                limit * 100.0
+            ));
+            return;
+        }
+        let costs = self.kernel.measure_trap_costs().map_err(|why| log::warn!("trap costs for the budget: {why}; 1 µs a trap assumed")).ok();
+        self.budget = Some(Budgeting { controller: budget::Budget::new(limit, clock::monotonic_ns()), costs, closing: Vec::new() });
+    }
+
+    fn budget_due(&self) -> Option<tokio::time::Instant> {
+        let b = self.budget.as_ref()?;
+        let wait = b.controller.next_step_ns().saturating_sub(clock::monotonic_ns());
+        Some(tokio::time::Instant::now() + Duration::from_nanos(wait))
+    }
+
+    /// Measure what the probes cost since the last step; take the launch probes off or put
+    /// them back as the controller says.
+    fn budget_step(&mut self) {
+        let Some(b) = self.budget.as_mut() else { return };
+        let costs = crate::probes::trap_cost::hit_ns(&self.kernel.attached_libraries(), b.costs.as_ref(), self.kernel.entry_only);
+        let now = clock::monotonic_ns();
+        match b.controller.step(now, &self.kernel.thread_counters(), &costs) {
+            budget::Action::None => {}
+            budget::Action::Shed => {
+                let links = self.kernel.shed_launches();
+                self.evidence.launch_probes_off(now);
+                b.closing.retain(|t| !t.is_finished());
+                b.closing.push(std::thread::spawn(move || crate::probes::uprobes::drop_all(links)));
+            }
+            budget::Action::Restore => {
+                self.kernel.restore_launches();
+                self.evidence.launch_probes_on(clock::monotonic_ns());
+            }
+        }
+    }
+
+    /// What the budget did, once the last counters are in: launches scaled to the window.
+    fn conclude_budget(&mut self, end_ns: u64) -> Option<budget::Sampling> {
+        let b = self.budget.as_mut()?;
+        for t in b.closing.drain(..) {
+            let _ = t.join();
+        }
+        let on_fraction = self.evidence.scale_sampled_launches(self.start_ns, end_ns).unwrap_or(1.0);
+        let s = budget_report(&b.controller, &self.kernel.attached_libraries(), on_fraction, self.evidence.spells_unseen);
+        if s.on_fraction < 1.0 {
+            self.notes.push(format!(
+                "--max-overhead {}: the launch probes were on {:.1}% of the window ({} periods); launch counts, launch rates and \
+                 empty-queue spells are estimates scaled from then, every other count is exact",
+                s.max_overhead_pct,
+                s.on_fraction * 100.0,
+                s.cycles
+            ));
+        }
+        Some(s)
     }
 
     fn drain(&mut self) {
@@ -358,6 +434,7 @@ impl Live {
         self.snapshots.learn_processes(self.evidence.processes.keys().copied());
         let last = self.snapshots.read(&self.kernel, end_ns, &self.evidence.allocs);
         last.apply(&mut self.evidence, None, &BTreeSet::new());
+        let sampling = self.conclude_budget(end_ns);
         self.notes.extend(self.snapshots.stack_notes());
         self.notes.extend(self.kernel.take_later_notes());
         let gpu = match self.sampler.take() {
@@ -374,8 +451,13 @@ impl Live {
             }
             None => None,
         };
-        // Measured after the window, so the job is not slowed while it is traced.
-        let trap_costs = match self.kernel.measure_trap_costs() {
+        // Measured after the window, so the job is not slowed while it is traced (or at the
+        // start, for the overhead budget).
+        let measured = match self.budget.as_ref().and_then(|b| b.costs.clone()) {
+            Some(c) => Ok(c),
+            None => self.kernel.measure_trap_costs(),
+        };
+        let trap_costs = match measured {
             Ok(c) => Some(c),
             Err(why) => {
                 let note = format!("the cost of a probe could not be measured ({why}); the overhead estimate assumes 1 µs a trap");
@@ -432,7 +514,26 @@ impl Live {
             entry_only,
             started_unix_s: 0.0,
             host: String::new(),
+            sampling,
         }
+    }
+}
+
+/// The report's view of what the budget did.
+fn budget_report(controller: &budget::Budget, libraries: &[crate::probes::AttachedLibrary], on_fraction: f64, spells_unseen: u64) -> budget::Sampling {
+    let probed = |symbol: &str| libraries.iter().any(|l| l.symbols.contains(&symbol));
+    budget::Sampling {
+        max_overhead_pct: controller.limit() * 100.0,
+        probes: gputrace_common::PROBES
+            .iter()
+            .filter(|p| matches!(p.family, Family::Launch | Family::GraphLaunch) && probed(p.symbol))
+            .map(|p| p.symbol.to_owned())
+            .collect(),
+        on_fraction,
+        cycles: controller.cycles,
+        estimated_overhead_pct: controller.estimate * 100.0,
+        met: !controller.unmet,
+        spells_unseen,
     }
 }
 
@@ -454,7 +555,7 @@ impl Tape {
         let devices = sampler.map(|s| crate::gpu::summarize(&s.devices, &self.samples, &cx));
         let window_ns = snapshot.at_ns.saturating_sub(start_ns);
         let (verdict, diagnoses) = crate::detect::diagnose(&crate::detect::Inputs { window_ns, evidence: &so_far, gpu: devices.as_deref() });
-        if let Some(d) = diagnoses.iter().find(|d| d.id == verdict && d.severity == "high" && d.id != "gpu-bound") {
+        if let Some(d) = diagnoses.iter().find(|d| d.id == verdict && d.severity == crate::severity::Severity::High && d.id != "gpu-bound") {
             self.diagnosis_fired = true;
             log::info!("flight recorder: {} fired ({}); writing the buffer out", d.id, d.summary);
             self.recorder.trigger(&Trigger {
@@ -479,6 +580,17 @@ fn stop_on_signal(signal: i32, child: Option<&tokio::process::Child>, grace_unti
     log::warn!("{how}; tracing until it exits (at most {} s; signal again to stop now)", EXIT_GRACE.as_secs());
     *grace_until = Some(tokio::time::Instant::now() + EXIT_GRACE);
     false
+}
+
+/// SIGINT and SIGTERM stop the session; SIGUSR1 writes a flight recorder out (otherwise its
+/// default action, terminate, stays).
+fn stopping_signals(flight: bool) -> Result<(tokio::signal::unix::Signal, tokio::signal::unix::Signal, Option<tokio::signal::unix::Signal>)> {
+    let install = |kind: SignalKind, name: &str| signal(kind).map_err(|e| TraceError::io("installing", format!("{name} handler"), e));
+    Ok((
+        install(SignalKind::interrupt(), "SIGINT")?,
+        install(SignalKind::terminate(), "SIGTERM")?,
+        if flight { Some(install(SignalKind::user_defined1(), "SIGUSR1")?) } else { None },
+    ))
 }
 
 async fn sleep_until_or_pend(at: Option<tokio::time::Instant>) {

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::{Activity, Frame, Origin, StackTime};
 
 /// One code location and the time charged to it (`diagnoses[].sites`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Site {
     /// `train.py:42 in train_step`.
     pub frame: String,
@@ -35,7 +35,8 @@ pub struct Wanted<'a> {
 }
 
 impl Wanted<'_> {
-    fn admits(&self, s: &StackTime) -> bool {
+    #[must_use]
+    pub fn admits(&self, s: &StackTime) -> bool {
         self.activities.contains(&s.activity) && self.on_cpu.is_none_or(|c| c == s.on_cpu) && (self.tids.is_empty() || self.tids.contains(&s.tid))
     }
 }

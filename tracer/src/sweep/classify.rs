@@ -1,6 +1,7 @@
 //! Judging each process (pure): its state, and the `idle-gpu-holder` diagnosis for the ones
 //! that hold a GPU without using it. Definitions are in docs/sweep.md; keep them in step.
 
+use crate::severity::Severity;
 use super::{
     model::{Diagnosis, Process},
     privacy::escape,
@@ -101,11 +102,11 @@ pub fn idle_gpu_holder(p: &Process, window_s: f64, device_total: Option<u64>) ->
     let memory = p.gpu_memory_bytes.filter(|&m| m > 0);
     let zombie = state == State::Zombie.name();
     let severity = if memory.is_some_and(|m| m >= GIB) || (zombie && (nvml || mapped)) {
-        "high"
+        Severity::High
     } else if memory.is_some() || nvml || mapped {
-        "medium"
+        Severity::Medium
     } else {
-        "low"
+        Severity::Low
     };
     let command = short_command(&p.command);
     let what = match memory {
@@ -154,7 +155,7 @@ pub fn idle_gpu_holder(p: &Process, window_s: f64, device_total: Option<u64>) ->
     };
     Some(Diagnosis {
         id: "idle-gpu-holder".to_owned(),
-        severity: severity.to_owned(),
+        severity,
         impact: memory.zip(device_total.filter(|&t| t > 0)).map(|(m, t)| (m as f64 / t as f64).min(1.0)),
         pid: p.pid,
         user: p.user.clone(),

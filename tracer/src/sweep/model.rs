@@ -7,7 +7,7 @@ use crate::report::model::Tool;
 
 pub const SCHEMA: &str = "gputrace.sweep/1";
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SweepReport {
     pub schema: String,
     pub tool: Tool,
@@ -20,7 +20,7 @@ pub struct SweepReport {
     pub tracer: Tracer,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Window {
     pub duration_s: f64,
     /// `duration` or `signal`.
@@ -29,7 +29,7 @@ pub struct Window {
     pub cuda_probes: bool,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Process {
     pub pid: u32,
     /// User name, or the uid as a number where it has no name; `?` if unknown.
@@ -76,7 +76,7 @@ pub struct Process {
     pub cuda: Option<Cuda>,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GpuUse {
     pub index: u32,
     pub uuid: String,
@@ -84,7 +84,7 @@ pub struct GpuUse {
     pub sm_util_pct: Option<u32>,
 }
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Cuda {
     pub kernels: u64,
     pub graphs: u64,
@@ -101,7 +101,7 @@ pub struct Cuda {
     pub calls: u64,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ContextCall {
     pub symbol: String,
     pub tid: u32,
@@ -110,11 +110,11 @@ pub struct ContextCall {
     pub result: u64,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Diagnosis {
     /// `idle-gpu-holder`.
     pub id: String,
-    pub severity: String,
+    pub severity: crate::severity::Severity,
     /// Fraction of its GPU's memory it blocks, where NVML says; else null.
     pub impact: Option<f64>,
     pub pid: u32,
@@ -127,14 +127,14 @@ pub struct Diagnosis {
     pub fix: String,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Gpu {
     pub available: bool,
     pub driver_version: Option<String>,
     pub devices: Vec<GpuDevice>,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GpuDevice {
     pub index: u32,
     pub uuid: String,
@@ -145,7 +145,7 @@ pub struct GpuDevice {
     pub processes: usize,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Tracer {
     /// CPU time gputrace itself used, whole run (user + system), and the two parts.
     pub cpu_s: f64,
@@ -176,7 +176,7 @@ pub struct Tracer {
     pub notes: Vec<String>,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Library {
     pub path: String,
     pub inode: u64,

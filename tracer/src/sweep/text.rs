@@ -87,10 +87,10 @@ pub fn render(r: &SweepReport, color: bool) -> String {
         }
     }
     for d in &r.diagnoses {
-        let sev = match d.severity.as_str() {
-            "high" => paint(color, "1;31", "HIGH"),
-            "medium" => paint(color, "33", "MEDIUM"),
-            other => other.to_owned(),
+        let sev = match d.severity {
+            crate::severity::Severity::High => paint(color, "1;31", "HIGH"),
+            crate::severity::Severity::Medium => paint(color, "33", "MEDIUM"),
+            other => other.as_str().to_owned(),
         };
         let _ = writeln!(out, "\n[{sev}] {}", d.id);
         wrap(&mut out, "  ", &clean(&d.summary));

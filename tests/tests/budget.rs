@@ -1,0 +1,77 @@
+//! `--max-overhead PCT` on the fake CUDA: a launch-heavy job gets its launch probes taken off
+//! part of the time, its launch count estimated close to the truth and every other count
+//! exact; a light job is left alone; `record` refuses the flag.
+
+use gputrace_tests::{gputrace, hits, num, require_root, run_fakejob_opts};
+
+/// 4,000 steps of 200 launches and a synchronize: ~4 s, ~200,000 launches a second.
+const STEPS: u64 = 4_000;
+const LAUNCHES_PER_STEP: u64 = 200;
+
+fn heavy_job() -> Vec<String> {
+    ["--steps", &STEPS.to_string(), "--driver-launches", &LAUNCHES_PER_STEP.to_string(), "--sync"].iter().map(|s| (*s).to_owned()).collect()
+}
+
+#[test]
+fn a_launch_heavy_job_is_duty_cycled_to_its_budget_and_its_launches_estimated() {
+    require_root();
+    let args = heavy_job();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (r, code, stderr) = run_fakejob_opts(&["--max-overhead", "1"], &args);
+    assert_eq!(code, 0, "{stderr}");
+    let s = &r["tracer"]["sampling"];
+    assert_eq!(s["max_overhead_pct"], 1.0, "{s:#}");
+    assert!(s["probes"].as_array().expect("a list").iter().any(|p| p == "cuLaunchKernel"), "{s:#}");
+    let on = s["on_fraction"].as_f64().expect("on_fraction");
+    assert!(on > 0.0 && on < 0.6, "the launch probes were off most of the time: on {on}; {s:#}");
+    assert!(num(&r, "/tracer/sampling/cycles") >= 2, "{s:#}");
+    assert_eq!(s["met"], true, "{s:#}");
+
+    // Launches: an estimate close to the truth; what fired is fewer.
+    let truth = STEPS * LAUNCHES_PER_STEP;
+    let estimated = num(&r, "/cuda/launches/kernels");
+    let off_by = (estimated as f64 - truth as f64).abs() / truth as f64;
+    assert!(off_by < 0.10, "estimated {estimated} launches of {truth} ({:.1}% off)", off_by * 100.0);
+    let counted = hits(&r, "cuLaunchKernel");
+    assert!(counted < truth * 7 / 10, "counted {counted} of {truth}: the probes were not taken off");
+    // Everything else exact.
+    assert_eq!(num(&r, "/cuda/syncs/count"), STEPS);
+    assert_eq!(hits(&r, "cuCtxSynchronize_v2"), STEPS);
+
+    // What tracing cost the job: near the budget (the first 0.2 s are paid in full), far
+    // below the cost of every launch trapped.
+    let cost = r["tracer"]["overhead"]["fraction_of_window"].as_f64().expect("fraction");
+    assert!(cost < 0.02, "estimated overhead {:.2}% with a 1% budget", cost * 100.0);
+    let notes = r["tracer"]["notes"].as_array().expect("notes");
+    assert!(notes.iter().any(|n| n.as_str().is_some_and(|n| n.contains("--max-overhead 1") && n.contains("estimates"))), "{notes:#?}");
+}
+
+#[test]
+fn a_light_job_keeps_every_probe_on_and_exact_counts() {
+    require_root();
+    let (r, code, stderr) = run_fakejob_opts(&["--max-overhead", "5"], &["--steps", "200", "--driver-launches", "5", "--kernel-us", "2000", "--sync"]);
+    assert_eq!(code, 0, "{stderr}");
+    let s = &r["tracer"]["sampling"];
+    assert_eq!(s["on_fraction"], 1.0, "{s:#}");
+    assert_eq!(s["cycles"], 0, "{s:#}");
+    assert_eq!(num(&r, "/cuda/launches/kernels"), 1_000);
+    assert_eq!(hits(&r, "cuLaunchKernel"), 1_000);
+}
+
+#[test]
+fn without_the_flag_there_is_no_sampling_and_record_refuses_it() {
+    require_root();
+    let (r, code, stderr) = run_fakejob_opts(&[], &["--steps", "20", "--driver-launches", "5", "--sync"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(r["tracer"].get("sampling").is_none(), "{:#}", r["tracer"]);
+    let out = std::process::Command::new(gputrace())
+        .args(["record", "--max-overhead", "1", "-o", "/nonexistent/never-written.gtr", "--", "true"])
+        .output()
+        .expect("gputrace runs");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--max-overhead is for attach and run"), "{out:?}");
+    for bad in ["0", "150", "x"] {
+        let out = std::process::Command::new(gputrace()).args(["attach", "--pid", "1", "--max-overhead", bad]).output().expect("gputrace runs");
+        assert_eq!(out.status.code(), Some(2), "--max-overhead {bad}: {out:?}");
+    }
+}

@@ -1,0 +1,299 @@
+//! `--max-overhead PCT`: keep what tracing costs the job under a budget by taking the launch
+//! probes off part of the time, and scaling what they counted to the window.
+//!
+//! Why launches: every other probe fires a few thousand times a second at most, but a
+//! launch-bound job launches 100,000 kernels a second, each paying a uprobe trap on the
+//! launching thread (~1.4 µs on the H200: 14 % of that thread, docs/facts.md). A trap's cost
+//! cannot be lowered from inside the probe, so the probes come off: multi-uprobe links go in
+//! a millisecond and come off off the job's threads, so a period of a second can be split
+//! finely.
+//!
+//! How: the busiest traced thread's trap time is measured from the kernel's per-thread hit
+//! counters and the trap costs measured at the start, first over a second with everything
+//! on; past the budget, each period of `PERIOD` has the launch probes on for a duty cycle
+//! `d = (budget − others) / launches` of it (launches: their share of the thread while on;
+//! others: the rest of the probes' share), re-measured at the end of every on phase. Counts
+//! of launches are then estimates (the rate seen while on, over the window), and so are the
+//! spells of empty GPU queue (seen only while launches are); every other count is exact.
+
+use std::collections::BTreeMap;
+
+use gputrace_common::{ThreadCounters, PROBES, PROBE_SLOTS};
+
+/// One on phase plus one off phase.
+pub const PERIOD_NS: u64 = 1_000_000_000;
+/// How long everything stays on before the first measurement: short, since it is paid in
+/// full (a launch-bound job still launches ~20,000 kernels in it).
+pub const FIRST_WATCH_NS: u64 = 200_000_000;
+/// How long everything stays on between measurements while the budget is met without
+/// shedding.
+pub const WATCH_NS: u64 = 1_000_000_000;
+/// The shortest on phase: below this the rate seen while on is too noisy to scale from
+/// (20 ms of a launch-bound job still holds ~2,000 launches).
+pub const MIN_DUTY: f64 = 0.02;
+
+/// What the controller asks of the session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    None,
+    /// Take the launch probes off.
+    Shed,
+    /// Put them back.
+    Restore,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Everything on, watching the cost.
+    Watching,
+    /// Duty cycling: launch probes on, or off.
+    On,
+    Off,
+}
+
+/// The cost split of the busiest thread over a phase, as fractions of the phase's time.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Split {
+    pub launches: f64,
+    pub others: f64,
+}
+
+/// The budget's controller: pure over the counters and instants it is given.
+#[derive(Debug)]
+pub struct Budget {
+    /// The budget, a fraction of the busiest thread's time.
+    limit: f64,
+    phase: Phase,
+    phase_start_ns: u64,
+    /// Hit counters at the phase's start, per thread.
+    at_phase_start: BTreeMap<u32, [u64; PROBE_SLOTS]>,
+    /// The on share of a period.
+    duty: f64,
+    /// Whether a step has measured anything yet.
+    measured: bool,
+    /// Off phases begun.
+    pub cycles: u64,
+    /// Whether the budget cannot be met by shedding launches (the other probes alone, or
+    /// launches at the shortest duty cycle, cost more).
+    pub unmet: bool,
+    /// The estimated cost with the present duty cycle, a fraction of the busiest thread.
+    pub estimate: f64,
+}
+
+impl Budget {
+    #[must_use]
+    pub fn new(limit: f64, now_ns: u64) -> Self {
+        Self {
+            limit,
+            phase: Phase::Watching,
+            phase_start_ns: now_ns,
+            at_phase_start: BTreeMap::new(),
+            duty: 1.0,
+            measured: false,
+            cycles: 0,
+            unmet: false,
+            estimate: 0.0,
+        }
+    }
+
+    #[must_use]
+    pub fn limit(&self) -> f64 {
+        self.limit
+    }
+
+    /// When the next step is due.
+    #[must_use]
+    pub fn next_step_ns(&self) -> u64 {
+        let length = match self.phase {
+            Phase::Watching if !self.measured => FIRST_WATCH_NS,
+            Phase::Watching => WATCH_NS,
+            Phase::On => (self.duty * PERIOD_NS as f64) as u64,
+            Phase::Off => ((1.0 - self.duty) * PERIOD_NS as f64) as u64,
+        };
+        self.phase_start_ns + length.max(1_000_000)
+    }
+
+    /// The busiest thread's trap time since the phase began, split, as fractions of it.
+    /// `cost_ns[id]`: what one hit of probe `id` costs (entry and return traps).
+    fn split(&self, now_ns: u64, counters: &[(u32, ThreadCounters)], cost_ns: &[f64; PROBE_SLOTS]) -> Split {
+        let span = now_ns.saturating_sub(self.phase_start_ns).max(1) as f64;
+        let launch = launch_ids();
+        counters
+            .iter()
+            .map(|(tid, c)| {
+                let before = self.at_phase_start.get(tid);
+                let mut split = Split::default();
+                for (id, &n) in c.hits.iter().enumerate() {
+                    let delta = n.saturating_sub(before.map_or(0, |b| b[id])) as f64 * cost_ns[id] / span;
+                    if launch[id] {
+                        split.launches += delta;
+                    } else {
+                        split.others += delta;
+                    }
+                }
+                split
+            })
+            .max_by(|a, b| (a.launches + a.others).total_cmp(&(b.launches + b.others)))
+            .unwrap_or_default()
+    }
+
+    /// The duty cycle that meets the budget at `on` (1: no shedding needed).
+    fn duty_for(&mut self, on: Split) -> f64 {
+        if on.launches + on.others <= self.limit || on.launches <= 0.0 {
+            self.unmet = on.launches + on.others > self.limit;
+            return 1.0;
+        }
+        let wanted = (self.limit - on.others) / on.launches;
+        let duty = wanted.clamp(MIN_DUTY, 1.0);
+        self.unmet = wanted < MIN_DUTY;
+        duty
+    }
+
+    /// Advance at `now_ns` (at or after [`Self::next_step_ns`]) with the kernel's counters.
+    pub fn step(&mut self, now_ns: u64, counters: &[(u32, ThreadCounters)], cost_ns: &[f64; PROBE_SLOTS]) -> Action {
+        if now_ns < self.next_step_ns() {
+            return Action::None;
+        }
+        let split = self.split(now_ns, counters, cost_ns);
+        let (phase, action) = match self.phase {
+            Phase::Watching | Phase::On => {
+                self.duty = self.duty_for(split);
+                self.estimate = self.duty * split.launches + split.others;
+                if self.duty < 1.0 {
+                    self.cycles += 1;
+                    (Phase::Off, Action::Shed)
+                } else {
+                    (Phase::Watching, Action::None)
+                }
+            }
+            // Off: launches were not counted; what the others cost is seen again while on.
+            Phase::Off => (Phase::On, Action::Restore),
+        };
+        self.phase = phase;
+        self.measured = true;
+        self.phase_start_ns = now_ns;
+        self.at_phase_start = counters.iter().map(|(tid, c)| (*tid, c.hits)).collect();
+        action
+    }
+}
+
+/// What the budget did, for the report (`tracer.sampling`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct Sampling {
+    /// The budget asked for (`--max-overhead`), percent of the busiest traced thread's time.
+    pub max_overhead_pct: f64,
+    /// The probes that were taken off part of the time: the launch probes.
+    pub probes: Vec<String>,
+    /// The share of the window they were on (1: never taken off). Launch counts, launch
+    /// rates and empty-queue spells are scaled from it; every other count is exact.
+    pub on_fraction: f64,
+    /// Off phases, one per period of shedding.
+    pub cycles: u64,
+    /// The cost estimated at the last measurement with the duty cycle then in force, percent.
+    pub estimated_overhead_pct: f64,
+    /// Whether the budget could be met by shedding launches (false: the other probes alone,
+    /// or launches at the shortest duty cycle, cost more).
+    pub met: bool,
+    /// Empty-queue spells left out because the launch probes were off during them.
+    pub spells_unseen: u64,
+}
+
+/// Which probe ids are launch probes.
+fn launch_ids() -> [bool; PROBE_SLOTS] {
+    let mut out = [false; PROBE_SLOTS];
+    for p in PROBES {
+        if matches!(p.family, gputrace_common::Family::Launch | gputrace_common::Family::GraphLaunch) {
+            out[p.id as usize] = true;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn launch_id() -> usize {
+        launch_ids().iter().position(|&l| l).expect("a launch probe")
+    }
+
+    fn other_id() -> usize {
+        PROBES.iter().find(|p| !launch_ids()[p.id as usize]).expect("a non-launch probe").id as usize
+    }
+
+    fn counters(launches: u64, others: u64) -> Vec<(u32, ThreadCounters)> {
+        let mut c = ThreadCounters { tgid: 1, in_call: 0, call_probe: 0, drained_at_ns: 0, hits: [0; PROBE_SLOTS] };
+        c.hits[launch_id()] = launches;
+        c.hits[other_id()] = others;
+        vec![(10, c)]
+    }
+
+    fn costs() -> [f64; PROBE_SLOTS] {
+        [1_000.0; PROBE_SLOTS]
+    }
+
+    #[test]
+    fn a_cheap_job_is_never_shed() {
+        let mut b = Budget::new(0.01, 0);
+        // 1,000 launches a second at 1 µs: 0.1 % of the thread.
+        assert_eq!(b.next_step_ns(), FIRST_WATCH_NS);
+        assert_eq!(b.step(FIRST_WATCH_NS, &counters(200, 0), &costs()), Action::None);
+        assert_eq!(b.next_step_ns(), FIRST_WATCH_NS + WATCH_NS);
+        assert_eq!(b.cycles, 0);
+        assert!((b.estimate - 0.001).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_launch_bound_job_is_duty_cycled_to_the_budget() {
+        let mut b = Budget::new(0.01, 0);
+        // 100,000 launches a second at 1 µs: 10 % of the thread; 1,000 other calls: 0.1 %.
+        let mut launches = 100_000;
+        let others = 1_000;
+        assert_eq!(b.step(WATCH_NS, &counters(launches, others), &costs()), Action::Shed);
+        // (1 % − 0.1 %) / 10 % = 9 % of each period on.
+        assert!((b.duty - 0.09).abs() < 1e-9, "{}", b.duty);
+        assert!((b.estimate - 0.01).abs() < 1e-9);
+        let off_end = b.next_step_ns();
+        assert_eq!(off_end, WATCH_NS + 910 * MS);
+        // Off: no launch counted; back on.
+        assert_eq!(b.step(off_end, &counters(launches, others + 910), &costs()), Action::Restore);
+        let on_end = b.next_step_ns();
+        assert_eq!(on_end, off_end + 90 * MS);
+        // On for 90 ms at the same rate: off again, the same duty cycle.
+        launches += 9_000;
+        assert_eq!(b.step(on_end, &counters(launches, others + 1_000), &costs()), Action::Shed);
+        assert!((b.duty - 0.09).abs() < 1e-6, "{}", b.duty);
+        assert_eq!(b.cycles, 2);
+        assert!(!b.unmet);
+    }
+
+    #[test]
+    fn a_job_that_calms_down_gets_its_probes_back_for_good() {
+        let mut b = Budget::new(0.01, 0);
+        assert_eq!(b.step(WATCH_NS, &counters(100_000, 0), &costs()), Action::Shed);
+        let off_end = b.next_step_ns();
+        assert_eq!(b.step(off_end, &counters(100_000, 0), &costs()), Action::Restore);
+        // The on phase saw few launches: the budget holds with everything on.
+        let on_end = b.next_step_ns();
+        assert_eq!(b.step(on_end, &counters(100_001, 0), &costs()), Action::None);
+        assert_eq!(b.next_step_ns(), on_end + WATCH_NS);
+    }
+
+    #[test]
+    fn a_budget_the_other_probes_alone_exceed_is_said_to_be_unmet() {
+        let mut b = Budget::new(0.01, 0);
+        // 20,000 other calls a second at 1 µs: 2 %, over the budget whatever launches do.
+        assert_eq!(b.step(WATCH_NS, &counters(100_000, 20_000), &costs()), Action::Shed);
+        assert!((b.duty - MIN_DUTY).abs() < 1e-12);
+        assert!(b.unmet);
+    }
+
+    #[test]
+    fn steps_before_their_time_do_nothing() {
+        let mut b = Budget::new(0.01, 0);
+        assert_eq!(b.step(FIRST_WATCH_NS / 2, &counters(1_000_000, 0), &costs()), Action::None);
+        assert_eq!(b.cycles, 0);
+    }
+}

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The overhead budget on real PyTorch (issue 15): steps/s of one launch-bound process
+# (overhead.py's `tiny` by default: 100 one-element `add_` per step; or `eager`), measured in alternating phases of
+# SECS seconds — untraced, traced by `gputrace attach` with every probe on, traced with
+# `--max-overhead PCT` — REPS times, then untraced again. Each traced phase is a full attach;
+# its JSON report is kept (launches estimated, tracer.sampling, tracer.overhead).
+# Usage: [SECS=3] [REPS=6] [PCT=1] budget.sh GPUTRACE OUT_DIR [MODE]   (root)
+set -u
+BIN=$1
+OUT=$2
+MODE=${3:-tiny}
+HERE=$(cd "$(dirname "$0")" && pwd)
+SECS=${SECS:-3}
+REPS=${REPS:-6}
+PCT=${PCT:-1}
+mkdir -p "$OUT"
+cd "$OUT" || exit 1
+rm -f to from
+mkfifo to from
+PYTHONUNBUFFERED=1 python3 "$HERE/overhead.py" "$MODE" <to >from 2>"$MODE.py.err" &
+exec {to}>to {from}<from
+read -r -u "$from" ready pid
+[ "$ready" = ready ] || { echo "$MODE did not start"; exit 1; }
+measure() { echo "measure $1 $SECS" >&"$to"; read -r -u "$from" line; echo "$MODE $line" | tee -a budget.txt; }
+traced() { # NAME [gputrace flags...]
+  local name=$1
+  shift
+  "$BIN" -v attach --pid "$pid" --json "$@" >"$name.json" 2>"$name.err" &
+  local gp=$!
+  for _ in $(seq 1 400); do grep -q "armed: tracing" "$name.err" && break; sleep 0.05; done
+  measure "$name"
+  kill -INT $gp
+  wait $gp
+}
+for r in $(seq 1 "$REPS"); do
+  measure "untraced_$r"
+  traced "full_$r"
+  traced "budget${PCT}_$r" --max-overhead "$PCT"
+done
+measure "untraced_$((REPS + 1))"
+echo quit >&"$to"
+exec {to}>&- {from}<&-
+wait "$pid"
+python3 - "$REPS" "$PCT" <<'PY' | tee -a budget.txt
+import json, sys
+reps, pct = int(sys.argv[1]), sys.argv[2]
+for r in range(1, reps + 1):
+    for name in (f"full_{r}", f"budget{pct}_{r}"):
+        rep = json.load(open(f"{name}.json"))
+        t = rep["tracer"]
+        s = t.get("sampling") or {}
+        counted = sum(p["hits"] for p in t["probes"] if p["symbol"].startswith("cuLaunchKernel"))
+        rate = next(float(l.split()[2]) for l in open("budget.txt") if l.split()[1] == name)
+        per_step = rep["cuda"]["launches"]["kernels"] / (rate * rep["window"]["duration_s"])
+        print(f"{name}: window {rep['window']['duration_s']:.2f} s, launches {rep['cuda']['launches']['kernels']} "
+              f"(~{per_step:.1f} a step at the phase's steps/s) "
+              f"(trapped {counted}), est. overhead {t['overhead']['fraction_of_window']:.2%}, "
+              f"on {s.get('on_fraction', 1):.3f}, cycles {s.get('cycles', 0)}, met {s.get('met')}, verdict {rep['verdict']}")
+PY
+python3 - "$MODE" <<'PY' | tee -a budget.txt
+import re, statistics, sys
+rates = {}
+for line in open("budget.txt"):
+    m = re.match(rf"{sys.argv[1]} (\S+?)_(\d+) ([\d.]+) ", line)
+    if m:
+        rates.setdefault(m.group(1), {})[int(m.group(2))] = float(m.group(3))
+u = rates.get("untraced", {})
+for kind, by_rep in rates.items():
+    if kind == "untraced":
+        continue
+    # Each traced phase against the mean of the untraced phases around its rep.
+    slow = [1 - r / ((u[i] + u[i + 1]) / 2) for i, r in by_rep.items() if i in u and i + 1 in u]
+    print(f"{kind}: slowdown median {statistics.median(slow):.1%}, per rep {', '.join(f'{s:.1%}' for s in slow)}")
+PY
