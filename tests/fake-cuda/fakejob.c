@@ -352,10 +352,15 @@ static void *worker(void *arg) {
     if (data_fd >= 0) close(data_fd);
     free(data_buf);
     if (vmm_base) drv_mem_address_free(vmm_base, (size_t)opt.vmm * VMM_CHUNK);
-    free(pageable);
-    free(staging);
-    free(rows_2d);
-    free(rows_3d);
+    /* With --hold-ms the host buffers stay mapped through the hold, as a real job's buffers
+     * do: copies are classified from the live memory map, and a reader that is late (short of
+     * CPU on two cores beside the spinning fake GPU) must still find them there. */
+    if (!opt.hold_ms) {
+        free(pageable);
+        free(staging);
+        free(rows_2d);
+        free(rows_3d);
+    }
     return NULL;
 }
 

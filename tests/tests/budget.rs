@@ -38,10 +38,10 @@ fn a_launch_heavy_job_is_duty_cycled_to_its_budget_and_its_launches_estimated() 
     assert_eq!(num(&r, "/cuda/syncs/count"), STEPS);
     assert_eq!(hits(&r, "cuCtxSynchronize_v2"), STEPS);
 
-    // What tracing cost the job: near the budget (the first 0.2 s are paid in full), far
-    // below the cost of every launch trapped.
+    // What tracing cost the job over the window: the budget (the first 0.2 s, paid in full,
+    // are paid back), far below the cost of every launch trapped (~8 % here).
     let cost = r["tracer"]["overhead"]["fraction_of_window"].as_f64().expect("fraction");
-    assert!(cost < 0.02, "estimated overhead {:.2}% with a 1% budget", cost * 100.0);
+    assert!(cost < 0.015, "estimated overhead {:.2}% with a 1% budget", cost * 100.0);
     let notes = r["tracer"]["notes"].as_array().expect("notes");
     assert!(notes.iter().any(|n| n.as_str().is_some_and(|n| n.contains("--max-overhead 1") && n.contains("estimates"))), "{notes:#?}");
 }

@@ -21,9 +21,10 @@ fn copies_syncs_and_allocations_are_exact() {
         "--sync",
         "--alloc-churn",
         "2",
-        // Alive a moment after its work: its copies are classified by its live memory map,
-        // and a job of a few milliseconds can exit before the reader, short of CPU on two
-        // cores beside a spinning fake GPU, reads it (a real job lives much longer).
+        // Alive a moment after its work, its buffers still mapped: its copies are classified
+        // by its live memory map, and a job of a few milliseconds can exit (or free them)
+        // before the reader, short of CPU on two cores beside a spinning fake GPU, reads it
+        // (a real job lives much longer).
         "--hold-ms",
         "1000",
     ]);
@@ -56,7 +57,8 @@ fn copies_syncs_and_allocations_are_exact() {
 #[test]
 fn memory_pinned_before_attach_is_recognised_from_the_memory_map() {
     require_root();
-    let mut job = Gated::start(&["--steps", "25", "--pinned-h2d", "1048576", "--pageable-h2d", "65536"]);
+    // The hold: see `copies_syncs_and_allocations_are_exact`.
+    let mut job = Gated::start(&["--steps", "25", "--pinned-h2d", "1048576", "--pageable-h2d", "65536", "--hold-ms", "1000"]);
     let tracer = Tracer::attach(job.pid, &[]);
     job.release();
     job.finish();

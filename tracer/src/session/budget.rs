@@ -51,11 +51,13 @@ enum Phase {
     Off,
 }
 
-/// The cost split of the busiest thread over a phase, as fractions of the phase's time.
+/// The cost split of the busiest thread over a phase, as fractions of the phase's time, and
+/// what its traps have cost it since the start, ns.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Split {
     pub launches: f64,
     pub others: f64,
+    pub spent_ns: f64,
 }
 
 /// The budget's controller: pure over the counters and instants it is given.
@@ -63,6 +65,7 @@ pub struct Split {
 pub struct Budget {
     /// The budget, a fraction of the busiest thread's time.
     limit: f64,
+    start_ns: u64,
     phase: Phase,
     phase_start_ns: u64,
     /// Hit counters at the phase's start, per thread.
@@ -85,6 +88,7 @@ impl Budget {
     pub fn new(limit: f64, now_ns: u64) -> Self {
         Self {
             limit,
+            start_ns: now_ns,
             phase: Phase::Watching,
             phase_start_ns: now_ns,
             at_phase_start: BTreeMap::new(),
@@ -124,6 +128,7 @@ impl Budget {
                 let before = self.at_phase_start.get(tid);
                 let mut split = Split::default();
                 for (id, &n) in c.hits.iter().enumerate() {
+                    split.spent_ns += n as f64 * cost_ns[id];
                     let delta = n.saturating_sub(before.map_or(0, |b| b[id])) as f64 * cost_ns[id] / span;
                     if launch[id] {
                         split.launches += delta;
@@ -137,8 +142,22 @@ impl Budget {
             .unwrap_or_default()
     }
 
-    /// The duty cycle that meets the budget at `on` (1: no shedding needed).
-    fn duty_for(&mut self, on: Split) -> f64 {
+    /// The duty cycle for the next period: the steady one (`steady_duty`), or less while the
+    /// window has spent more than its budget so far (the watch before the first measurement
+    /// is paid in full), so that the whole window's cost comes back under the budget.
+    fn duty_for(&mut self, on: Split, now_ns: u64) -> f64 {
+        let steady = self.steady_duty(on);
+        if on.launches <= 0.0 {
+            return steady;
+        }
+        let period = PERIOD_NS as f64;
+        let allowance = self.limit * (now_ns.saturating_sub(self.start_ns) as f64 + period) - on.spent_ns;
+        let catch_up = ((allowance - on.others * period) / (on.launches * period)).clamp(MIN_DUTY, 1.0);
+        steady.min(catch_up)
+    }
+
+    /// The duty cycle that meets the budget at `on`'s rates (1: no shedding needed).
+    fn steady_duty(&mut self, on: Split) -> f64 {
         if on.launches + on.others <= self.limit || on.launches <= 0.0 {
             self.unmet = on.launches + on.others > self.limit;
             return 1.0;
@@ -157,7 +176,7 @@ impl Budget {
         let split = self.split(now_ns, counters, cost_ns);
         let (phase, action) = match self.phase {
             Phase::Watching | Phase::On => {
-                self.duty = self.duty_for(split);
+                self.duty = self.duty_for(split, now_ns);
                 self.estimate = self.duty * split.launches + split.others;
                 if self.duty < 1.0 {
                     self.cycles += 1;
@@ -246,39 +265,60 @@ mod tests {
     }
 
     #[test]
-    fn a_launch_bound_job_is_duty_cycled_to_the_budget() {
+    fn a_launch_bound_job_is_duty_cycled_to_the_budget_over_the_window() {
         let mut b = Budget::new(0.01, 0);
         // 100,000 launches a second at 1 µs: 10 % of the thread; 1,000 other calls: 0.1 %.
-        let mut launches = 100_000;
-        let others = 1_000;
-        assert_eq!(b.step(WATCH_NS, &counters(launches, others), &costs()), Action::Shed);
-        // (1 % − 0.1 %) / 10 % = 9 % of each period on.
-        assert!((b.duty - 0.09).abs() < 1e-9, "{}", b.duty);
-        assert!((b.estimate - 0.01).abs() < 1e-9);
-        let off_end = b.next_step_ns();
-        assert_eq!(off_end, WATCH_NS + 910 * MS);
-        // Off: no launch counted; back on.
-        assert_eq!(b.step(off_end, &counters(launches, others + 910), &costs()), Action::Restore);
-        let on_end = b.next_step_ns();
-        assert_eq!(on_end, off_end + 90 * MS);
-        // On for 90 ms at the same rate: off again, the same duty cycle.
-        launches += 9_000;
-        assert_eq!(b.step(on_end, &counters(launches, others + 1_000), &costs()), Action::Shed);
-        assert!((b.duty - 0.09).abs() < 1e-6, "{}", b.duty);
-        assert_eq!(b.cycles, 2);
+        let (mut launches, mut others) = (0u64, 0u64);
+        let mut now = 0;
+        let mut run = |b: &mut Budget, until: u64, on: bool| {
+            let secs = (until - now) as f64 / 1e9;
+            if on {
+                launches += (100_000.0 * secs) as u64;
+            }
+            others += (1_000.0 * secs) as u64;
+            now = until;
+            b.step(now, &counters(launches, others), &costs())
+        };
+        // The watch, paid in full (20 ms of traps in 0.2 s), then shedding at once: the
+        // shortest duty cycle until the window is back under its budget.
+        assert_eq!(run(&mut b, FIRST_WATCH_NS, true), Action::Shed);
+        assert!((b.duty - MIN_DUTY).abs() < 1e-12, "{}", b.duty);
+        for _ in 0..20 {
+            let off_end = b.next_step_ns();
+            assert_eq!(run(&mut b, off_end, false), Action::Restore);
+            let on_end = b.next_step_ns();
+            assert_eq!(run(&mut b, on_end, true), Action::Shed);
+        }
+        // Steady: (1 % − 0.1 %) / 10 % = 9 % of each period on, and the window's cost at the budget.
+        assert!((b.duty - 0.09).abs() < 1e-3, "{}", b.duty);
+        let spent_s = (launches + others) as f64 * 1e-6;
+        let cost = spent_s / (now as f64 / 1e9);
+        assert!(cost <= 0.0102, "the window's cost {:.3}%", cost * 100.0);
+        assert_eq!(b.cycles, 21);
         assert!(!b.unmet);
     }
 
     #[test]
-    fn a_job_that_calms_down_gets_its_probes_back_for_good() {
+    fn a_job_that_calms_down_gets_its_probes_back_for_good_once_the_window_is_paid_for() {
         let mut b = Budget::new(0.01, 0);
         assert_eq!(b.step(WATCH_NS, &counters(100_000, 0), &costs()), Action::Shed);
-        let off_end = b.next_step_ns();
-        assert_eq!(b.step(off_end, &counters(100_000, 0), &costs()), Action::Restore);
-        // The on phase saw few launches: the budget holds with everything on.
-        let on_end = b.next_step_ns();
-        assert_eq!(b.step(on_end, &counters(100_001, 0), &costs()), Action::None);
-        assert_eq!(b.next_step_ns(), on_end + WATCH_NS);
+        // Quiet from here: one launch a phase. The burst's 100 ms of traps are paid back at
+        // the shortest duty cycle first (10 s at 1 %), then everything stays on.
+        let mut launches = 100_000;
+        let mut back_for_good = None;
+        for _ in 0..30 {
+            let off_end = b.next_step_ns();
+            assert_eq!(b.step(off_end, &counters(launches, 0), &costs()), Action::Restore);
+            launches += 1;
+            let on_end = b.next_step_ns();
+            if b.step(on_end, &counters(launches, 0), &costs()) == Action::None {
+                back_for_good = Some(on_end);
+                break;
+            }
+        }
+        let at = back_for_good.expect("the probes come back once the window is under budget");
+        assert!((9 * WATCH_NS..=12 * WATCH_NS).contains(&at), "back at {} s", at as f64 / 1e9);
+        assert_eq!(b.next_step_ns(), at + WATCH_NS);
     }
 
     #[test]
