@@ -95,6 +95,10 @@ pub struct Evidence {
     /// Empty-queue spells left out because the launch probes were off during them (the
     /// launch that ended the spell may have gone unseen).
     pub spells_unseen: u64,
+    /// Each thread's probe hits, and its empty-queue time and spells, when the launch probes
+    /// first went off (all seen until then).
+    pub hits_at_first_shed: BTreeMap<u32, [u64; gputrace_common::PROBE_SLOTS]>,
+    pub spells_at_first_shed: BTreeMap<u32, (u64, u64)>,
 }
 
 impl Evidence {
@@ -108,7 +112,7 @@ impl Evidence {
             }
             Event::IdleEnd(e) => {
                 self.d2h_bursts.launch(e.header.tid, e.header.ts_ns);
-                if self.launches_off.iter().any(|&(off, on)| off < e.header.ts_ns && e.drained_at_ns < on) {
+                if self.launches_were_off(e.drained_at_ns, e.header.ts_ns) {
                     // The probes were off for part of it: the first launch after the drain
                     // was maybe not seen, so the spell's end is not known.
                     self.spells_unseen += 1;
@@ -146,11 +150,24 @@ impl Evidence {
         }
     }
 
-    /// The launch probes went off at `at_ns` (the overhead budget).
-    pub fn launch_probes_off(&mut self, at_ns: u64) {
+    /// The launch probes went off at `at_ns` (the overhead budget); `live` are the live
+    /// threads' counters then (the first time, every thread's hits so far are kept: they were
+    /// all seen).
+    pub fn launch_probes_off(&mut self, at_ns: u64, live: &[(u32, ThreadCounters)]) {
+        if self.launches_off.is_empty() {
+            self.hits_at_first_shed = self.threads.iter().map(|(&tid, t)| (tid, t.hits)).collect();
+            self.spells_at_first_shed = self.threads.iter().map(|(&tid, t)| (tid, (t.queue_idle_ns, t.idle_periods))).collect();
+            self.hits_at_first_shed.extend(live.iter().map(|(tid, c)| (*tid, c.hits)));
+        }
         if self.launches_off.last().is_none_or(|&(_, on)| on != u64::MAX) {
             self.launches_off.push((at_ns, u64::MAX));
         }
+    }
+
+    /// Whether the launch probes were off at some point of `[from_ns, to_ns]`. Spans are in
+    /// time order and events come roughly so: only the last few are looked at.
+    fn launches_were_off(&self, from_ns: u64, to_ns: u64) -> bool {
+        self.launches_off.iter().rev().take_while(|&&(_, on)| on > from_ns).any(|&(off, on)| off <= to_ns && from_ns < on)
     }
 
     /// The launch probes are back on at `at_ns`.
@@ -161,32 +178,49 @@ impl Evidence {
     }
 
     /// The share of `[start_ns, end_ns)` the launch probes were on, when they were off for
-    /// part of it; then every thread's launch counts are scaled to the window, and so are its
-    /// empty-queue spells (seen only while launches were). None when they were on throughout.
+    /// part of it; then every thread's launch counts after the first shedding are scaled to
+    /// the window, and so are its empty-queue spells (seen only while launches were). None
+    /// when they were on throughout.
     ///
-    /// A thread's scale is its calls over its calls made while launches were seen, where it
-    /// made enough calls for that: a loop makes the same calls each step, so launches per
-    /// call hold whatever the speed, while the time ratio would carry the traps' own slowing
-    /// of the on phases into the estimate (14 % too few launches, measured on the H200 for a
-    /// loop of tiny kernels). Threads with too few calls are scaled by time.
+    /// A thread's scale is its calls since the first shedding over those made while launches
+    /// were seen, where it made enough of both: a loop makes the same calls each step, so
+    /// launches per call hold whatever the speed, while the time ratio would carry the traps'
+    /// own slowing of the on phases into the estimate (14 % too few launches, measured on the
+    /// H200 for a loop of tiny kernels). Other threads are scaled by time since the first
+    /// shedding (a thread born or gone meanwhile is taken as living through it).
     pub fn scale_sampled_launches(&mut self, start_ns: u64, end_ns: u64) -> Option<f64> {
-        /// Calls seen with launches on below which the call ratio is too coarse.
+        /// Calls seen with launches on, and off, below which the call ratio is too coarse.
         const MIN_ANCHOR_CALLS: u64 = 20;
         let window_ns = end_ns.saturating_sub(start_ns);
         let off_ns: u64 = self.launches_off.iter().map(|&(off, on)| on.min(end_ns).saturating_sub(off.max(start_ns))).sum();
+        let first_off = self.launches_off.first().map(|&(off, _)| off.max(start_ns))?;
         if off_ns == 0 || window_ns == 0 {
             return None;
         }
-        let on_ns = window_ns.saturating_sub(off_ns).max(1);
-        for t in self.threads.values_mut() {
-            let calls_on = t.calls_seen.saturating_sub(t.calls_while_launches_off);
-            let seen = if calls_on >= MIN_ANCHOR_CALLS { (calls_on, t.calls_seen) } else { (on_ns, window_ns) };
-            let scale = seen.1 as f64 / seen.0 as f64;
-            t.launches_seen = Some(seen);
-            t.queue_idle_ns = ((t.queue_idle_ns as f64 * scale) as u64).min(window_ns);
-            t.idle_periods = (t.idle_periods as f64 * scale).round() as u64;
+        let since_ns = end_ns.saturating_sub(first_off).max(1);
+        let on_since_ns = since_ns.saturating_sub(off_ns).max(1);
+        let mut sampled = [false; gputrace_common::PROBE_SLOTS];
+        for p in gputrace_common::PROBES {
+            if matches!(p.family, Family::Launch | Family::GraphLaunch) {
+                sampled[p.id as usize] = true;
+            }
         }
-        Some(on_ns as f64 / window_ns as f64)
+        for (tid, t) in &mut self.threads {
+            let calls_on = t.calls_seen.saturating_sub(t.calls_while_launches_off);
+            let (part, whole) = if calls_on >= MIN_ANCHOR_CALLS && t.calls_while_launches_off >= MIN_ANCHOR_CALLS {
+                (calls_on, t.calls_seen)
+            } else {
+                (on_since_ns, since_ns)
+            };
+            let before = self.hits_at_first_shed.get(tid).copied().unwrap_or([0; gputrace_common::PROBE_SLOTS]);
+            t.launch_sampling = Some(threads::LaunchSampling { sampled, before, part, whole });
+            let scale = whole as f64 / part as f64;
+            let (idle_before, periods_before) = self.spells_at_first_shed.get(tid).copied().unwrap_or_default();
+            let after = |now: u64, before: u64| before.min(now) + (now.saturating_sub(before) as f64 * scale).round() as u64;
+            t.queue_idle_ns = after(t.queue_idle_ns, idle_before).min(window_ns);
+            t.idle_periods = after(t.idle_periods, periods_before);
+        }
+        Some(1.0 - off_ns as f64 / window_ns as f64)
     }
 
     fn thread(&mut self, tid: u32, pid: u32) -> &mut ThreadStats {
@@ -200,12 +234,15 @@ impl Evidence {
         };
         let duration = call.header.ts_ns.saturating_sub(call.start_ns);
         let (tid, pid) = (call.header.tid, call.header.tgid);
-        // Calls are counted whatever the budget does: how many came while launches were not,
-        // per thread, is what scales its launch count (`scale_sampled_launches`).
-        let off = self.launches_off.iter().any(|&(off, on)| (off..on).contains(&call.header.ts_ns));
-        let t = self.thread(tid, pid);
-        t.calls_seen += 1;
-        t.calls_while_launches_off += u64::from(off);
+        // Calls are counted whatever the budget does: how many came since it first took the
+        // launch probes off, and how many while they were off, per thread, is what scales its
+        // launch count (`scale_sampled_launches`).
+        if self.launches_off.first().is_some_and(|&(off, _)| call.header.ts_ns >= off) {
+            let off = self.launches_were_off(call.header.ts_ns, call.header.ts_ns);
+            let t = self.thread(tid, pid);
+            t.calls_seen += 1;
+            t.calls_while_launches_off += u64::from(off);
+        }
         match spec.family {
             Family::Copy => {
                 let (dir, class) = self.copies.record(spec, call, duration, &self.allocs, &self.host_pins, host);

@@ -203,8 +203,8 @@ fn with_launch_probes_off_part_of_the_time_spells_across_it_are_left_out_and_lau
     let mut ev = Evidence::default();
     ev.apply(&idle_end(100, 200), &mut FakeMaps);
     // Off from 1 s to 3 s of a 4 s window.
-    ev.launch_probes_off(S);
-    ev.launch_probes_off(S + 5); // already off: no second span
+    ev.launch_probes_off(S, &[]);
+    ev.launch_probes_off(S + 5, &[]); // already off: no second span
     // A drain before the probes came back, ended by a launch after: its end is unknown.
     ev.launch_probes_on(3 * S);
     ev.apply(&idle_end(3 * S - 10, 3 * S + 50), &mut FakeMaps);
@@ -217,20 +217,44 @@ fn with_launch_probes_off_part_of_the_time_spells_across_it_are_left_out_and_lau
     ev.add_counters(TID, &counters);
     let t = &ev.threads[&TID];
     assert_eq!((t.kernel_launches(), t.idle_periods, t.queue_idle_ns), (1_000, 2, 300));
-    // On half of the window: launches and spells count double.
+    // On half of the window; since the first shedding (3 s), a third of the time: what came
+    // after it counts triple (no calls to scale by), what came before (one spell) once.
     let on = ev.scale_sampled_launches(0, 4 * S).expect("sampled");
     assert!((on - 0.5).abs() < 1e-12);
     let t = &ev.threads[&TID];
-    assert_eq!((t.kernel_launches(), t.idle_periods, t.queue_idle_ns), (2_000, 4, 600));
+    assert_eq!((t.kernel_launches(), t.idle_periods, t.queue_idle_ns), (3_000, 4, 100 + 3 * 200));
     assert_eq!(t.hits[launch], 1_000, "the traps taken stay as counted (the overhead estimate's)");
     // Probes on throughout: nothing to scale.
     assert_eq!(Evidence::default().scale_sampled_launches(0, 4 * S), None);
 }
 
 #[test]
+fn launches_before_the_first_shedding_are_kept_as_counted_and_calls_made_then_do_not_scale() {
+    // 30 syncs and 500 launches in the watch (all seen), then launches only: the thread has
+    // no calls to scale by after it, so its later launches are scaled by time.
+    let mut t = Trace::new();
+    for _ in 0..30 {
+        t.sync(1_000);
+    }
+    let launch = PROBES.iter().find(|p| p.symbol == "cuLaunchKernel").expect("probed").id as usize;
+    let mut counters = gputrace_common::ThreadCounters { tgid: PID, in_call: 0, call_probe: 0, drained_at_ns: 0, hits: [0; gputrace_common::PROBE_SLOTS] };
+    counters.hits[launch] = 500;
+    let start = 0;
+    t.ev.launch_probes_off(2_000_000, &[(TID, counters)]);
+    t.ev.launch_probes_on(8_000_000);
+    // 10 ms window; since the first shedding 8 ms, of which 2 ms on: ×4 after it.
+    counters.hits[launch] = 600;
+    t.ev.add_counters(TID, &counters);
+    t.ev.scale_sampled_launches(start, 10_000_000).expect("sampled");
+    let th = &t.ev.threads[&TID];
+    assert_eq!(th.calls_seen, 0, "calls before the first shedding are not counted");
+    assert_eq!(th.kernel_launches(), 500 + 4 * 100);
+}
+
+#[test]
 fn launch_probes_still_off_at_the_end_are_off_until_the_end() {
     let mut ev = Evidence::default();
-    ev.launch_probes_off(3_000);
+    ev.launch_probes_off(3_000, &[]);
     assert!((ev.scale_sampled_launches(0, 4_000).expect("sampled") - 0.75).abs() < 1e-12);
     // A spell begun while they were off is left out even after the end.
     ev.apply(&idle_end(3_500, 5_000), &mut FakeMaps);
@@ -243,7 +267,7 @@ fn a_thread_that_calls_the_driver_each_step_is_scaled_by_its_calls_not_by_time()
     // launches on, 60 with them off: whatever the speed in each phase, launches per sync
     // hold, so ×100/40 (by time it would be ×2).
     let mut t = Trace::new();
-    t.ev.launch_probes_off(1_000_000);
+    t.ev.launch_probes_off(1_000_000, &[]);
     t.ev.launch_probes_on(6_000_000);
     t.now = 0;
     for i in 0..100u64 {

@@ -36,12 +36,11 @@ pub struct ThreadStats {
     /// Direction and bytes of this thread's async copies since its last sync (cleared by a
     /// sync; a copy in another direction replaces them).
     pub(super) last_async_copy: Option<(Direction, u64)>,
-    /// Where the overhead budget took the launch probes off part of the time: the part of
-    /// this thread's activity they saw and the whole (its calls, or the time, ns); launch
-    /// counts are scaled by their ratio (`Evidence::scale_sampled_launches`).
-    pub launches_seen: Option<(u64, u64)>,
-    /// CUDA calls (with a return probe) of this thread, and of them those made while the
-    /// overhead budget had the launch probes off.
+    /// Where the overhead budget took the launch probes off part of the time, how this
+    /// thread's launch counts are scaled (`Evidence::scale_sampled_launches`).
+    pub launch_sampling: Option<LaunchSampling>,
+    /// CUDA calls (with a return probe) of this thread since the budget first took the
+    /// launch probes off, and of them those made while they were off.
     pub calls_seen: u64,
     pub calls_while_launches_off: u64,
 }
@@ -68,35 +67,53 @@ impl ThreadStats {
             copy_sync_wait_ns: 0,
             markers: super::steps::Markers::default(),
             last_async_copy: None,
-            launches_seen: None,
+            launch_sampling: None,
             calls_seen: 0,
             calls_while_launches_off: 0,
         }
     }
 
     fn family_hits(&self, family: Family) -> u64 {
-        PROBES.iter().filter(|p| p.family == family).map(|p| self.hits[p.id as usize]).sum()
+        PROBES.iter().filter(|p| p.family == family).map(|p| self.hits_estimated(p.id as usize)).sum()
     }
 
     /// Kernel launches, each counted once (only the driver layer counts launches); an
     /// estimate where the launch probes were on part of the time.
     #[must_use]
     pub fn kernel_launches(&self) -> u64 {
-        self.launches_estimated(self.family_hits(Family::Launch))
+        self.family_hits(Family::Launch)
     }
 
     #[must_use]
     pub fn graph_launches(&self) -> u64 {
-        self.launches_estimated(self.family_hits(Family::GraphLaunch))
+        self.family_hits(Family::GraphLaunch)
     }
 
-    /// `counted` launches scaled to the whole window when the launch probes were on only
-    /// part of it (at the rate seen while they were on).
+    /// Hits of probe `id`: as counted, or for a launch probe taken off part of the time, the
+    /// hits before the budget first took it off plus those after, scaled by the part of the
+    /// thread's activity the probe saw then.
     #[must_use]
-    pub fn launches_estimated(&self, counted: u64) -> u64 {
-        match self.launches_seen {
-            Some((part, whole)) if part > 0 && part < whole => (counted as f64 * whole as f64 / part as f64).round() as u64,
+    pub fn hits_estimated(&self, id: usize) -> u64 {
+        let counted = self.hits.get(id).copied().unwrap_or(0);
+        match &self.launch_sampling {
+            Some(s) if s.part > 0 && s.part < s.whole && s.sampled.get(id).copied().unwrap_or(false) => {
+                let before = s.before.get(id).copied().unwrap_or(0).min(counted);
+                before + ((counted - before) as f64 * s.whole as f64 / s.part as f64).round() as u64
+            }
             _ => counted,
         }
     }
+}
+
+/// How a thread's launch counts are scaled to the window (`ThreadStats::hits_estimated`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LaunchSampling {
+    /// Which probe ids were taken off part of the time.
+    pub sampled: [bool; PROBE_SLOTS],
+    /// The thread's hits when the budget first took them off (all seen).
+    pub before: [u64; PROBE_SLOTS],
+    /// Since then: the part of the thread's activity the probes saw, and the whole (its
+    /// calls, or the time in ns where it made too few calls).
+    pub part: u64,
+    pub whole: u64,
 }

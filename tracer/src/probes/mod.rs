@@ -454,27 +454,55 @@ impl Kernel {
         self.uprobes.take_programs(&mut self.ebpf, is_launch_program)
     }
 
-    /// Put the launch probes back; a library whose file is gone is skipped (its process
-    /// exited). Returns how many went back.
+    /// Put the launch probes back. A library's path names the process it was first found
+    /// in (`/proc/PID/map_files/…`): when that process is gone, the path is found again
+    /// through another traced process mapping the same file; a file no traced process maps
+    /// any more is left out, with a note. Returns how many went back.
     pub fn restore_launches(&mut self) -> usize {
         if !self.launches_shed {
             return 0;
         }
         self.launches_shed = false;
         let mut back = 0;
-        for site in std::mem::take(&mut self.launch_sites) {
-            match self.attach_one(site.symbol, site.offset, &site.library) {
+        for mut site in std::mem::take(&mut self.launch_sites) {
+            let mut attached = self.attach_one(site.symbol, site.offset, &site.library);
+            if attached.as_ref().is_err_and(TraceError::file_gone) {
+                if let Some(library) = self.mapped_again(&site.library) {
+                    site.library = library;
+                    attached = self.attach_one(site.symbol, site.offset, &site.library);
+                }
+            }
+            match attached {
                 Ok(()) => back += 1,
-                // Its process exited and the file went with it: nothing left to probe there.
                 Err(e) if e.file_gone() => {
                     log::info!("{e}");
+                    self.later_notes.push(format!(
+                        "{} in {} was not put back after the overhead budget took it off: no traced process maps the file any more",
+                        site.symbol, site.library.name
+                    ));
                     continue;
                 }
-                Err(e) => log::info!("{e}"),
+                Err(e) => {
+                    log::warn!("{e}");
+                    self.later_notes.push(format!("{} in {} could not be put back after the overhead budget took it off ({e})", site.symbol, site.library.name));
+                }
             }
             self.launch_sites.push(site);
         }
         back
+    }
+
+    /// The same file as `library`, through a traced process that maps it now.
+    fn mapped_again(&self, library: &Library) -> Option<Library> {
+        let key = (library.dev, library.inode);
+        let pids = self.attached.get(&key)?.mapped_by.clone();
+        pids.into_iter().find_map(|pid| crate::discover::libraries::mapped_by(pid).into_iter().find(|l| (l.dev, l.inode) == key))
+    }
+
+    /// Whether some launch probe has a place to go back to.
+    #[must_use]
+    pub fn has_launch_sites(&self) -> bool {
+        !self.launch_sites.is_empty()
     }
 
     /// What a trap costs on this kernel, by the instruction it sits on (`trap_cost`).

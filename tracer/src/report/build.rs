@@ -91,6 +91,13 @@ pub fn build(outcome: &Outcome) -> Report {
     if !ev.processes.contains_key(&outcome.target_pid) {
         processes.insert(0, ProcessEntry { pid: outcome.target_pid, parent: None, execs: 0, exited: false });
     }
+    let overhead = super::overhead::estimate(ev, window_ns, outcome.entry_only, &outcome.libraries, outcome.trap_costs.as_ref());
+    // Met: the window's estimate is within the budget (the controller's own figure is for
+    // the last period only).
+    let sampling = outcome.sampling.clone().map(|mut s| {
+        s.met = s.achievable && overhead.fraction_of_window * 100.0 <= s.max_overhead_pct * 1.001;
+        s
+    });
     Report {
         schema: SCHEMA.into(),
         tool: Tool { name: "gputrace".into(), version: env!("CARGO_PKG_VERSION").into() },
@@ -124,7 +131,7 @@ pub fn build(outcome: &Outcome) -> Report {
         memory: Some(memory),
         tracer: Tracer {
             lost_events,
-            overhead: super::overhead::estimate(ev, window_ns, outcome.entry_only, &outcome.libraries, outcome.trap_costs.as_ref()),
+            overhead: overhead.clone(),
             entry_only: outcome.entry_only,
             // A damaged recording lost an unknown amount after the damage.
             complete: lost_events == 0
@@ -142,9 +149,9 @@ pub fn build(outcome: &Outcome) -> Report {
             uprobe_links: outcome.uprobe_links,
             startup_ms: outcome.startup,
             maps_reads: outcome.maps_reads,
-            notes: notes(outcome),
+            notes: notes(outcome).into_iter().chain(sampling.as_ref().filter(|s| !s.met).map(budget_missed)).collect(),
             recording: outcome.recording.clone(),
-            sampling: outcome.sampling.clone(),
+            sampling,
             peak_rss_bytes: outcome.peak_rss_bytes,
             cpu_s: outcome.cpu_s,
             events_delivered: ev.delivered,
@@ -176,8 +183,8 @@ fn copy_dir(d: &DirStats) -> CopyDir {
 
 fn cuda(ev: &Evidence, outcome: &Outcome, window_ns: u64) -> Cuda {
     // Per thread, so that launches counted while the overhead budget had the probes on part
-    // of the time are scaled to the window (`ThreadStats::launches_estimated`).
-    let launched = |ids: &[u32]| -> u64 { ev.threads.values().map(|t| t.launches_estimated(ids.iter().map(|&id| t.hits[id as usize]).sum())).sum() };
+    // of the time are scaled to the window (`ThreadStats::hits_estimated`).
+    let launched = |ids: &[u32]| -> u64 { ev.threads.values().map(|t| ids.iter().map(|&id| t.hits_estimated(id as usize)).sum::<u64>()).sum() };
     let family = |f: Family| -> u64 { launched(&PROBES.iter().filter(|p| p.family == f).map(|p| p.id).collect::<Vec<_>>()) };
     let cooperative_ids: Vec<u32> =
         ["cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz"].iter().filter_map(|s| PROBES.iter().find(|p| p.symbol == *s)).map(|p| p.id).collect();
@@ -383,5 +390,22 @@ fn time_account(account: &crate::evidence::account::TimeAccount) -> super::model
                 site: w.site.clone(),
             })
             .collect(),
+    }
+}
+
+/// The note of a budget the window did not keep.
+fn budget_missed(s: &crate::session::budget::Sampling) -> String {
+    if s.achievable {
+        format!(
+            "--max-overhead {}: the window's estimated cost is above the budget (tracer.overhead): the first 0.2 s are traced in full and paid back \
+             over the following seconds, which a window this short did not have",
+            s.max_overhead_pct
+        )
+    } else {
+        format!(
+            "--max-overhead {}: the budget cannot be kept by taking the launch probes off: the other probes alone, or launches at the shortest duty \
+             cycle, cost more (tracer.overhead.per_probe)",
+            s.max_overhead_pct
+        )
     }
 }

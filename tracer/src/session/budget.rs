@@ -31,6 +31,9 @@ pub const WATCH_NS: u64 = 1_000_000_000;
 /// The shortest on phase: below this the rate seen while on is too noisy to scale from
 /// (20 ms of a launch-bound job still holds ~2,000 launches).
 pub const MIN_DUTY: f64 = 0.02;
+/// The longest on phase short of staying on: an off phase shorter than 50 ms is not worth
+/// a detach, whose link closes in the background over a grace period.
+pub const MAX_DUTY: f64 = 0.95;
 
 /// What the controller asks of the session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,14 +87,16 @@ pub struct Budget {
 }
 
 impl Budget {
+    /// A budget of `limit` (a fraction) from `now_ns`, when the threads' counters read
+    /// `counters` (hits before it are not the first measurement's).
     #[must_use]
-    pub fn new(limit: f64, now_ns: u64) -> Self {
+    pub fn new(limit: f64, now_ns: u64, counters: &[(u32, ThreadCounters)]) -> Self {
         Self {
             limit,
             start_ns: now_ns,
             phase: Phase::Watching,
             phase_start_ns: now_ns,
-            at_phase_start: BTreeMap::new(),
+            at_phase_start: counters.iter().map(|(tid, c)| (*tid, c.hits)).collect(),
             duty: 1.0,
             measured: false,
             cycles: 0,
@@ -153,7 +158,12 @@ impl Budget {
         let period = PERIOD_NS as f64;
         let allowance = self.limit * (now_ns.saturating_sub(self.start_ns) as f64 + period) - on.spent_ns;
         let catch_up = ((allowance - on.others * period) / (on.launches * period)).clamp(MIN_DUTY, 1.0);
-        steady.min(catch_up)
+        let duty = steady.min(catch_up);
+        if duty > MAX_DUTY {
+            1.0
+        } else {
+            duty
+        }
     }
 
     /// The duty cycle that meets the budget at `on`'s rates (1: no shedding needed).
@@ -210,9 +220,12 @@ pub struct Sampling {
     pub cycles: u64,
     /// The cost estimated at the last measurement with the duty cycle then in force, percent.
     pub estimated_overhead_pct: f64,
-    /// Whether the budget could be met by shedding launches (false: the other probes alone,
-    /// or launches at the shortest duty cycle, cost more).
+    /// Whether the window's estimated cost (`tracer.overhead.fraction_of_window`) kept the
+    /// budget.
     pub met: bool,
+    /// Whether the budget can be kept by shedding launches at the rates last seen (false:
+    /// the other probes alone, or launches at the shortest duty cycle, cost more).
+    pub achievable: bool,
     /// Empty-queue spells left out because the launch probes were off during them.
     pub spells_unseen: u64,
 }
@@ -232,7 +245,6 @@ fn launch_ids() -> [bool; PROBE_SLOTS] {
 mod tests {
     use super::*;
 
-    const MS: u64 = 1_000_000;
 
     fn launch_id() -> usize {
         launch_ids().iter().position(|&l| l).expect("a launch probe")
@@ -255,7 +267,7 @@ mod tests {
 
     #[test]
     fn a_cheap_job_is_never_shed() {
-        let mut b = Budget::new(0.01, 0);
+        let mut b = Budget::new(0.01, 0, &[]);
         // 1,000 launches a second at 1 µs: 0.1 % of the thread.
         assert_eq!(b.next_step_ns(), FIRST_WATCH_NS);
         assert_eq!(b.step(FIRST_WATCH_NS, &counters(200, 0), &costs()), Action::None);
@@ -266,7 +278,7 @@ mod tests {
 
     #[test]
     fn a_launch_bound_job_is_duty_cycled_to_the_budget_over_the_window() {
-        let mut b = Budget::new(0.01, 0);
+        let mut b = Budget::new(0.01, 0, &[]);
         // 100,000 launches a second at 1 µs: 10 % of the thread; 1,000 other calls: 0.1 %.
         let (mut launches, mut others) = (0u64, 0u64);
         let mut now = 0;
@@ -300,7 +312,7 @@ mod tests {
 
     #[test]
     fn a_job_that_calms_down_gets_its_probes_back_for_good_once_the_window_is_paid_for() {
-        let mut b = Budget::new(0.01, 0);
+        let mut b = Budget::new(0.01, 0, &[]);
         assert_eq!(b.step(WATCH_NS, &counters(100_000, 0), &costs()), Action::Shed);
         // Quiet from here: one launch a phase. The burst's 100 ms of traps are paid back at
         // the shortest duty cycle first (10 s at 1 %), then everything stays on.
@@ -323,7 +335,7 @@ mod tests {
 
     #[test]
     fn a_budget_the_other_probes_alone_exceed_is_said_to_be_unmet() {
-        let mut b = Budget::new(0.01, 0);
+        let mut b = Budget::new(0.01, 0, &[]);
         // 20,000 other calls a second at 1 µs: 2 %, over the budget whatever launches do.
         assert_eq!(b.step(WATCH_NS, &counters(100_000, 20_000), &costs()), Action::Shed);
         assert!((b.duty - MIN_DUTY).abs() < 1e-12);
@@ -332,7 +344,7 @@ mod tests {
 
     #[test]
     fn steps_before_their_time_do_nothing() {
-        let mut b = Budget::new(0.01, 0);
+        let mut b = Budget::new(0.01, 0, &[]);
         assert_eq!(b.step(FIRST_WATCH_NS / 2, &counters(1_000_000, 0), &costs()), Action::None);
         assert_eq!(b.cycles, 0);
     }

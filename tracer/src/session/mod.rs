@@ -341,7 +341,8 @@ impl Live {
             return;
         }
         let costs = self.kernel.measure_trap_costs().map_err(|why| log::warn!("trap costs for the budget: {why}; 1 µs a trap assumed")).ok();
-        self.budget = Some(Budgeting { controller: budget::Budget::new(limit, clock::monotonic_ns()), costs, closing: Vec::new() });
+        let controller = budget::Budget::new(limit, clock::monotonic_ns(), &self.kernel.thread_counters());
+        self.budget = Some(Budgeting { controller, costs, closing: Vec::new() });
     }
 
     fn budget_due(&self) -> Option<tokio::time::Instant> {
@@ -356,17 +357,25 @@ impl Live {
         let Some(b) = self.budget.as_mut() else { return };
         let costs = crate::probes::trap_cost::hit_ns(&self.kernel.attached_libraries(), b.costs.as_ref(), self.kernel.entry_only);
         let now = clock::monotonic_ns();
-        match b.controller.step(now, &self.kernel.thread_counters(), &costs) {
+        let counters = self.kernel.thread_counters();
+        match b.controller.step(now, &counters, &costs) {
             budget::Action::None => {}
             budget::Action::Shed => {
                 let links = self.kernel.shed_launches();
-                self.evidence.launch_probes_off(now);
-                b.closing.retain(|t| !t.is_finished());
+                self.evidence.launch_probes_off(now, &counters);
                 b.closing.push(std::thread::spawn(move || crate::probes::uprobes::drop_all(links)));
             }
             budget::Action::Restore => {
-                self.kernel.restore_launches();
-                self.evidence.launch_probes_on(clock::monotonic_ns());
+                // The links taken off are closed first: an old link still closing beside its
+                // new one would count the same launches twice.
+                for t in b.closing.drain(..) {
+                    let _ = t.join();
+                }
+                // Nothing went back (every file gone): launches stay unseen, and the time
+                // stays off.
+                if self.kernel.restore_launches() > 0 || !self.kernel.has_launch_sites() {
+                    self.evidence.launch_probes_on(clock::monotonic_ns());
+                }
             }
         }
     }
@@ -532,7 +541,9 @@ fn budget_report(controller: &budget::Budget, libraries: &[crate::probes::Attach
         on_fraction,
         cycles: controller.cycles,
         estimated_overhead_pct: controller.estimate * 100.0,
+        // Set by the report, from the window's estimate.
         met: !controller.unmet,
+        achievable: !controller.unmet,
         spells_unseen,
     }
 }
