@@ -397,8 +397,9 @@ fn time_account(account: &crate::evidence::account::TimeAccount) -> super::model
 fn budget_missed(s: &crate::session::budget::Sampling) -> String {
     if s.achievable {
         format!(
-            "--max-overhead {}: the window's estimated cost is above the budget (tracer.overhead): the first 0.2 s are traced in full and paid back \
-             over the following seconds, which a window this short did not have",
+            "--max-overhead {}: the window's estimated cost is above the budget (tracer.overhead): the budget is kept over whole periods, and the \
+             first 0.2 s, or launches resumed after a quiet spell (when every probe is back on), are paid back only over the seconds that \
+             follow, which this window did not have",
             s.max_overhead_pct
         )
     } else {

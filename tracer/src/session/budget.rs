@@ -9,12 +9,13 @@
 //! finely.
 //!
 //! How: the busiest traced thread's trap time is measured from the kernel's per-thread hit
-//! counters and the trap costs measured at the start, first over a second with everything
+//! counters and the trap costs measured at the start, first over 0.2 s with everything
 //! on; past the budget, each period of `PERIOD` has the launch probes on for a duty cycle
 //! `d = (budget − others) / launches` of it (launches: their share of the thread while on;
-//! others: the rest of the probes' share), re-measured at the end of every on phase. Counts
-//! of launches are then estimates (the rate seen while on, over the window), and so are the
-//! spells of empty GPU queue (seen only while launches are); every other count is exact.
+//! others: the rest of the probes' share), re-measured at the end of every on phase, and
+//! shortened while the window so far has spent more than its budget. Counts of launches are
+//! then estimates (`Evidence::scale_sampled_launches`), and so are the spells of empty GPU
+//! queue (seen only while launches are); every other count is exact.
 
 use std::collections::BTreeMap;
 
@@ -22,12 +23,10 @@ use gputrace_common::{ThreadCounters, PROBES, PROBE_SLOTS};
 
 /// One on phase plus one off phase.
 pub const PERIOD_NS: u64 = 1_000_000_000;
-/// How long everything stays on before the first measurement: short, since it is paid in
-/// full (a launch-bound job still launches ~20,000 kernels in it).
-pub const FIRST_WATCH_NS: u64 = 200_000_000;
-/// How long everything stays on between measurements while the budget is met without
-/// shedding.
-pub const WATCH_NS: u64 = 1_000_000_000;
+/// How long everything stays on between measurements while the budget holds without
+/// shedding, the first included: short, since a job that starts launching meanwhile pays it
+/// in full (a launch-bound job still launches ~20,000 kernels in it).
+pub const WATCH_NS: u64 = 200_000_000;
 /// The shortest on phase: below this the rate seen while on is too noisy to scale from
 /// (20 ms of a launch-bound job still holds ~2,000 launches).
 pub const MIN_DUTY: f64 = 0.02;
@@ -75,8 +74,6 @@ pub struct Budget {
     at_phase_start: BTreeMap<u32, [u64; PROBE_SLOTS]>,
     /// The on share of a period.
     duty: f64,
-    /// Whether a step has measured anything yet.
-    measured: bool,
     /// Off phases begun.
     pub cycles: u64,
     /// Whether the budget cannot be met by shedding launches (the other probes alone, or
@@ -98,7 +95,6 @@ impl Budget {
             phase_start_ns: now_ns,
             at_phase_start: counters.iter().map(|(tid, c)| (*tid, c.hits)).collect(),
             duty: 1.0,
-            measured: false,
             cycles: 0,
             unmet: false,
             estimate: 0.0,
@@ -114,7 +110,6 @@ impl Budget {
     #[must_use]
     pub fn next_step_ns(&self) -> u64 {
         let length = match self.phase {
-            Phase::Watching if !self.measured => FIRST_WATCH_NS,
             Phase::Watching => WATCH_NS,
             Phase::On => (self.duty * PERIOD_NS as f64) as u64,
             Phase::Off => ((1.0 - self.duty) * PERIOD_NS as f64) as u64,
@@ -199,7 +194,6 @@ impl Budget {
             Phase::Off => (Phase::On, Action::Restore),
         };
         self.phase = phase;
-        self.measured = true;
         self.phase_start_ns = now_ns;
         self.at_phase_start = counters.iter().map(|(tid, c)| (*tid, c.hits)).collect();
         action
@@ -269,9 +263,9 @@ mod tests {
     fn a_cheap_job_is_never_shed() {
         let mut b = Budget::new(0.01, 0, &[]);
         // 1,000 launches a second at 1 µs: 0.1 % of the thread.
-        assert_eq!(b.next_step_ns(), FIRST_WATCH_NS);
-        assert_eq!(b.step(FIRST_WATCH_NS, &counters(200, 0), &costs()), Action::None);
-        assert_eq!(b.next_step_ns(), FIRST_WATCH_NS + WATCH_NS);
+        assert_eq!(b.next_step_ns(), WATCH_NS);
+        assert_eq!(b.step(WATCH_NS, &counters(200, 0), &costs()), Action::None);
+        assert_eq!(b.next_step_ns(), WATCH_NS + WATCH_NS);
         assert_eq!(b.cycles, 0);
         assert!((b.estimate - 0.001).abs() < 1e-9);
     }
@@ -293,7 +287,7 @@ mod tests {
         };
         // The watch, paid in full (20 ms of traps in 0.2 s), then shedding at once: the
         // shortest duty cycle until the window is back under its budget.
-        assert_eq!(run(&mut b, FIRST_WATCH_NS, true), Action::Shed);
+        assert_eq!(run(&mut b, WATCH_NS, true), Action::Shed);
         assert!((b.duty - MIN_DUTY).abs() < 1e-12, "{}", b.duty);
         for _ in 0..20 {
             let off_end = b.next_step_ns();
@@ -329,7 +323,7 @@ mod tests {
             }
         }
         let at = back_for_good.expect("the probes come back once the window is under budget");
-        assert!((9 * WATCH_NS..=12 * WATCH_NS).contains(&at), "back at {} s", at as f64 / 1e9);
+        assert!((9_000_000_000..=12_000_000_000).contains(&at), "back at {} s", at as f64 / 1e9);
         assert_eq!(b.next_step_ns(), at + WATCH_NS);
     }
 
@@ -345,7 +339,7 @@ mod tests {
     #[test]
     fn steps_before_their_time_do_nothing() {
         let mut b = Budget::new(0.01, 0, &[]);
-        assert_eq!(b.step(FIRST_WATCH_NS / 2, &counters(1_000_000, 0), &costs()), Action::None);
+        assert_eq!(b.step(WATCH_NS / 2, &counters(1_000_000, 0), &costs()), Action::None);
         assert_eq!(b.cycles, 0);
     }
 }
