@@ -207,12 +207,9 @@ fn run_fakejob_full(wrapper: &[&str], options: &[&str], args: &[&str]) -> (Value
     (report, out.status.code().unwrap_or(-1), stderr)
 }
 
-/// `gputrace record -o FILE -- fakejob ARGS`, then `gputrace report --json FILE`: the report
-/// made later from the recording. `name` keeps concurrent callers' files apart.
+/// `gputrace record -o DIR/job.gtr -- fakejob ARGS`: the recording's path.
 #[must_use]
-pub fn record_then_report(name: &str, args: &[&str]) -> Value {
-    let dir = std::env::temp_dir().join(format!("gputrace-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+pub fn record_fakejob(dir: &std::path::Path, args: &[&str]) -> PathBuf {
     let file = dir.join("job.gtr");
     let recorded = Command::new(gputrace())
         .env("LD_LIBRARY_PATH", fake_cuda_dir())
@@ -224,6 +221,16 @@ pub fn record_then_report(name: &str, args: &[&str]) -> Value {
         .output()
         .expect("gputrace records");
     assert!(recorded.status.success(), "{}", String::from_utf8_lossy(&recorded.stderr));
+    file
+}
+
+/// `gputrace record -o FILE -- fakejob ARGS`, then `gputrace report --json FILE`: the report
+/// made later from the recording. `name` keeps concurrent callers' files apart.
+#[must_use]
+pub fn record_then_report(name: &str, args: &[&str]) -> Value {
+    let dir = std::env::temp_dir().join(format!("gputrace-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = record_fakejob(&dir, args);
     let out = Command::new(gputrace()).args(["report", "--json"]).arg(&file).output().expect("report runs");
     let _ = std::fs::remove_dir_all(&dir);
     report_json(&out.stdout)

@@ -12,7 +12,7 @@ use std::{
     process::Command,
 };
 
-use gputrace_tests::{fake_cuda_dir, fakejob, gputrace, report_json, require_root};
+use gputrace_tests::{gputrace, record_fakejob, report_json, require_root};
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("gputrace-html-{name}-{}", std::process::id()));
@@ -79,28 +79,12 @@ fn ink(png_file: &Path) -> (f64, usize) {
     (inked as f64 / pixels.len() as f64, colours.len())
 }
 
-/// `gputrace record -o DIR/job.gtr -- fakejob ARGS`: the recording's path.
-fn record(dir: &Path, args: &[&str]) -> PathBuf {
-    let recording = dir.join("job.gtr");
-    let recorded = Command::new(gputrace())
-        .env("LD_LIBRARY_PATH", fake_cuda_dir())
-        .args(["record", "-o"])
-        .arg(&recording)
-        .arg("--")
-        .arg(fakejob())
-        .args(args)
-        .output()
-        .expect("gputrace records");
-    assert!(recorded.status.success(), "{}", String::from_utf8_lossy(&recorded.stderr));
-    recording
-}
-
 #[test]
 fn the_page_shows_the_verdict_the_timeline_and_a_flamegraph_and_asks_no_server() {
     require_root();
     let dir = scratch("page");
     // A scalar read back every step: host-sync, charged to read_scalar (as in sites.rs).
-    let recording = record(&dir, &["--steps", "200", "--driver-launches", "20", "--kernel-us", "150", "--item", "1", "--host-us", "2000"]);
+    let recording = record_fakejob(&dir, &["--steps", "200", "--driver-launches", "20", "--kernel-us", "150", "--item", "1", "--host-us", "2000"]);
     let page = dir.join("job.html");
     let out = Command::new(gputrace()).args(["report", "--json", "--html"]).arg(&page).arg(&recording).output().expect("report runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -156,7 +140,7 @@ fn the_page_shows_the_verdict_the_timeline_and_a_flamegraph_and_asks_no_server()
 fn html_and_perfetto_at_once_and_refusals() {
     require_root();
     let dir = scratch("both");
-    let recording = record(&dir, &["--steps", "50", "--driver-launches", "10", "--sync"]);
+    let recording = record_fakejob(&dir, &["--steps", "50", "--driver-launches", "10", "--sync"]);
     let (json, page) = (dir.join("t.json"), dir.join("t.html"));
     let out = Command::new(gputrace()).arg("export").arg(&recording).arg("--perfetto").arg(&json).arg("--html").arg(&page).output().expect("export runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
