@@ -85,9 +85,12 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
 }
 
+/// Runs a step and says how long it took, so that a CI log shows where its time goes.
 fn run(cmd: &mut Command) -> Result<()> {
     eprintln!("+ {cmd:?}");
+    let started = std::time::Instant::now();
     let status = cmd.status().with_context(|| format!("starting {cmd:?}"))?;
+    eprintln!("+ took {:.1} s: {:?} {}", started.elapsed().as_secs_f64(), cmd.get_program(), cmd.get_args().take(3).map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" "));
     if !status.success() {
         bail!("{cmd:?} failed: {status}");
     }
@@ -145,6 +148,13 @@ fn demo() -> Result<()> {
 }
 
 fn test() -> Result<()> {
+    let started = std::time::Instant::now();
+    let result = test_steps();
+    eprintln!("xtask test: {:.0} s in all", started.elapsed().as_secs_f64());
+    result
+}
+
+fn test_steps() -> Result<()> {
     let gputrace = build()?;
     // Lints first: every crate inherits the workspace lints, and warnings fail the run.
     run(Command::new("cargo").current_dir(root()).args([
@@ -177,8 +187,10 @@ fn test() -> Result<()> {
         "fuzzing::",
     ]))?;
     // The release artifacts, which `tests/tests/dist.rs` installs and runs without cargo.
+    let packing = std::time::Instant::now();
     dist::dist(&root(), &gputrace)?;
     toolchain::browser()?;
+    eprintln!("+ took {:.1} s: dist and the browser", packing.elapsed().as_secs_f64());
     // The privileged tests load eBPF into the one kernel: one at a time.
     run(Command::new("cargo").current_dir(root()).env("GPUTRACE_BIN", &gputrace).args([
         "test",
