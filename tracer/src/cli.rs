@@ -456,7 +456,7 @@ async fn trace(target: Target, duration: Option<Duration>, json: bool, nvml_inte
 }
 
 /// The closing lines of `record` (on stderr: stdout belongs to the recorded command).
-fn recorded(outcome: &session::Outcome, report: &Report) -> i32 {
+fn recorded(outcome: &crate::outcome::Outcome, report: &Report) -> i32 {
     let Some(w) = &outcome.written else { return exit::FAILURE };
     let files: Vec<String> = w.files.iter().map(|p| p.display().to_string()).collect();
     eprintln!(

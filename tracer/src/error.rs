@@ -83,6 +83,12 @@ pub enum TraceError {
     #[error("eBPF map `{name}` is missing from the object or has the wrong type")]
     Map { name: String },
 
+    #[error("{} has no symbol `{symbol}`", .library.display())]
+    NoSymbol { symbol: String, library: PathBuf },
+
+    #[error("eBPF program `{name}` is missing from the object or has the wrong type")]
+    Program { name: String },
+
     #[error("reading the ELF symbols of {}: {source}", .path.display())]
     Elf {
         path: PathBuf,

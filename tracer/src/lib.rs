@@ -3,8 +3,10 @@
 //! Data flows one way through modules named for their stage:
 //! `discover` (processes, libraries, symbols) → `probes` (load and attach eBPF) →
 //! `collect` (ring buffer, memory maps) → `decode` (bytes → events) → `evidence` (totals) →
-//! `stacks` (call sites) → `detect` (diagnoses) → `report` (model, JSON, text). `session` sequences them; `cli`
-//! is the command line; `gpu` is the NVML view; `sweep` is the host-wide census.
+//! `stacks` (call sites) → `detect` (diagnoses) → `report` (JSON, text). `model` (the report's
+//! types) and `outcome` (what a session hands the report) are leaves the stages import.
+//! `session` sequences the stages; `cli` is the command line; `gpu` is the NVML view; `sweep`
+//! is the host-wide census.
 
 pub mod cli;
 pub mod clock;
@@ -17,7 +19,9 @@ pub mod evidence;
 pub mod export;
 pub mod fuzzing;
 pub mod gpu;
+pub mod model;
 mod preflight;
+pub mod outcome;
 pub mod output;
 pub mod probes;
 pub mod record;

@@ -48,14 +48,57 @@ fn raise_memlock() {
     }
 }
 
-/// Turn an object load failure into the most precise error we can.
+/// Turn an object load failure into the most precise error we can, by the errno the kernel
+/// returned (never by message text: a BTF or relocation error that merely mentions
+/// "invalid" is not a missing kernel feature).
 pub fn classify_load_error(e: aya::EbpfError) -> TraceError {
-    let text = e.to_string();
-    if text.contains("Operation not permitted") {
-        return TraceError::Permission { missing: "CAP_BPF and CAP_PERFMON (the kernel refused to create BPF maps)".into() };
+    match load_errno(&e) {
+        Some(libc::EPERM | libc::EACCES) => {
+            TraceError::Permission { missing: "CAP_BPF and CAP_PERFMON (the kernel refused to create BPF maps)".into() }
+        }
+        Some(libc::ENOSYS) => TraceError::Kernel { what: "the bpf() system call is not available (CONFIG_BPF_SYSCALL)".into() },
+        // A map type the kernel does not know: the ring buffer needs Linux 5.8.
+        Some(libc::EINVAL) if matches!(e, aya::EbpfError::MapError(aya::maps::MapError::CreateError { .. })) => {
+            TraceError::Kernel { what: format!("the kernel refused a BPF map (EINVAL): the ring buffer map needs Linux 5.8+: {e}") }
+        }
+        _ => TraceError::LoadObject { source: Box::new(e) },
     }
-    if text.contains("Function not implemented") || text.contains("Invalid argument") {
-        return TraceError::Kernel { what: format!("the BPF system call or the ring buffer map (Linux 5.8+) is unavailable: {text}") };
+}
+
+/// The errno at the bottom of a load error's chain of causes.
+fn load_errno(e: &aya::EbpfError) -> Option<i32> {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(errno) = c.downcast_ref::<std::io::Error>().and_then(std::io::Error::raw_os_error) {
+            return Some(errno);
+        }
+        cause = c.source();
     }
-    TraceError::LoadObject { source: Box::new(e) }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::exit;
+
+    fn map_create(errno: i32) -> aya::EbpfError {
+        aya::EbpfError::MapError(aya::maps::MapError::CreateError {
+            name: "EVENTS".into(),
+            code: -1,
+            io_error: std::io::Error::from_raw_os_error(errno),
+        })
+    }
+
+    #[test]
+    fn load_errors_are_classified_by_errno() {
+        assert_eq!(classify_load_error(map_create(libc::EPERM)).exit_code(), exit::PERMISSION);
+        assert_eq!(classify_load_error(map_create(libc::ENOSYS)).exit_code(), exit::KERNEL);
+        assert_eq!(classify_load_error(map_create(libc::EINVAL)).exit_code(), exit::KERNEL);
+        // An EINVAL that is not a map the kernel lacks (a file that is not an object) is a
+        // load failure, not a missing kernel feature.
+        let file = aya::EbpfError::FileError { path: "x.o".into(), error: std::io::Error::from_raw_os_error(libc::EINVAL) };
+        assert_eq!(classify_load_error(file).exit_code(), exit::FAILURE);
+        assert_eq!(classify_load_error(aya::EbpfError::NoBTF).exit_code(), exit::FAILURE);
+    }
 }

@@ -90,7 +90,7 @@ fn run(cmd: &mut Command) -> Result<()> {
     eprintln!("+ {cmd:?}");
     let started = std::time::Instant::now();
     let status = cmd.status().with_context(|| format!("starting {cmd:?}"))?;
-    eprintln!("+ took {:.1} s: {:?} {}", started.elapsed().as_secs_f64(), cmd.get_program(), cmd.get_args().take(3).map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" "));
+    eprintln!("+ took {:.1} s: {} {}", started.elapsed().as_secs_f64(), cmd.get_program().display(), cmd.get_args().take(3).map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" "));
     if !status.success() {
         bail!("{cmd:?} failed: {status}");
     }

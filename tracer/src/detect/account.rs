@@ -9,7 +9,7 @@
 
 use crate::{
     evidence::{account::TimeAccount, Evidence},
-    report::model::GpuDevice,
+    model::GpuDevice,
 };
 
 #[derive(Clone, Debug, Default, PartialEq)]

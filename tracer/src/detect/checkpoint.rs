@@ -4,13 +4,13 @@
 //! time from its first copy to the next launch, during which the GPU has nothing queued.
 
 use super::{
-    rules::{diagnosis, pct},
+    diagnosis::{diagnosis, pct},
     steps::best_marker,
     Account,
 };
 use crate::{
     evidence::{bursts::Burst, Evidence},
-    report::model::Diagnosis,
+    model::{Diagnosis, DiagnosisId, TimeBucket},
 };
 
 /// A burst this large is a checkpoint's worth of state, not a batch of outputs.
@@ -54,8 +54,8 @@ pub(super) fn checkpoint_stall(ev: &Evidence, a: &Account) -> Option<Diagnosis> 
         ));
     }
     Some(diagnosis(
-        "checkpoint-stall",
-        "in_copies",
+        DiagnosisId::CheckpointStall,
+        TimeBucket::InCopies,
         share.min(a.gpu_idle_cap()),
         format!("the loop stops every {every_s:.1} s for {each_s:.2} s while ~{mean_mib} MiB of device state is copied to the host and written out"),
         evidence,
@@ -66,12 +66,12 @@ pub(super) fn checkpoint_stall(ev: &Evidence, a: &Account) -> Option<Diagnosis> 
 /// The pageable copies of a checkpoint are the checkpoint's: when most pageable bytes were
 /// copied by checkpoints, `pageable-copy` (whose fix is pinned input) is not the problem.
 pub(super) fn drop_pageable_of_checkpoints(found: &mut Vec<Diagnosis>, ev: &Evidence) {
-    if !found.iter().any(|d| d.id == "checkpoint-stall") {
+    if !found.iter().any(|d| d.id == DiagnosisId::CheckpointStall) {
         return;
     }
     let in_checkpoints: u64 = checkpoints(ev).iter().map(|b| b.pageable_bytes).sum();
     let pageable = ev.copies.h2d.pageable_bytes + ev.copies.d2h.pageable_bytes;
     if pageable > 0 && in_checkpoints * 2 >= pageable {
-        found.retain(|d| d.id != "pageable-copy");
+        found.retain(|d| d.id != DiagnosisId::PageableCopy);
     }
 }

@@ -4,7 +4,7 @@
 //! kernel ran) is the check where it answers.
 
 use super::Account;
-use crate::report::model::GpuIdle;
+use crate::model::GpuIdle;
 
 /// NVML samples `utilization.gpu` over its own periods (docs/facts.md: ~5 samples/s), so its
 /// window does not match the trace's exactly: the bound may exceed NVML's idle by this

@@ -2,12 +2,12 @@
 //! other processes of the tree (DataLoader workers), block I/O, cgroup throttling.
 
 use super::{
-    rules::{diagnosis, gpu_line, pct},
+    diagnosis::{diagnosis, gpu_line, pct},
     Account, MEDIUM,
 };
 use crate::{
     evidence::{waits::WaitKind, Evidence},
-    report::model::Diagnosis,
+    model::{Diagnosis, DiagnosisId, TimeBucket},
 };
 
 /// A CUDA thread waiting for a CPU this much of the window is starved (it is runnable: the
@@ -26,8 +26,8 @@ const WORKER_BLOCKED: f64 = 0.3;
 
 fn top_preemptors(ev: &Evidence) -> Option<String> {
     let mut by_command: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
-    for (_, n, _, comm) in &ev.preempted_by {
-        *by_command.entry(if comm.is_empty() { "(exited)" } else { comm.as_str() }).or_default() += n;
+    for p in &ev.preempted_by {
+        *by_command.entry(if p.command.is_empty() { "(exited)" } else { p.command.as_str() }).or_default() += p.count;
     }
     let mut v: Vec<(&str, u64)> = by_command.into_iter().collect();
     v.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
@@ -53,8 +53,8 @@ pub fn cpu_starved(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
         ));
     }
     Some(diagnosis(
-        "cpu-starved",
-        "waiting_for_cpu",
+        DiagnosisId::CpuStarved,
+        TimeBucket::WaitingForCpu,
         runqueue,
         format!("the threads feeding the GPU wait for a CPU {} of the time", pct(runqueue)),
         evidence,
@@ -82,8 +82,8 @@ pub fn io_stall(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     }
     let writes = io.write_bytes > io.read_bytes;
     Some(diagnosis(
-        "io-stall",
-        "io_wait",
+        DiagnosisId::IoStall,
+        TimeBucket::IoWait,
         blocked,
         format!("the training thread itself waits on the disk {} of the time", pct(blocked)),
         evidence,
@@ -172,7 +172,7 @@ pub fn input_starved(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
         evidence.push(format!("the job read {} bytes in {} requests", ev.io.total.read_bytes, ev.io.total.reads));
     }
     evidence.extend(gpu_line(a));
-    Some(diagnosis("input-starved", "sleeping", sleeping, format!("the GPU waits for input: {cause}"), evidence, fix))
+    Some(diagnosis(DiagnosisId::InputStarved, TimeBucket::Sleeping, sleeping, format!("the GPU waits for input: {cause}"), evidence, fix))
 }
 
 /// The training loop sleeps on a timer between steps (`time.sleep`, a polling loop) while
@@ -191,8 +191,8 @@ pub fn host_sleep(_ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     }
     evidence.extend(gpu_line(a));
     Some(diagnosis(
-        "host-sleep",
-        "sleeping",
+        DiagnosisId::HostSleep,
+        TimeBucket::Sleeping,
         timer,
         format!("the training loop sleeps on a timer {} of the time while the GPU waits", pct(timer)),
         evidence,

@@ -17,15 +17,13 @@
 //! These are not parts of the time account: their impact is 0 except `fragmentation`'s
 //! (the time from a failed request to its successful retry).
 
-use super::{rules::pct, severity};
+use super::{diagnosis::pct, severity};
 use crate::severity::Severity;
 use crate::{
     evidence::{Evidence, Failure, RETRY_WITHIN_NS},
     gpu::sampler::Finished,
-    report::{
-        model::{Diagnosis, Memory, MemoryPoint},
-        text::bytes,
-    },
+    model::{Diagnosis, DiagnosisId, Memory, MemoryPoint},
+    output::text::bytes,
     stacks::alloc::{top, Weight},
 };
 
@@ -258,8 +256,8 @@ pub fn diagnose(inputs: &Inputs<'_>, view: &Memory) -> Vec<Diagnosis> {
     found
 }
 
-fn memory_diagnosis(id: &str, severity: Severity, impact: f64, summary: String, evidence: Vec<String>, fix: &str) -> Diagnosis {
-    Diagnosis { id: id.into(), severity, impact, summary, evidence, fix: fix.into(), bucket: None, saving: None, sites: Vec::new() }
+fn memory_diagnosis(id: DiagnosisId, severity: Severity, impact: f64, summary: String, evidence: Vec<String>, fix: &str) -> Diagnosis {
+    Diagnosis { id, severity, impact, summary, evidence, fix: fix.into(), bucket: None, saving: None, sites: Vec::new() }
 }
 
 /// Other processes' memory on the job's GPUs at the end (NVML), largest first.
@@ -303,7 +301,7 @@ fn oom(inputs: &Inputs<'_>, view: &Memory) -> Option<Diagnosis> {
     }
     evidence.extend(others(inputs));
     Some(memory_diagnosis(
-        "oom",
+        DiagnosisId::Oom,
         Severity::High,
         0.0,
         format!("the GPU ran out of memory: a request for {} failed for good", bytes(largest.bytes)),
@@ -327,7 +325,7 @@ fn fragmentation(inputs: &Inputs<'_>, window_s: f64) -> Option<Diagnosis> {
         s => s,
     };
     Some(memory_diagnosis(
-        "fragmentation",
+        DiagnosisId::Fragmentation,
         level,
         impact,
         format!(
@@ -369,7 +367,7 @@ fn memory_growth(inputs: &Inputs<'_>, g: Growth) -> Diagnosis {
         None => "the GPU's free memory is unknown without NVML: no time to exhaustion".into(),
     });
     memory_diagnosis(
-        "memory-growth",
+        DiagnosisId::MemoryGrowth,
         level,
         0.0,
         format!("the job's GPU memory grows steadily, {}/s: a leak, or a cache that keeps meeting new shapes", bytes(g.rate as u64)),
@@ -402,7 +400,7 @@ fn memory_reserved(view: &Memory) -> Option<Diagnosis> {
         None => format!("{} was reserved while traced; the rest before tracing began or by the context", bytes(view.reserved_bytes)),
     });
     Some(memory_diagnosis(
-        "memory-reserved",
+        DiagnosisId::MemoryReserved,
         Severity::Info,
         0.0,
         format!(

@@ -6,6 +6,7 @@
 
 mod account;
 mod checkpoint;
+mod diagnosis;
 mod gpu_idle;
 mod host_rules;
 pub mod memory;
@@ -19,7 +20,7 @@ pub use account::Account;
 use crate::severity::Severity;
 use crate::{
     evidence::{account::TimeAccount, Evidence},
-    report::model::{Diagnosis, GpuDevice, GpuIdle, Steps},
+    model::{Diagnosis, DiagnosisId, GpuDevice, GpuIdle, Steps},
 };
 
 /// What the detectors look at.
@@ -34,11 +35,6 @@ pub struct Inputs<'a> {
 pub const HIGH: f64 = 0.25;
 pub const MEDIUM: f64 = 0.10;
 pub const LOW: f64 = 0.03;
-
-/// Verdict when no CUDA work was seen at all.
-pub const NO_CUDA_WORK: &str = "no-cuda-work";
-/// Verdict when CUDA work was seen, no detector fired, and nothing says the GPU is the limiter.
-pub const NO_BOTTLENECK_FOUND: &str = "no-bottleneck-found";
 
 #[must_use]
 pub fn severity(impact: f64) -> Severity {
@@ -56,7 +52,7 @@ pub fn severity(impact: f64) -> Severity {
 /// Everything the analysis concludes.
 #[derive(Debug)]
 pub struct Findings {
-    pub verdict: String,
+    pub verdict: DiagnosisId,
     /// Largest impact first, each with its saving.
     pub diagnoses: Vec<Diagnosis>,
     /// The time account the impacts are parts of.
@@ -67,7 +63,7 @@ pub struct Findings {
 
 /// Ranked diagnoses and the verdict (see [`analyze`]).
 #[must_use]
-pub fn diagnose(inputs: &Inputs<'_>) -> (String, Vec<Diagnosis>) {
+pub fn diagnose(inputs: &Inputs<'_>) -> (DiagnosisId, Vec<Diagnosis>) {
     let f = analyze(inputs);
     (f.verdict, f.diagnoses)
 }
@@ -85,18 +81,18 @@ pub fn analyze(inputs: &Inputs<'_>) -> Findings {
     sites::attach(&mut found, inputs.evidence, &threads);
     let steps = account.time.as_ref().and_then(|t| steps::find(inputs.evidence, t));
     saving::estimate(&mut found, &account, steps.as_ref().map(|s| s.per_second));
-    let problems = || found.iter().filter(|d| d.id != rules::GPU_BOUND);
+    let problems = || found.iter().filter(|d| d.id != DiagnosisId::GpuBound);
     let saw_cuda = inputs.evidence.threads.values().any(|t| t.hits.iter().any(|&h| h > 0));
     let verdict = if let Some(top) = problems().find(|d| d.impact >= MEDIUM) {
-        top.id.clone()
-    } else if let Some(g) = found.iter().find(|d| d.id == rules::GPU_BOUND) {
-        g.id.clone()
+        top.id
+    } else if let Some(g) = found.iter().find(|d| d.id == DiagnosisId::GpuBound) {
+        g.id
     } else if let Some(top) = problems().next() {
-        top.id.clone()
+        top.id
     } else if saw_cuda {
-        NO_BOTTLENECK_FOUND.to_owned()
+        DiagnosisId::NoBottleneckFound
     } else {
-        NO_CUDA_WORK.to_owned()
+        DiagnosisId::NoCudaWork
     };
     let gpu_idle = gpu_idle::gpu_idle(&account);
     Findings { verdict, diagnoses: found, time: account.time, gpu_idle, steps }

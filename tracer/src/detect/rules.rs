@@ -1,9 +1,13 @@
 //! The detectors. Each returns `None` when its pattern is absent.
 
-use super::{severity, Account, LOW, MEDIUM};
-use crate::{evidence::Evidence, report::model::Diagnosis};
-
-pub const GPU_BOUND: &str = "gpu-bound";
+use super::{
+    diagnosis::{diagnosis, gpu_line, pct},
+    severity, Account, LOW, MEDIUM,
+};
+use crate::{
+    evidence::Evidence,
+    model::{Diagnosis, DiagnosisId, TimeBucket},
+};
 
 pub type Rule = fn(&Evidence, &Account) -> Option<Diagnosis>;
 pub const ALL: &[Rule] = &[
@@ -40,34 +44,6 @@ const SYNCS_PER_S: f64 = 10.0;
 /// that pair up count: allocations never freed are growth (`detect::memory`), not churn.
 const ALLOCS_PER_S: f64 = 20.0;
 
-/// A diagnosis whose impact is the part `bucket` of the time account.
-pub(super) fn diagnosis(id: &str, bucket: &str, impact: f64, summary: String, evidence: Vec<String>, fix: &str) -> Diagnosis {
-    let impact = impact.clamp(0.0, 1.0);
-    Diagnosis {
-        id: id.into(),
-        severity: severity(impact),
-        impact,
-        summary,
-        evidence,
-        fix: fix.into(),
-        bucket: Some(bucket.into()),
-        saving: None,
-        sites: Vec::new(),
-    }
-}
-
-pub(super) fn pct(f: f64) -> String {
-    format!("{:.0}%", f * 100.0)
-}
-
-pub(super) fn gpu_line(a: &Account) -> Option<String> {
-    let busy = a.gpu_util?;
-    Some(match a.sm_active {
-        Some(sm) => format!("NVML: a kernel was running {} of the time, SMs busy {} (GPM)", pct(busy), pct(sm)),
-        None => format!("NVML: a kernel was running {} of the time", pct(busy)),
-    })
-}
-
 fn launch_bound(_: &Evidence, a: &Account) -> Option<Diagnosis> {
     let blocked = a.share(|t| t.waiting_on_gpu_ns + t.in_copies_ns);
     if a.launch_rate < LAUNCH_BOUND_RATE || blocked >= HOST_WAIT_LOW || a.gpu_busy() == Some(true) {
@@ -83,8 +59,8 @@ fn launch_bound(_: &Evidence, a: &Account) -> Option<Diagnosis> {
     ];
     evidence.extend(gpu_line(a));
     Some(diagnosis(
-        "launch-bound",
-        "launching_and_host",
+        DiagnosisId::LaunchBound,
+        TimeBucket::LaunchingAndHost,
         impact,
         format!("the host launches {:.0} small kernels per second and the GPU waits for it", a.launch_rate),
         evidence,
@@ -134,8 +110,8 @@ fn host_bound(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     ];
     evidence.extend(gpu_line(a));
     Some(diagnosis(
-        "host-bound",
-        "launching_and_host",
+        DiagnosisId::HostBound,
+        TimeBucket::LaunchingAndHost,
         impact,
         format!("the training thread computes on the CPU between launches ({:.1} ms per launch) while the GPU has nothing to do", per_launch * 1e3),
         evidence,
@@ -155,8 +131,8 @@ fn host_sync(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     let (count, wait): (u64, u64) = ev.threads.values().fold((0, 0), |(c, w), t| (c + t.syncs, w + t.sync_wait_ns));
     let periods: u64 = ev.threads.values().map(|t| t.idle_periods).sum();
     Some(diagnosis(
-        "host-sync",
-        "launching_and_host",
+        DiagnosisId::HostSync,
+        TimeBucket::LaunchingAndHost,
         impact,
         format!(
             "the host synchronizes {:.0} times/s; after each, the GPU queue sits empty while the host works, until it launches again ({} of the time)",
@@ -185,8 +161,8 @@ fn pageable_copy(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     let staging = a.share(|t| t.pageable_staging_ns);
     let impact = staging.min(a.gpu_idle_cap());
     Some(diagnosis(
-        "pageable-copy",
-        "in_copies",
+        DiagnosisId::PageableCopy,
+        TimeBucket::InCopies,
         impact,
         format!("{pageable} of {copies} host↔device copies use pageable memory, which the host must stage synchronously"),
         vec![
@@ -223,8 +199,8 @@ fn blocking_copy(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     }
     let waited = (c.h2d.then_synced_wait_ns + c.d2h.then_synced_wait_ns) as f64 / 1e9;
     Some(diagnosis(
-        "blocking-copy",
-        "waiting_on_gpu",
+        DiagnosisId::BlockingCopy,
+        TimeBucket::WaitingOnGpu,
         impact,
         format!("{} copies made the host wait for them ({then_synced} async copies followed by a synchronize, {sync_api} synchronous copy calls)", then_synced + sync_api),
         vec![
@@ -247,8 +223,8 @@ fn alloc_churn(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     }
     let allocating = a.share(|t| t.allocating_ns);
     Some(diagnosis(
-        "alloc-churn",
-        "allocating",
+        DiagnosisId::AllocChurn,
+        TimeBucket::Allocating,
         allocating,
         format!("device memory is allocated and freed {rate:.0} times/s: the caching allocator is being bypassed or emptied"),
         vec![
@@ -289,7 +265,7 @@ fn small_kernels(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
         if a.window_s > 0.0 { graphs as f64 / a.window_s } else { 0.0 }
     ));
     Some(Diagnosis {
-        id: "small-kernels".into(),
+        id: DiagnosisId::SmallKernels,
         severity: severity(impact),
         impact,
         summary: format!("the GPU runs kernels {} of the time but its SMs are busy only {}: the work is too small to fill it", pct(util), pct(sm)),
@@ -312,13 +288,13 @@ fn gpu_bound(_: &Evidence, a: &Account) -> Option<Diagnosis> {
     let mut evidence = vec![format!("the launching threads waited for GPU work {} of the time", pct(waiting))];
     evidence.extend(gpu_line(a));
     Some(Diagnosis {
-        id: GPU_BOUND.into(),
+        id: DiagnosisId::GpuBound,
         severity: crate::severity::Severity::Info,
         impact: a.gpu_activity().unwrap_or(waiting),
         summary: "the GPU is the limiter: the host keeps it fed — healthy".into(),
         evidence,
         fix: "nothing on the host side; to go faster, make the GPU work cheaper (mixed precision, better kernels, larger tiles)".into(),
-        bucket: Some("waiting_on_gpu".into()),
+        bucket: Some(TimeBucket::WaitingOnGpu),
         saving: None,
         sites: Vec::new(),
     })

@@ -8,7 +8,7 @@
 
 use crate::{
     evidence::Evidence,
-    report::model::Diagnosis,
+    model::{Diagnosis, DiagnosisId},
     stacks::{
         sites::{is_data_loading, preferred, top, Wanted},
         Activity, StackTime,
@@ -22,15 +22,15 @@ const SITES: usize = 3;
 const LOADING_SHARE: f64 = 0.5;
 
 /// Which stacks a diagnosis is about, by id (None: no code to name).
-fn wanted(id: &str) -> Option<(&'static [Activity], Option<bool>)> {
+fn wanted(id: DiagnosisId) -> Option<(&'static [Activity], Option<bool>)> {
     Some(match id {
-        "host-sync" => (&[Activity::Sync, Activity::Copy], None),
-        "pageable-copy" | "blocking-copy" | "checkpoint-stall" => (&[Activity::Copy], None),
-        "alloc-churn" => (&[Activity::Alloc, Activity::Free], None),
-        "launch-bound" | "host-bound" | "small-kernels" | "cpu-starved" => (&[Activity::Host], Some(true)),
-        "input-starved" => (&[Activity::Host], None),
-        "host-sleep" => (&[Activity::Host], Some(false)),
-        "io-stall" => (&[Activity::Host, Activity::Copy, Activity::Sync, Activity::Alloc, Activity::OtherCall], Some(false)),
+        DiagnosisId::HostSync => (&[Activity::Sync, Activity::Copy], None),
+        DiagnosisId::PageableCopy | DiagnosisId::BlockingCopy | DiagnosisId::CheckpointStall => (&[Activity::Copy], None),
+        DiagnosisId::AllocChurn => (&[Activity::Alloc, Activity::Free], None),
+        DiagnosisId::LaunchBound | DiagnosisId::HostBound | DiagnosisId::SmallKernels | DiagnosisId::CpuStarved => (&[Activity::Host], Some(true)),
+        DiagnosisId::InputStarved => (&[Activity::Host], None),
+        DiagnosisId::HostSleep => (&[Activity::Host], Some(false)),
+        DiagnosisId::IoStall => (&[Activity::Host, Activity::Copy, Activity::Sync, Activity::Alloc, Activity::OtherCall], Some(false)),
         _ => return None,
     })
 }
@@ -42,17 +42,17 @@ pub fn attach(found: &mut Vec<Diagnosis>, ev: &Evidence, threads: &[u32]) {
         return;
     }
     for d in found.iter_mut() {
-        if d.id == "host-bound" {
+        if d.id == DiagnosisId::HostBound {
             let share = loading_share(ev, threads);
             if share >= LOADING_SHARE {
                 relabel_as_input(d, share);
             }
         }
-        if let Some((activities, on_cpu)) = wanted(&d.id) {
+        if let Some((activities, on_cpu)) = wanted(d.id) {
             d.sites = top(&ev.stacks, &Wanted { activities, on_cpu, tids: threads }, SITES);
         }
     }
-    let inputs: Vec<usize> = found.iter().enumerate().filter(|(_, d)| d.id == "input-starved").map(|(i, _)| i).collect();
+    let inputs: Vec<usize> = found.iter().enumerate().filter(|(_, d)| d.id == DiagnosisId::InputStarved).map(|(i, _)| i).collect();
     // Sorted by impact already: the first is the costlier.
     for &i in inputs.iter().skip(1).rev() {
         found.remove(i);
@@ -63,7 +63,7 @@ pub fn attach(found: &mut Vec<Diagnosis>, ev: &Evidence, threads: &[u32]) {
 /// The stacks a diagnosis is charged with, those its sites are ranked from (Python stacks
 /// where a process has them); None where the diagnosis names no code.
 #[must_use]
-pub fn stacks_of<'a>(ev: &'a Evidence, id: &str, threads: &'a [u32]) -> Option<Vec<&'a StackTime>> {
+pub fn stacks_of<'a>(ev: &'a Evidence, id: DiagnosisId, threads: &'a [u32]) -> Option<Vec<&'a StackTime>> {
     let (activities, on_cpu) = wanted(id)?;
     let wanted = Wanted { activities, on_cpu, tids: threads };
     Some(preferred(&ev.stacks).filter(|s| wanted.admits(s)).collect())
@@ -74,11 +74,11 @@ pub fn stacks_of<'a>(ev: &'a Evidence, id: &str, threads: &'a [u32]) -> Option<V
 /// those whose costliest site is the checkpoint's costliest site (for most of their time) are
 /// dropped, and `checkpoint-stall` takes the larger impact.
 fn fold_into_checkpoint(found: &mut Vec<Diagnosis>) {
-    let Some(site) = found.iter().find(|d| d.id == "checkpoint-stall").and_then(|d| d.sites.first()).map(|s| s.frame.clone()) else { return };
-    let same = |d: &Diagnosis| d.id != "checkpoint-stall" && d.id != "gpu-bound" && d.sites.first().is_some_and(|s| s.frame == site && s.share >= LOADING_SHARE);
+    let Some(site) = found.iter().find(|d| d.id == DiagnosisId::CheckpointStall).and_then(|d| d.sites.first()).map(|s| s.frame.clone()) else { return };
+    let same = |d: &Diagnosis| d.id != DiagnosisId::CheckpointStall && d.id != DiagnosisId::GpuBound && d.sites.first().is_some_and(|s| s.frame == site && s.share >= LOADING_SHARE);
     let largest = found.iter().filter(|d| same(d)).map(|d| d.impact).fold(0.0, f64::max);
     found.retain(|d| !same(d));
-    if let Some(d) = found.iter_mut().find(|d| d.id == "checkpoint-stall") {
+    if let Some(d) = found.iter_mut().find(|d| d.id == DiagnosisId::CheckpointStall) {
         if largest > d.impact {
             d.evidence.push(format!("the same code also shows as host time, I/O or syncs, {:.0}% of the time in all", largest * 100.0));
             d.impact = largest;
@@ -106,7 +106,7 @@ fn loading_share(ev: &Evidence, threads: &[u32]) -> f64 {
 }
 
 fn relabel_as_input(d: &mut Diagnosis, share: f64) {
-    "input-starved".clone_into(&mut d.id);
+    d.id = DiagnosisId::InputStarved;
     d.summary = format!("the training thread loads its own input between steps (data loading is {:.0}% of its host time) while the GPU waits", share * 100.0);
     d.evidence.push(format!("{:.0}% of the launching threads' host samples are in data loading (DataLoader, __getitem__, collate, decoding)", share * 100.0));
     "load in DataLoader workers: DataLoader(num_workers > 0, persistent_workers=True, pin_memory=True), so that loading overlaps the GPU's work".clone_into(&mut d.fix);

@@ -12,7 +12,7 @@ use crate::{
         steps::{rhythm, MarkerKind, Rhythm},
         Evidence,
     },
-    report::model::{PerStep, StepTime, Steps},
+    model::{PerStep, StepTime, Steps},
 };
 
 /// The step marker: among the launching threads' recurring calls with a rhythm, the one

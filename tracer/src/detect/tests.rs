@@ -3,7 +3,7 @@
 use gputrace_common::ThreadCounters;
 
 use super::*;
-use crate::report::model::{Distribution, GpuDevice};
+use crate::model::{DiagnosisId, Distribution, GpuDevice};
 
 const S: u64 = 1_000_000_000;
 
@@ -38,55 +38,55 @@ fn gpu_with_sm(util: f64, sm: Option<f64>) -> Vec<GpuDevice> {
     }]
 }
 
-fn verdict(ev: &Evidence, gpu: Option<&[GpuDevice]>) -> String {
+fn verdict(ev: &Evidence, gpu: Option<&[GpuDevice]>) -> DiagnosisId {
     diagnose(&Inputs { window_ns: 10 * S, evidence: ev, gpu }).0
 }
 
 #[test]
 fn many_launches_and_no_waiting_is_launch_bound() {
-    assert_eq!(verdict(&evidence(100_000, 0, 0, 0), None), "launch-bound");
+    assert_eq!(verdict(&evidence(100_000, 0, 0, 0), None), DiagnosisId::LaunchBound);
 }
 
 #[test]
 fn the_launch_rate_threshold_is_a_borderline() {
-    assert_eq!(verdict(&evidence(49_999, 0, 0, 0), None), NO_BOTTLENECK_FOUND);
-    assert_eq!(verdict(&evidence(50_000, 0, 0, 0), None), "launch-bound");
+    assert_eq!(verdict(&evidence(49_999, 0, 0, 0), None), DiagnosisId::NoBottleneckFound);
+    assert_eq!(verdict(&evidence(50_000, 0, 0, 0), None), DiagnosisId::LaunchBound);
 }
 
 #[test]
 fn a_busy_gpu_overrules_the_launch_rate() {
     // The host launches fast but NVML says the GPU never idles: it is the GPU's pace.
-    assert_eq!(verdict(&evidence(100_000, 0, 0, 0), Some(&gpu(97.0))), "gpu-bound");
-    assert_eq!(verdict(&evidence(100_000, 0, 0, 0), Some(&gpu(11.0))), "launch-bound");
+    assert_eq!(verdict(&evidence(100_000, 0, 0, 0), Some(&gpu(97.0))), DiagnosisId::GpuBound);
+    assert_eq!(verdict(&evidence(100_000, 0, 0, 0), Some(&gpu(11.0))), DiagnosisId::LaunchBound);
 }
 
 #[test]
 fn sm_activity_outranks_utilization() {
     // "A kernel was running" 90% of the time but the SMs were 8% busy: not GPU-bound, and not
     // launch-bound either — kernels already run back to back; each is too small.
-    assert_eq!(verdict(&evidence(100_000, 0, 0, 0), Some(&gpu_with_sm(90.0, Some(8.0)))), "small-kernels");
-    assert_eq!(verdict(&evidence(100_000, 0, 0, 0), Some(&gpu_with_sm(90.0, Some(85.0)))), "gpu-bound");
+    assert_eq!(verdict(&evidence(100_000, 0, 0, 0), Some(&gpu_with_sm(90.0, Some(8.0)))), DiagnosisId::SmallKernels);
+    assert_eq!(verdict(&evidence(100_000, 0, 0, 0), Some(&gpu_with_sm(90.0, Some(85.0)))), DiagnosisId::GpuBound);
 }
 
 #[test]
 fn waiting_on_the_gpu_most_of_the_time_is_healthy() {
     let ev = evidence(1_000, 1_000, 8 * S, 0);
     let (v, found) = diagnose(&Inputs { window_ns: 10 * S, evidence: &ev, gpu: None });
-    assert_eq!(v, "gpu-bound");
-    assert!(found.iter().all(|d| d.id == "gpu-bound" || d.severity == "low" || d.severity == "info"), "{found:?}");
+    assert_eq!(v, DiagnosisId::GpuBound);
+    assert!(found.iter().all(|d| d.id == DiagnosisId::GpuBound || d.severity == "low" || d.severity == "info"), "{found:?}");
 }
 
 #[test]
 fn an_idle_queue_after_every_sync_is_host_sync() {
     // 200 syncs/s, GPU queue empty 40% of the time, host otherwise waiting half the time.
-    assert_eq!(verdict(&evidence(10_000, 2_000, 5 * S, 4 * S), None), "host-sync");
+    assert_eq!(verdict(&evidence(10_000, 2_000, 5 * S, 4 * S), None), DiagnosisId::HostSync);
     // The same idle time with rare syncs is not "every step".
-    assert_ne!(verdict(&evidence(10_000, 50, 5 * S, 4 * S), None), "host-sync");
+    assert_ne!(verdict(&evidence(10_000, 50, 5 * S, 4 * S), None), DiagnosisId::HostSync);
 }
 
 #[test]
 fn nothing_seen_is_no_cuda_work() {
-    assert_eq!(verdict(&Evidence::default(), None), NO_CUDA_WORK);
+    assert_eq!(verdict(&Evidence::default(), None), DiagnosisId::NoCudaWork);
 }
 
 #[test]
@@ -116,8 +116,8 @@ fn threads_taking_turns_are_not_input_starved() {
     sched(&mut ev, 2, 1, [4 * S, 0, 0, 6 * S]);
     sched(&mut ev, 3, 3, [0, 0, 0, 10 * S]);
     let (v, found) = diagnose(&Inputs { window_ns: 10 * S, evidence: &ev, gpu: Some(&gpu_with_sm(12.0, Some(0.1))) });
-    assert_eq!(v, "launch-bound");
-    assert!(found.iter().all(|d| d.id != "input-starved"), "{found:?}");
+    assert_eq!(v, DiagnosisId::LaunchBound);
+    assert!(found.iter().all(|d| d.id != DiagnosisId::InputStarved), "{found:?}");
 }
 
 /// The same sleep with busy loader workers is input starvation, and the cause is named.
@@ -128,12 +128,12 @@ fn a_sleeping_trainer_with_busy_workers_is_input_starved() {
     sched(&mut ev, 7, 7, [19 * S / 2, 0, 0, S / 2]);
     sched(&mut ev, 8, 8, [19 * S / 2, 0, 0, S / 2]);
     let (v, found) = diagnose(&Inputs { window_ns: 10 * S, evidence: &ev, gpu: Some(&gpu_with_sm(1.0, Some(0.5))) });
-    assert_eq!(v, "input-starved");
+    assert_eq!(v, DiagnosisId::InputStarved);
     assert!(found[0].summary.contains("busy on the CPU"), "{}", found[0].summary);
     // Workers blocked on the disk instead.
     sched(&mut ev, 7, 7, [S, 0, 8 * S, S]);
     let (_, found) = diagnose(&Inputs { window_ns: 10 * S, evidence: &ev, gpu: None });
-    assert!(found.iter().any(|d| d.id == "input-starved" && d.summary.contains("disk")), "{found:?}");
+    assert!(found.iter().any(|d| d.id == DiagnosisId::InputStarved && d.summary.contains("disk")), "{found:?}");
 }
 
 /// Waiting for a CPU is cpu-starved, and it outranks what the launch rate suggests.
@@ -141,9 +141,9 @@ fn a_sleeping_trainer_with_busy_workers_is_input_starved() {
 fn waiting_for_a_cpu_is_cpu_starved() {
     let mut ev = evidence(180_000, 0, 0, 0);
     sched(&mut ev, 1, 1, [2 * S, 7 * S, 0, S]);
-    assert_eq!(verdict(&ev, None), "cpu-starved");
+    assert_eq!(verdict(&ev, None), DiagnosisId::CpuStarved);
     sched(&mut ev, 1, 1, [9 * S, S / 20, 0, S]);
-    assert_ne!(verdict(&ev, None), "cpu-starved", "5% run-queue is below the threshold");
+    assert_ne!(verdict(&ev, None), DiagnosisId::CpuStarved, "5% run-queue is below the threshold");
 }
 
 fn launcher(ev: &mut Evidence, tid: u32, pid: u32, kernels: u64) -> &mut crate::evidence::ThreadStats {
@@ -154,7 +154,7 @@ fn launcher(ev: &mut Evidence, tid: u32, pid: u32, kernels: u64) -> &mut crate::
 }
 
 fn problem_sum(found: &[Diagnosis]) -> f64 {
-    found.iter().filter(|d| d.id != "gpu-bound").map(|d| d.impact).sum()
+    found.iter().filter(|d| d.id != DiagnosisId::GpuBound).map(|d| d.impact).sum()
 }
 
 /// Every problem's impact is a disjoint part of one time account, so they add up to at most
@@ -206,7 +206,7 @@ fn impacts_add_up_to_at_most_one() {
         let f = analyze(&Inputs { window_ns: 10 * S, evidence: ev, gpu: gpu.as_deref() });
         let sum = problem_sum(&f.diagnoses);
         assert!(sum <= 1.0 + 1e-9, "{name}: impacts add up to {sum}: {:#?}", f.diagnoses);
-        assert!(f.diagnoses.iter().filter(|d| d.id != "gpu-bound").count() >= 2, "{name}: a case that tests nothing: {:?}", f.diagnoses);
+        assert!(f.diagnoses.iter().filter(|d| d.id != DiagnosisId::GpuBound).count() >= 2, "{name}: a case that tests nothing: {:?}", f.diagnoses);
         for d in &f.diagnoses {
             let saved = d.saving.as_ref().map_or(0.0, |s| s.fraction);
             assert!(saved <= d.impact + 1e-12, "{name}: {} saves {saved} of {}", d.id, d.impact);
@@ -229,19 +229,19 @@ fn cpu_copy_loop(transfer_ns: u64) -> Evidence {
 #[test]
 fn a_gpu_bound_loop_ending_in_cpu_copies_is_gpu_bound() {
     let (v, found) = diagnose(&Inputs { window_ns: 10 * S, evidence: &cpu_copy_loop(S / 10), gpu: None });
-    assert_eq!(v, "gpu-bound", "{found:#?}");
-    assert!(found.iter().all(|d| d.id != "blocking-copy" || d.impact < MEDIUM), "{found:#?}");
+    assert_eq!(v, DiagnosisId::GpuBound, "{found:#?}");
+    assert!(found.iter().all(|d| d.id != DiagnosisId::BlockingCopy || d.impact < MEDIUM), "{found:#?}");
     // NVML says the SMs were busy 90%: even a large transfer is charged at most the rest.
     let gpu = gpu_with_sm(99.0, Some(90.0));
     let (v, found) = diagnose(&Inputs { window_ns: 10 * S, evidence: &cpu_copy_loop(6 * S), gpu: Some(&gpu) });
-    assert_eq!(v, "gpu-bound", "{found:#?}");
-    assert!(found.iter().all(|d| d.id != "blocking-copy" || d.impact <= 0.1 + 1e-9), "{found:#?}");
+    assert_eq!(v, DiagnosisId::GpuBound, "{found:#?}");
+    assert!(found.iter().all(|d| d.id != DiagnosisId::BlockingCopy || d.impact <= 0.1 + 1e-9), "{found:#?}");
 }
 
 #[test]
 fn waiting_on_large_transfers_is_blocking_copy() {
     let (v, found) = diagnose(&Inputs { window_ns: 10 * S, evidence: &cpu_copy_loop(6 * S), gpu: None });
-    assert_eq!(v, "blocking-copy", "{found:#?}");
+    assert_eq!(v, DiagnosisId::BlockingCopy, "{found:#?}");
     let d = &found[0];
     assert!((d.impact - 0.6).abs() < 1e-9, "{d:?}");
     // Overlapped, the 6 s of transfers hide behind the other 4 s of the window at most.
@@ -303,15 +303,15 @@ fn a_busy_gpu_with_empty_sms_is_small_kernels() {
     let mut ev = evidence(1_000, 0, 0, 0);
     sched(&mut ev, 1, 1, [2 * S, 0, 0, 8 * S]);
     let (v, found) = diagnose(&Inputs { window_ns: 10 * S, evidence: &ev, gpu: Some(&gpu_with_sm(95.0, Some(12.0))) });
-    assert_eq!(v, "small-kernels", "{found:?}");
-    let d = found.iter().find(|d| d.id == "small-kernels").expect("small-kernels");
+    assert_eq!(v, DiagnosisId::SmallKernels, "{found:?}");
+    let d = found.iter().find(|d| d.id == DiagnosisId::SmallKernels).expect("small-kernels");
     assert!((d.impact - 0.83).abs() < 1e-9, "{}", d.impact);
-    assert!(found.iter().map(|d| if d.id == "gpu-bound" { 0.0 } else { d.impact }).sum::<f64>() <= 1.0 + 1e-9);
+    assert!(found.iter().map(|d| if d.id == DiagnosisId::GpuBound { 0.0 } else { d.impact }).sum::<f64>() <= 1.0 + 1e-9);
     // Full SMs, or no GPM: not small kernels.
     let (_, found) = diagnose(&Inputs { window_ns: 10 * S, evidence: &ev, gpu: Some(&gpu_with_sm(95.0, Some(80.0))) });
-    assert!(found.iter().all(|d| d.id != "small-kernels"), "{found:?}");
+    assert!(found.iter().all(|d| d.id != DiagnosisId::SmallKernels), "{found:?}");
     let (_, found) = diagnose(&Inputs { window_ns: 10 * S, evidence: &ev, gpu: Some(&gpu_with_sm(95.0, None)) });
-    assert!(found.iter().all(|d| d.id != "small-kernels"), "{found:?}");
+    assert!(found.iter().all(|d| d.id != DiagnosisId::SmallKernels), "{found:?}");
 }
 
 #[test]
@@ -329,10 +329,10 @@ fn periodic_bulk_copies_to_the_host_are_a_checkpoint_stall_and_not_a_pageable_co
     ev.copies.d2h.pageable = 12;
     ev.copies.d2h.count = 12;
     let (_, found) = diagnose(&Inputs { window_ns: 6 * S, evidence: &ev, gpu: None });
-    let d = found.iter().find(|d| d.id == "checkpoint-stall").expect("checkpoint-stall");
+    let d = found.iter().find(|d| d.id == DiagnosisId::CheckpointStall).expect("checkpoint-stall");
     assert!((d.impact - 0.2).abs() < 1e-9, "{d:?}");
     assert!(d.summary.contains("every 2.0 s"), "{}", d.summary);
-    assert!(!found.iter().any(|d| d.id == "pageable-copy"), "{found:?}");
+    assert!(!found.iter().any(|d| d.id == DiagnosisId::PageableCopy), "{found:?}");
 }
 
 #[test]
@@ -340,5 +340,5 @@ fn one_bulk_copy_burst_is_no_checkpoint_stall() {
     let mut ev = evidence(10_000, 1_000, S / 10, 0);
     ev.d2h_bursts.copy(1, 0, S, 256 << 20, true);
     let (_, found) = diagnose(&Inputs { window_ns: 6 * S, evidence: &ev, gpu: None });
-    assert!(!found.iter().any(|d| d.id == "checkpoint-stall"), "{found:?}");
+    assert!(!found.iter().any(|d| d.id == DiagnosisId::CheckpointStall), "{found:?}");
 }

@@ -19,6 +19,7 @@
 //! training loop per thread) add up to more than the window; then every active bucket is
 //! scaled down alike, which makes the account that of the average thread.
 
+use crate::model::TimeBucket;
 use super::{
     host::SchedStats,
     waits::{self, WaitKind},
@@ -281,26 +282,26 @@ impl TimeAccount {
 
     /// The buckets in report order, with their names.
     #[must_use]
-    pub fn buckets(&self) -> [(&'static str, u64); 7] {
+    pub fn buckets(&self) -> [(TimeBucket, u64); 7] {
         [
-            ("launching_and_host", self.launching_and_host_ns),
-            ("waiting_on_gpu", self.waiting_on_gpu_ns),
-            ("in_copies", self.in_copies_ns),
-            ("allocating", self.allocating_ns),
-            ("waiting_for_cpu", self.waiting_for_cpu_ns),
-            ("io_wait", self.io_wait_ns),
-            ("sleeping", self.sleeping_ns),
+            (TimeBucket::LaunchingAndHost, self.launching_and_host_ns),
+            (TimeBucket::WaitingOnGpu, self.waiting_on_gpu_ns),
+            (TimeBucket::InCopies, self.in_copies_ns),
+            (TimeBucket::Allocating, self.allocating_ns),
+            (TimeBucket::WaitingForCpu, self.waiting_for_cpu_ns),
+            (TimeBucket::IoWait, self.io_wait_ns),
+            (TimeBucket::Sleeping, self.sleeping_ns),
         ]
     }
 
     /// The parts of buckets, with their names and the bucket each lies in.
     #[must_use]
-    pub fn parts(&self) -> [(&'static str, &'static str, u64); 4] {
+    pub fn parts(&self) -> [(&'static str, TimeBucket, u64); 4] {
         [
-            ("host_while_queue_empty", "launching_and_host", self.host_while_queue_empty_ns),
-            ("copy_transfer_waits", "waiting_on_gpu", self.copy_transfer_waits_ns),
-            ("pageable_staging", "in_copies", self.pageable_staging_ns),
-            ("sync_copy_transfer", "in_copies", self.sync_copy_transfer_ns),
+            ("host_while_queue_empty", TimeBucket::LaunchingAndHost, self.host_while_queue_empty_ns),
+            ("copy_transfer_waits", TimeBucket::WaitingOnGpu, self.copy_transfer_waits_ns),
+            ("pageable_staging", TimeBucket::InCopies, self.pageable_staging_ns),
+            ("sync_copy_transfer", TimeBucket::InCopies, self.sync_copy_transfer_ns),
         ]
     }
 

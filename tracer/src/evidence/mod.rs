@@ -48,12 +48,19 @@ pub struct ProcessSeen {
     pub exited: bool,
 }
 
+/// Calls of one kind and the bytes they named.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Calls {
+    pub count: u64,
+    pub bytes: u64,
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct Evidence {
     pub copies: CopyStats,
     /// Bulk device-to-host copies in bursts (checkpoints).
     pub d2h_bursts: bursts::Bursts,
-    pub memsets: (u64, u64),
+    pub memsets: Calls,
     pub syncs: SyncStats,
     pub allocs: AllocStats,
     pub host_pins: HostPinStats,
@@ -74,9 +81,8 @@ pub struct Evidence {
     pub sched: BTreeMap<u32, host::SchedStats>,
     /// Block I/O of the traced tree.
     pub io: host::IoStats,
-    /// Who took the CPU from traced threads: (thread id, times, its process, its command),
-    /// looked up at the end.
-    pub preempted_by: Vec<(u32, u64, Option<u32>, String)>,
+    /// Who took the CPU from traced threads, looked up at the end.
+    pub preempted_by: Vec<snapshot::Preemptor>,
     /// CPU throttling of the tree's cgroups over the window, by `cpu.stat` file.
     pub cgroups: Vec<(String, crate::discover::cgroup::CpuStat)>,
     /// Off-CPU time of the traced threads by who woke them (from snapshots; `waits`).
@@ -272,8 +278,8 @@ impl Evidence {
                 t.markers.record(steps::MarkerKind { probe: spec.id, class: bytes.max(1).ilog2() }, call.header.ts_ns);
             }
             Family::Memset => {
-                self.memsets.0 += 1;
-                self.memsets.1 += spec.size_arg.map_or(0, |i| call.args[usize::from(i)]);
+                self.memsets.count += 1;
+                self.memsets.bytes += spec.size_arg.map_or(0, |i| call.args[usize::from(i)]);
             }
             Family::Sync => {
                 self.syncs.count += 1;

@@ -152,8 +152,8 @@ impl Snapshot {
         ev.preempted_by = self
             .preempted_by
             .iter()
-            .map(|p| (p.tid, p.count.saturating_sub(base_preempt.get(&p.tid).copied().unwrap_or(0)), p.pid, p.command.clone()))
-            .filter(|(_, n, _, _)| *n > 0)
+            .map(|p| Preemptor { count: p.count.saturating_sub(base_preempt.get(&p.tid).copied().unwrap_or(0)), ..p.clone() })
+            .filter(|p| p.count > 0)
             .collect();
         let base_cgroups: BTreeMap<&str, CpuStat> =
             baseline.map(|b| b.cgroups.iter().map(|(p, s)| (p.as_str(), *s)).collect()).unwrap_or_default();

@@ -2,16 +2,8 @@
 //! fastest first unless `CUDA_DEVICE_ORDER=PCI_BUS_ID`, NVML by PCI bus, and
 //! `CUDA_VISIBLE_DEVICES` renumbers what CUDA shows. UUIDs are the one common name.
 
-use serde::{Deserialize, Serialize};
-
 use super::DeviceInfo;
-
-/// The job's CUDA device environment, read from `/proc/PID/environ` at attach.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct CudaEnv {
-    pub visible_devices: Option<String>,
-    pub device_order: Option<String>,
-}
+pub use crate::model::CudaEnv;
 
 impl CudaEnv {
     /// Read `pid`'s environment (its initial one: a later `os.environ` change is not seen).

@@ -2,9 +2,11 @@
 //! hung driver must not stall the event loop), and a pure summary of the samples over the
 //! traced window. NVML is loaded at run time, so a machine without a GPU (our CI) gets one
 //! clear note and `gpu: null`, and everything else works.
+pub mod error;
 pub mod identity;
 pub mod nvml;
 pub mod sampler;
 pub mod summary;
 
+pub use error::NoGpuView;
 pub use summary::{summarize, Context, DeviceInfo, ProcessUse, Sample};

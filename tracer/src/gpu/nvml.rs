@@ -30,11 +30,11 @@ impl std::fmt::Debug for NvmlSource<'_> {
 
 impl<'n> NvmlSource<'n> {
     /// `Err` says why there is no GPU view.
-    pub fn new(nvml: &'n Nvml) -> Result<Self, String> {
+    pub fn new(nvml: &'n Nvml) -> Result<Self, super::NoGpuView> {
         let count = nvml.device_count().unwrap_or(0);
         let devices: Vec<Device<'n>> = (0..count).filter_map(|i| nvml.device_by_index(i).ok()).collect();
         if devices.is_empty() {
-            return Err("NVML sees no GPU; GPU-side figures are omitted".into());
+            return Err(super::NoGpuView::NoDevice);
         }
         let last_gpm = devices.iter().map(|d| d.gpm_sample().ok()).collect();
         let n = devices.len();

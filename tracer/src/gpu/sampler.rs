@@ -11,7 +11,7 @@ use std::{
     time::Duration,
 };
 
-use super::{DeviceInfo, Sample};
+use super::{DeviceInfo, NoGpuView, Sample};
 
 /// How long the source may take to start or to hand back its final readings.
 const SOURCE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -40,6 +40,8 @@ pub struct Sampler {
     done: mpsc::Receiver<Finished>,
     samples: mpsc::Receiver<Sample>,
     pub interval: Duration,
+    /// How long the source may take to start, and to hand back its final readings.
+    timeout: Duration,
     /// The driver and the devices, known from the start (for a recording's start record).
     pub driver_version: Option<String>,
     pub devices: Vec<DeviceInfo>,
@@ -64,7 +66,7 @@ type Ready = (Option<String>, Vec<DeviceInfo>);
 /// The sampler thread's ends of its channels.
 struct Channels {
     stop: mpsc::Receiver<Vec<u32>>,
-    ready: mpsc::Sender<Result<Ready, String>>,
+    ready: mpsc::Sender<Result<Ready, NoGpuView>>,
     samples: mpsc::Sender<Sample>,
     done: mpsc::Sender<Finished>,
     latest_util: Arc<AtomicU64>,
@@ -72,12 +74,12 @@ struct Channels {
 
 impl Sampler {
     /// Start NVML sampling; `Err` says why there is no GPU view (no driver, no GPU, NVML hung).
-    pub fn start(interval: Duration) -> Result<Self, String> {
+    pub fn start(interval: Duration) -> Result<Self, NoGpuView> {
         if interval.is_zero() {
-            return Err("NVML sampling is off (--nvml-hz 0)".into());
+            return Err(NoGpuView::Off);
         }
-        Self::start_with(interval, |tick| {
-            let nvml = nvml_wrapper::Nvml::init().map_err(|e| format!("NVML is unavailable ({e}); GPU-side figures are omitted"))?;
+        Self::start_with(interval, SOURCE_TIMEOUT, |tick| {
+            let nvml = nvml_wrapper::Nvml::init().map_err(NoGpuView::Unavailable)?;
             let mut source = super::nvml::NvmlSource::new(&nvml)?;
             tick(&mut source);
             Ok(())
@@ -86,9 +88,10 @@ impl Sampler {
 
     /// Start sampling a source made on the sampler thread by `open` (NVML's handles cannot
     /// leave the thread that borrows them); `open` runs the loop it is handed on its source.
-    pub fn start_with<F>(interval: Duration, open: F) -> Result<Self, String>
+    /// The source has `timeout` to start, and again to hand back its final readings.
+    pub fn start_with<F>(interval: Duration, timeout: Duration, open: F) -> Result<Self, NoGpuView>
     where
-        F: FnOnce(&mut dyn FnMut(&mut dyn Source)) -> Result<(), String> + Send + 'static,
+        F: FnOnce(&mut dyn FnMut(&mut dyn Source)) -> Result<(), NoGpuView> + Send + 'static,
     {
         let (stop, stop_rx) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::channel();
@@ -104,11 +107,11 @@ impl Sampler {
                     let _ = ready.send(Err(e));
                 }
             })
-            .map_err(|e| format!("cannot start the NVML thread: {e}"))?;
-        match ready_rx.recv_timeout(SOURCE_TIMEOUT) {
-            Ok(Ok((driver_version, devices))) => Ok(Self { stop, done: done_rx, samples: sample_rx, interval, driver_version, devices, latest_util }),
+            .map_err(NoGpuView::Thread)?;
+        match ready_rx.recv_timeout(timeout) {
+            Ok(Ok((driver_version, devices))) => Ok(Self { stop, done: done_rx, samples: sample_rx, interval, timeout, driver_version, devices, latest_util }),
             Ok(Err(e)) => Err(e),
-            Err(_) => Err(format!("NVML did not initialise within {SOURCE_TIMEOUT:?}; GPU-side figures are omitted")),
+            Err(_) => Err(NoGpuView::StartTimeout(timeout)),
         }
     }
 
@@ -126,10 +129,9 @@ impl Sampler {
 
     /// Stop and collect; `pids` are the traced processes whose GPU memory is wanted. The
     /// samples are those not taken by [`Self::take_samples`] yet.
-    pub fn finish(self, pids: Vec<u32>) -> Result<Finished, String> {
+    pub fn finish(self, pids: Vec<u32>) -> Result<Finished, NoGpuView> {
         let _ = self.stop.send(pids);
-        let mut finished =
-            self.done.recv_timeout(SOURCE_TIMEOUT + self.interval).map_err(|_| "NVML did not answer at the end of the trace".to_owned())?;
+        let mut finished = self.done.recv_timeout(self.timeout + self.interval).map_err(|_| NoGpuView::EndTimeout)?;
         finished.samples = self.samples.try_iter().collect();
         Ok(finished)
     }
@@ -184,6 +186,9 @@ mod tests {
 
     use super::*;
 
+    /// The timeout the tests give their sources: a real one, short.
+    const TEST_TIMEOUT: Duration = Duration::from_millis(200);
+
     /// Two devices; counts its fast and slow reads; device 1 holds memory for pids 7 and 8.
     struct Fake {
         fast: Arc<AtomicU64>,
@@ -214,7 +219,7 @@ mod tests {
     fn samples_stream_at_the_rate_and_slow_reads_are_rare() {
         let (fast, slow) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let (f, s) = (fast.clone(), slow.clone());
-        let sampler = Sampler::start_with(Duration::from_millis(10), move |tick| {
+        let sampler = Sampler::start_with(Duration::from_millis(10), TEST_TIMEOUT, move |tick| {
             tick(&mut Fake { fast: f, slow: s });
             Ok(())
         })
@@ -237,20 +242,21 @@ mod tests {
 
     #[test]
     fn a_source_that_fails_to_open_says_why() {
-        let err = Sampler::start_with(Duration::from_millis(10), |_| Err("no GPU here".into())).expect_err("fails");
-        assert_eq!(err, "no GPU here");
+        let err = Sampler::start_with(Duration::from_millis(10), TEST_TIMEOUT, |_| Err(NoGpuView::NoDevice)).expect_err("fails");
+        assert!(matches!(err, NoGpuView::NoDevice), "{err}");
+        assert_eq!(err.trace_note(), "NVML sees no GPU; GPU-side figures are omitted");
     }
 
     #[test]
     fn a_hung_source_does_not_hang_the_tracer() {
         let began = std::time::Instant::now();
-        let err = Sampler::start_with(Duration::from_millis(10), |_| {
+        let err = Sampler::start_with(Duration::from_millis(10), TEST_TIMEOUT, |_| {
             std::thread::sleep(Duration::from_hours(1));
             Ok(())
         })
         .expect_err("times out");
-        assert!(err.contains("did not initialise"), "{err}");
-        assert!(began.elapsed() < SOURCE_TIMEOUT + Duration::from_secs(2));
+        assert!(matches!(err, NoGpuView::StartTimeout(t) if t == TEST_TIMEOUT), "{err}");
+        assert!(began.elapsed() < TEST_TIMEOUT + Duration::from_secs(2));
     }
 
     #[test]
@@ -272,13 +278,13 @@ mod tests {
                 None
             }
         }
-        let sampler = Sampler::start_with(Duration::from_millis(10), |tick| {
+        let sampler = Sampler::start_with(Duration::from_millis(10), TEST_TIMEOUT, |tick| {
             tick(&mut Stuck);
             Ok(())
         })
         .expect("starts");
         let began = std::time::Instant::now();
-        assert!(sampler.finish(vec![]).is_err());
-        assert!(began.elapsed() < SOURCE_TIMEOUT + Duration::from_secs(2));
+        assert!(matches!(sampler.finish(vec![]), Err(NoGpuView::EndTimeout)));
+        assert!(began.elapsed() < TEST_TIMEOUT + Duration::from_secs(2));
     }
 }

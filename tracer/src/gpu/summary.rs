@@ -1,6 +1,6 @@
 //! Samples and their summary over the window (pure, unit-tested on synthetic samples).
 
-use crate::report::model::{Distribution, GpuDevice, GpuProcess, ThrottleSeen};
+use crate::model::{Distribution, GpuDevice, GpuProcess, ThrottleSeen};
 
 /// One reading of one device, on the eBPF clock (`CLOCK_MONOTONIC`). Fields a source could
 /// not read are None; slow fields are read every [`super::sampler::SLOW_EVERY`] ticks only.

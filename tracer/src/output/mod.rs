@@ -4,6 +4,7 @@
 pub mod destination;
 pub mod open;
 pub mod printable;
+pub mod text;
 
 pub use destination::{resolve, Destination, Refused};
 pub use open::{open, Placement};

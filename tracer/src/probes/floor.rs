@@ -33,9 +33,9 @@ impl Floor {
         }
         crate::preflight::check()?;
         let mut ebpf = Ebpf::load(OBJECT).map_err(crate::preflight::classify_load_error)?;
-        let offset = *symbols::file_offsets(library, &[symbol])?.get(symbol).ok_or_else(|| map_error(symbol))?;
+        let offset = *symbols::file_offsets(library, &[symbol])?.get(symbol).ok_or_else(|| TraceError::NoSymbol { symbol: symbol.into(), library: library.into() })?;
         let prog: &mut UProbe =
-            ebpf.program_mut("uprobe_floor").and_then(|p| p.try_into().ok()).ok_or_else(|| map_error("uprobe_floor"))?;
+            ebpf.program_mut("uprobe_floor").and_then(|p| p.try_into().ok()).ok_or_else(|| TraceError::Program { name: "uprobe_floor".into() })?;
         prog.load().map_err(|source| TraceError::LoadProgram { program: "uprobe_floor".into(), source: Box::new(source) })?;
         prog.attach(None, offset, library, None).map_err(|source| TraceError::AttachUprobe {
             symbol: symbol.into(),

@@ -88,9 +88,10 @@ impl AttachedLibrary {
     }
 }
 
-/// The loaded programs and their maps. Dropping it detaches everything.
+/// The eBPF programs loaded into the kernel, their maps and their links (not a CUDA kernel).
+/// Dropping it detaches everything.
 #[expect(clippy::struct_excessive_bools, reason = "each flag says what this kernel let us collect; they are independent")]
-pub struct Kernel {
+pub struct ProbeSet {
     ebpf: Ebpf,
     traced: BpfHashMap<MapData, u32, u32>,
     threads: BpfHashMap<MapData, u32, ThreadCounters>,
@@ -167,9 +168,9 @@ impl layout::Formats for TraceFs {
     }
 }
 
-impl std::fmt::Debug for Kernel {
+impl std::fmt::Debug for ProbeSet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Kernel").field("attached", &self.attached).finish_non_exhaustive()
+        f.debug_struct("ProbeSet").field("attached", &self.attached).finish_non_exhaustive()
     }
 }
 
@@ -221,7 +222,7 @@ pub enum Scope {
     AllCuda,
 }
 
-impl Kernel {
+impl ProbeSet {
     /// Load every program (so a verifier problem shows at once, not mid-trace), attach the
     /// task tracepoints, and hand back the ring buffer for the reader.
     pub fn load() -> Result<(Self, RingBuf<MapData>)> {
@@ -236,7 +237,7 @@ impl Kernel {
         crate::preflight::check()?;
         let tracefs = match scope {
             Scope::Tree => tracefs::ensure_mounted(),
-            Scope::AllCuda => Err("no tracepoints are attached in a sweep".to_owned()),
+            Scope::AllCuda => Err(tracefs::Unavailable::Sweep),
         };
         let mut loader = EbpfLoader::new();
         let (pid_off, flags_off) = newtask_offsets(tracefs.as_ref().ok());
@@ -639,7 +640,7 @@ fn take_tracepoint_links(ebpf: &mut Ebpf, links: Vec<(&'static str, TracePointLi
         .collect()
 }
 
-/// Tracepoint groups (task following, then `Kernel::{sched_traced, io_traced}`):
+/// Tracepoint groups (task following, then `ProbeSet::{sched_traced, io_traced}`):
 /// each is attached whole or not at all, and a group that fails only
 /// degrades what it feeds (with a note), never the CUDA tracing.
 /// (program, category, tracepoint) triples.
@@ -678,7 +679,7 @@ const TRACEPOINT_GROUPS: [(Tracepoints, &str); 4] = [
 fn attach_tracepoint_groups(
     ebpf: &mut Ebpf,
     groups: &[(Tracepoints, &str)],
-    tracefs: std::result::Result<(), &String>,
+    tracefs: std::result::Result<(), &tracefs::Unavailable>,
     links: &mut Vec<(&'static str, TracePointLinkId)>,
     notes: &mut Vec<String>,
 ) -> [bool; TRACEPOINT_GROUPS.len()] {
@@ -686,7 +687,7 @@ fn attach_tracepoint_groups(
     for (ok, (group, what)) in attached.iter_mut().zip(groups.iter().copied()) {
         let result = match tracefs {
             Ok(()) => attach_tracepoints(ebpf, group, links).map_err(|e| e.to_string()),
-            Err(e) => Err(e.clone()),
+            Err(e) => Err(e.to_string()),
         };
         match result {
             Ok(()) => *ok = true,
@@ -713,7 +714,7 @@ fn attach_tracepoints(ebpf: &mut Ebpf, group: Tracepoints, links: &mut Vec<(&'st
 
 fn attach_each_tracepoint(ebpf: &mut Ebpf, group: Tracepoints, links: &mut Vec<(&'static str, TracePointLinkId)>) -> Result<()> {
     for &(program, category, name) in group {
-        let tp: &mut TracePoint = ebpf.program_mut(program).and_then(|p| p.try_into().ok()).ok_or_else(|| map_error(program))?;
+        let tp: &mut TracePoint = ebpf.program_mut(program).and_then(|p| p.try_into().ok()).ok_or_else(|| TraceError::Program { name: program.to_owned() })?;
         tp.load().map_err(|source| TraceError::LoadProgram { program: program.to_owned(), source: Box::new(source) })?;
         let link = tp.attach(category, name).map_err(|source| TraceError::AttachTracepoint {
             category: category.to_owned(),

@@ -4,8 +4,20 @@
 
 use std::{fs, path::PathBuf};
 
+/// Why there are no tracepoints: the notes say it, once for each group left out.
+#[derive(Debug, thiserror::Error)]
+pub enum Unavailable {
+    #[error("no tracepoints are attached in a sweep")]
+    Sweep,
+    #[error(
+        "tracefs is not mounted and mounting it at /sys/kernel/tracing failed ({0}); \
+         mount it with `mount -t tracefs nodev /sys/kernel/tracing`"
+    )]
+    MountFailed(std::io::Error),
+}
+
 /// The tracefs root, mounting it at `/sys/kernel/tracing` if no mount is found.
-pub fn ensure_mounted() -> Result<PathBuf, String> {
+pub fn ensure_mounted() -> Result<PathBuf, Unavailable> {
     for root in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {
         if fs::metadata(format!("{root}/events")).is_ok() {
             return Ok(root.into());
@@ -15,11 +27,7 @@ pub fn ensure_mounted() -> Result<PathBuf, String> {
     // SAFETY: all pointers are valid NUL-terminated strings; data may be null.
     let rc = unsafe { libc::mount(c"nodev".as_ptr(), target.as_ptr(), c"tracefs".as_ptr(), 0, std::ptr::null()) };
     if rc != 0 {
-        return Err(format!(
-            "tracefs is not mounted and mounting it at /sys/kernel/tracing failed ({}); \
-             mount it with `mount -t tracefs nodev /sys/kernel/tracing`",
-            std::io::Error::last_os_error()
-        ));
+        return Err(Unavailable::MountFailed(std::io::Error::last_os_error()));
     }
     log::info!("mounted tracefs at /sys/kernel/tracing (it was not mounted)");
     Ok("/sys/kernel/tracing".into())

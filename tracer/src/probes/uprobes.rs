@@ -154,7 +154,7 @@ impl Uprobes {
         take(ebpf, taken)
     }
 
-    /// Every attachment, owned, for the caller to close (in parallel: see `Kernel::detach`).
+    /// Every attachment, owned, for the caller to close (in parallel: see `ProbeSet::detach`).
     pub fn take_all(&mut self, ebpf: &mut Ebpf) -> Vec<Detached> {
         take(ebpf, std::mem::take(&mut self.links))
     }

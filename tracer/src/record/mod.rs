@@ -8,5 +8,8 @@ pub mod reader;
 pub mod recorder;
 pub mod replay;
 
-pub use recorder::{Plan, Recorder, Written};
+#[cfg(test)]
+mod contract;
+
+pub use recorder::{Plan, Recorder};
 pub use replay::{replay, Replayed, ReplayError};

@@ -12,6 +12,7 @@ use super::{
     format::{self, kind, Checkpoint, End, HostAnswer, Start, Trigger},
 };
 use crate::{
+    outcome::Written,
     gpu::Sample,
     output::{Destination, Refused},
 };
@@ -31,16 +32,6 @@ pub struct Plan {
     pub flight: Option<Duration>,
     /// File mode bits (0600 unless asked otherwise).
     pub mode: u32,
-}
-
-/// What a recording produced, for the closing message.
-#[derive(Clone, Debug, Default)]
-pub struct Written {
-    pub files: Vec<PathBuf>,
-    pub bytes: u64,
-    pub frames: u64,
-    pub frames_dropped: u64,
-    pub error: Option<String>,
 }
 
 #[derive(Debug)]

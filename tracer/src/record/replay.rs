@@ -21,7 +21,7 @@ use crate::{
     evidence::{snapshot::Snapshot, Evidence, HostClass, HostMemory},
     gpu::sampler::Finished,
     probes::AttachedLibrary,
-    session::{Outcome, RecordingNote, StopReason},
+    outcome::{Outcome, RecordingNote, StopReason},
 };
 
 #[derive(Debug, thiserror::Error)]

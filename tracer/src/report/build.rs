@@ -2,14 +2,14 @@
 
 use gputrace_common::{loss, Family, PROBES};
 
-use super::model::{
+use crate::model::{
     Allocs, ContextCall, Copies, CopyClassified, CopyDir, Count, Cuda, Gpu, HostPinned, Launches, LibraryEntry, Loss, Memory, ProbeHits,
     ProcessEntry, Report, SymbolWait, Syncs, Target, ThreadEntry, Tool, Tracer, Vmm, Window, SCHEMA,
 };
 use crate::{
     detect,
     evidence::{DirStats, Evidence},
-    session::Outcome,
+    outcome::Outcome,
 };
 
 fn secs(ns: u64) -> f64 {
@@ -220,7 +220,7 @@ fn cuda(ev: &Evidence, outcome: &Outcome, window_ns: u64) -> Cuda {
             peer: copy_dir(&ev.copies.peer),
             h2h: copy_dir(&ev.copies.h2h),
         },
-        memsets: Count { count: ev.memsets.0, bytes: ev.memsets.1 },
+        memsets: Count { count: ev.memsets.count, bytes: ev.memsets.bytes },
         syncs: Syncs {
             count: ev.syncs.count,
             wait_s: secs(ev.syncs.wait_ns),
@@ -333,45 +333,45 @@ fn waker_name(w: &crate::evidence::waits::Wake) -> String {
 
 /// The window as active and paused stretches, in seconds from its start; empty when it
 /// holds no pause.
-fn phases(pauses: &[(u64, u64)], start_ns: u64, end_ns: u64) -> Vec<super::model::Phase> {
+fn phases(pauses: &[(u64, u64)], start_ns: u64, end_ns: u64) -> Vec<crate::model::Phase> {
     let mut out = Vec::new();
     let mut at = start_ns;
     let s = |ns: u64| secs(ns.saturating_sub(start_ns));
     for &(p0, p1) in pauses {
         let (p0, p1) = (p0.clamp(start_ns, end_ns), p1.clamp(start_ns, end_ns));
         if p0 > at {
-            out.push(super::model::Phase { start_s: s(at), end_s: s(p0), kind: "active".into() });
+            out.push(crate::model::Phase { start_s: s(at), end_s: s(p0), kind: "active".into() });
         }
         if p1 > p0 {
-            out.push(super::model::Phase { start_s: s(p0), end_s: s(p1), kind: "paused".into() });
+            out.push(crate::model::Phase { start_s: s(p0), end_s: s(p1), kind: "paused".into() });
         }
         at = at.max(p1);
     }
     if !out.is_empty() && at < end_ns {
-        out.push(super::model::Phase { start_s: s(at), end_s: s(end_ns), kind: "active".into() });
+        out.push(crate::model::Phase { start_s: s(at), end_s: s(end_ns), kind: "active".into() });
     }
     out
 }
 
-fn time_account(account: &crate::evidence::account::TimeAccount) -> super::model::TimeAccount {
+fn time_account(account: &crate::evidence::account::TimeAccount) -> crate::model::TimeAccount {
     let window_ns = account.window_ns;
     let fraction = |ns: u64| if window_ns == 0 { 0.0 } else { ns as f64 / window_ns as f64 };
-    super::model::TimeAccount {
+    crate::model::TimeAccount {
         tid: account.threads.first().copied().unwrap_or(0),
         window_s: secs(window_ns),
         buckets: account
             .buckets()
             .iter()
-            .map(|&(name, ns)| super::model::Bucket { name: name.into(), seconds: secs(ns), fraction: fraction(ns) })
+            .map(|&(name, ns)| crate::model::Bucket { name, seconds: secs(ns), fraction: fraction(ns) })
             .collect(),
         threads: account.threads.clone(),
         concurrent: account.concurrent,
         parts: account
             .parts()
             .iter()
-            .map(|&(name, bucket, ns)| super::model::Part {
+            .map(|&(name, bucket, ns)| crate::model::Part {
                 name: name.into(),
-                bucket: bucket.into(),
+                bucket,
                 seconds: secs(ns),
                 fraction: fraction(ns),
             })
@@ -381,7 +381,7 @@ fn time_account(account: &crate::evidence::account::TimeAccount) -> super::model
             .wakers
             .iter()
             .take(8)
-            .map(|w| super::model::Waker {
+            .map(|w| crate::model::Waker {
                 kind: w.kind.name().into(),
                 seconds: secs(w.ns),
                 count: w.count,
@@ -394,7 +394,7 @@ fn time_account(account: &crate::evidence::account::TimeAccount) -> super::model
 }
 
 /// The note of a budget the window did not keep.
-fn budget_missed(s: &crate::session::budget::Sampling) -> String {
+fn budget_missed(s: &crate::model::Sampling) -> String {
     if s.achievable {
         format!(
             "--max-overhead {}: the window's estimated cost is above the budget (tracer.overhead): the budget is kept over whole periods, and the \

@@ -1,9 +1,9 @@
 //! The `cpu` and `io` sections of the report.
 
-use super::model::{CgroupThrottle, Cpu, Io, IoEntry, MainThread, Preemptor, Quantiles, ThreadTime};
+use crate::model::{CgroupThrottle, Cpu, Io, IoEntry, MainThread, Preemptor, Quantiles, ThreadTime};
 use crate::{
     evidence::host::{IoStats, IoTotals},
-    session::Outcome,
+    outcome::Outcome,
 };
 
 fn secs(ns: u64) -> f64 {
@@ -44,7 +44,7 @@ pub fn cpu(outcome: &Outcome) -> Cpu {
     threads.sort_by(|a, b| (b.on_cpu_s + b.runqueue_s + b.io_wait_s).total_cmp(&(a.on_cpu_s + a.runqueue_s + a.io_wait_s)));
     threads.truncate(MAX_THREADS_LISTED);
     let mut preempted_by: Vec<Preemptor> =
-        ev.preempted_by.iter().map(|(tid, n, pid, comm)| Preemptor { tid: *tid, pid: *pid, command: comm.clone(), count: *n }).collect();
+        ev.preempted_by.iter().map(|p| Preemptor { tid: p.tid, pid: p.pid, command: p.command.clone(), count: p.count }).collect();
     preempted_by.sort_by_key(|p| std::cmp::Reverse(p.count));
     preempted_by.truncate(16);
     let cgroups = ev

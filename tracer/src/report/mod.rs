@@ -1,10 +1,9 @@
-//! The report: one typed model (`model`), built from a session's evidence (`build`), shown as
+//! The report: the typed model (`crate::model`, a leaf every stage may fill), built from a session's evidence (`build`), shown as
 //! JSON (serde) or as text for a terminal (`text`). Schema: docs/report.md.
 pub mod build;
 mod host;
-pub mod model;
 pub mod overhead;
 pub mod schema;
 pub mod text;
 
-pub use model::Report;
+pub use crate::model::Report;

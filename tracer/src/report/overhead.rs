@@ -5,7 +5,7 @@
 
 use gputrace_common::spec_of;
 
-use super::model::{Overhead, ProbeCost};
+use crate::model::{Overhead, ProbeCost};
 use crate::{
     evidence::Evidence,
     probes::{

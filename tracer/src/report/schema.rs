@@ -7,7 +7,7 @@ use serde_json::Value;
 /// The schema of a trace report (`attach`, `run`, `record`, `report`).
 #[must_use]
 pub fn report() -> Value {
-    serde_json::to_value(schemars::schema_for!(super::model::Report)).unwrap_or(Value::Null)
+    serde_json::to_value(schemars::schema_for!(crate::model::Report)).unwrap_or(Value::Null)
 }
 
 /// The schema of a sweep report.

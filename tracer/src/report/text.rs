@@ -4,7 +4,10 @@
 use crate::severity::Severity;
 use std::fmt::Write as _;
 
-use super::model::{CopyDir, Report};
+use crate::{
+    model::{CopyDir, Report},
+    output::text::{bytes, clean, wrap},
+};
 
 struct Style {
     color: bool,
@@ -20,48 +23,9 @@ impl Style {
     }
 }
 
-pub(crate) fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
-
-pub(crate) use crate::output::clean;
-
-/// Word-wrap `text` to 78 columns; the first line starts with `lead`, the others are
-/// indented to line up under it.
-pub(crate) fn wrap(out: &mut String, lead: &str, text: &str) {
-    let hang = " ".repeat(lead.chars().count());
-    let mut indent = lead;
-    let mut line = String::new();
-    for word in text.split_whitespace() {
-        if !line.is_empty() && hang.len() + line.chars().count() + 1 + word.chars().count() > 78 {
-            let _ = writeln!(out, "{indent}{line}");
-            indent = &hang;
-            line.clear();
-        }
-        if !line.is_empty() {
-            line.push(' ');
-        }
-        line.push_str(word);
-    }
-    if !line.is_empty() {
-        let _ = writeln!(out, "{indent}{line}");
-    }
-}
-
 /// Power, clocks, PCIe, throttling and the other processes on a device, where NVML said.
-fn gpu_extras(out: &mut String, d: &crate::report::model::GpuDevice) {
-    let mean = |d: &Option<crate::report::model::Distribution>| d.as_ref().map(|x| x.mean);
+fn gpu_extras(out: &mut String, d: &crate::model::GpuDevice) {
+    let mean = |d: &Option<crate::model::Distribution>| d.as_ref().map(|x| x.mean);
     let mut power = Vec::new();
     if let Some(w) = mean(&d.power_w) {
         power.push(format!("{w:.0} W"));
@@ -133,7 +97,7 @@ pub fn render(r: &Report, color: bool) -> String {
     }
     let _ = writeln!(out);
     let pace = r.steps.as_ref().map_or(String::new(), |s| format!(" ({:.2} steps/s)", s.per_second));
-    let _ = writeln!(out, "{} {}{pace}", st.paint("1", "VERDICT:"), st.paint("1;33", &r.verdict));
+    let _ = writeln!(out, "{} {}{pace}", st.paint("1", "VERDICT:"), st.paint("1;33", r.verdict.as_str()));
     diagnoses_section(&mut out, &st, r);
 
     steps_section(&mut out, &st, r);
@@ -267,7 +231,7 @@ fn account_section(out: &mut String, st: &Style, r: &Report) {
         }
         for b in a.buckets.iter().filter(|b| b.fraction >= 0.005) {
             let bar = "#".repeat((b.fraction * 40.0).round() as usize);
-            let _ = writeln!(out, "  {:<20} {:>5.1}%  {bar}", b.name.replace('_', " "), b.fraction * 100.0);
+            let _ = writeln!(out, "  {:<20} {:>5.1}%  {bar}", b.name.label(), b.fraction * 100.0);
             for p in a.parts.iter().filter(|p| p.bucket == b.name && p.fraction >= 0.005) {
                 let _ = writeln!(out, "    of which {:<22} {:>5.1}%", p.name.replace('_', " "), p.fraction * 100.0);
             }
@@ -385,7 +349,7 @@ fn cuda_section(out: &mut String, st: &Style, r: &Report) {
 }
 
 /// Reserved through the driver, held per NVML, the context's part, growth.
-fn memory_line(out: &mut String, m: &crate::report::model::Memory) {
+fn memory_line(out: &mut String, m: &crate::model::Memory) {
     let mut line = format!("{} reserved (peak {})", bytes(m.reserved_bytes), bytes(m.peak_reserved_bytes));
     if let Some(held) = m.held_bytes {
         let _ = write!(line, "; NVML: {} held", bytes(held));

@@ -200,30 +200,6 @@ impl Budget {
     }
 }
 
-/// What the budget did, for the report (`tracer.sampling`).
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
-pub struct Sampling {
-    /// The budget asked for (`--max-overhead`), percent of the busiest traced thread's time.
-    pub max_overhead_pct: f64,
-    /// The probes that were taken off part of the time: the launch probes.
-    pub probes: Vec<String>,
-    /// The share of the window they were on (1: never taken off). Launch counts, launch
-    /// rates and empty-queue spells are scaled from it; every other count is exact.
-    pub on_fraction: f64,
-    /// Off phases, one per period of shedding.
-    pub cycles: u64,
-    /// The cost estimated at the last measurement with the duty cycle then in force, percent.
-    pub estimated_overhead_pct: f64,
-    /// Whether the window's estimated cost (`tracer.overhead.fraction_of_window`) kept the
-    /// budget.
-    pub met: bool,
-    /// Whether the budget can be kept by shedding launches at the rates last seen (false:
-    /// the other probes alone, or launches at the shortest duty cycle, cost more).
-    pub achievable: bool,
-    /// Empty-queue spells left out because the launch probes were off during them.
-    pub spells_unseen: u64,
-}
-
 /// Which probe ids are launch probes.
 fn launch_ids() -> [bool; PROBE_SLOTS] {
     let mut out = [false; PROBE_SLOTS];

@@ -10,13 +10,13 @@ use crate::{
         waits::{self, Relation, Wake},
         AllocStats, Evidence,
     },
-    probes::{AttachedLibrary, Kernel},
+    probes::{AttachedLibrary, ProbeSet},
     record::format::{Checkpoint, LibraryRecord},
     stacks::{alloc::AllocStack, native::NativeSymbolizer, python::PythonSampler, Activity, Origin, StackTime},
 };
 
 /// Set on an allocation stack's id in the symbolizer's cache, whose sampled stacks' ids come
-/// from another map (`probes::Kernel::alloc_stack`); stack ids are below 2^32.
+/// from another map (`probes::ProbeSet::alloc_stack`); stack ids are below 2^32.
 const ALLOC_STACK_KEY: i64 = 1 << 40;
 
 /// Reads snapshots; remembers the cgroup counters at the start (throttling is reported as its
@@ -42,7 +42,7 @@ pub struct SnapshotReader {
 }
 
 impl SnapshotReader {
-    pub fn new(kernel: &Kernel, root: u32) -> Self {
+    pub fn new(kernel: &ProbeSet, root: u32) -> Self {
         Self {
             root,
             cgroups_before: cgroup::snapshot(&kernel.traced_processes()),
@@ -60,7 +60,7 @@ impl SnapshotReader {
 
     /// Read the Python frames of every process that has mapped a CUDA driver library (the
     /// processes that launch work), once each.
-    pub fn follow_cuda_processes(&mut self, kernel: &Kernel) {
+    pub fn follow_cuda_processes(&mut self, kernel: &ProbeSet) {
         let Some(python) = &self.python else { return };
         for library in kernel.attached_libraries() {
             for pid in library.mapped_by {
@@ -73,7 +73,7 @@ impl SnapshotReader {
 
     /// Symbolize the stacks sampled since the last call while their processes live (a
     /// stack first read after its process exited keeps only its addresses).
-    pub fn symbolize_new_stacks(&mut self, kernel: &Kernel) {
+    pub fn symbolize_new_stacks(&mut self, kernel: &ProbeSet) {
         for (key, _) in kernel.samples() {
             self.native.frames(key.tgid, key.stack_id, || kernel.user_stack(key.stack_id));
         }
@@ -102,7 +102,7 @@ impl SnapshotReader {
 
     /// Device allocations by stack: native ones from the evidence's stack ids, Python ones from
     /// the reader; cumulative.
-    fn alloc_stacks(&mut self, kernel: &Kernel, allocs: &AllocStats) -> Vec<AllocStack> {
+    fn alloc_stacks(&mut self, kernel: &ProbeSet, allocs: &AllocStats) -> Vec<AllocStack> {
         let mut merged: Vec<AllocStack> = Vec::new();
         for (&(pid, tid, stack), counts) in &allocs.by_stack {
             // Allocation stack ids are of their own map: kept apart from sampled stacks' ids
@@ -146,7 +146,7 @@ impl SnapshotReader {
 
     /// Native stacks from the kernel's samples and off-CPU spells, and Python stacks from the
     /// Python reader; cumulative.
-    fn stacks(&mut self, kernel: &Kernel) -> Vec<StackTime> {
+    fn stacks(&mut self, kernel: &ProbeSet) -> Vec<StackTime> {
         let mut merged: Vec<StackTime> = Vec::new();
         let mut index: HashMap<(u32, Activity, bool, i64), usize> = HashMap::new();
         for (key, stats) in kernel.samples() {
@@ -177,7 +177,7 @@ impl SnapshotReader {
     }
 
     /// The wakeups counted so far, classified (`evidence::waits`).
-    fn wakes(&mut self, kernel: &Kernel, sched: &[ThreadTime]) -> Vec<Wake> {
+    fn wakes(&mut self, kernel: &ProbeSet, sched: &[ThreadTime]) -> Vec<Wake> {
         let raw = kernel.wakes();
         if raw.is_empty() {
             return Vec::new();
@@ -227,7 +227,7 @@ impl SnapshotReader {
             .collect()
     }
 
-    pub fn read(&mut self, kernel: &Kernel, at_ns: u64, allocs: &AllocStats) -> Snapshot {
+    pub fn read(&mut self, kernel: &ProbeSet, at_ns: u64, allocs: &AllocStats) -> Snapshot {
         let pids: Vec<u32> = kernel.traced_processes().into_iter().chain([self.root]).collect();
         let cgroups = cgroup::snapshot(&pids)
             .iter()
@@ -282,7 +282,7 @@ pub fn library_records(libraries: &[AttachedLibrary]) -> Vec<LibraryRecord> {
 }
 
 #[must_use]
-pub fn checkpoint(snapshot: Snapshot, kernel: &Kernel, evidence: &Evidence, notes: &[String], maps_reads: u64) -> Checkpoint {
+pub fn checkpoint(snapshot: Snapshot, kernel: &ProbeSet, evidence: &Evidence, notes: &[String], maps_reads: u64) -> Checkpoint {
     Checkpoint {
         snapshot,
         libraries: library_records(&kernel.attached_libraries()),

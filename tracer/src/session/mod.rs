@@ -3,9 +3,19 @@
 //! place that sequences the stages; each stage lives in its own module.
 
 pub mod budget;
+mod budgeting;
 mod checkpoint;
+mod drain;
+mod mapped;
+mod nvml;
 pub mod progress;
+mod recording;
 mod target;
+
+use budgeting::Budgeting;
+use mapped::{reap_gone, rescan_libraries};
+use nvml::{finish_sampler, start_sampler};
+use recording::Tape;
 
 use std::{
     collections::BTreeSet,
@@ -18,20 +28,15 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::{
     clock,
     collect::{host_memory::ProcMaps, ring::RingReader},
-    decode::Event,
-    discover::{libraries, process},
     error::{Result, TraceError},
-    evidence::{Evidence, HostClass, HostMemory},
-    gpu::{
-        sampler::{Finished as GpuSamples, Sampler},
-        Sample,
-    },
-    probes::Kernel,
+    evidence::Evidence,
+    gpu::sampler::Sampler,
+    outcome::{Outcome, StopReason},
+    probes::ProbeSet,
     record::{
-        format::{End, GpuStart, HostAnswer, Start, Trigger},
-        Recorder, Written,
+        format::{End, Trigger},
+        Recorder,
     },
-    stacks::python::PythonSampler,
 };
 
 use checkpoint::SnapshotReader;
@@ -56,114 +61,6 @@ const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 /// (and its status) is part of the report; a second signal stops at once.
 const EXIT_GRACE: Duration = Duration::from_secs(10);
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum StopReason {
-    Duration,
-    Signal,
-    TargetExited,
-    /// A recording file that ends because the recording went on in the next file.
-    Rotated,
-    /// A recording that ends without its end record (the recorder was killed, the disk filled).
-    RecordingCut,
-    /// A flight recorder's file written mid-session (on a signal or a diagnosis).
-    FlightDump,
-}
-
-impl StopReason {
-    /// The reason as recorded (`window.stopped_by`); unknown words read as a cut recording.
-    #[must_use]
-    pub fn parse(s: &str) -> Self {
-        match s {
-            "duration" => Self::Duration,
-            "signal" => Self::Signal,
-            "target-exited" => Self::TargetExited,
-            "rotated" => Self::Rotated,
-            "flight-dump" => Self::FlightDump,
-            _ => Self::RecordingCut,
-        }
-    }
-
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Duration => "duration",
-            Self::Signal => "signal",
-            Self::TargetExited => "target-exited",
-            Self::Rotated => "rotated",
-            Self::RecordingCut => "recording-cut",
-            Self::FlightDump => "flight-dump",
-        }
-    }
-}
-
-/// Where a report's evidence came from when it was read from a recording.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
-pub struct RecordingNote {
-    pub file: String,
-    /// `file` or `flight`.
-    pub mode: String,
-    pub segment: u32,
-    pub from_session_start: bool,
-    pub frames: u64,
-    /// Frames the recorder could not write (a full disk).
-    pub frames_dropped: u64,
-    /// Where reading stopped early, and why.
-    pub damage: Option<String>,
-    /// Whether the file was closed properly (an end record, or a flight recorder's dump):
-    /// a file without one ends at the recorder's last flush.
-    pub closed: bool,
-}
-
-/// Everything a report needs from a finished session.
-#[derive(Debug)]
-pub struct Outcome {
-    pub evidence: Evidence,
-    pub target_pid: u32,
-    pub command: String,
-    pub exit_status: Option<i32>,
-    /// The signal that killed the command, if one did.
-    pub exit_signal: Option<i32>,
-    /// What a uprobe trap cost here, measured at the end; None where it could not be.
-    pub trap_costs: Option<crate::probes::trap_cost::TrapCosts>,
-    pub start_ns: u64,
-    pub end_ns: u64,
-    pub stopped_by: StopReason,
-    pub libraries: Vec<crate::probes::AttachedLibrary>,
-    pub losses: [u64; gputrace_common::loss::COUNT as usize],
-    pub attach_ms: f64,
-    /// Where the start-up time went, and how the uprobes were attached (live sessions, and
-    /// recordings that carry them).
-    pub startup: Option<crate::probes::Startup>,
-    pub uprobe_links: Option<crate::probes::uprobes::LinkKind>,
-    pub notes: Vec<String>,
-    pub maps_reads: u64,
-    /// Whether scheduler and block evidence were collected.
-    pub sched_traced: bool,
-    pub io_traced: bool,
-    /// The probes, still attached: detached by `detach` once the report is out.
-    pub probes: Option<Kernel>,
-    /// NVML samples, and the sampling interval; None where NVML is unavailable.
-    pub gpu: Option<(GpuSamples, Duration)>,
-    /// Set when the outcome was read back from a recording.
-    pub recording: Option<RecordingNote>,
-    /// What a live session wrote to its recording.
-    pub written: Option<Written>,
-    /// The target's CUDA device environment.
-    pub cuda_env: crate::gpu::identity::CudaEnv,
-    /// gputrace's own peak resident memory at the end of tracing (`VmHWM`).
-    pub peak_rss_bytes: Option<u64>,
-    /// gputrace's own CPU time (user + system) from its start to the end of tracing.
-    pub cpu_s: Option<f64>,
-    /// Return probes were off (calls counted, not timed).
-    pub entry_only: bool,
-    /// Wall-clock time tracing began, seconds since the epoch, and the host it ran on.
-    pub started_unix_s: f64,
-    pub host: String,
-    /// What `--max-overhead` did; None without it.
-    pub sampling: Option<budget::Sampling>,
-}
-
 /// Trace `target` until `duration`, a signal, or the end of the traced process tree; with a
 /// `recorder`, everything the report needs is also written to it as it happens.
 pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Duration, recorder: Option<Recorder>, max_overhead: Option<f64>) -> Result<Outcome> {
@@ -171,7 +68,7 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
     let mut notes = Vec::new();
     // NVML first, so that its samples cover the whole window.
     let sampler = start_sampler(nvml_interval, &mut notes).await;
-    let (mut kernel, ring) = Kernel::load()?;
+    let (mut kernel, ring) = ProbeSet::load()?;
     notes.extend(kernel.notes.iter().cloned());
     let ring = RingReader::new(ring).map_err(|e| TraceError::io("watching the ring buffer", "EVENTS", e))?;
     let attaching = Instant::now();
@@ -273,7 +170,7 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
 
 /// The state of a session while it traces.
 struct Live {
-    kernel: Kernel,
+    kernel: ProbeSet,
     ring: RingReader,
     evidence: Evidence,
     host: ProcMaps,
@@ -286,15 +183,6 @@ struct Live {
     started_unix_s: f64,
     /// `--max-overhead`: the controller, and the trap costs it was measured with.
     budget: Option<Budgeting>,
-}
-
-/// The overhead budget while it runs.
-struct Budgeting {
-    controller: budget::Budget,
-    /// Trap costs measured at the start (reused for the report's estimate).
-    costs: Option<crate::probes::trap_cost::TrapCosts>,
-    /// Threads closing launch links taken off (a grace period each, off the loop).
-    closing: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Live {
@@ -329,108 +217,9 @@ impl Live {
         }
     }
 
-    /// Start the overhead budget: the trap costs are measured now (the controller needs
-    /// them), where the launch probes can be taken off cheaply.
-    fn start_budget(&mut self, limit: f64) {
-        if !self.kernel.can_shed_launches() {
-            self.notes.push(format!(
-                "--max-overhead {}: not applied: taking the launch probes off and on needs multi-uprobe links (Linux ≥ 6.6), \
-                 which this session does not use (tracer.uprobe_links)",
-                limit * 100.0
-            ));
-            return;
-        }
-        let costs = self.kernel.measure_trap_costs().map_err(|why| log::warn!("trap costs for the budget: {why}; 1 µs a trap assumed")).ok();
-        let controller = budget::Budget::new(limit, clock::monotonic_ns(), &self.kernel.thread_counters());
-        self.budget = Some(Budgeting { controller, costs, closing: Vec::new() });
-    }
-
-    fn budget_due(&self) -> Option<tokio::time::Instant> {
-        let b = self.budget.as_ref()?;
-        let wait = b.controller.next_step_ns().saturating_sub(clock::monotonic_ns());
-        Some(tokio::time::Instant::now() + Duration::from_nanos(wait))
-    }
-
-    /// Measure what the probes cost since the last step; take the launch probes off or put
-    /// them back as the controller says.
-    fn budget_step(&mut self) {
-        let Some(b) = self.budget.as_mut() else { return };
-        let costs = crate::probes::trap_cost::hit_ns(&self.kernel.attached_libraries(), b.costs.as_ref(), self.kernel.entry_only);
-        let now = clock::monotonic_ns();
-        let counters = self.kernel.thread_counters();
-        match b.controller.step(now, &counters, &costs) {
-            budget::Action::None => {}
-            budget::Action::Shed => {
-                let links = self.kernel.shed_launches();
-                self.evidence.launch_probes_off(now, &counters);
-                b.closing.push(std::thread::spawn(move || crate::probes::uprobes::drop_all(links)));
-            }
-            budget::Action::Restore => {
-                // The links taken off are closed first: an old link still closing beside its
-                // new one would count the same launches twice.
-                for t in b.closing.drain(..) {
-                    let _ = t.join();
-                }
-                // Nothing went back (every file gone): launches stay unseen, and the time
-                // stays off.
-                if self.kernel.restore_launches() > 0 || !self.kernel.has_launch_sites() {
-                    self.evidence.launch_probes_on(clock::monotonic_ns());
-                }
-            }
-        }
-    }
-
-    /// What the budget did, once the last counters are in: launches scaled to the window.
-    fn conclude_budget(&mut self, end_ns: u64) -> Option<budget::Sampling> {
-        let b = self.budget.as_mut()?;
-        for t in b.closing.drain(..) {
-            let _ = t.join();
-        }
-        let on_fraction = self.evidence.scale_sampled_launches(self.start_ns, end_ns).unwrap_or(1.0);
-        let s = budget_report(&b.controller, &self.kernel.attached_libraries(), on_fraction, self.evidence.spells_unseen);
-        if s.on_fraction < 1.0 {
-            self.notes.push(format!(
-                "--max-overhead {}: the launch probes were on {:.1}% of the window ({} periods); launch counts, launch rates and \
-                 empty-queue spells are estimates scaled from then, every other count is exact",
-                s.max_overhead_pct,
-                s.on_fraction * 100.0,
-                s.cycles
-            ));
-        }
-        Some(s)
-    }
-
     fn drain(&mut self) {
-        drain(&mut self.ring, &mut self.kernel, &mut self.evidence, &mut self.host, self.tape.as_mut(), self.snapshots.python());
+        drain::drain_ring(&mut self.ring, &mut self.kernel, &mut self.evidence, &mut self.host, self.tape.as_mut(), self.snapshots.python());
         self.snapshots.note_allocating_processes(&self.evidence.allocs);
-    }
-
-    fn begin_recording(&mut self, mut r: Recorder, command: &str, pid: u32, attach_ms: f64, cuda_env: &crate::gpu::identity::CudaEnv) {
-        let mut start = start_record(&self.kernel, command, pid, self.start_ns, attach_ms, self.sampler.as_ref());
-        // The same instant as the live report's `started_at`, so that both reports agree.
-        start.started_unix_s = self.started_unix_s;
-        start.cuda_env = cuda_env.clone();
-        r.begin(start);
-        // The first checkpoint: a baseline for files that do not start with the session.
-        let first = self.snapshots.read(&self.kernel, self.start_ns, &self.evidence.allocs);
-        r.checkpoint(checkpoint::checkpoint(first, &self.kernel, &self.evidence, &self.notes, 0), &[]);
-        self.tape = Some(Tape { recorder: r, samples: Vec::new(), diagnosis_fired: false });
-    }
-
-    /// Write a recording checkpoint; a flight recorder also diagnoses the window so far.
-    fn checkpoint(&mut self, diagnose: bool) {
-        self.drain();
-        let Some(t) = self.tape.as_mut() else { return };
-        self.snapshots.learn_processes(self.evidence.processes.keys().copied());
-        let snapshot = self.snapshots.read(&self.kernel, clock::monotonic_ns(), &self.evidence.allocs);
-        let fresh = self.sampler.as_ref().map(Sampler::take_samples).unwrap_or_default();
-        t.samples.extend(fresh.iter().cloned());
-        let cp = checkpoint::checkpoint(snapshot, &self.kernel, &self.evidence, &self.notes, self.host.reads);
-        // The checkpoint goes first: a dump that follows must hold the counters up to now.
-        t.recorder.checkpoint(cp.clone(), &fresh);
-        if diagnose && !t.diagnosis_fired {
-            t.check_diagnosis(&self.evidence, &cp.snapshot, self.start_ns, self.sampler.as_ref());
-        }
     }
 
     /// Fold in the final state, stop NVML, close the recording.
@@ -528,57 +317,6 @@ impl Live {
     }
 }
 
-/// The report's view of what the budget did.
-fn budget_report(controller: &budget::Budget, libraries: &[crate::probes::AttachedLibrary], on_fraction: f64, spells_unseen: u64) -> budget::Sampling {
-    let probed = |symbol: &str| libraries.iter().any(|l| l.symbols.contains(&symbol));
-    budget::Sampling {
-        max_overhead_pct: controller.limit() * 100.0,
-        probes: gputrace_common::PROBES
-            .iter()
-            .filter(|p| matches!(p.family, Family::Launch | Family::GraphLaunch) && probed(p.symbol))
-            .map(|p| p.symbol.to_owned())
-            .collect(),
-        on_fraction,
-        cycles: controller.cycles,
-        estimated_overhead_pct: controller.estimate * 100.0,
-        // Set by the report, from the window's estimate.
-        met: !controller.unmet,
-        achievable: !controller.unmet,
-        spells_unseen,
-    }
-}
-
-/// A recording in progress, with what the session keeps for it.
-struct Tape {
-    recorder: Recorder,
-    /// NVML samples taken off the sampler at checkpoints (for the live report too).
-    samples: Vec<Sample>,
-    /// A flight recorder writes itself out once when a serious problem shows.
-    diagnosis_fired: bool,
-}
-
-impl Tape {
-    /// Diagnose the window so far; a `high` problem writes the flight recorder out.
-    fn check_diagnosis(&mut self, ev: &Evidence, snapshot: &crate::evidence::snapshot::Snapshot, start_ns: u64, sampler: Option<&Sampler>) {
-        let mut so_far = ev.clone();
-        snapshot.apply(&mut so_far, None, &BTreeSet::new());
-        let cx = crate::gpu::Context { start_ns, end_ns: snapshot.at_ns, ..crate::gpu::Context::default() };
-        let devices = sampler.map(|s| crate::gpu::summarize(&s.devices, &self.samples, &cx));
-        let window_ns = snapshot.at_ns.saturating_sub(start_ns);
-        let (verdict, diagnoses) = crate::detect::diagnose(&crate::detect::Inputs { window_ns, evidence: &so_far, gpu: devices.as_deref() });
-        if let Some(d) = diagnoses.iter().find(|d| d.id == verdict && d.severity == crate::severity::Severity::High && d.id != "gpu-bound") {
-            self.diagnosis_fired = true;
-            log::info!("flight recorder: {} fired ({}); writing the buffer out", d.id, d.summary);
-            self.recorder.trigger(&Trigger {
-                at_ns: snapshot.at_ns,
-                reason: "diagnosis".into(),
-                diagnosis: Some(d.id.clone()),
-                summary: Some(d.summary.clone()),
-            });
-        }
-    }
-}
-
 /// A stopping signal arrived: in `run`, pass it to the command and keep tracing until it
 /// exits (true: stop now, when there is no command to wait for or this is the second signal).
 fn stop_on_signal(signal: i32, child: Option<&tokio::process::Child>, grace_until: &mut Option<tokio::time::Instant>) -> bool {
@@ -621,35 +359,6 @@ async fn recv_or_pend(sig: Option<&mut tokio::signal::unix::Signal>) {
     }
 }
 
-fn start_record(kernel: &Kernel, command: &str, pid: u32, start_ns: u64, attach_ms: f64, sampler: Option<&Sampler>) -> Start {
-    let uname = host_and_kernel();
-    Start {
-        format: "gputrace.recording/1".into(),
-        tool_version: env!("CARGO_PKG_VERSION").into(),
-        host: uname.0,
-        kernel: uname.1,
-        started_unix_s: unix_now_s(),
-        start_ns,
-        target_pid: pid,
-        command: command.into(),
-        attach_ms,
-        startup: Some(kernel.startup),
-        uprobe_links: Some(kernel.uprobe_link_kind()),
-        sched_traced: kernel.sched_traced,
-        io_traced: kernel.io_traced,
-        gpu: sampler.map(|s| GpuStart {
-            driver_version: s.driver_version.clone(),
-            devices: s.devices.clone(),
-            sample_interval_s: s.interval.as_secs_f64(),
-        }),
-        segment: 0,
-        from_session_start: true,
-        mode: String::new(),
-        cuda_env: crate::gpu::identity::CudaEnv::default(),
-        entry_only: kernel.entry_only,
-    }
-}
-
 /// Host name and kernel release.
 /// Wall-clock seconds since the epoch.
 fn unix_now_s() -> f64 {
@@ -661,25 +370,9 @@ fn host_and_kernel() -> (String, String) {
     (read("/proc/sys/kernel/hostname"), read("/proc/sys/kernel/osrelease"))
 }
 
-/// Start NVML sampling; where that fails, say why in `notes` and trace without it.
-async fn start_sampler(nvml_interval: Duration, notes: &mut Vec<String>) -> Option<Sampler> {
-    match tokio::task::spawn_blocking(move || Sampler::start(nvml_interval)).await {
-        Ok(Ok(s)) => Some(s),
-        Ok(Err(why)) => {
-            log::warn!("{why}");
-            notes.push(why);
-            None
-        }
-        Err(e) => {
-            notes.push(format!("the NVML sampler failed to start: {e}"));
-            None
-        }
-    }
-}
-
 /// Say the probes are armed: the log line (tests and scripts wait for it, with -v), a note
 /// if the driver is not loaded yet, and the start line on a terminal.
-fn announce_armed(pid: u32, command: &str, attach_ms: f64, kernel: &Kernel, notes: &mut Vec<String>) -> progress::Progress {
+fn announce_armed(pid: u32, command: &str, attach_ms: f64, kernel: &ProbeSet, notes: &mut Vec<String>) -> progress::Progress {
     log::info!("armed: tracing pid {pid} with probes in {} libraries after {attach_ms:.0} ms", kernel.attached_libraries().len());
     if kernel.attached_libraries().is_empty() {
         let note = format!("process {pid} has not loaded the CUDA driver (libcuda) yet; waiting for it to be loaded");
@@ -692,7 +385,7 @@ fn announce_armed(pid: u32, command: &str, attach_ms: f64, kernel: &Kernel, note
 }
 
 /// `tracing pid 4242 (python train.py): 63 probes in libcuda.so.1 — Ctrl-C to stop`
-fn start_line(pid: u32, command: &str, kernel: &Kernel) -> String {
+fn start_line(pid: u32, command: &str, kernel: &ProbeSet) -> String {
     let mut shown: String = command.chars().take(60).collect();
     if shown.len() < command.len() {
         shown.push('…');
@@ -702,140 +395,6 @@ fn start_line(pid: u32, command: &str, kernel: &Kernel) -> String {
     let names: Vec<&str> = libraries.iter().map(|l| l.library.name.rsplit('/').next().unwrap_or(&l.library.name)).collect();
     let what = if libraries.is_empty() { "waiting for it to load libcuda".to_owned() } else { format!("{probes} probes in {}", names.join(", ")) };
     format!("tracing pid {pid} ({}): {what} — Ctrl-C to stop", crate::output::clean(&shown))
-}
-
-/// Stop NVML sampling and collect the samples for `pids`; failures go to `notes`.
-async fn finish_sampler(sampler: Sampler, pids: Vec<u32>, notes: &mut Vec<String>) -> Option<GpuSamples> {
-    match tokio::task::spawn_blocking(move || sampler.finish(pids)).await {
-        Ok(Ok(finished)) => Some(finished),
-        Ok(Err(why)) => {
-            notes.push(why);
-            None
-        }
-        Err(e) => {
-            notes.push(format!("the NVML sampler failed: {e}"));
-            None
-        }
-    }
-}
-
-/// `python`: told of each device allocation as it comes, to read its Python line.
-fn drain(ring: &mut RingReader, kernel: &mut Kernel, evidence: &mut Evidence, host: &mut ProcMaps, mut tape: Option<&mut Tape>, python: Option<&PythonSampler>) {
-    ring.drain(|bytes, decoded| {
-        let event = match decoded {
-            Ok(event) => event,
-            Err(e) => {
-                log::debug!("undecodable record: {e}");
-                evidence.decode_errors += 1;
-                if let Some(t) = tape.as_deref_mut() {
-                    t.recorder.event(bytes);
-                }
-                return;
-            }
-        };
-        let pid = event.header().tgid;
-        // Enrichment: who owns the process, read while it is still alive.
-        evidence.uids.entry(pid).or_insert_with(|| process::uid(pid));
-        match tape.as_deref_mut() {
-            Some(t) => {
-                // The host-memory answers are recorded before their event, so a replay has
-                // them at hand when it folds the event in.
-                let mut answers = Answering { inner: host, answers: Vec::new() };
-                evidence.apply(&event, &mut answers);
-                for a in answers.answers {
-                    t.recorder.host_answer(a);
-                }
-                t.recorder.event(bytes);
-            }
-            None => evidence.apply(&event, host),
-        }
-        match event {
-            Event::Call(c) => {
-                if let (Some(py), Some(spec)) = (python, spec_of(c.header.probe).filter(|s| s.family == Family::Alloc)) {
-                    let bytes = spec.size_arg.map_or(0, |i| c.args[usize::from(i)]);
-                    py.allocated(c.header.tgid, c.header.tid, bytes, c.ret != 0);
-                }
-            }
-            Event::TaskExit(e) => {
-                // The thread is gone: fold its counters in and free its map slot.
-                if let Some(c) = kernel.take_thread(e.header.tid) {
-                    evidence.add_counters(e.header.tid, &c);
-                    if let Some(t) = tape.as_deref_mut() {
-                        t.recorder.thread_exit(e.header.tid, &c);
-                    }
-                }
-                if e.header.tid == e.header.tgid {
-                    kernel.untrace_process(e.header.tgid);
-                }
-            }
-            Event::TaskExec(e) => {
-                // The new image has not loaded its libraries yet: probe the driver it would
-                // load now (its first CUDA calls are seen), then anything already mapped.
-                attach_predicted(kernel, e.header.tgid);
-                attach_mapped(kernel, e.header.tgid);
-            }
-            _ => {}
-        }
-    });
-}
-
-/// The live host-memory lookup, noting each answer for the recording.
-struct Answering<'a> {
-    inner: &'a mut ProcMaps,
-    answers: Vec<HostAnswer>,
-}
-
-impl HostMemory for Answering<'_> {
-    fn classify(&mut self, pid: u32, addr: u64, at_ns: u64) -> HostClass {
-        let class = self.inner.classify(pid, addr, at_ns);
-        self.answers.push(HostAnswer { pid, class: crate::record::replay::class_number(class), addr, at_ns });
-        class
-    }
-}
-
-/// Probe any CUDA driver library a traced process maps that is not probed yet. The process
-/// is running traced, so a library newly probed here was mapped unprobed for a while (up to
-/// one rescan, or since its exec): calls made then were missed, and the report says so.
-fn attach_mapped(kernel: &mut Kernel, pid: u32) {
-    for lib in libraries::mapped_by(pid) {
-        let late = match kernel.attach_library(&lib) {
-            Ok(true) => {
-                log::warn!("process {pid} mapped {} (inode {}) before it was probed; its calls until now were not seen", lib.name, lib.inode);
-                true
-            }
-            Ok(false) => false,
-            Err(e) => {
-                log::warn!("{e}");
-                false
-            }
-        };
-        kernel.note_mapping(&lib, pid, late);
-    }
-}
-
-/// Probe the driver libraries `pid`'s environment would make it load (not mapped yet, so
-/// nothing was missed; a failure is only logged: the rescan will find what it maps).
-fn attach_predicted(kernel: &mut Kernel, pid: u32) {
-    for lib in libraries::predicted_for_process(pid) {
-        if let Err(e) = kernel.attach_library(&lib) {
-            log::info!("predicted library {} of process {pid}: {e}", lib.name);
-        }
-    }
-}
-
-fn rescan_libraries(kernel: &mut Kernel) {
-    for pid in kernel.traced_processes() {
-        attach_mapped(kernel, pid);
-    }
-}
-
-/// Drop processes that are gone without an exit event (tracepoints unavailable).
-fn reap_gone(kernel: &mut Kernel) {
-    for pid in kernel.traced_processes() {
-        if process::stat(pid).is_none_or(|s| s.state == 'Z' || s.state == 'X') {
-            kernel.untrace_process(pid);
-        }
-    }
 }
 
 impl Outcome {

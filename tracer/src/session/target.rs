@@ -10,7 +10,7 @@ use std::{
 use crate::{
     discover::{libraries, process},
     error::{Result, TraceError},
-    probes::Kernel,
+    probes::ProbeSet,
 };
 
 #[derive(Clone, Debug)]
@@ -50,7 +50,7 @@ impl Started {
 }
 
 impl Target {
-    pub(super) fn start(self, kernel: &mut Kernel, notes: &mut Vec<String>) -> Result<Started> {
+    pub(super) fn start(self, kernel: &mut ProbeSet, notes: &mut Vec<String>) -> Result<Started> {
         match self {
             Self::Attach { pid } => attach(pid, kernel, notes),
             Self::Run { argv, quiet_stdout } => run(&argv, quiet_stdout, kernel),
@@ -58,7 +58,7 @@ impl Target {
     }
 }
 
-fn attach(pid: u32, kernel: &mut Kernel, notes: &mut Vec<String>) -> Result<Started> {
+fn attach(pid: u32, kernel: &mut ProbeSet, notes: &mut Vec<String>) -> Result<Started> {
     // A thread id is reachable under /proc too: trace the process it belongs to, and say so
     // (tracing the thread id as a process would see nothing).
     let pid = match process::tgid_of(pid) {
@@ -128,7 +128,7 @@ fn attach(pid: u32, kernel: &mut Kernel, notes: &mut Vec<String>) -> Result<Star
 /// The hold is a re-exec of gputrace itself as `gputrace __gate FD -- CMD...`, which waits
 /// for one byte on FD and then execs CMD, keeping the pid. (Blocking in `pre_exec` instead
 /// would deadlock: spawning waits for the child's exec to report success.)
-fn run(argv: &[OsString], quiet_stdout: bool, kernel: &mut Kernel) -> Result<Started> {
+fn run(argv: &[OsString], quiet_stdout: bool, kernel: &mut ProbeSet) -> Result<Started> {
     // For people: bytes that are not UTF-8 are shown replaced; the command gets them as given.
     let command = argv.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ");
     let spawn_err = |source| TraceError::Spawn { command: command.clone(), source };
@@ -185,7 +185,7 @@ pub fn gate_then_exec(fd: i32, argv: &[OsString]) -> i32 {
 }
 
 /// Seed the scheduler accounting of a process's existing threads from their `/proc` state.
-fn seed_threads(kernel: &mut Kernel, pid: u32) {
+fn seed_threads(kernel: &mut ProbeSet, pid: u32) {
     use gputrace_common::host::state;
     let now = crate::clock::monotonic_ns();
     for tid in process::threads(pid) {

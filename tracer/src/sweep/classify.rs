@@ -6,7 +6,7 @@ use super::{
     model::{Diagnosis, Process},
     privacy::escape,
 };
-use crate::report::text::bytes;
+use crate::output::text::bytes;
 
 /// States in the order the report lists them: rogue holders first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -33,8 +33,8 @@ use crate::{
     decode::Event,
     discover::libraries,
     error::{Result, TraceError},
-    probes::{Kernel, Scope},
-    report::model::Tool,
+    probes::{ProbeSet, Scope},
+    model::Tool,
 };
 use build::Candidate;
 use model::SweepReport;
@@ -56,12 +56,12 @@ pub struct Options {
 #[derive(Debug)]
 pub struct Finished {
     pub report: SweepReport,
-    probes: Option<Kernel>,
+    probes: Option<ProbeSet>,
 }
 
 impl Finished {
     /// Remove the probes, after the report is out (removal waits for the kernel, see
-    /// `session::Outcome::detach`).
+    /// `outcome::Outcome::detach`).
     pub fn detach(&mut self) {
         if let Some(kernel) = self.probes.take() {
             kernel.detach();
@@ -71,7 +71,7 @@ impl Finished {
 
 /// Probes and their reader, where they could be loaded.
 struct Probes {
-    kernel: Kernel,
+    kernel: ProbeSet,
     ring: RingReader,
 }
 
@@ -109,6 +109,7 @@ pub async fn sweep(options: &Options) -> Result<Finished> {
     let gpu = match tokio::task::spawn_blocking(move || nvml::query(since_unix_us)).await {
         Ok(Ok(view)) => Some(view),
         Ok(Err(why)) => {
+            let why = format!("{why}; GPU memory per process is unknown (gpu: null)");
             log::warn!("{why}");
             notes.push(why);
             None
@@ -235,7 +236,7 @@ fn candidates(
 /// during the window is counted from its first call). Where the probes cannot be loaded (not
 /// root, no BPF), the sweep goes on from `/proc` and NVML alone, and says so.
 fn arm(mapped: &[libraries::Library], notes: &mut Vec<String>) -> Option<Probes> {
-    let (mut kernel, ring) = match Kernel::load_scoped(Scope::AllCuda) {
+    let (mut kernel, ring) = match ProbeSet::load_scoped(Scope::AllCuda) {
         Ok(k) => k,
         Err(e) => {
             let note = format!(
@@ -304,7 +305,7 @@ fn observe(probes: Option<&Probes>, activity: &mut activity::Activity, seen: &mu
 
 /// gputrace's own cost and completeness.
 fn tracer(
-    kernel: Option<&Kernel>,
+    kernel: Option<&ProbeSet>,
     activity: &activity::Activity,
     cost: ScanCost,
     scans: u32,
@@ -312,7 +313,7 @@ fn tracer(
     notes: Vec<String>,
 ) -> model::Tracer {
     use gputrace_common::loss;
-    let losses = kernel.map(Kernel::losses).unwrap_or_default();
+    let losses = kernel.map(ProbeSet::losses).unwrap_or_default();
     // A return without its entry is a call already running when the probes were armed; the
     // ring-full drops of call records are already among the ring-full drops.
     let not_losses = [loss::UNMATCHED_RETURN as usize, loss::RING_FULL_CALLS as usize];
@@ -332,7 +333,7 @@ fn tracer(
         fds_read: cost.fds_read,
         attach_ms,
         libraries: kernel
-            .map(Kernel::attached_libraries)
+            .map(ProbeSet::attached_libraries)
             .unwrap_or_default()
             .into_iter()
             .map(|l| model::Library { path: l.library.name, inode: l.library.inode, symbols: l.symbols.len() })

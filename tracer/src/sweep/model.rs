@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::report::model::Tool;
+use crate::model::Tool;
 
 pub const SCHEMA: &str = "gputrace.sweep/1";
 

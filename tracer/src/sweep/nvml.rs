@@ -7,6 +7,8 @@ use std::{collections::BTreeMap, sync::mpsc, thread, time::Duration};
 
 use nvml_wrapper::{enums::device::UsedGpuMemory, error::NvmlError, Device, Nvml};
 
+use crate::gpu::NoGpuView;
+
 /// How long NVML may take to answer before the sweep goes on without it.
 const NVML_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -47,20 +49,20 @@ pub struct GpuView {
 
 /// Ask NVML; `since_unix_us` is the window's start on the wall clock, which NVML's
 /// per-process samples use. `Err` says why there is no GPU view.
-pub fn query(since_unix_us: u64) -> Result<GpuView, String> {
+pub fn query(since_unix_us: u64) -> Result<GpuView, NoGpuView> {
     let (tx, rx) = mpsc::channel();
     thread::Builder::new()
         .name("gputrace-nvml".into())
         .spawn(move || {
             let _ = tx.send(ask(since_unix_us));
         })
-        .map_err(|e| format!("cannot start the NVML thread: {e}"))?;
-    rx.recv_timeout(NVML_TIMEOUT).map_err(|_| format!("NVML did not answer within {NVML_TIMEOUT:?}; GPU memory per process is unknown"))?
+        .map_err(NoGpuView::Thread)?;
+    rx.recv_timeout(NVML_TIMEOUT).map_err(|_| NoGpuView::AnswerTimeout(NVML_TIMEOUT))?
 }
 
-fn ask(since_unix_us: u64) -> Result<GpuView, String> {
-    let nvml = Nvml::init().map_err(|e| format!("NVML is unavailable ({e}); GPU memory per process is unknown (gpu: null)"))?;
-    let count = nvml.device_count().map_err(|e| format!("NVML cannot count the GPUs ({e}); gpu: null"))?;
+fn ask(since_unix_us: u64) -> Result<GpuView, NoGpuView> {
+    let nvml = Nvml::init().map_err(NoGpuView::Unavailable)?;
+    let count = nvml.device_count().map_err(NoGpuView::Count)?;
     let mut view = GpuView { driver_version: nvml.sys_driver_version().ok(), utilization_known: count > 0, processes_listed: count > 0, ..GpuView::default() };
     for index in 0..count {
         let Ok(dev) = nvml.device_by_index(index) else { continue };

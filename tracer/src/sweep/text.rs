@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::{classify::duration, model::SweepReport};
-use crate::report::text::{bytes, clean, wrap};
+use crate::output::text::{bytes, clean, wrap};
 
 fn paint(color: bool, code: &str, s: &str) -> String {
     if color {
@@ -127,7 +127,7 @@ pub fn render(r: &SweepReport, color: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{report::model::Tool, sweep::model::*};
+    use crate::{model::Tool, sweep::model::*};
 
     fn report() -> SweepReport {
         SweepReport {

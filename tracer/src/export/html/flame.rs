@@ -10,7 +10,7 @@ const WIDTH: usize = 1200;
 /// The SVG of the flamegraph of diagnosis `id`, or None where it names no code or no stack
 /// was charged to it.
 #[must_use]
-pub fn svg(ev: &Evidence, id: &str, threads: &[u32]) -> Option<String> {
+pub fn svg(ev: &Evidence, id: crate::model::DiagnosisId, threads: &[u32]) -> Option<String> {
     let stacks = stacks_of(ev, id, threads)?;
     let lines = folded(&stacks);
     if lines.is_empty() {
@@ -64,11 +64,11 @@ mod tests {
             }],
             ..Evidence::default()
         };
-        let drawn = svg(&ev, "host-sync", &[7]).expect("a flamegraph");
+        let drawn = svg(&ev, crate::model::DiagnosisId::HostSync, &[7]).expect("a flamegraph");
         assert!(drawn.contains("train.py:42 in step"), "{drawn}");
         assert!(drawn.contains("train.py:7 in main"));
-        assert!(svg(&ev, "host-sync", &[8]).is_none(), "another thread's stacks are not charged");
-        assert!(svg(&ev, "gpu-bound", &[7]).is_none(), "gpu-bound names no code");
+        assert!(svg(&ev, crate::model::DiagnosisId::HostSync, &[8]).is_none(), "another thread's stacks are not charged");
+        assert!(svg(&ev, crate::model::DiagnosisId::GpuBound, &[7]).is_none(), "gpu-bound names no code");
     }
 
     #[test]

@@ -62,7 +62,7 @@ pub fn render(file: &Path, replayed: &Replayed, report: &Report) -> io::Result<S
         step_times: &step_times,
     };
     let lanes = timeline::collect(file, &scope)?;
-    let sections = report.diagnoses.iter().map(|d| page::Section { diagnosis: d, flamegraph: flame::svg(ev, &d.id, &threads) }).collect();
+    let sections = report.diagnoses.iter().map(|d| page::Section { diagnosis: d, flamegraph: flame::svg(ev, d.id, &threads) }).collect();
     let page = page::Page {
         report,
         sections,

@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 
 use super::draw::{human, Lane};
-use crate::report::{model::Diagnosis, Report};
+use crate::model::{Diagnosis, Report};
 
 /// A diagnosis with its flamegraph (SVG), where it has one.
 #[derive(Debug)]
@@ -104,7 +104,7 @@ fn pct(f: f64) -> String {
 fn verdict(h: &mut String, r: &Report) {
     let top = r.diagnoses.iter().find(|d| d.id == r.verdict);
     let sev = top.map_or("info".to_owned(), |d| d.severity.to_string());
-    let _ = write!(h, r#"<section class="verdict sev-{}"><h2 id="verdict">VERDICT: {}</h2>"#, esc(&sev), esc(&r.verdict));
+    let _ = write!(h, r#"<section class="verdict sev-{}"><h2 id="verdict">VERDICT: {}</h2>"#, esc(&sev), esc(r.verdict.as_str()));
     if let Some(d) = top {
         let _ = write!(h, "<p>{} — costs {} of the time</p>", esc(&d.summary), pct(d.impact));
     }
@@ -124,7 +124,7 @@ fn diagnoses(h: &mut String, sections: &[Section<'_>], window_s: f64) {
             r#"<article class="diagnosis" id="d{i}"><h3><span class="badge sev-{}">{}</span> {} — costs {} of the time ({} s)</h3><p>{}</p>"#,
             esc(&sev),
             esc(&sev.to_uppercase()),
-            esc(&d.id),
+            esc(d.id.as_str()),
             pct(d.impact),
             fmt_s(d.impact * window_s),
             esc(&d.summary)
@@ -154,7 +154,7 @@ fn diagnoses(h: &mut String, sections: &[Section<'_>], window_s: f64) {
                 h,
                 r#"<figure class="flamegraph"><img alt="flamegraph of {id}" src="{}"><figcaption>Call stacks of {id}: width is time, the outermost frame at the bottom.</figcaption></figure>"#,
                 esc(&svg_data_url(svg)),
-                id = esc(&d.id)
+                id = esc(d.id.as_str())
             );
         }
         h.push_str("</article>\n");
@@ -173,20 +173,20 @@ fn account(h: &mut String, r: &Report) {
             h,
             r#"<span class="b{i}" style="width:{:.3}%" title="{}: {} s ({})">{}</span>"#,
             b.fraction * 100.0,
-            esc(&b.name),
+            esc(b.name.as_str()),
             fmt_s(b.seconds),
             pct(b.fraction),
-            if b.fraction >= 0.08 { esc(&b.name.replace('_', " ")) } else { String::new() }
+            if b.fraction >= 0.08 { esc(&b.name.label()) } else { String::new() }
         );
     }
     h.push_str("</div><ul class=\"legend\">");
     for (i, b) in a.buckets.iter().enumerate() {
-        let _ = write!(h, r#"<li><i class="b{i}"></i>{}: {} s ({})</li>"#, esc(&b.name.replace('_', " ")), fmt_s(b.seconds), pct(b.fraction));
+        let _ = write!(h, r#"<li><i class="b{i}"></i>{}: {} s ({})</li>"#, esc(&b.name.label()), fmt_s(b.seconds), pct(b.fraction));
     }
     h.push_str("</ul>");
     if !a.parts.is_empty() {
         h.push_str("<p>Charged to diagnoses: ");
-        let parts: Vec<String> = a.parts.iter().map(|p| format!("{} {} s ({}, of {})", esc(&p.name), fmt_s(p.seconds), pct(p.fraction), esc(&p.bucket.replace('_', " ")))).collect();
+        let parts: Vec<String> = a.parts.iter().map(|p| format!("{} {} s ({}, of {})", esc(&p.name), fmt_s(p.seconds), pct(p.fraction), esc(&p.bucket.label()))).collect();
         h.push_str(&parts.join("; "));
         h.push_str("</p>");
     }

@@ -22,7 +22,7 @@ pub struct Report {
     pub io: Option<Io>,
     /// NVML view; null where NVML is unavailable.
     pub gpu: Option<Gpu>,
-    pub verdict: String,
+    pub verdict: DiagnosisId,
     pub diagnoses: Vec<Diagnosis>,
     /// Where the main thread's wall time went; null when no thread launched kernels.
     pub time_account: Option<TimeAccount>,
@@ -178,14 +178,62 @@ pub struct Phase {
 pub struct Part {
     pub name: String,
     /// The bucket it lies in.
-    pub bucket: String,
+    pub bucket: TimeBucket,
     pub seconds: f64,
     pub fraction: f64,
 }
 
+/// A bucket of the time account (`time_account.buckets[].name`), in report order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeBucket {
+    /// On CPU in the host path: Python, the framework, the driver's launch calls.
+    LaunchingAndHost,
+    /// Blocked in a sync for the GPU to finish.
+    WaitingOnGpu,
+    /// In host↔device copies.
+    InCopies,
+    /// In device allocation and free calls.
+    Allocating,
+    /// Runnable, not running: waiting for a CPU.
+    WaitingForCpu,
+    /// Blocked on block I/O.
+    IoWait,
+    /// Off CPU for anything else (a loader, a timer, a lock).
+    Sleeping,
+}
+
+impl TimeBucket {
+    /// The name in words, for a person (`launching and host`).
+    #[must_use]
+    pub fn label(self) -> String {
+        self.as_str().replace('_', " ")
+    }
+
+    /// The name the JSON reports use.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::LaunchingAndHost => "launching_and_host",
+            Self::WaitingOnGpu => "waiting_on_gpu",
+            Self::InCopies => "in_copies",
+            Self::Allocating => "allocating",
+            Self::WaitingForCpu => "waiting_for_cpu",
+            Self::IoWait => "io_wait",
+            Self::Sleeping => "sleeping",
+        }
+    }
+}
+
+impl std::fmt::Display for TimeBucket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Bucket {
-    pub name: String,
+    pub name: TimeBucket,
     pub seconds: f64,
     pub fraction: f64,
 }
@@ -484,7 +532,7 @@ pub struct Gpu {
     pub devices: Vec<GpuDevice>,
     /// The target's `CUDA_VISIBLE_DEVICES` and `CUDA_DEVICE_ORDER` at attach.
     #[serde(default)]
-    pub cuda_env: crate::gpu::identity::CudaEnv,
+    pub cuda_env: CudaEnv,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
@@ -562,9 +610,90 @@ pub struct Distribution {
     pub samples: usize,
 }
 
+/// What a diagnosis is, and the verdict's word: the JSON names (`launch-bound`, …) that
+/// docs/report.md lists and scripts match on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum DiagnosisId {
+    /// The host launch path (Python, driver) paces the GPU.
+    LaunchBound,
+    /// Host work between launches leaves the GPU waiting.
+    HostBound,
+    /// A sync every step (`.item()`, `synchronize`) empties the GPU queue.
+    HostSync,
+    /// Copies from pageable host memory.
+    PageableCopy,
+    /// Copies the host waits for.
+    BlockingCopy,
+    /// Device memory allocated and freed every step.
+    AllocChurn,
+    /// Training threads runnable but not running.
+    CpuStarved,
+    /// The training thread blocked on disk reads.
+    IoStall,
+    /// The training thread waits for its input (a DataLoader).
+    InputStarved,
+    /// The training thread sleeps between steps.
+    HostSleep,
+    /// Kernels too small to fill the GPU.
+    SmallKernels,
+    /// A periodic save of device state stalls the training.
+    CheckpointStall,
+    /// The GPU is the limiter (healthy).
+    GpuBound,
+    /// An allocation failed for lack of device memory.
+    Oom,
+    /// Allocations fail while memory is free in pieces.
+    Fragmentation,
+    /// Device memory grows every step.
+    MemoryGrowth,
+    /// Memory reserved through the driver and never used.
+    MemoryReserved,
+    /// A verdict only: no CUDA work was seen.
+    NoCudaWork,
+    /// A verdict only: CUDA work, no detector fired, and nothing says the GPU is the limiter.
+    NoBottleneckFound,
+}
+
+impl DiagnosisId {
+    pub const ALL: [Self; 19] = [Self::LaunchBound, Self::HostBound, Self::HostSync, Self::PageableCopy, Self::BlockingCopy, Self::AllocChurn, Self::CpuStarved, Self::IoStall, Self::InputStarved, Self::HostSleep, Self::SmallKernels, Self::CheckpointStall, Self::GpuBound, Self::Oom, Self::Fragmentation, Self::MemoryGrowth, Self::MemoryReserved, Self::NoCudaWork, Self::NoBottleneckFound];
+
+    /// The name the JSON reports use.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::LaunchBound => "launch-bound",
+            Self::HostBound => "host-bound",
+            Self::HostSync => "host-sync",
+            Self::PageableCopy => "pageable-copy",
+            Self::BlockingCopy => "blocking-copy",
+            Self::AllocChurn => "alloc-churn",
+            Self::CpuStarved => "cpu-starved",
+            Self::IoStall => "io-stall",
+            Self::InputStarved => "input-starved",
+            Self::HostSleep => "host-sleep",
+            Self::SmallKernels => "small-kernels",
+            Self::CheckpointStall => "checkpoint-stall",
+            Self::GpuBound => "gpu-bound",
+            Self::Oom => "oom",
+            Self::Fragmentation => "fragmentation",
+            Self::MemoryGrowth => "memory-growth",
+            Self::MemoryReserved => "memory-reserved",
+            Self::NoCudaWork => "no-cuda-work",
+            Self::NoBottleneckFound => "no-bottleneck-found",
+        }
+    }
+}
+
+impl std::fmt::Display for DiagnosisId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Diagnosis {
-    pub id: String,
+    pub id: DiagnosisId,
     /// `high`, `medium`, `low` or `info`.
     pub severity: crate::severity::Severity,
     /// Fraction of the window's wall time this costs (0..1).
@@ -573,7 +702,7 @@ pub struct Diagnosis {
     pub evidence: Vec<String>,
     pub fix: String,
     /// The time-account bucket (`time_account.buckets[].name`) the impact is a part of.
-    pub bucket: Option<String>,
+    pub bucket: Option<TimeBucket>,
     /// What the fix would save; null for `gpu-bound`.
     pub saving: Option<Saving>,
     /// The code that causes it, costliest first; empty where unknown (no stacks).
@@ -642,11 +771,11 @@ pub struct Tracer {
     pub call_events_delivered: u64,
     /// Present when the report was made from a recording (`gputrace report FILE`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub recording: Option<crate::session::RecordingNote>,
+    pub recording: Option<crate::outcome::RecordingNote>,
     /// What `--max-overhead` did (absent without it): which probes were taken off part of
     /// the time, for what share of the window, and whether the budget was met.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sampling: Option<crate::session::budget::Sampling>,
+    pub sampling: Option<Sampling>,
 }
 
 /// The estimated cost of tracing to the job (docs/report.md, `tracer.overhead`).
@@ -722,4 +851,60 @@ pub struct LibraryEntry {
     pub path: String,
     pub inode: u64,
     pub symbols: usize,
+}
+
+/// What the budget did, for the report (`tracer.sampling`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct Sampling {
+    /// The budget asked for (`--max-overhead`), percent of the busiest traced thread's time.
+    pub max_overhead_pct: f64,
+    /// The probes that were taken off part of the time: the launch probes.
+    pub probes: Vec<String>,
+    /// The share of the window they were on (1: never taken off). Launch counts, launch
+    /// rates and empty-queue spells are scaled from it; every other count is exact.
+    pub on_fraction: f64,
+    /// Off phases, one per period of shedding.
+    pub cycles: u64,
+    /// The cost estimated at the last measurement with the duty cycle then in force, percent.
+    pub estimated_overhead_pct: f64,
+    /// Whether the window's estimated cost (`tracer.overhead.fraction_of_window`) kept the
+    /// budget.
+    pub met: bool,
+    /// Whether the budget can be kept by shedding launches at the rates last seen (false:
+    /// the other probes alone, or launches at the shortest duty cycle, cost more).
+    pub achievable: bool,
+    /// Empty-queue spells left out because the launch probes were off during them.
+    pub spells_unseen: u64,
+}
+
+/// The job's CUDA device environment, read from `/proc/PID/environ` at attach.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct CudaEnv {
+    pub visible_devices: Option<String>,
+    pub device_order: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diagnosis_ids_keep_their_json_names_and_each_is_documented() {
+        let doc = include_str!("../../docs/report.md");
+        for id in DiagnosisId::ALL {
+            assert_eq!(serde_json::to_value(id).expect("serializes"), serde_json::json!(id.as_str()));
+            assert_eq!(serde_json::from_value::<DiagnosisId>(serde_json::json!(id.as_str())).expect("reads back"), id);
+            assert!(doc.contains(&format!("`{id}`")), "docs/report.md does not list `{id}`");
+        }
+        let names: std::collections::BTreeSet<&str> = DiagnosisId::ALL.iter().map(|d| d.as_str()).collect();
+        assert_eq!(names.len(), DiagnosisId::ALL.len(), "every id once");
+    }
+
+    #[test]
+    fn time_buckets_keep_their_json_names() {
+        for b in [TimeBucket::LaunchingAndHost, TimeBucket::WaitingOnGpu, TimeBucket::Sleeping] {
+            assert_eq!(serde_json::to_value(b).expect("serializes"), serde_json::json!(b.as_str()));
+        }
+        assert_eq!(TimeBucket::LaunchingAndHost.label(), "launching and host");
+    }
 }

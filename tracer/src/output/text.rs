@@ -1,0 +1,45 @@
+//! Text for a person, shared by the trace and sweep reports: sizes in binary units, and
+//! lines wrapped to 80 columns.
+
+use std::fmt::Write as _;
+
+pub use super::printable::clean;
+
+/// A size in bytes, in the largest binary unit under 1,024 of it (`1.5 MiB`).
+#[must_use]
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// Word-wrap `text` to 78 columns; the first line starts with `lead`, the others are
+/// indented to line up under it.
+pub fn wrap(out: &mut String, lead: &str, text: &str) {
+    let hang = " ".repeat(lead.chars().count());
+    let mut indent = lead;
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && hang.len() + line.chars().count() + 1 + word.chars().count() > 78 {
+            let _ = writeln!(out, "{indent}{line}");
+            indent = &hang;
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        let _ = writeln!(out, "{indent}{line}");
+    }
+}

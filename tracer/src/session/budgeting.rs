@@ -1,0 +1,112 @@
+//! `--max-overhead` inside the live loop: measure the trap costs at the start, step the
+//! controller (`budget`) on its schedule, take the launch probes off and put them back, and
+//! say at the end what the budget did.
+
+use std::time::Duration;
+
+use super::{budget, Live};
+use gputrace_common::Family;
+
+use crate::clock;
+
+/// The report's view of what the budget did.
+pub(super) fn budget_report(controller: &budget::Budget, libraries: &[crate::probes::AttachedLibrary], on_fraction: f64, spells_unseen: u64) -> crate::model::Sampling {
+    let probed = |symbol: &str| libraries.iter().any(|l| l.symbols.contains(&symbol));
+    crate::model::Sampling {
+        max_overhead_pct: controller.limit() * 100.0,
+        probes: gputrace_common::PROBES
+            .iter()
+            .filter(|p| matches!(p.family, Family::Launch | Family::GraphLaunch) && probed(p.symbol))
+            .map(|p| p.symbol.to_owned())
+            .collect(),
+        on_fraction,
+        cycles: controller.cycles,
+        estimated_overhead_pct: controller.estimate * 100.0,
+        // Set by the report, from the window's estimate.
+        met: !controller.unmet,
+        achievable: !controller.unmet,
+        spells_unseen,
+    }
+}
+
+/// The overhead budget while it runs.
+pub(super) struct Budgeting {
+    pub(super) controller: budget::Budget,
+    /// Trap costs measured at the start (reused for the report's estimate).
+    pub(super) costs: Option<crate::probes::trap_cost::TrapCosts>,
+    /// Threads closing launch links taken off (a grace period each, off the loop).
+    pub(super) closing: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Live {
+    /// Start the overhead budget: the trap costs are measured now (the controller needs
+    /// them), where the launch probes can be taken off cheaply.
+    pub(super) fn start_budget(&mut self, limit: f64) {
+        if !self.kernel.can_shed_launches() {
+            self.notes.push(format!(
+                "--max-overhead {}: not applied: taking the launch probes off and on needs multi-uprobe links (Linux ≥ 6.6), \
+                 which this session does not use (tracer.uprobe_links)",
+                limit * 100.0
+            ));
+            return;
+        }
+        let costs = self.kernel.measure_trap_costs().map_err(|why| log::warn!("trap costs for the budget: {why}; 1 µs a trap assumed")).ok();
+        let controller = budget::Budget::new(limit, clock::monotonic_ns(), &self.kernel.thread_counters());
+        self.budget = Some(Budgeting { controller, costs, closing: Vec::new() });
+    }
+
+    pub(super) fn budget_due(&self) -> Option<tokio::time::Instant> {
+        let b = self.budget.as_ref()?;
+        let wait = b.controller.next_step_ns().saturating_sub(clock::monotonic_ns());
+        Some(tokio::time::Instant::now() + Duration::from_nanos(wait))
+    }
+
+    /// Measure what the probes cost since the last step; take the launch probes off or put
+    /// them back as the controller says.
+    pub(super) fn budget_step(&mut self) {
+        let Some(b) = self.budget.as_mut() else { return };
+        let costs = crate::probes::trap_cost::hit_ns(&self.kernel.attached_libraries(), b.costs.as_ref(), self.kernel.entry_only);
+        let now = clock::monotonic_ns();
+        let counters = self.kernel.thread_counters();
+        match b.controller.step(now, &counters, &costs) {
+            budget::Action::None => {}
+            budget::Action::Shed => {
+                let links = self.kernel.shed_launches();
+                self.evidence.launch_probes_off(now, &counters);
+                b.closing.push(std::thread::spawn(move || crate::probes::uprobes::drop_all(links)));
+            }
+            budget::Action::Restore => {
+                // The links taken off are closed first: an old link still closing beside its
+                // new one would count the same launches twice.
+                for t in b.closing.drain(..) {
+                    let _ = t.join();
+                }
+                // Nothing went back (every file gone): launches stay unseen, and the time
+                // stays off.
+                if self.kernel.restore_launches() > 0 || !self.kernel.has_launch_sites() {
+                    self.evidence.launch_probes_on(clock::monotonic_ns());
+                }
+            }
+        }
+    }
+
+    /// What the budget did, once the last counters are in: launches scaled to the window.
+    pub(super) fn conclude_budget(&mut self, end_ns: u64) -> Option<crate::model::Sampling> {
+        let b = self.budget.as_mut()?;
+        for t in b.closing.drain(..) {
+            let _ = t.join();
+        }
+        let on_fraction = self.evidence.scale_sampled_launches(self.start_ns, end_ns).unwrap_or(1.0);
+        let s = budget_report(&b.controller, &self.kernel.attached_libraries(), on_fraction, self.evidence.spells_unseen);
+        if s.on_fraction < 1.0 {
+            self.notes.push(format!(
+                "--max-overhead {}: the launch probes were on {:.1}% of the window ({} periods); launch counts, launch rates and \
+                 empty-queue spells are estimates scaled from then, every other count is exact",
+                s.max_overhead_pct,
+                s.on_fraction * 100.0,
+                s.cycles
+            ));
+        }
+        Some(s)
+    }
+}

@@ -1,0 +1,93 @@
+//! Reading the ring buffer into the evidence: each record decoded, host addresses of copies
+//! classified while their process lives, and each record and answer taped for a recording.
+
+use super::{
+    mapped::{attach_mapped, attach_predicted},
+    recording::Tape,
+};
+use gputrace_common::{spec_of, Family};
+
+use crate::{
+    collect::{host_memory::ProcMaps, ring::RingReader},
+    decode::Event,
+    discover::process,
+    evidence::{Evidence, HostClass, HostMemory},
+    probes::ProbeSet,
+    record::format::HostAnswer,
+    stacks::python::PythonSampler,
+};
+
+
+/// `python`: told of each device allocation as it comes, to read its Python line.
+pub(super) fn drain_ring(ring: &mut RingReader, kernel: &mut ProbeSet, evidence: &mut Evidence, host: &mut ProcMaps, mut tape: Option<&mut Tape>, python: Option<&PythonSampler>) {
+    ring.drain(|bytes, decoded| {
+        let event = match decoded {
+            Ok(event) => event,
+            Err(e) => {
+                log::debug!("undecodable record: {e}");
+                evidence.decode_errors += 1;
+                if let Some(t) = tape.as_deref_mut() {
+                    t.recorder.event(bytes);
+                }
+                return;
+            }
+        };
+        let pid = event.header().tgid;
+        // Enrichment: who owns the process, read while it is still alive.
+        evidence.uids.entry(pid).or_insert_with(|| process::uid(pid));
+        match tape.as_deref_mut() {
+            Some(t) => {
+                // The host-memory answers are recorded before their event, so a replay has
+                // them at hand when it folds the event in.
+                let mut answers = Answering { inner: host, answers: Vec::new() };
+                evidence.apply(&event, &mut answers);
+                for a in answers.answers {
+                    t.recorder.host_answer(a);
+                }
+                t.recorder.event(bytes);
+            }
+            None => evidence.apply(&event, host),
+        }
+        match event {
+            Event::Call(c) => {
+                if let (Some(py), Some(spec)) = (python, spec_of(c.header.probe).filter(|s| s.family == Family::Alloc)) {
+                    let bytes = spec.size_arg.map_or(0, |i| c.args[usize::from(i)]);
+                    py.allocated(c.header.tgid, c.header.tid, bytes, c.ret != 0);
+                }
+            }
+            Event::TaskExit(e) => {
+                // The thread is gone: fold its counters in and free its map slot.
+                if let Some(c) = kernel.take_thread(e.header.tid) {
+                    evidence.add_counters(e.header.tid, &c);
+                    if let Some(t) = tape.as_deref_mut() {
+                        t.recorder.thread_exit(e.header.tid, &c);
+                    }
+                }
+                if e.header.tid == e.header.tgid {
+                    kernel.untrace_process(e.header.tgid);
+                }
+            }
+            Event::TaskExec(e) => {
+                // The new image has not loaded its libraries yet: probe the driver it would
+                // load now (its first CUDA calls are seen), then anything already mapped.
+                attach_predicted(kernel, e.header.tgid);
+                attach_mapped(kernel, e.header.tgid);
+            }
+            _ => {}
+        }
+    });
+}
+
+/// The live host-memory lookup, noting each answer for the recording.
+pub(super) struct Answering<'a> {
+    inner: &'a mut ProcMaps,
+    answers: Vec<HostAnswer>,
+}
+
+impl HostMemory for Answering<'_> {
+    fn classify(&mut self, pid: u32, addr: u64, at_ns: u64) -> HostClass {
+        let class = self.inner.classify(pid, addr, at_ns);
+        self.answers.push(HostAnswer { pid, class: crate::record::replay::class_number(class), addr, at_ns });
+        class
+    }
+}

@@ -1,0 +1,106 @@
+//! The recording side of a live session: its start record, its checkpoints each second,
+//! and the flight recorder's check that dumps the buffer when a diagnosis fires.
+
+use std::collections::BTreeSet;
+
+use super::{checkpoint, host_and_kernel, unix_now_s, Live};
+use crate::{
+    clock,
+    evidence::Evidence,
+    gpu::{sampler::Sampler, Sample},
+    probes::ProbeSet,
+    record::{
+        format::{GpuStart, Start, Trigger},
+        Recorder,
+    },
+};
+
+/// A recording in progress, with what the session keeps for it.
+pub(super) struct Tape {
+    pub(super) recorder: Recorder,
+    /// NVML samples taken off the sampler at checkpoints (for the live report too).
+    pub(super) samples: Vec<Sample>,
+    /// A flight recorder writes itself out once when a serious problem shows.
+    pub(super) diagnosis_fired: bool,
+}
+
+impl Tape {
+    /// Diagnose the window so far; a `high` problem writes the flight recorder out.
+    pub(super) fn check_diagnosis(&mut self, ev: &Evidence, snapshot: &crate::evidence::snapshot::Snapshot, start_ns: u64, sampler: Option<&Sampler>) {
+        let mut so_far = ev.clone();
+        snapshot.apply(&mut so_far, None, &BTreeSet::new());
+        let cx = crate::gpu::Context { start_ns, end_ns: snapshot.at_ns, ..crate::gpu::Context::default() };
+        let devices = sampler.map(|s| crate::gpu::summarize(&s.devices, &self.samples, &cx));
+        let window_ns = snapshot.at_ns.saturating_sub(start_ns);
+        let (verdict, diagnoses) = crate::detect::diagnose(&crate::detect::Inputs { window_ns, evidence: &so_far, gpu: devices.as_deref() });
+        if let Some(d) = diagnoses.iter().find(|d| d.id == verdict && d.severity == crate::severity::Severity::High && d.id != crate::model::DiagnosisId::GpuBound) {
+            self.diagnosis_fired = true;
+            log::info!("flight recorder: {} fired ({}); writing the buffer out", d.id, d.summary);
+            self.recorder.trigger(&Trigger {
+                at_ns: snapshot.at_ns,
+                reason: "diagnosis".into(),
+                diagnosis: Some(d.id.as_str().to_owned()),
+                summary: Some(d.summary.clone()),
+            });
+        }
+    }
+}
+
+pub(super) fn start_record(kernel: &ProbeSet, command: &str, pid: u32, start_ns: u64, attach_ms: f64, sampler: Option<&Sampler>) -> Start {
+    let uname = host_and_kernel();
+    Start {
+        format: "gputrace.recording/1".into(),
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+        host: uname.0,
+        kernel: uname.1,
+        started_unix_s: unix_now_s(),
+        start_ns,
+        target_pid: pid,
+        command: command.into(),
+        attach_ms,
+        startup: Some(kernel.startup),
+        uprobe_links: Some(kernel.uprobe_link_kind()),
+        sched_traced: kernel.sched_traced,
+        io_traced: kernel.io_traced,
+        gpu: sampler.map(|s| GpuStart {
+            driver_version: s.driver_version.clone(),
+            devices: s.devices.clone(),
+            sample_interval_s: s.interval.as_secs_f64(),
+        }),
+        segment: 0,
+        from_session_start: true,
+        mode: String::new(),
+        cuda_env: crate::gpu::identity::CudaEnv::default(),
+        entry_only: kernel.entry_only,
+    }
+}
+
+impl Live {
+    pub(super) fn begin_recording(&mut self, mut r: Recorder, command: &str, pid: u32, attach_ms: f64, cuda_env: &crate::gpu::identity::CudaEnv) {
+        let mut start = start_record(&self.kernel, command, pid, self.start_ns, attach_ms, self.sampler.as_ref());
+        // The same instant as the live report's `started_at`, so that both reports agree.
+        start.started_unix_s = self.started_unix_s;
+        start.cuda_env = cuda_env.clone();
+        r.begin(start);
+        // The first checkpoint: a baseline for files that do not start with the session.
+        let first = self.snapshots.read(&self.kernel, self.start_ns, &self.evidence.allocs);
+        r.checkpoint(checkpoint::checkpoint(first, &self.kernel, &self.evidence, &self.notes, 0), &[]);
+        self.tape = Some(Tape { recorder: r, samples: Vec::new(), diagnosis_fired: false });
+    }
+
+    /// Write a recording checkpoint; a flight recorder also diagnoses the window so far.
+    pub(super) fn checkpoint(&mut self, diagnose: bool) {
+        self.drain();
+        let Some(t) = self.tape.as_mut() else { return };
+        self.snapshots.learn_processes(self.evidence.processes.keys().copied());
+        let snapshot = self.snapshots.read(&self.kernel, clock::monotonic_ns(), &self.evidence.allocs);
+        let fresh = self.sampler.as_ref().map(Sampler::take_samples).unwrap_or_default();
+        t.samples.extend(fresh.iter().cloned());
+        let cp = checkpoint::checkpoint(snapshot, &self.kernel, &self.evidence, &self.notes, self.host.reads);
+        // The checkpoint goes first: a dump that follows must hold the counters up to now.
+        t.recorder.checkpoint(cp.clone(), &fresh);
+        if diagnose && !t.diagnosis_fired {
+            t.check_diagnosis(&self.evidence, &cp.snapshot, self.start_ns, self.sampler.as_ref());
+        }
+    }
+}
