@@ -328,3 +328,26 @@ fn children_of(pid: u32) -> Vec<u32> {
         .flat_map(|c| c.split_whitespace().filter_map(|p| p.parse().ok()).collect::<Vec<u32>>())
         .collect()
 }
+
+/// A recording made by format version 1 (`tests/data/v1-fakejob.gtr`: `gputrace record` of
+/// `fakejob --steps 60 --driver-launches 5 --kernel-us 150 --item 1 --host-us 2000` on the
+/// fake CUDA, 2026-12-02) keeps reading, with the numbers it was made with. A reader change
+/// that breaks old files fails here, as the wire contract's snapshot does for the numbers
+/// the format is built on (tracer/src/record/contract.rs).
+#[test]
+fn a_version_1_recording_keeps_reading() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/v1-fakejob.gtr");
+    let (r, code, stderr) = report(&file);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(r["tool"]["version"], "0.1.0", "the tool that made it");
+    assert_eq!(r["window"]["stopped_by"], "target-exited");
+    assert_eq!(r["target"]["exit_code"], 0);
+    assert_eq!(num(&r, "/tracer/lost_events"), 0);
+    assert_eq!(num(&r, "/cuda/launches/kernels"), 300, "60 steps of 5 launches");
+    assert_eq!(num(&r, "/cuda/copies/d2h/count"), 60, "a scalar read a step");
+    assert_eq!(num(&r, "/cuda/copies/d2h/scalar_reads"), 60);
+    assert_eq!(num(&r, "/cuda/copies/d2h/classified/pageable"), 60);
+    let ids: Vec<&str> = r["diagnoses"].as_array().expect("diagnoses").iter().filter_map(|d| d["id"].as_str()).collect();
+    assert!(ids.contains(&"host-sync"), "the planted sync is found: {ids:?}");
+    assert!(ids.contains(&r["verdict"].as_str().unwrap_or_default()), "the verdict is one of them: {r:#}");
+}
