@@ -3,7 +3,7 @@
 
 use std::{
     ffi::OsString,
-    io::{self, IsTerminal as _, Write as _},
+    io::{self, Write as _},
     path::PathBuf,
     time::Duration,
 };
@@ -27,6 +27,15 @@ pub struct Cli {
     /// More logging on stderr (-v info, -vv debug); `RUST_LOG` overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t,
+        value_name = "WHEN",
+        help = "Colour the text report: auto (on a terminal, unless NO_COLOR is set), always, never"
+    )]
+    pub color: crate::output::style::When,
 }
 
 #[derive(Debug, Subcommand)]
@@ -410,7 +419,7 @@ async fn execute_sweep(options: &sweep::Options, json: bool, html: Option<&Desti
         if json {
             serde_json::to_writer_pretty(&mut *out, report).map_err(io::Error::from).and_then(|()| writeln!(out))
         } else {
-            out.write_all(sweep::text::render(report, io::stdout().is_terminal()).as_bytes())
+            out.write_all(sweep::text::render(report, crate::output::style::on_stdout()).as_bytes())
         }
     });
     let code = match html.map(|out| (out, crate::export::html::write_sweep(report, out))) {
@@ -583,7 +592,7 @@ fn print_report(report: &Report, json: bool) -> i32 {
         if json {
             serde_json::to_writer_pretty(&mut *out, report).map_err(io::Error::from).and_then(|()| writeln!(out))
         } else {
-            out.write_all(report::text::render(report, io::stdout().is_terminal()).as_bytes())
+            out.write_all(report::text::render(report, crate::output::style::on_stdout()).as_bytes())
         }
     })
 }

@@ -41,10 +41,9 @@ pub fn check() -> Result<()> {
 
 /// Kernels before 5.11 charge BPF maps to `RLIMIT_MEMLOCK`; newer ones ignore it.
 fn raise_memlock() {
-    let unlimited = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
-    // SAFETY: a valid rlimit struct is passed by pointer.
-    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &raw const unlimited) } != 0 {
-        log::debug!("could not raise RLIMIT_MEMLOCK: {}", std::io::Error::last_os_error());
+    use rustix::process::{setrlimit, Resource, Rlimit};
+    if let Err(e) = setrlimit(Resource::Memlock, Rlimit { current: None, maximum: None }) {
+        log::debug!("could not raise RLIMIT_MEMLOCK: {e}");
     }
 }
 

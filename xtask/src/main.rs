@@ -154,29 +154,25 @@ fn test() -> Result<()> {
     result
 }
 
+/// Every cargo step of the test run selects the same packages: cargo unifies the features
+/// of shared dependencies over the packages selected, so `-p gputrace` in one step and the
+/// workspace in the next would compile blazesym, py-spy and gputrace itself twice.
+const EVERY_HOST_CRATE: [&str; 3] = ["--workspace", "--exclude", "gputrace-ebpf"];
+
+fn cargo_release(verb: &str) -> Command {
+    let mut cmd = Command::new("cargo");
+    cmd.current_dir(root()).args([verb, "--release"]).args(EVERY_HOST_CRATE);
+    cmd
+}
+
 fn test_steps() -> Result<()> {
-    let gputrace = build()?;
+    toolchain::setup()?;
+    run(&mut cargo_release("build"))?;
+    let gputrace = root().join("target/release/gputrace");
     // Lints first: every crate inherits the workspace lints, and warnings fail the run.
-    run(Command::new("cargo").current_dir(root()).args([
-        "clippy",
-        "--release",
-        "--workspace",
-        "--exclude",
-        "gputrace-ebpf",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ]))?;
-    run(Command::new("cargo").current_dir(root()).env("GPUTRACE_BIN", &gputrace).args([
-        "test",
-        "--release",
-        "--workspace",
-        "--exclude",
-        "gputrace-tests",
-        "--exclude",
-        "gputrace-ebpf",
-    ]))?;
+    run(cargo_release("clippy").args(["--all-targets", "--", "-D", "warnings"]))?;
+    // Unit tests: the libraries' and binaries' own (there are no doc tests).
+    run(cargo_release("test").env("GPUTRACE_BIN", &gputrace).args(["--lib", "--bins"]))?;
     // The fuzz corpus and mutations again, in a debug build: overflow checks on, as the
     // fuzzer runs them (release builds would wrap silently and hide an overflow).
     run(Command::new("cargo").current_dir(root()).env("GPUTRACE_EBPF_STUB", "1").args([
@@ -192,14 +188,7 @@ fn test_steps() -> Result<()> {
     toolchain::browser()?;
     eprintln!("+ took {:.1} s: dist and the browser", packing.elapsed().as_secs_f64());
     // The privileged tests load eBPF into the one kernel: one at a time.
-    run(Command::new("cargo").current_dir(root()).env("GPUTRACE_BIN", &gputrace).args([
-        "test",
-        "--release",
-        "--package",
-        "gputrace-tests",
-        "--",
-        "--test-threads=1",
-    ]))
+    run(cargo_release("test").env("GPUTRACE_BIN", &gputrace).args(["--test", "*", "--", "--test-threads=1"]))
 }
 
 fn main() -> Result<()> {

@@ -10,6 +10,7 @@ fn main() {
         std::process::exit(gputrace::session::gate_then_exec(fd, args.get(4..).unwrap_or_default()));
     }
     let cli = gputrace::cli::Cli::parse_from(args);
+    gputrace::output::style::choose(cli.color);
     let level = match cli.verbose {
         0 => "warn",
         1 => "info",

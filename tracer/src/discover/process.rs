@@ -134,8 +134,7 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
         let t = std::thread::spawn(move || {
-            // SAFETY: gettid has no preconditions.
-            tx.send(unsafe { libc::gettid() } as u32).expect("send");
+            tx.send(rustix::thread::gettid().as_raw_nonzero().get() as u32).expect("send");
             let _ = done_rx.recv();
         });
         let tid = rx.recv().expect("tid");

@@ -66,8 +66,7 @@ mod tests {
         let name = b"gt\xff\xfename\0";
         // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
         assert_eq!(unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) }, 0);
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() };
+        let tid = rustix::thread::gettid().as_raw_nonzero();
         let stat = read_text(format!("/proc/self/task/{tid}/stat")).expect("stat reads");
         assert!(stat.contains("gt\u{fffd}\u{fffd}name"), "{stat}");
         let status = read_text(format!("/proc/self/task/{tid}/status")).expect("status reads");

@@ -4,6 +4,7 @@
 pub mod destination;
 pub mod open;
 pub mod printable;
+pub mod style;
 pub mod text;
 
 pub use destination::{resolve, Destination, Refused};

@@ -117,6 +117,8 @@ pub struct ProbeSet {
     /// Every attachment, so that `detach` can undo them all at once.
     uprobes: uprobes::Uprobes,
     tracepoint_links: Vec<(&'static str, TracePointLinkId)>,
+    /// The tracepoints, being closed since the window ended (`start_detaching_tracepoints`).
+    tracepoints_closing: Option<std::thread::JoinHandle<()>>,
     /// Which tracepoint groups are attached (see `TRACEPOINT_GROUPS`).
     pub sched_traced: bool,
     pub io_traced: bool,
@@ -325,6 +327,7 @@ impl ProbeSet {
                 startup,
                 uprobes,
                 tracepoint_links,
+                tracepoints_closing: None,
                 sched_traced,
                 io_traced,
                 wakers_traced,
@@ -596,9 +599,24 @@ impl ProbeSet {
         let uprobes = self.uprobes.take_all(&mut self.ebpf);
         let tracepoints = take_tracepoint_links(&mut self.ebpf, std::mem::take(&mut self.tracepoint_links));
         std::thread::scope(|scope| {
-            scope.spawn(|| uprobes::drop_all(uprobes));
-            scope.spawn(|| uprobes::drop_all(tracepoints));
+            scope.spawn(|| detach_timed("uprobe", uprobes));
+            scope.spawn(|| detach_timed("tracepoint", tracepoints));
         });
+        if let Some(closing) = self.tracepoints_closing.take() {
+            let _ = closing.join();
+        }
+    }
+
+    /// Start closing the tracepoints, once the window's last reading is taken: the kernel
+    /// closes perf-event tracepoints one at a time, each holding its event mutex across two
+    /// grace periods (~40 ms apiece here, 10 of them), so this runs while the report is made
+    /// rather than after it. The maps stay readable; `detach` waits for the thread.
+    pub fn start_detaching_tracepoints(&mut self) {
+        let links = take_tracepoint_links(&mut self.ebpf, std::mem::take(&mut self.tracepoint_links));
+        if links.is_empty() || self.tracepoints_closing.is_some() {
+            return;
+        }
+        self.tracepoints_closing = std::thread::Builder::new().name("gputrace-detach".into()).spawn(move || detach_timed("tracepoint", links)).ok();
     }
 
     /// Loss counters summed over CPUs, indexed by `gputrace_common::loss`.
@@ -612,6 +630,13 @@ impl ProbeSet {
         }
         out
     }
+}
+
+/// Close `links` at once, each on a thread of its own, and log how long that took.
+fn detach_timed<T: Send>(what: &str, links: Vec<T>) {
+    let (n, began) = (links.len(), std::time::Instant::now());
+    uprobes::drop_all(links);
+    log::debug!("detached {n} {what} links in {:.0} ms", began.elapsed().as_secs_f64() * 1e3);
 }
 
 /// The instruction pointers of stack `id` in `stacks`, innermost first (none for a negative

@@ -23,12 +23,8 @@ pub fn ensure_mounted() -> Result<PathBuf, Unavailable> {
             return Ok(root.into());
         }
     }
-    let target = c"/sys/kernel/tracing";
-    // SAFETY: all pointers are valid NUL-terminated strings; data may be null.
-    let rc = unsafe { libc::mount(c"nodev".as_ptr(), target.as_ptr(), c"tracefs".as_ptr(), 0, std::ptr::null()) };
-    if rc != 0 {
-        return Err(Unavailable::MountFailed(std::io::Error::last_os_error()));
-    }
+    rustix::mount::mount(c"nodev", c"/sys/kernel/tracing", c"tracefs", rustix::mount::MountFlags::empty(), None::<&std::ffi::CStr>)
+        .map_err(|e| Unavailable::MountFailed(e.into()))?;
     log::info!("mounted tracefs at /sys/kernel/tracing (it was not mounted)");
     Ok("/sys/kernel/tracing".into())
 }

@@ -158,8 +158,7 @@ mod tests {
         let meta = fs::symlink_metadata(&out).expect("out");
         assert!(meta.file_type().is_file());
         assert_eq!(meta.permissions().mode() & 0o777, 0o600);
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        assert_eq!(meta.uid(), unsafe { libc::geteuid() });
+        assert_eq!(meta.uid(), rustix::process::geteuid().as_raw());
         let _ = fs::remove_dir_all(&dir);
     }
 

@@ -6,7 +6,10 @@ use std::fmt::Write as _;
 
 use crate::{
     model::{CopyDir, Report},
-    output::text::{bytes, clean, wrap},
+    output::{
+        style,
+        text::{bytes, clean, wrap},
+    },
 };
 
 struct Style {
@@ -14,12 +17,8 @@ struct Style {
 }
 
 impl Style {
-    fn paint(&self, code: &str, s: &str) -> String {
-        if self.color {
-            format!("\x1b[{code}m{s}\x1b[0m")
-        } else {
-            s.to_owned()
-        }
+    fn paint(&self, style: anstyle::Style, s: &str) -> String {
+        style::paint(self.color, style, s)
     }
 }
 
@@ -84,11 +83,11 @@ pub fn render(r: &Report, color: bool) -> String {
         // The full command line is in the JSON report; the title keeps to one line.
         title = title.chars().take(79).chain(['…']).collect();
     }
-    let _ = writeln!(out, "{}", st.paint("1", &title));
+    let _ = writeln!(out, "{}", st.paint(style::BOLD, &title));
     let _ = writeln!(out, "traced {:.2} s, stopped by {}", r.window.duration_s, r.window.stopped_by);
     match (r.target.exit_signal, r.target.exit_code) {
         (Some(sig), _) => {
-            let _ = writeln!(out, "{}", st.paint("1;31", &format!("the command was killed by signal {sig} ({})", signal_name(sig))));
+            let _ = writeln!(out, "{}", st.paint(style::BOLD_RED, &format!("the command was killed by signal {sig} ({})", signal_name(sig))));
         }
         (None, Some(code)) if code != 0 => {
             let _ = writeln!(out, "the command exited with status {code}");
@@ -97,7 +96,7 @@ pub fn render(r: &Report, color: bool) -> String {
     }
     let _ = writeln!(out);
     let pace = r.steps.as_ref().map_or(String::new(), |s| format!(" ({:.2} steps/s)", s.per_second));
-    let _ = writeln!(out, "{} {}{pace}", st.paint("1", "VERDICT:"), st.paint("1;33", r.verdict.as_str()));
+    let _ = writeln!(out, "{} {}{pace}", st.paint(style::BOLD, "VERDICT:"), st.paint(style::BOLD_YELLOW, r.verdict.as_str()));
     diagnoses_section(&mut out, &st, r);
 
     steps_section(&mut out, &st, r);
@@ -105,7 +104,7 @@ pub fn render(r: &Report, color: bool) -> String {
     account_section(&mut out, &st, r);
     if let Some(m) = r.cpu.main_thread.as_ref().filter(|m| m.on_cpu_s.is_some()) {
         let f = |v: Option<f64>| v.unwrap_or(0.0);
-        let _ = writeln!(out, "\n{}", st.paint("1", "HOST"));
+        let _ = writeln!(out, "\n{}", st.paint(style::BOLD, "HOST"));
         let _ = writeln!(out, "  main thread {}: on CPU {:.3} s, waiting for a CPU {:.3} s,", m.tid, f(m.on_cpu_s), f(m.runqueue_s));
         let _ = writeln!(out, "  {:>12}  I/O wait {:.3} s, sleeping {:.3} s", "", f(m.io_wait_s), f(m.sleep_s));
     }
@@ -121,7 +120,7 @@ pub fn render(r: &Report, color: bool) -> String {
         );
     }
     if let Some(g) = &r.gpu {
-        let _ = writeln!(out, "\n{}", st.paint("1", "GPU"));
+        let _ = writeln!(out, "\n{}", st.paint(style::BOLD, "GPU"));
         for d in &g.devices {
             let util = d.utilization_gpu_pct.map_or("?".into(), |u| format!("{u}%"));
             let sm = d.sm_activity_pct.as_ref().map_or(String::new(), |s| format!(", SMs busy {:.0}%", s.mean));
@@ -132,7 +131,7 @@ pub fn render(r: &Report, color: bool) -> String {
         }
     }
     let t = &r.tracer;
-    let _ = writeln!(out, "\n{}", st.paint("1", "TRACER"));
+    let _ = writeln!(out, "\n{}", st.paint(style::BOLD, "TRACER"));
     let _ = writeln!(
         out,
         "  {} probes in {} libraries, armed in {:.0} ms; {}",
@@ -142,11 +141,11 @@ pub fn render(r: &Report, color: bool) -> String {
         if t.complete {
             "no events lost".to_owned()
         } else if t.lost_events > 0 {
-            st.paint("31", &format!("{} events LOST: counts are incomplete", t.lost_events))
+            st.paint(style::RED, &format!("{} events LOST: counts are incomplete", t.lost_events))
         } else if t.probed_late > 0 {
-            st.paint("31", &format!("calls of {} process(es) were missed before their CUDA library was probed: counts are a lower bound", t.probed_late))
+            st.paint(style::RED, &format!("calls of {} process(es) were missed before their CUDA library was probed: counts are a lower bound", t.probed_late))
         } else {
-            st.paint("31", "the recording is incomplete: counts are a lower bound")
+            st.paint(style::RED, "the recording is incomplete: counts are a lower bound")
         }
     );
     if t.overhead.traps > 0 {
@@ -177,8 +176,8 @@ pub fn render(r: &Report, color: bool) -> String {
 fn diagnoses_section(out: &mut String, st: &Style, r: &Report) {
     for d in &r.diagnoses {
         let sev = match d.severity {
-            Severity::High => st.paint("1;31", "HIGH"),
-            Severity::Medium => st.paint("33", "MEDIUM"),
+            Severity::High => st.paint(style::BOLD_RED, "HIGH"),
+            Severity::Medium => st.paint(style::YELLOW, "MEDIUM"),
             Severity::Low => "low".to_owned(),
             Severity::Info => "info".to_owned(),
         };
@@ -216,7 +215,7 @@ fn diagnoses_section(out: &mut String, st: &Style, r: &Report) {
 fn account_section(out: &mut String, st: &Style, r: &Report) {
     if let Some(a) = &r.time_account {
         let who = if a.threads.len() > 1 { format!("{} threads", a.threads.len()) } else { format!("thread {}", a.tid) };
-        let _ = writeln!(out, "\n{}", st.paint("1", &format!("WHERE THE LAUNCHING TIME WENT ({who})")));
+        let _ = writeln!(out, "\n{}", st.paint(style::BOLD, &format!("WHERE THE LAUNCHING TIME WENT ({who})")));
         if a.threads.len() > 1 {
             let tids: Vec<String> = a.threads.iter().map(u32::to_string).collect();
             wrap(
@@ -268,7 +267,7 @@ fn account_section(out: &mut String, st: &Style, r: &Report) {
 
 fn steps_section(out: &mut String, st: &Style, r: &Report) {
     let Some(s) = &r.steps else { return };
-    let _ = writeln!(out, "\n{}", st.paint("1", "STEPS"));
+    let _ = writeln!(out, "\n{}", st.paint(style::BOLD, "STEPS"));
     wrap(out, "  marker ", &format!("{} ({} seen, {:.0}% on the beat)", s.marker, s.markers, s.on_beat * 100.0));
     let t = &s.step_time_s;
     let _ = writeln!(
@@ -293,7 +292,7 @@ fn steps_section(out: &mut String, st: &Style, r: &Report) {
 
 fn cuda_section(out: &mut String, st: &Style, r: &Report) {
     let c = &r.cuda;
-    let _ = writeln!(out, "\n{}", st.paint("1", "CUDA"));
+    let _ = writeln!(out, "\n{}", st.paint(style::BOLD, "CUDA"));
     let _ = writeln!(out, "  launches   {} kernels ({:.0}/s), {} graphs", c.launches.kernels, c.launches.per_second, c.launches.graphs);
     let _ = writeln!(out, "  syncs      {} calls, {:.3} s waiting", c.syncs.count, c.syncs.wait_s);
     if let Some(g) = &r.gpu_idle {

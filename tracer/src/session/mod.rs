@@ -232,6 +232,9 @@ impl Live {
         self.snapshots.learn_processes(self.evidence.processes.keys().copied());
         let last = self.snapshots.read(&self.kernel, end_ns, &self.evidence.allocs);
         last.apply(&mut self.evidence, None, &BTreeSet::new());
+        // Nothing more is read from the tracepoints: let the kernel close them while the
+        // report is made.
+        self.kernel.start_detaching_tracepoints();
         let sampling = self.conclude_budget(end_ns);
         self.notes.extend(self.snapshots.stack_notes());
         self.notes.extend(self.kernel.take_later_notes());

@@ -162,12 +162,17 @@ pub const GATE_ARG: &str = "__gate";
 #[must_use]
 pub fn gate_then_exec(fd: i32, argv: &[OsString]) -> i32 {
     use std::os::unix::process::CommandExt as _;
-    let mut byte = 0u8;
-    // SAFETY: reads one byte into a valid buffer.
-    let n = unsafe { libc::read(fd, (&raw mut byte).cast(), 1) };
-    // SAFETY: closing our own descriptor.
-    unsafe { libc::close(fd) };
-    if n != 1 {
+    if fd < 0 {
+        eprintln!("gputrace: tracing did not start; not running the command");
+        return crate::error::exit::FAILURE;
+    }
+    // SAFETY: the parent passed this descriptor to us alone (its number is our argument);
+    // nothing else in this process owns it.
+    let gate = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let mut byte = [0u8];
+    let n = rustix::io::read(&gate, &mut byte);
+    drop(gate);
+    if !matches!(n, Ok(1)) {
         eprintln!("gputrace: tracing did not start; not running the command");
         return crate::error::exit::FAILURE;
     }
@@ -201,21 +206,13 @@ fn seed_threads(kernel: &mut ProbeSet, pid: u32) {
 }
 
 fn pipe() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: fds has room for two descriptors.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors were just created and are owned by nobody else.
-    Ok(unsafe { (std::os::fd::FromRawFd::from_raw_fd(fds[0]), std::os::fd::FromRawFd::from_raw_fd(fds[1])) })
+    Ok(rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?)
 }
 
 fn write_byte(fd: &std::os::fd::OwnedFd) -> io::Result<()> {
-    // SAFETY: writes one byte from a valid buffer to an open descriptor.
-    if unsafe { libc::write(fd.as_raw_fd(), [1u8].as_ptr().cast(), 1) } == 1 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
+    match rustix::io::write(fd, &[1u8])? {
+        1 => Ok(()),
+        _ => Err(io::Error::from(io::ErrorKind::WriteZero)),
     }
 }
 
@@ -249,17 +246,17 @@ pub fn forward_signal(child: Option<&tokio::process::Child>, signal: i32) -> boo
     if signal == libc::SIGINT && in_terminal_foreground() {
         return false;
     }
-    // SAFETY: sending a signal has no memory-safety preconditions.
-    unsafe { libc::kill(pid as i32, signal) == 0 }
+    let (Some(pid), Some(signal)) = (rustix::process::Pid::from_raw(pid as i32), rustix::process::Signal::from_named_raw(signal)) else {
+        return false;
+    };
+    rustix::process::kill_process(pid, signal).is_ok()
 }
 
 /// Whether our process group is the foreground group of the terminal on stdin, stdout or
 /// stderr: then a Ctrl-C went to the whole group.
 fn in_terminal_foreground() -> bool {
-    // SAFETY: getpgrp and tcgetpgrp only read process state; a descriptor that is not a
-    // terminal makes tcgetpgrp fail with -1, which never equals a process group.
-    unsafe {
-        let group = libc::getpgrp();
-        [0, 1, 2].into_iter().any(|fd| libc::tcgetpgrp(fd) == group)
-    }
+    let group = rustix::process::getpgrp();
+    [rustix::stdio::stdin(), rustix::stdio::stdout(), rustix::stdio::stderr()]
+        .into_iter()
+        .any(|fd| rustix::termios::tcgetpgrp(fd).is_ok_and(|g| g == group))
 }

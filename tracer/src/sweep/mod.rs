@@ -125,8 +125,7 @@ pub async fn sweep(options: &Options) -> Result<Finished> {
     cost.add(&end.cost);
     scans += 1;
     let candidates = candidates(me, &start, &end, &activity, gpu.as_ref(), seen);
-    // SAFETY: geteuid has no preconditions.
-    let viewer = unsafe { libc::geteuid() };
+    let viewer = rustix::process::geteuid().as_raw();
     // A plain user under `hidepid` sees only their own processes: an empty census then says
     // nothing about the host.
     let hidden = if viewer == 0 { None } else { crate::discover::procfs::hiding_option() };

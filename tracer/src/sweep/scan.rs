@@ -254,8 +254,7 @@ fn open_devices(pid: u32, fds_read: &mut u64) -> std::io::Result<BTreeSet<String
 #[must_use]
 pub fn boot_clock() -> Option<(f64, f64)> {
     let uptime: f64 = fs::read_to_string("/proc/uptime").ok()?.split_whitespace().next()?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let ticks = rustix::param::clock_ticks_per_second();
     (ticks > 0).then_some((uptime, ticks as f64))
 }
 

@@ -4,15 +4,10 @@
 use std::fmt::Write as _;
 
 use super::{classify::duration, model::SweepReport};
-use crate::output::text::{bytes, clean, wrap};
-
-fn paint(color: bool, code: &str, s: &str) -> String {
-    if color {
-        format!("\x1b[{code}m{s}\x1b[0m")
-    } else {
-        s.to_owned()
-    }
-}
+use crate::output::{
+    style,
+    text::{bytes, clean, wrap},
+};
 
 /// At most `width` characters, with `…` where cut.
 fn fit(s: &str, width: usize) -> String {
@@ -34,7 +29,7 @@ pub fn render(r: &SweepReport, color: bool) -> String {
         if n == 1 { "s" } else { "" },
         r.window.duration_s
     );
-    let _ = writeln!(out, "{}\n", paint(color, "1", &title));
+    let _ = writeln!(out, "{}\n", style::paint(color, style::BOLD, &title));
     let opt = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
     if n > 0 {
         let _ = writeln!(
@@ -45,8 +40,8 @@ pub fn render(r: &SweepReport, color: bool) -> String {
     }
     for p in &r.processes {
         let state = match p.state.as_str() {
-            "zombie" => paint(color, "1;31", &format!("{:<7}", p.state)),
-            "idle" => paint(color, "33", &format!("{:<7}", p.state)),
+            "zombie" => style::paint(color, style::BOLD_RED, &format!("{:<7}", p.state)),
+            "idle" => style::paint(color, style::YELLOW, &format!("{:<7}", p.state)),
             _ => format!("{:<7}", p.state),
         };
         let last = p.last_activity_s.map_or_else(|| "never".to_owned(), |s| format!("{s:.1}s ago"));
@@ -88,8 +83,8 @@ pub fn render(r: &SweepReport, color: bool) -> String {
     }
     for d in &r.diagnoses {
         let sev = match d.severity {
-            crate::severity::Severity::High => paint(color, "1;31", "HIGH"),
-            crate::severity::Severity::Medium => paint(color, "33", "MEDIUM"),
+            crate::severity::Severity::High => style::paint(color, style::BOLD_RED, "HIGH"),
+            crate::severity::Severity::Medium => style::paint(color, style::YELLOW, "MEDIUM"),
             other => other.as_str().to_owned(),
         };
         let _ = writeln!(out, "\n[{sev}] {}", d.id);
@@ -100,7 +95,7 @@ pub fn render(r: &SweepReport, color: bool) -> String {
         wrap(&mut out, "  fix: ", &clean(&d.fix));
     }
     if let Some(g) = &r.gpu {
-        let _ = writeln!(out, "\n{}", paint(color, "1", "GPU"));
+        let _ = writeln!(out, "\n{}", style::paint(color, style::BOLD, "GPU"));
         for d in &g.devices {
             let used = d.memory_used_bytes.map_or_else(|| "?".to_owned(), bytes);
             let total = d.memory_total_bytes.map_or_else(|| "?".to_owned(), bytes);
@@ -108,14 +103,14 @@ pub fn render(r: &SweepReport, color: bool) -> String {
         }
     }
     let t = &r.tracer;
-    let _ = writeln!(out, "\n{}", paint(color, "1", "TRACER"));
+    let _ = writeln!(out, "\n{}", style::paint(color, style::BOLD, "TRACER"));
     let _ = writeln!(
         out,
         "  {:.3} s CPU; /proc: {} processes in {:.1} ms ({} passes); {} CUDA calls",
         t.cpu_s, t.processes_scanned, t.proc_scan_ms, t.proc_scans, t.probe_hits
     );
     if r.window.cuda_probes {
-        let lost = if t.complete { "no events lost".to_owned() } else { paint(color, "31", &format!("{} events LOST", t.lost_events)) };
+        let lost = if t.complete { "no events lost".to_owned() } else { style::paint(color, style::RED, &format!("{} events LOST", t.lost_events)) };
         let _ = writeln!(out, "  probes in {} libraries, armed in {:.0} ms; {lost}", t.libraries.len(), t.attach_ms);
     }
     for note in &t.notes {
