@@ -351,3 +351,25 @@ fn a_version_1_recording_keeps_reading() {
     assert!(ids.contains(&"host-sync"), "the planted sync is found: {ids:?}");
     assert!(ids.contains(&r["verdict"].as_str().unwrap_or_default()), "the verdict is one of them: {r:#}");
 }
+
+/// The text report's colour follows `--color` and `NO_COLOR`, whatever stdout is.
+#[test]
+fn the_text_report_is_coloured_as_asked() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/v1-fakejob.gtr");
+    let text = |args: &[&str], no_color: bool| {
+        let mut cmd = Command::new(gputrace());
+        cmd.args(args).arg("report").arg(&file).env_remove("NO_COLOR").env_remove("CLICOLOR_FORCE");
+        if no_color {
+            cmd.env("NO_COLOR", "1");
+        }
+        let out = cmd.output().expect("gputrace report runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(!text(&[], false).contains('\x1b'), "auto: no colour into a pipe");
+    assert!(text(&["--color", "always"], false).contains("\x1b[1m"), "always: colour even into a pipe");
+    assert!(!text(&["--color", "never"], false).contains('\x1b'));
+    assert!(!text(&[], true).contains('\x1b'), "NO_COLOR");
+    let bad = Command::new(gputrace()).args(["--color", "sometimes", "report"]).arg(&file).output().expect("runs");
+    assert_eq!(bad.status.code(), Some(2), "a bad value is a usage error");
+}

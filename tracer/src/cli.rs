@@ -598,8 +598,10 @@ fn print_report(report: &Report, json: bool) -> i32 {
 }
 
 /// Write a report to stdout; a closed pipe is a clean exit.
-fn print_with(write: impl FnOnce(&mut io::StdoutLock<'static>) -> io::Result<()>) -> i32 {
-    let mut out = io::stdout().lock();
+/// Write a report to stdout in one buffer (stdout is line-buffered: a JSON report would
+/// otherwise be a write call per line), then flush it.
+fn print_with(write: impl FnOnce(&mut io::BufWriter<io::StdoutLock<'static>>) -> io::Result<()>) -> i32 {
+    let mut out = io::BufWriter::with_capacity(1 << 16, io::stdout().lock());
     let written = write(&mut out);
     match written.and_then(|()| out.flush()) {
         Ok(()) => exit::OK,

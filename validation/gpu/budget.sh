@@ -4,7 +4,8 @@
 # SECS seconds — untraced, traced by `gputrace attach` with every probe on, traced with
 # `--max-overhead PCT` — REPS times, then untraced again. Each traced phase is a full attach;
 # its JSON report is kept (launches estimated, tracer.sampling, tracer.overhead).
-# Usage: [SECS=3] [REPS=6] [PCT=1] budget.sh GPUTRACE OUT_DIR [MODE]   (root)
+# FLAGS are added to every traced phase (e.g. FLAGS=--no-stacks).
+# Usage: [SECS=3] [REPS=6] [PCT=1] [FLAGS=...] budget.sh GPUTRACE OUT_DIR [MODE]   (root)
 set -u
 BIN=$1
 OUT=$2
@@ -34,8 +35,10 @@ traced() { # NAME [gputrace flags...]
 }
 for r in $(seq 1 "$REPS"); do
   measure "untraced_$r"
-  traced "full_$r"
-  traced "budget${PCT}_$r" --max-overhead "$PCT"
+  # shellcheck disable=SC2086 # FLAGS is a list of flags
+  traced "full_$r" ${FLAGS:-}
+  # shellcheck disable=SC2086
+  traced "budget${PCT}_$r" --max-overhead "$PCT" ${FLAGS:-}
 done
 measure "untraced_$((REPS + 1))"
 echo quit >&"$to"
@@ -71,4 +74,18 @@ for kind, by_rep in rates.items():
     # Each traced phase against the mean of the untraced phases around its rep.
     slow = [1 - r / ((u[i] + u[i + 1]) / 2) for i, r in by_rep.items() if i in u and i + 1 in u]
     print(f"{kind}: slowdown median {statistics.median(slow):.1%}, per rep {', '.join(f'{s:.1%}' for s in slow)}")
+# The same on the main thread's CPU time per step (overhead.py's 4th field): the cost the
+# probes add to the thread itself, without the waits for a CPU that wall time includes.
+cpu = {}
+for line in open("budget.txt"):
+    m = re.match(rf"{sys.argv[1]} (\S+?)_(\d+) [\d.]+ \d+ ([\d.]+)$", line.strip())
+    if m:
+        cpu.setdefault(m.group(1), {})[int(m.group(2))] = float(m.group(3))
+u = cpu.get("untraced", {})
+for kind, by_rep in cpu.items():
+    if kind == "untraced":
+        continue
+    added = [c / ((u[i] + u[i + 1]) / 2) - 1 for i, c in by_rep.items() if i in u and i + 1 in u]
+    if added:
+        print(f"{kind}: CPU time per step added, median {statistics.median(added):.1%}, per rep {', '.join(f'{a:.1%}' for a in added)}")
 PY

@@ -159,9 +159,7 @@ mod tests {
         }
         let dir = scratch("fifo");
         let fifo = dir.join("pipe");
-        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        rustix::fs::mkfifoat(rustix::fs::CWD, &fifo, rustix::fs::Mode::from_raw_mode(0o600)).expect("mkfifo");
         assert_eq!(resolve(&fifo, false, &[]).expect("fifo"), Destination::Stream(fifo.clone()));
         // A link to a device (as /dev/stdout is) leads to a stream, too.
         let link = dir.join("null");

@@ -115,16 +115,11 @@ impl Drop for Placement {
 /// `rename` that fails with `AlreadyExists` instead of replacing. Filesystems without
 /// `RENAME_NOREPLACE` get `link` + `unlink`, which refuses an existing name the same way.
 fn rename_no_replace(from: &Path, to: &Path) -> io::Result<()> {
-    let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput));
-    let (from_c, to_c) = (c(from)?, c(to)?);
-    // SAFETY: both are valid NUL-terminated paths; renameat2 only reads them.
-    let rc = unsafe { libc::renameat2(libc::AT_FDCWD, from_c.as_ptr(), libc::AT_FDCWD, to_c.as_ptr(), libc::RENAME_NOREPLACE) };
-    if rc == 0 {
-        return Ok(());
-    }
-    let err = io::Error::last_os_error();
-    if err.raw_os_error() != Some(libc::EINVAL) {
-        return Err(err);
+    use rustix::fs::{renameat_with, RenameFlags, CWD};
+    match renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE) {
+        Ok(()) => return Ok(()),
+        Err(e) if e != rustix::io::Errno::INVAL => return Err(e.into()),
+        Err(_) => {}
     }
     fs::hard_link(from, to)?;
     fs::remove_file(from)
