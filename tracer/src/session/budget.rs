@@ -81,6 +81,13 @@ pub struct Budget {
     pub unmet: bool,
     /// The estimated cost with the present duty cycle, a fraction of the busiest thread.
     pub estimate: f64,
+    /// The launch share of the busiest thread while the launch probes were last on.
+    on_launches: f64,
+    /// How long the launch probes went on firing after the last shed, ns: closing a link
+    /// returns at once, but the kernel takes its probes out over a grace period or more,
+    /// and the traps of that time cost the job as any other. Measured from the hits of the
+    /// off phase against the launch rate while on; the next on phase is shortened by it.
+    lingering_ns: f64,
 }
 
 impl Budget {
@@ -98,6 +105,8 @@ impl Budget {
             cycles: 0,
             unmet: false,
             estimate: 0.0,
+            on_launches: 0.0,
+            lingering_ns: 0.0,
         }
     }
 
@@ -111,7 +120,7 @@ impl Budget {
     pub fn next_step_ns(&self) -> u64 {
         let length = match self.phase {
             Phase::Watching => WATCH_NS,
-            Phase::On => (self.duty * PERIOD_NS as f64) as u64,
+            Phase::On => (self.duty * PERIOD_NS as f64 - self.lingering_ns).max(MIN_DUTY * PERIOD_NS as f64) as u64,
             Phase::Off => ((1.0 - self.duty) * PERIOD_NS as f64) as u64,
         };
         self.phase_start_ns + length.max(1_000_000)
@@ -181,6 +190,9 @@ impl Budget {
         let split = self.split(now_ns, counters, cost_ns);
         let (phase, action) = match self.phase {
             Phase::Watching | Phase::On => {
+                if split.launches > 0.0 {
+                    self.on_launches = split.launches;
+                }
                 self.duty = self.duty_for(split, now_ns);
                 self.estimate = self.duty * split.launches + split.others;
                 if self.duty < 1.0 {
@@ -190,8 +202,14 @@ impl Budget {
                     (Phase::Watching, Action::None)
                 }
             }
-            // Off: launches were not counted; what the others cost is seen again while on.
-            Phase::Off => (Phase::On, Action::Restore),
+            // Off: launches were not counted, but for the probes the kernel had not taken out
+            // yet; what the others cost is seen again while on.
+            Phase::Off => {
+                let off_ns = now_ns.saturating_sub(self.phase_start_ns) as f64;
+                let still_on = if self.on_launches > 0.0 { (split.launches / self.on_launches).clamp(0.0, 1.0) } else { 0.0 };
+                self.lingering_ns = still_on * off_ns;
+                (Phase::On, Action::Restore)
+            }
         };
         self.phase = phase;
         self.phase_start_ns = now_ns;
@@ -278,6 +296,40 @@ mod tests {
         assert!(cost <= 0.0102, "the window's cost {:.3}%", cost * 100.0);
         assert_eq!(b.cycles, 21);
         assert!(!b.unmet);
+    }
+
+    #[test]
+    fn probes_that_linger_after_a_shed_are_paid_for_by_a_shorter_on_phase() {
+        // As above, but the launch probes go on firing for the first 50 ms of each off
+        // phase, as while the kernel takes them out.
+        const LINGER_NS: u64 = 50_000_000;
+        let mut b = Budget::new(0.01, 0, &[]);
+        let (mut launches, mut others, mut now) = (0u64, 0u64, 0u64);
+        // Advance to `until`, the launch probes firing for the first `on_ns` of it.
+        let mut advance = |b: &mut Budget, now: &mut u64, until: u64, on_ns: u64| {
+            launches += (100_000.0 * on_ns.min(until - *now) as f64 / 1e9) as u64;
+            others += (1_000.0 * (until - *now) as f64 / 1e9) as u64;
+            *now = until;
+            (b.step(until, &counters(launches, others), &costs()), launches + others)
+        };
+        assert_eq!(advance(&mut b, &mut now, WATCH_NS, WATCH_NS).0, Action::Shed);
+        let mut on_lengths = Vec::new();
+        for period in 0..30 {
+            let off_end = b.next_step_ns();
+            // A window could end here, after an off phase's lingering traps: once the watch
+            // is paid back (20 ms of traps, 2 s of the budget), every period keeps it.
+            let (action, spent) = advance(&mut b, &mut now, off_end, LINGER_NS);
+            assert_eq!(action, Action::Restore);
+            let cost = spent as f64 * 1e-6 / (now as f64 / 1e9);
+            assert!(period < 12 || cost <= 0.0101, "period {period}: the window's cost {:.3}%: the lingering traps were not paid for", cost * 100.0);
+            let on_end = b.next_step_ns();
+            on_lengths.push(on_end - now);
+            assert_eq!(advance(&mut b, &mut now, on_end, u64::MAX).0, Action::Shed);
+        }
+        // Steady: 9 % of a period's worth of launch traps, 5 % of it lingering: on ~40 ms.
+        let last = *on_lengths.last().expect("on phases");
+        assert!((30_000_000..=50_000_000).contains(&last), "the last on phase: {} ms", last / 1_000_000);
+        assert!(on_lengths.iter().all(|&l| l >= (MIN_DUTY * PERIOD_NS as f64) as u64 - 1));
     }
 
     #[test]

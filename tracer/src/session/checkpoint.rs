@@ -30,10 +30,7 @@ pub struct SnapshotReader {
     names: HashMap<u32, (Option<u32>, String)>,
     thread_pids: HashMap<u32, u32>,
     tree: BTreeSet<u32>,
-    /// Read on a thread of its own from the start (~0.1 s for /proc/kallsyms' 11 MB of
-    /// text), so that the report at the end does not wait for it.
     kernel_symbols: Option<KernelSymbols>,
-    kernel_symbols_reading: Option<std::thread::JoinHandle<KernelSymbols>>,
     stacks: HashMap<i64, Vec<String>>,
     /// User stacks of the traced threads, symbolized while their processes live.
     native: Box<NativeSymbolizer>,
@@ -53,7 +50,6 @@ impl SnapshotReader {
             thread_pids: HashMap::new(),
             tree: BTreeSet::new(),
             kernel_symbols: None,
-            kernel_symbols_reading: kernel.sched_traced.then(read_kernel_symbols_aside).flatten(),
             stacks: HashMap::new(),
             native: Box::default(),
             python: kernel.stacks_wanted.then(|| PythonSampler::start(kernel.threads_map_id())),
@@ -194,8 +190,7 @@ impl SnapshotReader {
         for (tid, c) in kernel.thread_counters() {
             self.thread_pids.entry(tid).or_insert(c.tgid);
         }
-        let reading = self.kernel_symbols_reading.take();
-        let symbols = self.kernel_symbols.get_or_insert_with(|| reading.and_then(|r| r.join().ok()).unwrap_or_else(KernelSymbols::load));
+        let symbols = self.kernel_symbols.get_or_insert_with(KernelSymbols::load);
         raw.into_iter()
             .map(|(key, stats)| {
                 let frames = self.stacks.entry(key.stack_id).or_insert_with(|| {
@@ -297,17 +292,3 @@ pub fn checkpoint(snapshot: Snapshot, kernel: &ProbeSet, evidence: &Evidence, no
         frames_dropped: 0,
     }
 }
-
-/// Read the kernel's symbols on a low-priority thread, beside the traced job rather than
-/// after it; `KernelSymbols::load` on this thread is the fallback if it cannot start.
-fn read_kernel_symbols_aside() -> Option<std::thread::JoinHandle<KernelSymbols>> {
-    std::thread::Builder::new()
-        .name("gputrace-ksyms".into())
-        .spawn(|| {
-            // The nicest priority: the job keeps the CPU it wants while this reads.
-            let _ = rustix::process::setpriority_process(None, 19);
-            KernelSymbols::load()
-        })
-        .ok()
-}
-
