@@ -3,7 +3,7 @@
 //! `CUDA_VISIBLE_DEVICES` renumbers what CUDA shows. UUIDs are the one common name.
 
 use super::DeviceInfo;
-pub use crate::model::CudaEnv;
+use crate::model::CudaEnv;
 
 impl CudaEnv {
     /// Read `pid`'s environment (its initial one: a later `os.environ` change is not seen).

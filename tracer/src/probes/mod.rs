@@ -600,7 +600,10 @@ impl ProbeSet {
         let tracepoints = take_tracepoint_links(&mut self.ebpf, std::mem::take(&mut self.tracepoint_links));
         std::thread::scope(|scope| {
             scope.spawn(|| detach_timed("uprobe", uprobes));
-            scope.spawn(|| detach_timed("tracepoint", tracepoints));
+            // Empty when `start_detaching_tracepoints` already took them.
+            if !tracepoints.is_empty() {
+                scope.spawn(|| detach_timed("tracepoint", tracepoints));
+            }
         });
         if let Some(closing) = self.tracepoints_closing.take() {
             let _ = closing.join();

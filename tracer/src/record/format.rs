@@ -80,7 +80,7 @@ pub struct Start {
     pub mode: String,
     /// The target's CUDA device environment.
     #[serde(default)]
-    pub cuda_env: crate::gpu::identity::CudaEnv,
+    pub cuda_env: crate::model::CudaEnv,
     /// Return probes were off.
     #[serde(default)]
     pub entry_only: bool,

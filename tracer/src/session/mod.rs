@@ -84,7 +84,7 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
     let start_ns = clock::monotonic_ns();
     let started_unix_s = unix_now_s();
     let pid = started.pid;
-    let cuda_env = crate::gpu::identity::CudaEnv::of(pid);
+    let cuda_env = crate::model::CudaEnv::of(pid);
     if sampler.is_some() && crate::gpu::identity::in_child_pid_namespace() {
         notes.push(OWN_PID_NAMESPACE.into());
     }
@@ -309,7 +309,7 @@ impl Live {
             maps_reads: self.host.reads,
             recording: None,
             written,
-            cuda_env: crate::gpu::identity::CudaEnv::default(),
+            cuda_env: crate::model::CudaEnv::default(),
             peak_rss_bytes,
             cpu_s,
             entry_only,

@@ -70,13 +70,13 @@ pub(super) fn start_record(kernel: &ProbeSet, command: &str, pid: u32, start_ns:
         segment: 0,
         from_session_start: true,
         mode: String::new(),
-        cuda_env: crate::gpu::identity::CudaEnv::default(),
+        cuda_env: crate::model::CudaEnv::default(),
         entry_only: kernel.entry_only,
     }
 }
 
 impl Live {
-    pub(super) fn begin_recording(&mut self, mut r: Recorder, command: &str, pid: u32, attach_ms: f64, cuda_env: &crate::gpu::identity::CudaEnv) {
+    pub(super) fn begin_recording(&mut self, mut r: Recorder, command: &str, pid: u32, attach_ms: f64, cuda_env: &crate::model::CudaEnv) {
         let mut start = start_record(&self.kernel, command, pid, self.start_ns, attach_ms, self.sampler.as_ref());
         // The same instant as the live report's `started_at`, so that both reports agree.
         start.started_unix_s = self.started_unix_s;
