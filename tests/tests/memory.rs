@@ -94,7 +94,22 @@ fn failed_allocations_retried_after_freeing_the_cache_are_fragmentation() {
 #[test]
 fn an_allocation_that_fails_after_its_retry_is_oom_at_its_call() {
     require_root();
-    let (r, code, stderr) = run_fakejob(&["--steps", "5", "--driver-launches", "5", "--sync", "--device-memory-mib", "256", "--oom-at-end", "1073741824"]);
+    // The job works for ~0.3 s, as a real one does before it dies of an out-of-memory: a job
+    // of 5 ms can be gone before the reader wakes for its first allocation, leaving nothing
+    // to name its stacks with (docs/architecture.md, known limits; 1 CI run in ~30).
+    let (r, code, stderr) = run_fakejob(&[
+        "--steps",
+        "200",
+        "--driver-launches",
+        "5",
+        "--kernel-us",
+        "300",
+        "--sync",
+        "--device-memory-mib",
+        "256",
+        "--oom-at-end",
+        "1073741824",
+    ]);
     assert_eq!(code, 3, "the job dies of it: {stderr}");
     assert_eq!(num(&r, "/memory/out_of_memory"), 2, "the request and its retry");
     assert_eq!(num(&r, "/memory/failed_for_good"), 1);

@@ -63,16 +63,22 @@ impl NativeSymbolizer {
         // Files are read through /proc/PID/map_files (blazesym's default), which follows
         // what the process mapped even when the file was replaced on disk since.
         let source = Source::Process(Process::new(Pid::from(pid)));
-        match self.symbolizer.symbolize(&source, Input::AbsAddr(&lookup)) {
+        let live = match self.symbolizer.symbolize(&source, Input::AbsAddr(&lookup)) {
+            // Not one address known to the live map: the process has exec'd since (or the
+            // pid is another's), so the mappings it had when it lived may know them.
+            Ok(symbols) if symbols.iter().any(|s| matches!(s, Symbolized::Sym(_))) => {
+                return symbols.iter().zip(&ips).map(|(s, &ip)| frame_of(s, ip)).collect();
+            }
             Ok(symbols) => symbols.iter().zip(&ips).map(|(s, &ip)| frame_of(s, ip)).collect(),
             Err(e) => {
                 log::debug!("symbolizing a stack of {pid}: {e}");
-                self.symbolize_remembered(pid, &lookup, &ips).unwrap_or_else(|| {
-                    self.unresolved += 1;
-                    ips.iter().map(|&ip| address_frame(ip, None)).collect()
-                })
+                ips.iter().map(|&ip| address_frame(ip, None)).collect()
             }
-        }
+        };
+        self.symbolize_remembered(pid, &lookup, &ips).unwrap_or_else(|| {
+            self.unresolved += 1;
+            live
+        })
     }
 
     /// Keep the process's executable file mappings if none are kept yet.
@@ -82,9 +88,10 @@ impl NativeSymbolizer {
         }
     }
 
-    /// Keep the process's executable file mappings, for its stacks seen after it exits. Read
-    /// at most once a second per process: a large process's maps take a millisecond to parse.
-    fn remember_mappings(&mut self, pid: u32) {
+    /// Keep the process's executable file mappings, for its stacks seen after it exits (a
+    /// library it loaded since the last reading is then known too). Read at most once a
+    /// second per process: a large process's maps take a millisecond to parse.
+    pub fn remember_mappings(&mut self, pid: u32) {
         if self.mappings.get(&pid).is_some_and(|(at, _)| at.elapsed() < std::time::Duration::from_secs(1)) {
             return;
         }
@@ -159,4 +166,54 @@ fn frame_of(symbolized: &Symbolized<'_>, ip: u64) -> Frame {
 /// A frame known only by its address (a stripped object, or a process gone).
 fn address_frame(ip: u64, why: Option<&str>) -> Frame {
     Frame { function: format!("{ip:#x}"), file: None, line: None, module: why.map(|w| format!("unknown: {w}")) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A function of this binary with a name of its own, not inlined into its caller.
+    #[inline(never)]
+    fn a_frame_to_find() -> u64 {
+        std::hint::black_box(7)
+    }
+
+    #[test]
+    fn a_stack_read_after_its_process_exited_is_named_from_the_mappings_it_had() {
+        // A forked child has its parent's mappings at the same addresses: its stack can hold
+        // the address of a function of this test binary.
+        let address = a_frame_to_find as *const () as usize as u64;
+        // SAFETY: the child only sleeps and exits, touching no lock another thread may hold.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork");
+        if child == 0 {
+            // SAFETY: async-signal-safe calls only.
+            unsafe {
+                libc::usleep(300_000);
+                libc::_exit(0);
+            }
+        }
+        let pid = child as u32;
+        let mut symbolizer = NativeSymbolizer::default();
+        symbolizer.remember_mappings(pid);
+        // Exited but not reaped: its /proc entry is there, with an empty memory map (blazesym
+        // fails on it, as on a pid that is gone).
+        // SAFETY: a zeroed siginfo_t is a valid out-parameter.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waits for our own child, leaving it unreaped (WNOWAIT).
+        let waited = unsafe { libc::waitid(libc::P_PID, child as libc::id_t, &raw mut info, libc::WEXITED | libc::WNOWAIT) };
+        assert_eq!(waited, 0);
+        let zombie = symbolizer.frames(pid, 1, || vec![address]).to_vec();
+        // SAFETY: reaps our own child.
+        unsafe { libc::waitpid(child, std::ptr::null_mut(), 0) };
+        let gone = symbolizer.frames(pid, 2, || vec![address]).to_vec();
+        for frames in [zombie, gone] {
+            assert!(frames[0].function.ends_with("a_frame_to_find"), "{frames:?}");
+        }
+        assert_eq!(symbolizer.unresolved, 0);
+        // A process never seen alive keeps its addresses, and is counted.
+        let never = symbolizer.frames(u32::MAX - 1, 3, || vec![address]).to_vec();
+        assert!(never[0].function.starts_with("0x"), "{never:?}");
+        assert_eq!(symbolizer.unresolved, 1);
+    }
 }
