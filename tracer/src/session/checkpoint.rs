@@ -39,6 +39,8 @@ pub struct SnapshotReader {
     python_followed: BTreeSet<u32>,
     /// Allocation stacks symbolized so far (`symbolize_alloc_stacks`).
     alloc_stacks_seen: usize,
+    /// Processes seen allocating: their mappings were read at their first allocation.
+    allocating: std::collections::HashSet<u32>,
 }
 
 impl SnapshotReader {
@@ -55,6 +57,7 @@ impl SnapshotReader {
             python: kernel.stacks_wanted.then(|| PythonSampler::start(kernel.threads_map_id())),
             python_followed: BTreeSet::new(),
             alloc_stacks_seen: 0,
+            allocating: std::collections::HashSet::new(),
         }
     }
 
@@ -79,7 +82,7 @@ impl SnapshotReader {
             self.native.frames(key.tgid, key.stack_id, || kernel.user_stack(key.stack_id));
         }
         for pid in kernel.traced_processes() {
-            self.native.remember_mappings(pid);
+            self.native.refresh_mappings(pid);
         }
     }
 
@@ -95,8 +98,17 @@ impl SnapshotReader {
         }
         self.alloc_stacks_seen = allocs.by_stack.len();
         for &(pid, _, _) in allocs.by_stack.keys() {
-            self.native.remember_mappings_once(pid);
+            if self.allocating.insert(pid) {
+                self.native.remember_mappings(pid);
+            }
         }
+    }
+
+    /// Process `pid` exec'd: its mappings as read before (a sampled stack of `run`'s child
+    /// just before its exec reads gputrace's own image) name none of its new image's code.
+    pub fn note_exec(&mut self, pid: u32) {
+        self.native.forget_mappings(pid);
+        self.native.remember_mappings(pid);
     }
 
     /// The Python reader, to be told of allocations as they come (None with `--no-stacks`).

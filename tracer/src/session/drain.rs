@@ -18,8 +18,17 @@ use crate::{
 };
 
 
-/// `python`: told of each device allocation as it comes, to read its Python line.
-pub(super) fn drain_ring(ring: &mut RingReader, kernel: &mut ProbeSet, evidence: &mut Evidence, host: &mut ProcMaps, mut tape: Option<&mut Tape>, python: Option<&PythonSampler>) {
+/// `python`: told of each device allocation as it comes, to read its Python line. Returns
+/// the processes that exec'd: what was read of their memory maps before is another image's.
+pub(super) fn drain_ring(
+    ring: &mut RingReader,
+    kernel: &mut ProbeSet,
+    evidence: &mut Evidence,
+    host: &mut ProcMaps,
+    mut tape: Option<&mut Tape>,
+    python: Option<&PythonSampler>,
+) -> Vec<u32> {
+    let mut execs = Vec::new();
     ring.drain(|bytes, decoded| {
         let event = match decoded {
             Ok(event) => event,
@@ -72,10 +81,12 @@ pub(super) fn drain_ring(ring: &mut RingReader, kernel: &mut ProbeSet, evidence:
                 // load now (its first CUDA calls are seen), then anything already mapped.
                 attach_predicted(kernel, e.header.tgid);
                 attach_mapped(kernel, e.header.tgid);
+                execs.push(e.header.tgid);
             }
             _ => {}
         }
     });
+    execs
 }
 
 /// The live host-memory lookup, noting each answer for the recording.

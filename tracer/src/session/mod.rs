@@ -218,7 +218,10 @@ impl Live {
     }
 
     fn drain(&mut self) {
-        drain::drain_ring(&mut self.ring, &mut self.kernel, &mut self.evidence, &mut self.host, self.tape.as_mut(), self.snapshots.python());
+        let execs = drain::drain_ring(&mut self.ring, &mut self.kernel, &mut self.evidence, &mut self.host, self.tape.as_mut(), self.snapshots.python());
+        for pid in execs {
+            self.snapshots.note_exec(pid);
+        }
         self.snapshots.note_allocating_processes(&self.evidence.allocs);
     }
 

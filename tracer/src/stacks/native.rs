@@ -4,7 +4,10 @@
 //! is symbolized from the executable mappings remembered while the process lived, through
 //! the files' paths; without them it keeps its addresses, with a note.
 
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    os::fd::{AsRawFd as _, OwnedFd},
+};
 
 use blazesym::{
     symbolize::{
@@ -24,6 +27,10 @@ pub struct NativeSymbolizer {
     cache: HashMap<(u32, i64), Vec<Frame>>,
     /// Each process's executable file mappings, as last read while it lived, and when.
     mappings: HashMap<u32, (std::time::Instant, Vec<Mapping>)>,
+    /// Files of gone processes, opened and checked once each, by (device, inode); None: the
+    /// path names another file now. Kept open: their descriptors' paths are what blazesym
+    /// caches them by.
+    opened: HashMap<(u64, u64), Option<OwnedFd>>,
     /// Stacks whose process was gone (or unreadable) when they were symbolized.
     pub unresolved: u64,
 }
@@ -36,7 +43,7 @@ impl std::fmt::Debug for NativeSymbolizer {
 
 impl Default for NativeSymbolizer {
     fn default() -> Self {
-        Self { symbolizer: Symbolizer::new(), cache: HashMap::new(), mappings: HashMap::new(), unresolved: 0 }
+        Self { symbolizer: Symbolizer::new(), cache: HashMap::new(), mappings: HashMap::new(), opened: HashMap::new(), unresolved: 0 }
     }
 }
 
@@ -59,7 +66,7 @@ impl NativeSymbolizer {
         // A caller's frame holds a return address, one past its call: look up the call itself,
         // so that the line is the call's and a call at a function's end is not misnamed.
         let lookup: Vec<u64> = ips.iter().enumerate().map(|(i, &ip)| if i == 0 { ip } else { ip.saturating_sub(1) }).collect();
-        self.remember_mappings(pid);
+        self.refresh_mappings(pid);
         // Files are read through /proc/PID/map_files (blazesym's default), which follows
         // what the process mapped even when the file was replaced on disk since.
         let source = Source::Process(Process::new(Pid::from(pid)));
@@ -81,25 +88,28 @@ impl NativeSymbolizer {
         })
     }
 
-    /// Keep the process's executable file mappings if none are kept yet.
-    pub fn remember_mappings_once(&mut self, pid: u32) {
-        if !self.mappings.contains_key(&pid) {
-            self.remember_mappings(pid);
-        }
-    }
-
-    /// Keep the process's executable file mappings, for its stacks seen after it exits (a
-    /// library it loaded since the last reading is then known too). Read at most once a
-    /// second per process: a large process's maps take a millisecond to parse.
+    /// Keep the process's executable file mappings, for its stacks seen after it exits, read
+    /// now (an event says they changed, or matter: an exec, a first allocation).
     pub fn remember_mappings(&mut self, pid: u32) {
-        if self.mappings.get(&pid).is_some_and(|(at, _)| at.elapsed() < std::time::Duration::from_secs(1)) {
-            return;
-        }
         let Ok(text) = crate::discover::procfs::read_text(format!("/proc/{pid}/maps")) else { return };
         let executable: Vec<Mapping> = parse(&text).0.into_iter().filter(|m| m.executable() && m.path.starts_with('/') && m.inode != 0).collect();
         if !executable.is_empty() {
             self.mappings.insert(pid, (std::time::Instant::now(), executable));
         }
+    }
+
+    /// Read the process's mappings again if the last reading is a second old or more (so a
+    /// library it loaded late is known too): a large process's maps take a millisecond to
+    /// parse.
+    pub fn refresh_mappings(&mut self, pid: u32) {
+        if self.mappings.get(&pid).is_none_or(|(at, _)| at.elapsed() >= std::time::Duration::from_secs(1)) {
+            self.remember_mappings(pid);
+        }
+    }
+
+    /// Drop what was read of the process's mappings (it exec'd: they are another image's).
+    pub fn forget_mappings(&mut self, pid: u32) {
+        self.mappings.remove(&pid);
     }
 
     /// Symbolize a stack of a process that is gone from its remembered mappings: each address
@@ -112,15 +122,13 @@ impl NativeSymbolizer {
                 frames.push(address_frame(ip, None));
                 continue;
             };
-            // Opened by path as root after the process is gone: only the very file it mapped
-            // (a regular file, same device and inode), never what a path may name since (a
-            // FIFO would hang us, a device node is no ELF file).
-            if !same_file(m) {
+            let Some(opened) = self.opened.entry((m.dev(), m.inode)).or_insert_with(|| open_mapped_file(m)) else {
                 frames.push(address_frame(ip, None));
                 continue;
-            }
+            };
             let offset = addr - m.start + m.offset;
-            let source = Source::Elf(Elf::new(m.path.as_str()));
+            // Read through the descriptor checked above, never the path again.
+            let source = Source::Elf(Elf::new(format!("/proc/self/fd/{}", opened.as_raw_fd())));
             let frame = match self.symbolizer.symbolize_single(&source, Input::FileOffset(offset)) {
                 Ok(symbolized) => {
                     let mut f = frame_of(&symbolized, ip);
@@ -135,12 +143,21 @@ impl NativeSymbolizer {
     }
 }
 
-/// Whether `m.path` still names the regular file the process mapped.
-fn same_file(m: &Mapping) -> bool {
-    use std::os::unix::fs::MetadataExt as _;
-    std::fs::symlink_metadata(&m.path).is_ok_and(|md| {
-        md.file_type().is_file() && md.ino() == m.inode && md.dev() == m.dev()
-    })
+/// The file a gone process mapped, opened by its path as root only if that path still
+/// names the very file (a regular file, same device and inode). The path is in a directory
+/// its owner may control, so a check of the path and a later open would race a swap: the
+/// path is opened once, with no symbolic link followed anywhere along it (the kernel's maps
+/// name files by their real paths), without blocking (a FIFO put there is not waited for)
+/// and without taking a terminal, and the open file itself is checked.
+fn open_mapped_file(m: &Mapping) -> Option<OwnedFd> {
+    use rustix::fs::{fstat, openat2, FileType, Mode, OFlags, ResolveFlags, CWD};
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let fd = openat2(CWD, m.path.as_str(), flags, Mode::empty(), ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS)
+        .inspect_err(|e| log::debug!("opening {} of a gone process: {e}", m.path))
+        .ok()?;
+    let st = fstat(&fd).ok()?;
+    let same = FileType::from_raw_mode(st.st_mode) == FileType::RegularFile && st.st_ino == m.inode && st.st_dev == m.dev();
+    same.then_some(fd)
 }
 
 fn frame_of(symbolized: &Symbolized<'_>, ip: u64) -> Frame {
@@ -176,6 +193,49 @@ mod tests {
     #[inline(never)]
     fn a_frame_to_find() -> u64 {
         std::hint::black_box(7)
+    }
+
+    fn mapping_of(path: &std::path::Path) -> Mapping {
+        use std::os::unix::fs::MetadataExt as _;
+        let md = std::fs::metadata(path).expect("stat");
+        let dev = md.dev();
+        Mapping {
+            start: 0x1000,
+            end: 0x2000,
+            perms: *b"r-xp",
+            offset: 0,
+            dev_major: libc::major(dev),
+            dev_minor: libc::minor(dev),
+            inode: md.ino(),
+            path: path.to_string_lossy().into_owned(),
+        }
+    }
+
+    #[test]
+    fn a_gone_processs_file_is_read_only_if_its_path_still_names_it() {
+        let dir = std::env::temp_dir().join(format!("gputrace-native-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("real")).expect("mkdir");
+        let lib = dir.join("real/lib.so");
+        std::fs::write(&lib, b"\x7fELF").expect("write");
+        let mapped = mapping_of(&lib);
+        assert!(open_mapped_file(&mapped).is_some(), "the very file");
+        // The directory on the way is now a link to where the file is: not followed.
+        std::os::unix::fs::symlink(dir.join("real"), dir.join("via")).expect("symlink");
+        let through_link = Mapping { path: dir.join("via/lib.so").to_string_lossy().into_owned(), ..mapped.clone() };
+        assert!(open_mapped_file(&through_link).is_none(), "a link on the path");
+        // Swapped for a FIFO with no writer: refused at once, not waited on.
+        std::fs::remove_file(&lib).expect("rm");
+        rustix::fs::mknodat(rustix::fs::CWD, &lib, rustix::fs::FileType::Fifo, rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR, 0).expect("mkfifo");
+        assert!(open_mapped_file(&mapped).is_none(), "a FIFO in its place");
+        // Another regular file under the same name (the first one kept alive under another
+        // name, so its inode cannot be handed out again): refused.
+        std::fs::remove_file(&lib).expect("rm");
+        std::fs::write(dir.join("real/first"), b"\x7fELF").expect("write");
+        let first = mapping_of(&dir.join("real/first"));
+        std::fs::write(&lib, b"\x7fELF").expect("write");
+        assert!(open_mapped_file(&Mapping { path: lib.to_string_lossy().into_owned(), ..first }).is_none(), "a file of another inode");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
