@@ -13,7 +13,11 @@ pub mod tracefs;
 pub mod trap_cost;
 pub mod uprobes;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    os::fd::{AsRawFd as _, OwnedFd},
+    path::PathBuf,
+};
 
 use aya::{
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
@@ -105,6 +109,8 @@ pub struct ProbeSet {
     user_stacks: aya::maps::StackTraceMap<MapData>,
     alloc_stacks: aya::maps::StackTraceMap<MapData>,
     attached: BTreeMap<(u64, u64), AttachedLibrary>,
+    /// The attached libraries' files, open: their probes name them by descriptor.
+    library_files: Vec<OwnedFd>,
     /// Every launch probe's place, and whether they are off now (`shed_launches`).
     launch_sites: Vec<LaunchSite>,
     launches_shed: bool,
@@ -241,30 +247,11 @@ impl ProbeSet {
             Scope::Tree => tracefs::ensure_mounted(),
             Scope::AllCuda => Err(tracefs::Unavailable::Sweep),
         };
-        let mut loader = EbpfLoader::new();
-        let (pid_off, flags_off) = newtask_offsets(tracefs.as_ref().ok());
         let mut notes = Vec::new();
-        let layout = match &tracefs {
-            Ok(root) => {
-                let (layout, missing) = layout::read(&TraceFs(root.clone()));
-                if !missing.is_empty() {
-                    notes.push(format!("tracepoint fields not described by this kernel (defaults used): {}", missing.join(", ")));
-                }
-                layout
-            }
-            Err(_) => gputrace_common::Layout::DEFAULT,
-        };
-        loader.set_global(globals::NEWTASK_PID_OFFSET, &pid_off, true);
-        loader.set_global(globals::NEWTASK_FLAGS_OFFSET, &flags_off, true);
-        loader.set_global(LAYOUT_GLOBAL, &layout, true);
-        let trace_all = u32::from(scope == Scope::AllCuda);
-        loader.set_global(globals::TRACE_ALL_CUDA, &trace_all, true);
         let stacks_wanted = scope == Scope::Tree && sampler::wanted();
-        let sample_stacks = u32::from(stacks_wanted);
-        loader.set_global(globals::SAMPLE_STACKS, &sample_stacks, true);
         let mut startup = Startup::default();
         let phase = std::time::Instant::now();
-        let mut ebpf = loader.load(OBJECT).map_err(crate::preflight::classify_load_error)?;
+        let mut ebpf = load_configured(scope, tracefs.as_ref().ok(), stacks_wanted, &mut notes)?;
         startup.load_ms = ms_since(phase);
         let phase = std::time::Instant::now();
 
@@ -320,6 +307,7 @@ impl ProbeSet {
                 user_stacks,
                 alloc_stacks,
                 attached: BTreeMap::new(),
+                library_files: Vec::new(),
                 launch_sites: Vec::new(),
                 launches_shed: false,
                 notes,
@@ -370,6 +358,11 @@ impl ProbeSet {
         if self.attached.contains_key(&key) {
             return Ok(false);
         }
+        // Read and probed through one descriptor of the very file found: a path checked
+        // and then used again could name another file by then (its directory may be the
+        // job owner's), and root would read or probe that one.
+        let file = open_library(library)?;
+        let library = &Library { open_path: PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd())), ..library.clone() };
         let wanted: Vec<&str> = PROBES.iter().map(|p| p.symbol).collect();
         let offsets = symbols::file_offsets(&library.open_path, &wanted)?;
         let mut attached = Vec::new();
@@ -417,6 +410,8 @@ impl ProbeSet {
             return Err(TraceError::NothingProbed { library: library.name.clone().into() });
         }
         log::info!("probed {} of {} CUDA symbols in {}", attached.len(), PROBES.len(), library.name);
+        // Kept open while its probes may be put back (the overhead budget's launch probes).
+        self.library_files.push(file);
         self.attached.insert(key, AttachedLibrary { library: library.clone(), symbols: attached, entry, ..AttachedLibrary::default_for(library) });
         Ok(true)
     }
@@ -752,4 +747,84 @@ fn attach_each_tracepoint(ebpf: &mut Ebpf, group: Tracepoints, links: &mut Vec<(
         links.push((program, link));
     }
     Ok(())
+}
+
+/// Load the eBPF object with its globals set for this kernel and scope: the tracepoint
+/// layouts read from tracefs (defaults, with a note, where it does not describe a field).
+fn load_configured(scope: Scope, tracefs: Option<&std::path::PathBuf>, stacks_wanted: bool, notes: &mut Vec<String>) -> Result<Ebpf> {
+    let mut loader = EbpfLoader::new();
+    let (pid_off, flags_off) = newtask_offsets(tracefs);
+    let layout = match tracefs {
+        Some(root) => {
+            let (layout, missing) = layout::read(&TraceFs(root.clone()));
+            if !missing.is_empty() {
+                notes.push(format!("tracepoint fields not described by this kernel (defaults used): {}", missing.join(", ")));
+            }
+            layout
+        }
+        None => gputrace_common::Layout::DEFAULT,
+    };
+    loader.set_global(globals::NEWTASK_PID_OFFSET, &pid_off, true);
+    loader.set_global(globals::NEWTASK_FLAGS_OFFSET, &flags_off, true);
+    loader.set_global(LAYOUT_GLOBAL, &layout, true);
+    let trace_all = u32::from(scope == Scope::AllCuda);
+    loader.set_global(globals::TRACE_ALL_CUDA, &trace_all, true);
+    let sample_stacks = u32::from(stacks_wanted);
+    loader.set_global(globals::SAMPLE_STACKS, &sample_stacks, true);
+    loader.load(OBJECT).map_err(crate::preflight::classify_load_error)
+}
+
+/// Open `library` for reading and probing: the file its path names now, if that is the
+/// regular file of the library's device and inode. Opened without blocking and without
+/// taking a terminal (a FIFO or a device put in its place is refused, not waited on).
+fn open_library(library: &Library) -> Result<OwnedFd> {
+    use rustix::fs::{fstat, open, FileType, Mode, OFlags};
+    let failed = |e: std::io::Error| TraceError::io("opening the CUDA library", &library.name, e);
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let fd = open(&library.open_path, flags, Mode::empty()).map_err(|e| failed(e.into()))?;
+    let st = fstat(&fd).map_err(|e| failed(e.into()))?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile || (st.st_dev, st.st_ino) != (library.dev, library.inode) {
+        let changed = std::io::Error::other(format!("it is no longer the file found there (device {}, inode {})", library.dev, library.inode));
+        return Err(failed(changed));
+    }
+    Ok(fd)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt as _;
+
+    use super::*;
+
+    fn library_at(path: &std::path::Path, dev: u64, inode: u64) -> Library {
+        Library { dev, inode, open_path: path.to_path_buf(), name: path.display().to_string() }
+    }
+
+    #[test]
+    fn a_library_is_opened_only_while_its_path_names_the_file_found() {
+        let dir = std::env::temp_dir().join(format!("gputrace-open-library-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let path = dir.join("libcuda.so.1");
+        std::fs::write(&path, b"\x7fELF").expect("write");
+        let md = std::fs::metadata(&path).expect("stat");
+        let found = library_at(&path, md.dev(), md.ino());
+        let fd = open_library(&found).expect("the file found");
+        // Read through the descriptor: the same file, whatever the path names later.
+        std::fs::rename(&path, dir.join("moved")).expect("mv");
+        assert_eq!(std::fs::read(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("read"), b"\x7fELF");
+        // A FIFO put in its place: refused at once (no writer would ever come).
+        rustix::fs::mknodat(rustix::fs::CWD, &path, rustix::fs::FileType::Fifo, rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR, 0).expect("mkfifo");
+        let e = open_library(&found).expect_err("a FIFO");
+        assert!(e.to_string().contains("no longer the file"), "{e}");
+        // Another regular file under the name (the first still alive, so a new inode).
+        std::fs::remove_file(&path).expect("rm");
+        std::fs::write(&path, b"\x7fELF").expect("write");
+        assert!(open_library(&found).is_err(), "another inode");
+        // Gone.
+        std::fs::remove_file(&path).expect("rm");
+        assert!(open_library(&found).is_err(), "no file");
+        drop(fd);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
