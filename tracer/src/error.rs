@@ -146,9 +146,34 @@ impl TraceError {
         false
     }
 
+    /// The same error about a file read through a descriptor (`/proc/self/fd/N`), with the
+    /// file's name as the user knows it.
+    #[must_use]
+    pub(crate) fn naming(self, name: &str) -> Self {
+        match self {
+            Self::Elf { source, .. } => Self::Elf { path: name.into(), source },
+            Self::Io { what, source, .. } => Self::Io { what, path: name.into(), source },
+            other => other,
+        }
+    }
+
     pub(crate) fn io(what: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
         Self::Io { what, path: path.into(), source }
     }
 }
 
 pub type Result<T, E = TraceError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_about_a_descriptor_names_the_file_as_the_user_knows_it() {
+        let e = TraceError::io("reading library", "/proc/self/fd/7", io::Error::from_raw_os_error(libc::EIO)).naming("/usr/lib/libcuda.so.1");
+        let text = e.to_string();
+        assert!(text.contains("/usr/lib/libcuda.so.1") && !text.contains("/proc/self/fd"), "{text}");
+        // Errors that name no file are left as they are.
+        assert_eq!(TraceError::NoEbpfObject.naming("x").to_string(), TraceError::NoEbpfObject.to_string());
+    }
+}

@@ -364,7 +364,7 @@ impl ProbeSet {
         let file = open_library(library)?;
         let library = &Library { open_path: PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd())), ..library.clone() };
         let wanted: Vec<&str> = PROBES.iter().map(|p| p.symbol).collect();
-        let offsets = symbols::file_offsets(&library.open_path, &wanted)?;
+        let offsets = symbols::file_offsets(&library.open_path, &wanted).map_err(|e| e.naming(&library.name))?;
         let mut attached = Vec::new();
         let mut entry = BTreeMap::new();
         // Whole or not at all when the file goes away mid-attach (its process exited): a
