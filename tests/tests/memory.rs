@@ -60,27 +60,21 @@ fn the_healthy_twin_raises_no_memory_problem() {
     assert_eq!(num(&r, "/memory/out_of_memory"), 0);
 }
 
+/// `STEPS` steps of 5 launches of 300 µs kernels, with a synchronize, on a fake GPU of
+/// 256 MiB behind fakejob's caching allocator, plus `extra`.
+fn run_caching_job(steps: &str, extra: &[&str]) -> (Value, i32, String) {
+    let base = ["--steps", steps, "--driver-launches", "5", "--kernel-us", "300", "--sync", "--device-memory-mib", "256"];
+    let args: Vec<&str> = base.iter().copied().chain(extra.iter().copied()).collect();
+    run_fakejob(&args)
+}
+
 #[test]
 fn failed_allocations_retried_after_freeing_the_cache_are_fragmentation() {
     require_root();
     // The job stays alive 0.5 s after its work, as any real job outlives the tracer's 200 ms
     // rescan: a job of 0.1 s can be gone before its allocation records are read, and with it
     // the memory map that names their stacks (docs/architecture.md, known limits).
-    let (r, code, stderr) = run_fakejob(&[
-        "--steps",
-        "100",
-        "--driver-launches",
-        "5",
-        "--kernel-us",
-        "300",
-        "--sync",
-        "--device-memory-mib",
-        "256",
-        "--cache-pct",
-        "30",
-        "--hold-ms",
-        "500",
-    ]);
+    let (r, code, stderr) = run_caching_job("100", &["--cache-pct", "30", "--hold-ms", "500"]);
     assert_eq!(code, 0, "{stderr}");
     let retried = num(&r, "/memory/recovered_by_retry");
     assert!(retried > 0, "{:#}", r["memory"]);
@@ -95,21 +89,8 @@ fn failed_allocations_retried_after_freeing_the_cache_are_fragmentation() {
 fn an_allocation_that_fails_after_its_retry_is_oom_at_its_call() {
     require_root();
     // The job works for ~0.3 s, as a real one does before it dies of an out-of-memory: a job
-    // of 5 ms can be gone before the reader wakes for its first allocation, leaving nothing
-    // to name its stacks with (docs/architecture.md, known limits; 1 CI run in ~30).
-    let (r, code, stderr) = run_fakejob(&[
-        "--steps",
-        "200",
-        "--driver-launches",
-        "5",
-        "--kernel-us",
-        "300",
-        "--sync",
-        "--device-memory-mib",
-        "256",
-        "--oom-at-end",
-        "1073741824",
-    ]);
+    // of 5 ms is shorter than one wakeup of the reader (docs/architecture.md, known limits).
+    let (r, code, stderr) = run_caching_job("200", &["--oom-at-end", "1073741824"]);
     assert_eq!(code, 3, "the job dies of it: {stderr}");
     assert_eq!(num(&r, "/memory/out_of_memory"), 2, "the request and its retry");
     assert_eq!(num(&r, "/memory/failed_for_good"), 1);

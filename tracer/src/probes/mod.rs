@@ -15,8 +15,7 @@ pub mod uprobes;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    os::fd::{AsRawFd as _, OwnedFd},
-    path::PathBuf,
+    os::fd::OwnedFd,
 };
 
 use aya::{
@@ -32,7 +31,11 @@ use gputrace_common::{
 };
 
 use crate::{
-    discover::{libraries::Library, symbols},
+    discover::{
+        files::{self, open_same_file, Links},
+        libraries::Library,
+        symbols,
+    },
     error::{Result, TraceError},
 };
 
@@ -362,7 +365,7 @@ impl ProbeSet {
         // and then used again could name another file by then (its directory may be the
         // job owner's), and root would read or probe that one.
         let file = open_library(library)?;
-        let library = &Library { open_path: PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd())), ..library.clone() };
+        let library = &Library { open_path: files::through(&file), ..library.clone() };
         let wanted: Vec<&str> = PROBES.iter().map(|p| p.symbol).collect();
         let offsets = symbols::file_offsets(&library.open_path, &wanted).map_err(|e| e.naming(&library.name))?;
         let mut attached = Vec::new();
@@ -775,19 +778,10 @@ fn load_configured(scope: Scope, tracefs: Option<&std::path::PathBuf>, stacks_wa
 }
 
 /// Open `library` for reading and probing: the file its path names now, if that is the
-/// regular file of the library's device and inode. Opened without blocking and without
-/// taking a terminal (a FIFO or a device put in its place is refused, not waited on).
+/// regular file of the library's device and inode.
 fn open_library(library: &Library) -> Result<OwnedFd> {
-    use rustix::fs::{fstat, open, FileType, Mode, OFlags};
-    let failed = |e: std::io::Error| TraceError::io("opening the CUDA library", &library.name, e);
-    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
-    let fd = open(&library.open_path, flags, Mode::empty()).map_err(|e| failed(e.into()))?;
-    let st = fstat(&fd).map_err(|e| failed(e.into()))?;
-    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile || (st.st_dev, st.st_ino) != (library.dev, library.inode) {
-        let changed = std::io::Error::other(format!("it is no longer the file found there (device {}, inode {})", library.dev, library.inode));
-        return Err(failed(changed));
-    }
-    Ok(fd)
+    open_same_file(&library.open_path, (library.dev, library.inode), Links::Follow)
+        .map_err(|e| TraceError::io("opening the CUDA library", &library.name, e))
 }
 
 #[cfg(test)]
@@ -812,7 +806,7 @@ mod tests {
         let fd = open_library(&found).expect("the file found");
         // Read through the descriptor: the same file, whatever the path names later.
         std::fs::rename(&path, dir.join("moved")).expect("mv");
-        assert_eq!(std::fs::read(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("read"), b"\x7fELF");
+        assert_eq!(std::fs::read(files::through(&fd)).expect("read"), b"\x7fELF");
         // A FIFO put in its place: refused at once (no writer would ever come).
         rustix::fs::mknodat(rustix::fs::CWD, &path, rustix::fs::FileType::Fifo, rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR, 0).expect("mkfifo");
         let e = open_library(&found).expect_err("a FIFO");

@@ -74,13 +74,17 @@ impl SnapshotReader {
         }
     }
 
-    /// Symbolize the stacks sampled since the last call while their processes live, and keep
-    /// each traced process's executable mappings fresh (at most once a second), for the
-    /// stacks read after it exits: those sampled since, and allocation stacks.
+    /// Symbolize the stacks sampled since the last call while their processes live (a
+    /// stack first read after its process exited is named from its remembered mappings).
     pub fn symbolize_new_stacks(&mut self, kernel: &ProbeSet) {
         for (key, _) in kernel.samples() {
             self.native.frames(key.tgid, key.stack_id, || kernel.user_stack(key.stack_id));
         }
+    }
+
+    /// Keep each traced process's executable mappings fresh (at most once a second), for
+    /// its stacks read after it exits: those sampled since, and allocation stacks.
+    pub fn refresh_mappings(&mut self, kernel: &ProbeSet) {
         for pid in kernel.traced_processes() {
             self.native.refresh_mappings(pid);
         }

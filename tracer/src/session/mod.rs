@@ -188,12 +188,13 @@ struct Live {
 impl Live {
     /// The 200 ms housekeeping: read the ring, probe libraries loaded since, read the Python
     /// frames of processes that loaded CUDA, symbolize new stacks while their processes live,
-    /// and forget processes that are gone.
+    /// remember their mappings for after, and forget processes that are gone.
     fn rescan(&mut self) {
         self.drain();
         rescan_libraries(&mut self.kernel);
         self.snapshots.follow_cuda_processes(&self.kernel);
         self.snapshots.symbolize_new_stacks(&self.kernel);
+        self.snapshots.refresh_mappings(&self.kernel);
         reap_gone(&mut self.kernel);
     }
 

@@ -4,10 +4,7 @@
 //! is symbolized from the executable mappings remembered while the process lived, through
 //! the files' paths; without them it keeps its addresses, with a note.
 
-use std::{
-    collections::HashMap,
-    os::fd::{AsRawFd as _, OwnedFd},
-};
+use std::{collections::HashMap, os::fd::OwnedFd};
 
 use blazesym::{
     symbolize::{
@@ -18,7 +15,10 @@ use blazesym::{
 };
 
 use super::{Frame, MAX_FRAMES};
-use crate::discover::maps::{parse, Mapping};
+use crate::discover::{
+    files::{self, open_same_file, Links},
+    maps::{parse, Mapping},
+};
 
 /// Symbolizes stacks, each (process, stack id) once: the kernel's stack ids are stable for
 /// the session, and a stack is read at every snapshot.
@@ -71,12 +71,15 @@ impl NativeSymbolizer {
         // what the process mapped even when the file was replaced on disk since.
         let source = Source::Process(Process::new(Pid::from(pid)));
         let live = match self.symbolizer.symbolize(&source, Input::AbsAddr(&lookup)) {
-            // Not one address known to the live map: the process has exec'd since (or the
-            // pid is another's), so the mappings it had when it lived may know them.
-            Ok(symbols) if symbols.iter().any(|s| matches!(s, Symbolized::Sym(_))) => {
-                return symbols.iter().zip(&ips).map(|(s, &ip)| frame_of(s, ip)).collect();
+            Ok(symbols) => {
+                let frames = symbols.iter().zip(&ips).map(|(s, &ip)| frame_of(s, ip)).collect();
+                // Not one address known to the live map: the process has exec'd since (or
+                // the pid is another's), so the mappings it had when it lived may know them.
+                if symbols.iter().any(|s| matches!(s, Symbolized::Sym(_))) {
+                    return frames;
+                }
+                frames
             }
-            Ok(symbols) => symbols.iter().zip(&ips).map(|(s, &ip)| frame_of(s, ip)).collect(),
             Err(e) => {
                 log::debug!("symbolizing a stack of {pid}: {e}");
                 ips.iter().map(|&ip| address_frame(ip, None)).collect()
@@ -128,7 +131,7 @@ impl NativeSymbolizer {
             };
             let offset = addr - m.start + m.offset;
             // Read through the descriptor checked above, never the path again.
-            let source = Source::Elf(Elf::new(format!("/proc/self/fd/{}", opened.as_raw_fd())));
+            let source = Source::Elf(Elf::new(files::through(opened)));
             let frame = match self.symbolizer.symbolize_single(&source, Input::FileOffset(offset)) {
                 Ok(symbolized) => {
                     let mut f = frame_of(&symbolized, ip);
@@ -143,21 +146,12 @@ impl NativeSymbolizer {
     }
 }
 
-/// The file a gone process mapped, opened by its path as root only if that path still
-/// names the very file (a regular file, same device and inode). The path is in a directory
-/// its owner may control, so a check of the path and a later open would race a swap: the
-/// path is opened once, with no symbolic link followed anywhere along it (the kernel's maps
-/// name files by their real paths), without blocking (a FIFO put there is not waited for)
-/// and without taking a terminal, and the open file itself is checked.
+/// The file a gone process mapped, opened by the path its memory map gave, if that path
+/// still names the very file (`discover::files`; no link followed: the map names real paths).
 fn open_mapped_file(m: &Mapping) -> Option<OwnedFd> {
-    use rustix::fs::{fstat, openat2, FileType, Mode, OFlags, ResolveFlags, CWD};
-    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
-    let fd = openat2(CWD, m.path.as_str(), flags, Mode::empty(), ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS)
+    open_same_file(std::path::Path::new(&m.path), (m.dev(), m.inode), Links::Refuse)
         .inspect_err(|e| log::debug!("opening {} of a gone process: {e}", m.path))
-        .ok()?;
-    let st = fstat(&fd).ok()?;
-    let same = FileType::from_raw_mode(st.st_mode) == FileType::RegularFile && st.st_ino == m.inode && st.st_dev == m.dev();
-    same.then_some(fd)
+        .ok()
 }
 
 fn frame_of(symbolized: &Symbolized<'_>, ip: u64) -> Frame {
