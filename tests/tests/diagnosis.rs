@@ -166,3 +166,28 @@ fn copying_outputs_back_every_step_is_no_checkpoint() {
     let ids: Vec<&str> = r["diagnoses"].as_array().expect("diagnoses").iter().filter_map(|d| d["id"].as_str()).collect();
     assert!(!ids.contains(&"checkpoint-stall"), "{ids:?}");
 }
+
+/// A launching thread is accounted over its own life: the window's time before it was
+/// created and after it exited is no sleep of its. fakejob's worker thread trains for a few
+/// milliseconds; the process starts before it and, with `--hold-ms`, holds its memory on its
+/// main thread for 1.5 s after it. Both were once a false `[HIGH] input-starved` (44 % and
+/// 59 % "sleeping" while HOST said the thread slept 0 s).
+#[test]
+fn time_outside_the_launching_threads_life_is_not_sleep() {
+    for hold in [None, Some("1500")] {
+        let mut args = vec!["--steps", "300", "--driver-launches", "2", "--sync"];
+        args.extend(hold.iter().flat_map(|ms| ["--hold-ms", ms]));
+        let r = verdict(&args);
+        assert!(!problems(&r).iter().any(|p| p == "input-starved"), "{r:#}");
+        let sleeping = r["time_account"]["buckets"].as_array().expect("buckets").iter().find(|b| b["name"] == "sleeping").expect("sleeping")["fraction"]
+            .as_f64()
+            .expect("a number");
+        assert!(sleeping < 0.10, "sleeping {sleeping}: {r:#}");
+        let phases = r["window"]["phases"].as_array().expect("phases");
+        assert!(phases.iter().any(|p| p["kind"] == "outside"), "the start-up is left out: {r:#}");
+        if hold.is_some() {
+            let active = r["window"]["active_s"].as_f64().expect("active_s");
+            assert!(active < 0.5, "the 1.5 s hold after the loop is not active time: {r:#}");
+        }
+    }
+}

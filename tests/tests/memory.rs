@@ -99,6 +99,9 @@ fn an_allocation_that_fails_after_its_retry_is_oom_at_its_call() {
     assert!(d["summary"].as_str().is_some_and(|s| s.contains("1.0 GiB")), "{d:#}");
     // The job died right after: its stack is still named.
     assert_eq!(top_site(d)["function"], "cached_malloc", "{d:#}");
+    // Its worker thread's short life is its whole account: no false input-starved (it once
+    // read 95 % "sleeping", the time before and after the thread lived).
+    assert!(!ids(&r).contains(&"input-starved"), "{:?}", ids(&r));
 }
 
 #[test]

@@ -170,7 +170,8 @@ pub struct Waker {
 pub struct Phase {
     pub start_s: f64,
     pub end_s: f64,
-    /// `active` or `paused`.
+    /// `active`, `paused`, or `outside` (before the launching threads began their work or
+    /// after they ended: left out of every share, like a pause).
     pub kind: String,
 }
 

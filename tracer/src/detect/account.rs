@@ -110,8 +110,8 @@ impl Account {
 
 impl Account {
     #[must_use]
-    pub fn new(ev: &Evidence, window_ns: u64, gpu: Option<&[GpuDevice]>) -> Self {
-        let time = TimeAccount::critical_path(ev, window_ns);
+    pub fn new(ev: &Evidence, start_ns: u64, window_ns: u64, gpu: Option<&[GpuDevice]>) -> Self {
+        let time = TimeAccount::critical_path(ev, start_ns, start_ns + window_ns);
         // Pauses are left out: seconds and rates are of the active time.
         let active_ns = time.as_ref().map_or(window_ns, |t| t.window_ns);
         let seconds = active_ns as f64 / 1e9;

@@ -26,6 +26,8 @@ use crate::{
 /// What the detectors look at.
 #[derive(Debug)]
 pub struct Inputs<'a> {
+    /// The window: where it starts (monotonic ns, as the events' times) and how long it is.
+    pub start_ns: u64,
     pub window_ns: u64,
     pub evidence: &'a Evidence,
     pub gpu: Option<&'a [GpuDevice]>,
@@ -73,7 +75,7 @@ pub fn diagnose(inputs: &Inputs<'_>) -> (DiagnosisId, Vec<Diagnosis>) {
 /// else the largest found; the time account, GPU idle time and steps.
 #[must_use]
 pub fn analyze(inputs: &Inputs<'_>) -> Findings {
-    let account = Account::new(inputs.evidence, inputs.window_ns, inputs.gpu);
+    let account = Account::new(inputs.evidence, inputs.start_ns, inputs.window_ns, inputs.gpu);
     let mut found: Vec<Diagnosis> = rules::ALL.iter().filter_map(|rule| rule(inputs.evidence, &account)).collect();
     found.sort_by(|a, b| b.impact.total_cmp(&a.impact));
     let threads = account.time.as_ref().map(|t| t.threads.clone()).unwrap_or_default();

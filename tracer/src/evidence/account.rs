@@ -72,6 +72,11 @@ pub struct TimeAccount {
     /// every bucket and share is of it.
     pub pauses: Vec<(u64, u64)>,
     pub paused_ns: u64,
+    /// The stretch the accounted threads lived in and worked for the job (`span_of`), and
+    /// the window's time outside it (before the first of them began, after the last ended):
+    /// left out like pauses.
+    pub span: (u64, u64),
+    pub outside_ns: u64,
     /// Off-CPU time of the accounted threads by what woke them, indexed like
     /// `WaitKind::ALL`, pauses excluded; and of it, outside CUDA calls and not in `D` state:
     /// what the `sleeping` bucket is made of.
@@ -83,11 +88,13 @@ pub struct TimeAccount {
 
 impl TimeAccount {
     /// The account of one thread over a window of `window_ns`; `sched` is None without
-    /// scheduler evidence (then all non-CUDA time is "launching and host"). A thread that
-    /// lived for only part of the window (the scheduler saw it for less) sleeps the rest.
+    /// scheduler evidence (then all non-CUDA time is "launching and host"). A thread is
+    /// accounted over its own life only: the scheduler's figures cover the part of the
+    /// window it lived, and the rest of the window is no time of its (`combine` calls what
+    /// no accounted thread covers sleeping).
     #[must_use]
     pub fn of(t: &ThreadStats, sched: Option<&SchedStats>, window_ns: u64) -> Self {
-        Self::of_measured(t, sched, window_ns, None)
+        Self::of_measured(t, sched, window_ns, None, 0)
     }
 
     /// As [`Self::of`]; `asleep_outside_cuda_ns` is the thread's interruptible sleep outside
@@ -95,9 +102,14 @@ impl TimeAccount {
     /// Without it, sleep outside CUDA calls is taken as all sleep less the time in CUDA
     /// calls — which assumes those calls sleep while they wait, and they need not: a
     /// synchronize may spin on the CPU, and then every sleep is outside it.
+    ///
+    /// `trimmed_ns` of the thread's life lie outside its span (`span_of`: a process's start-up
+    /// before its first CUDA call, its wind-down after the last). The scheduler's figures
+    /// are totals, not timed, so that time is taken off what is left last: host work first
+    /// (start-up is mostly imports and building the model, on a CPU), then sleep.
     #[must_use]
-    pub fn of_measured(t: &ThreadStats, sched: Option<&SchedStats>, window_ns: u64, asleep_outside_cuda_ns: Option<u64>) -> Self {
-        let life = sched.map_or(window_ns, |s| s.total_ns().min(window_ns));
+    pub fn of_measured(t: &ThreadStats, sched: Option<&SchedStats>, window_ns: u64, asleep_outside_cuda_ns: Option<u64>, trimmed_ns: u64) -> Self {
+        let life = sched.map_or(window_ns, |s| s.total_ns().saturating_sub(trimmed_ns).min(window_ns));
         let mut left = life;
         let mut take = |ns: u64| {
             let got = ns.min(left);
@@ -127,7 +139,7 @@ impl TimeAccount {
             allocating_ns,
             waiting_for_cpu_ns,
             io_wait_ns,
-            sleeping_ns: sleeping_ns + (window_ns - life),
+            sleeping_ns,
             launching_and_host_ns: left,
             copy_transfer_waits_ns: t.copy_wait_transfer_ns.min(waiting_on_gpu_ns),
             pageable_staging_ns,
@@ -137,16 +149,20 @@ impl TimeAccount {
             concurrent: false,
             pauses: Vec::new(),
             paused_ns: 0,
+            span: (0, window_ns),
+            outside_ns: 0,
             waits_ns: [0; 7],
             sleep_by_kind_ns: [0; 7],
             wakers: Vec::new(),
         }
     }
 
-    /// The job's account: the main thread and the threads of its process on its critical
-    /// path (module docs). None when no thread launched kernels.
+    /// The job's account over the window `[start_ns, end_ns]`: the main thread and the
+    /// threads of its process on its critical path (module docs), each over its own span.
+    /// None when no thread launched kernels.
     #[must_use]
-    pub fn critical_path(ev: &Evidence, window_ns: u64) -> Option<Self> {
+    pub fn critical_path(ev: &Evidence, start_ns: u64, end_ns: u64) -> Option<Self> {
+        let window_ns = end_ns.saturating_sub(start_ns);
         let launches = |t: &ThreadStats| t.kernel_launches() + t.graph_launches();
         let (main_tid, main) = ev.main_thread().filter(|(_, t)| launches(t) > 0)?;
         let mut threads = vec![main_tid];
@@ -169,19 +185,32 @@ impl TimeAccount {
         let kind_of = |l: &waits::LongSleep| {
             ev.wakes.iter().find(|w| w.matches(l.tid, l.waker_pid, l.stack_id, l.in_cuda)).map_or(WaitKind::Other, |w| w.kind)
         };
-        let pauses = waits::pauses(&ev.long_sleeps, main.pid, &threads, |t| ev.births.get(&t).copied(), kind_of);
-        let paused_ns = pauses.iter().map(|(a, b)| b - a).sum::<u64>().min(window_ns);
-        let active_ns = window_ns - paused_ns;
+        // Each thread over its own span; the account over the stretch they cover together
+        // (threads that take turns live through one another's spans: the first start to
+        // the last end stands for the union). The window's rest is no time of the job's.
+        let spans: Vec<(u64, u64)> = threads.iter().map(|tid| span_of(ev, *tid, &ev.threads[tid], start_ns, end_ns)).collect();
+        let span = (
+            spans.iter().map(|s| s.0).min().unwrap_or(start_ns),
+            spans.iter().map(|s| s.1).max().unwrap_or(end_ns),
+        );
+        let span_ns = span.1.saturating_sub(span.0);
+        let pauses = waits::clip(&waits::pauses(&ev.long_sleeps, main.pid, &threads, |t| ev.births.get(&t).copied(), kind_of), span);
+        let paused_ns = pauses.iter().map(|(a, b)| b - a).sum::<u64>().min(span_ns);
+        let active_ns = span_ns - paused_ns;
         let parts: Vec<Self> = threads
             .iter()
-            .map(|tid| {
+            .zip(&spans)
+            .map(|(tid, own)| {
                 let mine: Vec<(u64, u64)> = ev.long_sleeps.iter().filter(|l| l.tid == *tid).map(|l| (l.start_ns, l.end_ns)).collect();
                 let overlap = waits::overlap_ns(&mine, &pauses);
                 let sched = ev.sched.get(tid).map(|s| SchedStats { sleep_ns: s.sleep_ns.saturating_sub(overlap), ..s.clone() });
+                // The part of the thread's life in the window that lies outside its span.
+                let lived = span_of_life(ev, *tid, start_ns, end_ns);
+                let trimmed = (lived.1.saturating_sub(lived.0)).saturating_sub(own.1.saturating_sub(own.0));
                 let woken: Vec<&waits::Wake> = ev.wakes.iter().filter(|w| w.tid == *tid).collect();
                 let outside = (!woken.is_empty())
                     .then(|| woken.iter().filter(|w| !w.in_cuda).map(|w| w.ns.saturating_sub(w.blocked_ns)).sum::<u64>().saturating_sub(overlap));
-                Self::of_measured(&ev.threads[tid], sched.as_ref(), active_ns, outside)
+                Self::of_measured(&ev.threads[tid], sched.as_ref(), active_ns, outside, trimmed)
             })
             .collect();
         let mut a = Self::combine(&parts, active_ns);
@@ -189,6 +218,8 @@ impl TimeAccount {
         a.waits(ev, paused_ns);
         a.pauses = pauses;
         a.paused_ns = paused_ns;
+        a.span = span;
+        a.outside_ns = window_ns.saturating_sub(span_ns);
         Some(a)
     }
 
@@ -240,6 +271,8 @@ impl TimeAccount {
             host_while_queue_empty_ns: 0,
             pauses: Vec::new(),
             paused_ns: 0,
+            span: (0, window_ns),
+            outside_ns: 0,
             waits_ns: [0; 7],
             sleep_by_kind_ns: [0; 7],
             wakers: Vec::new(),
@@ -316,6 +349,34 @@ impl TimeAccount {
     }
 }
 
+/// Where thread `tid` lived in the window: from its creation (or the window's start) to its
+/// exit (or the window's end).
+fn span_of_life(ev: &Evidence, tid: u32, start_ns: u64, end_ns: u64) -> (u64, u64) {
+    let clamp = |ns: u64| ns.clamp(start_ns, end_ns);
+    let from = ev.births.get(&tid).map_or(start_ns, |&b| clamp(b));
+    let to = ev.deaths.get(&tid).map_or(end_ns, |&d| clamp(d));
+    (from, to.max(from))
+}
+
+/// The stretch a launching thread is accounted over: its life in the window, less its
+/// process's start-up and wind-down where the trace saw them. A process started in the
+/// window (`gputrace run`) imports and builds its model on the main thread before its first
+/// CUDA call, and a main thread that exits in the window may write results after its last:
+/// neither is the training loop, and charged to it they read as host work or sleep that no
+/// fix of the loop gives back. A thread created in the window begins at its creation.
+fn span_of(ev: &Evidence, tid: u32, t: &ThreadStats, start_ns: u64, end_ns: u64) -> (u64, u64) {
+    let (mut from, mut to) = span_of_life(ev, tid, start_ns, end_ns);
+    let main_thread = tid == t.pid;
+    let started_here = ev.processes.get(&t.pid).is_some_and(|p| p.execs > 0) || ev.births.contains_key(&t.pid);
+    if main_thread && started_here && t.first_ns > 0 {
+        from = from.max(t.first_ns.clamp(start_ns, end_ns));
+    }
+    if main_thread && ev.deaths.contains_key(&tid) && t.last_ns > 0 {
+        to = to.min(t.last_ns.clamp(start_ns, end_ns));
+    }
+    (from, to.max(from))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -356,10 +417,17 @@ mod tests {
     }
 
     #[test]
-    fn a_thread_that_lived_part_of_the_window_sleeps_the_rest() {
+    fn a_thread_is_accounted_over_its_own_life() {
         let s = SchedStats { pid: 1, on_cpu_ns: 400, ..SchedStats::default() };
         let a = TimeAccount::of(&thread(0, 0, 0), Some(&s), 1000);
-        assert_eq!((a.launching_and_host_ns, a.sleeping_ns), (400, 600));
+        assert_eq!((a.launching_and_host_ns, a.sleeping_ns), (400, 0), "no sleep before it was born or after it exited");
+    }
+
+    #[test]
+    fn time_trimmed_off_a_thread_comes_from_host_work_first_then_sleep() {
+        let s = SchedStats { pid: 1, on_cpu_ns: 300, sleep_ns: 500, ..SchedStats::default() };
+        let a = TimeAccount::of_measured(&thread(100, 0, 0), Some(&s), 1000, Some(500), 250);
+        assert_eq!((a.waiting_on_gpu_ns, a.sleeping_ns, a.launching_and_host_ns), (100, 450, 0));
     }
 
     fn combined(parts: &[TimeAccount]) -> TimeAccount {

@@ -95,6 +95,8 @@ pub struct Evidence {
     pub long_sleeps: Vec<waits::LongSleep>,
     /// When threads and processes created during the window were created.
     pub births: BTreeMap<u32, u64>,
+    /// When threads of the traced tree exited during the window.
+    pub deaths: BTreeMap<u32, u64>,
     /// Spans with the launch probes off (`--max-overhead`), ns; the last ends at `u64::MAX`
     /// while they are still off.
     pub launches_off: Vec<(u64, u64)>,
@@ -149,6 +151,7 @@ impl Evidence {
             Event::SchedFinal(e) => self.sched.entry(e.header.tid).or_default().add(&e.sched, 0),
             Event::Io(e) => self.io.record(e),
             Event::TaskExit(e) => {
+                self.deaths.insert(e.header.tid, e.header.ts_ns);
                 if e.header.tid == e.header.tgid {
                     self.processes.entry(e.header.tgid).or_default().exited = true;
                 }

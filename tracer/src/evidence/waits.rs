@@ -205,6 +205,12 @@ pub fn pauses(
     merge(out)
 }
 
+/// The parts of `intervals` inside `within`.
+#[must_use]
+pub fn clip(intervals: &[(u64, u64)], within: (u64, u64)) -> Vec<(u64, u64)> {
+    intersect(intervals, &[within])
+}
+
 /// Time two sets of intervals share.
 #[must_use]
 pub fn overlap_ns(a: &[(u64, u64)], b: &[(u64, u64)]) -> u64 {

@@ -84,7 +84,7 @@ pub fn build(outcome: &Outcome) -> Report {
         + loss.io_map_full
         + loss.undecodable;
     let probed_late = outcome.libraries.iter().map(|l| l.probed_late_for.len() as u64).sum::<u64>();
-    let mut findings = detect::analyze(&detect::Inputs { window_ns, evidence: ev, gpu: gpu.as_ref().map(|g| g.devices.as_slice()) });
+    let mut findings = detect::analyze(&detect::Inputs { start_ns: outcome.start_ns, window_ns, evidence: ev, gpu: gpu.as_ref().map(|g| g.devices.as_slice()) });
     let memory = memory(outcome, &traced, &mut findings);
     let mut processes: Vec<ProcessEntry> =
         ev.processes.iter().map(|(&pid, p)| ProcessEntry { pid, parent: p.parent, execs: p.execs, exited: p.exited }).collect();
@@ -116,8 +116,8 @@ pub fn build(outcome: &Outcome) -> Report {
         window: Window {
             duration_s: secs(window_ns),
             stopped_by: serde_json::to_value(outcome.stopped_by).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
-            active_s: secs(window_ns - findings.time.as_ref().map_or(0, |t| t.paused_ns)),
-            phases: phases(findings.time.as_ref().map_or(&[][..], |t| t.pauses.as_slice()), outcome.start_ns, outcome.end_ns),
+            active_s: secs(findings.time.as_ref().map_or(window_ns, |t| t.window_ns)),
+            phases: findings.time.as_ref().map_or_else(Vec::new, |t| phases(&t.pauses, t.span, outcome.start_ns, outcome.end_ns)),
         },
         cpu: super::host::cpu(outcome),
         cuda,
@@ -331,24 +331,36 @@ fn waker_name(w: &crate::evidence::waits::Wake) -> String {
     }
 }
 
-/// The window as active and paused stretches, in seconds from its start; empty when it
-/// holds no pause.
-fn phases(pauses: &[(u64, u64)], start_ns: u64, end_ns: u64) -> Vec<crate::model::Phase> {
-    let mut out = Vec::new();
-    let mut at = start_ns;
+/// The window as stretches, in seconds from its start: `active`, `paused`, and `outside`
+/// (before the launching threads began their work or after they ended, `span`); empty when
+/// the whole window is active.
+fn phases(pauses: &[(u64, u64)], span: (u64, u64), start_ns: u64, end_ns: u64) -> Vec<crate::model::Phase> {
     let s = |ns: u64| secs(ns.saturating_sub(start_ns));
+    let phase = |from: u64, to: u64, kind: &str| crate::model::Phase { start_s: s(from), end_s: s(to), kind: kind.into() };
+    let (span0, span1) = (span.0.clamp(start_ns, end_ns), span.1.clamp(start_ns, end_ns).max(span.0.clamp(start_ns, end_ns)));
+    let mut out = Vec::new();
+    if span0 > start_ns {
+        out.push(phase(start_ns, span0, "outside"));
+    }
+    let mut at = span0;
     for &(p0, p1) in pauses {
-        let (p0, p1) = (p0.clamp(start_ns, end_ns), p1.clamp(start_ns, end_ns));
+        let (p0, p1) = (p0.clamp(span0, span1), p1.clamp(span0, span1));
         if p0 > at {
-            out.push(crate::model::Phase { start_s: s(at), end_s: s(p0), kind: "active".into() });
+            out.push(phase(at, p0, "active"));
         }
         if p1 > p0 {
-            out.push(crate::model::Phase { start_s: s(p0), end_s: s(p1), kind: "paused".into() });
+            out.push(phase(p0, p1, "paused"));
         }
         at = at.max(p1);
     }
-    if !out.is_empty() && at < end_ns {
-        out.push(crate::model::Phase { start_s: s(at), end_s: s(end_ns), kind: "active".into() });
+    if at < span1 {
+        out.push(phase(at, span1, "active"));
+    }
+    if span1 < end_ns {
+        out.push(phase(span1, end_ns, "outside"));
+    }
+    if out.len() == 1 {
+        out.clear();
     }
     out
 }
