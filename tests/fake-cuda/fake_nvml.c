@@ -109,7 +109,7 @@ static uint64_t clock_ns(clockid_t id) {
 }
 
 /* Map the ledger once it exists and is filled in (the job creates it when it loads libcuda,
- * usually after gputrace has started NVML). */
+ * usually after gputrace has started NVML). Called with `lock` held. */
 static const struct fake_gpu_ledger *find_ledger(void) {
     if (ledger) return ledger;
     const char *path = getenv("FAKE_GPU_LEDGER");
@@ -299,10 +299,22 @@ API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci
     return NVML_SUCCESS;
 }
 
+/* The job holding the fake GPU (0: none) and its bytes. Under `lock`, as every read of the
+ * ledger: the first maps it, and NVML may be called from several threads. */
+static unsigned job(unsigned long long *bytes) {
+    struct snapshot s;
+    pthread_mutex_lock(&lock);
+    unsigned pid = snapshot(&s) == 1 ? holder(&s) : 0;
+    pthread_mutex_unlock(&lock);
+    *bytes = pid ? s.memory_used : 0;
+    return pid;
+}
+
 /* Bytes in use: what the job allocated, while it lives. */
 static unsigned long long memory_used(void) {
-    struct snapshot s;
-    return snapshot(&s) == 1 && holder(&s) ? s.memory_used : 0;
+    unsigned long long bytes;
+    job(&bytes);
+    return bytes;
 }
 
 API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
@@ -376,8 +388,8 @@ API nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, nvmlSamplingType_t ty
 /* The job, while it lives, with the memory it allocated; no MIG instances. */
 API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned *infoCount, nvmlProcessInfo_t *infos) {
     CHECK_DEVICE(device, infoCount);
-    struct snapshot s;
-    unsigned pid = snapshot(&s) == 1 ? holder(&s) : 0;
+    unsigned long long bytes;
+    unsigned pid = job(&bytes);
     unsigned n = pid ? 1 : 0;
     if (*infoCount < n || (n && !infos)) {
         *infoCount = n;
@@ -386,7 +398,7 @@ API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, un
     *infoCount = n;
     if (n) {
         infos[0].pid = pid;
-        infos[0].usedGpuMemory = s.memory_used;
+        infos[0].usedGpuMemory = bytes;
         infos[0].gpuInstanceId = NVML_VALUE_NOT_AVAILABLE_UINT;
         infos[0].computeInstanceId = NVML_VALUE_NOT_AVAILABLE_UINT;
     }
