@@ -1,5 +1,5 @@
-//! Builds the fake CUDA (libcuda.so.1, libcudart.so.13) and the `fakejob` workload with the
-//! system C compiler. Shared by `tests/build.rs` and `cargo xtask demo` through `#[path]`,
+//! Builds the fake CUDA (libcuda.so.1, libcudart.so.13), the `fakejob` workload and the fake
+//! NVML (`nvml/libnvidia-ml.so.1`) with the system C compiler. Shared by `tests/build.rs` and `cargo xtask demo` through `#[path]`,
 //! so there is one recipe.
 
 use std::{path::Path, process::Command};
@@ -67,7 +67,21 @@ pub fn build_fake_cuda(src: &Path, out: &Path) -> Result<(), String> {
             "-Wl,-rpath,$ORIGIN".into(),
         ],
     ];
-    for args in steps.into_iter().chain(variant_steps) {
+    // The fake NVML in `nvml/`, a folder of its own: only a test that puts it on the loader
+    // path gives gputrace an NVML (fake_nvml.c); the others keep seeing none.
+    let nvml = out.join("nvml");
+    std::fs::create_dir_all(&nvml).map_err(|e| format!("creating {}: {e}", nvml.display()))?;
+    let nvml_step: Vec<String> = vec![
+        "-O2".into(),
+        "-shared".into(),
+        "-fPIC".into(),
+        "-Wl,-soname,libnvidia-ml.so.1".into(),
+        "-o".into(),
+        nvml.join("libnvidia-ml.so.1").display().to_string(),
+        s("fake_nvml.c"),
+        "-lpthread".into(),
+    ];
+    for args in steps.into_iter().chain(variant_steps).chain([nvml_step]) {
         let status = Command::new(&cc).args(debuggable).args(&args).status().map_err(|e| format!("running {cc}: {e} (install a C compiler)"))?;
         if !status.success() {
             return Err(format!("{cc} {} failed: {status}", args.join(" ")));

@@ -4,14 +4,22 @@
  * returns at once; synchronize calls sleep until the queue drains; copies from pageable
  * host memory are staged by the host, which blocks for the copy time, as the real driver
  * does. Pinned memory is memory this library allocated (MAP_SHARED|MAP_ANONYMOUS, which
- * /proc/PID/maps shows as "/dev/zero (deleted)", like the real driver's) or registered. */
+ * /proc/PID/maps shows as "/dev/zero (deleted)", like the real driver's) or registered.
+ *
+ * With FAKE_GPU_LEDGER naming a file, the timeline and the memory in use are published there
+ * (fake_gpu_ledger.h) for the fake NVML to read. */
 #define _GNU_SOURCE
 #include "fake_cuda.h"
+#include "fake_gpu_ledger.h"
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #define NOINLINE __attribute__((noinline, visibility("default")))
 
@@ -23,6 +31,10 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t queue_end_ns;            /* when the device finishes all queued work */
 static uint64_t next_device_ptr = 0x500000000000ull; /* never mapped in the process */
 static uint64_t memory_limit = 1ull << 40, memory_used;
+static uint64_t enqueued_ns;             /* device ns ever queued, for the ledger */
+/* The mapped ledger, or NULL (no FAKE_GPU_LEDGER, or a forked child). */
+static struct fake_gpu_ledger *ledger;
+static uint64_t ledger_pid;
 
 struct range { uint64_t start, len; };
 #define MAX_PINNED 256
@@ -50,12 +62,71 @@ static void sleep_until(uint64_t t) {
     spin_until(t);
 }
 
+/* Write the timeline to the ledger, if there is one; called with `lock` held, which makes this
+ * process's writes one at a time. A seqlock (no syscall, no lock shared with the reader): the
+ * hot path stays a few stores, and a reader never blocks the fake GPU. */
+static void publish(void) {
+    struct fake_gpu_ledger *l = ledger;
+    if (!l) return;
+    uint64_t seq = LEDGER_LOAD(&l->seq);
+    LEDGER_STORE(&l->seq, seq + 1);
+    __atomic_thread_fence(__ATOMIC_RELEASE); /* the odd count is seen before any new value */
+    LEDGER_STORE(&l->enqueued_ns, enqueued_ns);
+    LEDGER_STORE(&l->queue_end_ns, queue_end_ns);
+    LEDGER_STORE(&l->memory_used, memory_used);
+    LEDGER_STORE(&l->pid, ledger_pid);
+    __atomic_store_n(&l->seq, seq + 2, __ATOMIC_RELEASE);
+}
+
+/* A forked child has its own copy of the fake GPU (the queue is per process): its work would
+ * overwrite the parent's timeline, so only the process that opened the ledger publishes. */
+static void leave_ledger(void) { ledger = NULL; }
+
+__attribute__((constructor)) static void open_ledger(void) {
+    const char *path = getenv("FAKE_GPU_LEDGER");
+    if (!path || !*path) return;
+    /* Sized, not truncated: a reader may still map a previous job's ledger, and a file cut
+     * short under its mapping would fault it (SIGBUS) on the next read. */
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    void *m = MAP_FAILED;
+    if (fd >= 0 && ftruncate(fd, sizeof *ledger) == 0)
+        m = mmap(NULL, sizeof *ledger, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (fd >= 0) close(fd);
+    if (m == MAP_FAILED) {
+        fprintf(stderr, "fake libcuda: cannot map FAKE_GPU_LEDGER %s\n", path);
+        return;
+    }
+    struct fake_gpu_ledger *l = m;
+    /* No magic while the values are a previous job's: readers take them for nothing yet. */
+    __atomic_store_n(&l->magic, 0, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&lock);
+    ledger = l;
+    ledger_pid = (uint64_t)getpid();
+    publish();
+    pthread_mutex_unlock(&lock);
+    __atomic_store_n(&l->magic, FAKE_GPU_LEDGER_MAGIC, __ATOMIC_RELEASE);
+    pthread_atfork(NULL, NULL, leave_ledger);
+}
+
+/* The process is exiting: its context, and with it its memory, is gone (the real driver's
+ * process list drops it then). A process killed by a signal skips this; the reader also
+ * checks that the pid is alive. */
+__attribute__((destructor)) static void close_ledger(void) {
+    if (!ledger) return;
+    pthread_mutex_lock(&lock);
+    ledger_pid = 0;
+    publish();
+    pthread_mutex_unlock(&lock);
+}
+
 /* Append `ns` of device work; returns when it will be done. */
 static uint64_t enqueue(uint64_t ns) {
     pthread_mutex_lock(&lock);
     uint64_t n = now_ns();
     if (queue_end_ns < n) queue_end_ns = n;
     queue_end_ns += ns;
+    enqueued_ns += ns;
+    publish();
     uint64_t end = queue_end_ns;
     pthread_mutex_unlock(&lock);
     return end;
@@ -217,6 +288,7 @@ NOINLINE CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
     pthread_mutex_lock(&lock);
     if (memory_used + n > memory_limit) { pthread_mutex_unlock(&lock); return CUDA_ERROR_OUT_OF_MEMORY; }
     memory_used += n;
+    publish();
     *p = next_device_ptr;
     next_device_ptr += (n + 0xfff) & ~0xfffull;
     pthread_mutex_unlock(&lock);
@@ -228,6 +300,7 @@ NOINLINE CUresult cuMemFree_v2(CUdeviceptr p) {
     uint64_t n = forget(allocs, MAX_ALLOCS, p);
     pthread_mutex_lock(&lock);
     memory_used -= n;
+    publish();
     pthread_mutex_unlock(&lock);
     spin_until(now_ns() + 10000);
     return CUDA_SUCCESS;
@@ -243,6 +316,7 @@ NOINLINE CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, cons
     pthread_mutex_lock(&lock);
     if (memory_used + size > memory_limit) { pthread_mutex_unlock(&lock); return CUDA_ERROR_OUT_OF_MEMORY; }
     memory_used += size;
+    publish();
     *h = next_handle++;
     pthread_mutex_unlock(&lock);
     remember(allocs, MAX_ALLOCS, *h, size);
@@ -253,6 +327,7 @@ NOINLINE CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
     uint64_t n = forget(allocs, MAX_ALLOCS, h);
     pthread_mutex_lock(&lock);
     memory_used -= n;
+    publish();
     pthread_mutex_unlock(&lock);
     return CUDA_SUCCESS;
 }

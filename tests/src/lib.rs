@@ -56,8 +56,14 @@ impl Gated {
     /// name: the process is named after it).
     #[must_use]
     pub fn start_as(program: &std::path::Path, args: &[&str]) -> Self {
-        let mut child =
-            Command::new(program).arg("--gate").args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("fakejob starts");
+        Self::spawn(Command::new(program).arg("--gate").args(args))
+    }
+
+    /// As [`Gated::start`], from a fakejob command the caller made (its environment, its
+    /// arguments, `--gate` among them).
+    #[must_use]
+    pub fn spawn(command: &mut Command) -> Self {
+        let mut child = command.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("fakejob starts");
         let mut line = String::new();
         BufReader::new(child.stdout.as_mut().expect("piped")).read_line(&mut line).expect("fakejob says ready");
         let pid = line.trim().strip_prefix("ready ").and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("unexpected: {line:?}"));
@@ -182,16 +188,85 @@ pub fn run_fakejob_opts(options: &[&str], args: &[&str]) -> (Value, i32, String)
     run_fakejob_full(&[], options, args)
 }
 
+/// The folder of the fake NVML (`libnvidia-ml.so.1`, tests/fake-cuda/fake_nvml.c): apart from
+/// the fake CUDA, so that a test sees an NVML only where it asks for one.
+#[must_use]
+pub fn fake_nvml_dir() -> PathBuf {
+    fake_cuda_dir().join("nvml")
+}
+
+/// The fake NVML for one job: a fresh ledger file, through which the fake GPU tells the fake
+/// NVML its busy time and memory (tests/fake-cuda/fake_gpu_ledger.h); removed on drop.
+#[derive(Debug)]
+pub struct FakeNvml {
+    ledger: PathBuf,
+}
+
+impl FakeNvml {
+    #[must_use]
+    pub fn new() -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let ledger = std::env::temp_dir().join(format!("gputrace-ledger-{}-{n}", std::process::id()));
+        // A ledger left by an earlier run would be read until the job resets it.
+        let _ = std::fs::remove_file(&ledger);
+        Self { ledger }
+    }
+
+    /// Give `command` (gputrace, or a job gputrace attaches to) the fake NVML and CUDA on its
+    /// loader path and the ledger; the job and gputrace must be given the same one.
+    pub fn apply<'c>(&self, command: &'c mut Command) -> &'c mut Command {
+        let path = std::env::join_paths([fake_nvml_dir(), fake_cuda_dir()]).expect("paths without a colon");
+        command.env("LD_LIBRARY_PATH", path).env("FAKE_GPU_LEDGER", &self.ledger)
+    }
+
+    /// Whether the job's fake GPU has published anything (it creates the ledger on loading).
+    #[must_use]
+    pub fn published(&self) -> bool {
+        self.ledger.exists()
+    }
+}
+
+impl Default for FakeNvml {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for FakeNvml {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.ledger);
+    }
+}
+
+/// `gputrace run --json OPTIONS -- fakejob ARGS` with the fake NVML reading the fake GPU:
+/// the report, exit code and stderr (where the job's output goes).
+#[must_use]
+pub fn run_fakejob_nvml(options: &[&str], args: &[&str]) -> (Value, i32, String) {
+    let nvml = FakeNvml::new();
+    let out = run_fakejob_command(&[], options, args, Some(&nvml));
+    assert!(nvml.published(), "the fake libcuda wrote no ledger: the fake NVML read nothing");
+    out
+}
+
 fn run_fakejob_full(wrapper: &[&str], options: &[&str], args: &[&str]) -> (Value, i32, String) {
+    run_fakejob_command(wrapper, options, args, None)
+}
+
+fn run_fakejob_command(wrapper: &[&str], options: &[&str], args: &[&str], nvml: Option<&FakeNvml>) -> (Value, i32, String) {
     let (program, wrapper_args): (std::ffi::OsString, Vec<std::ffi::OsString>) = match wrapper.split_first() {
         Some((first, rest)) => ((*first).into(), rest.iter().map(Into::into).chain([gputrace().into_os_string()]).collect()),
         None => (gputrace().into_os_string(), Vec::new()),
     };
     // As on a real machine, the driver is found through the loader path, which is how `run`
     // predicts it and arms the probes before the command starts.
-    let out = Command::new(program)
+    let mut command = Command::new(program);
+    command.env("LD_LIBRARY_PATH", fake_cuda_dir());
+    if let Some(nvml) = nvml {
+        nvml.apply(&mut command);
+    }
+    let out = command
         .args(wrapper_args)
-        .env("LD_LIBRARY_PATH", fake_cuda_dir())
         .args(["run", "--json"])
         .args(options)
         .arg("--")

@@ -1,0 +1,132 @@
+//! The fake NVML (tests/fake-cuda/fake_nvml.c) reports the fake GPU's own busy time and
+//! memory, so the report's `gpu` section, and the verdicts that read it, can be checked
+//! against what the job is known to have done.
+//!
+//! Each test fails if the fake lies: a utilization that ignores the timeline reads the same for
+//! a half-idle job and a GPU-bound one, and memory listed under another pid is not the job's.
+use std::{process::Command, time::Duration};
+
+use gputrace_tests::{fakejob, gputrace, require_root, run_fakejob_nvml, FakeNvml, Gated, Tracer};
+use serde_json::Value;
+
+/// The job's device in the report, checked to be the fake NVML's.
+fn device(r: &Value) -> &Value {
+    let gpu = &r["gpu"];
+    assert_eq!(gpu["available"], true, "{r:#}");
+    assert_eq!(gpu["driver_version"], "fake-1", "{gpu:#}");
+    let d = &gpu["devices"][0];
+    assert_eq!(d["name"], "Fake GPU (gputrace tests)", "{gpu:#}");
+    d
+}
+
+/// The utilization mean and the number of samples, from the driver's sample buffer.
+fn utilization(d: &Value) -> (f64, u64) {
+    assert_eq!(d["utilization_source"], "sample-buffer", "{d:#}");
+    let u = &d["utilization"];
+    (u["mean"].as_f64().unwrap_or_else(|| panic!("no mean: {d:#}")), u["samples"].as_u64().expect("samples"))
+}
+
+/// fakejob's `work_ns N` (`--print-time`; under `run` its output goes to stderr), in seconds.
+fn work_s(stderr: &str) -> f64 {
+    let ns: u64 = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("work_ns ")?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("fakejob printed no work_ns:\n{stderr}"));
+    ns as f64 / 1e9
+}
+
+/// 150 steps of 4 ms host work, then 10 kernels of 400 µs and a synchronize: the GPU works
+/// 4 ms of each step of 8 ms or more (more on a busy machine, where the host work and the
+/// wake-ups stretch), 0.6 s in all. The truth is that over the job's own measured time.
+/// Measured on two busy cores: 33–38 % read for truths of 38–43 %.
+#[test]
+fn utilization_is_the_busy_share_of_a_known_duty_cycle() {
+    require_root();
+    let steps = 150;
+    let args = ["--steps", "150", "--driver-launches", "10", "--kernel-us", "400", "--host-us", "4000", "--sync", "--print-time"];
+    let (r, code, stderr) = run_fakejob_nvml(&[], &args);
+    assert_eq!(code, 0, "{stderr}");
+    let busy_s = f64::from(steps) * 10.0 * 400e-6;
+    let work = work_s(&stderr);
+    let truth = 100.0 * busy_s / work;
+    assert!((25.0..=50.0).contains(&truth), "the job ran {work:.3} s for {busy_s} s of GPU work: not the duty cycle planted");
+    let d = device(&r);
+    let (mean, samples) = utilization(d);
+    // About 6 samples a second. The first one or two may be of slices that began before the
+    // job did (idle, docs/development.md), each pulling the mean down by up to truth ÷ samples.
+    eprintln!("duty cycle: {mean:.1} % over {samples} samples, truth {truth:.1} % of {work:.3} s");
+    assert!(samples >= 6, "{samples} samples in {work:.3} s: {d:#}");
+    assert!((mean - truth).abs() <= 10.0, "utilization {mean:.1} % for a job busy {truth:.1} % of {work:.3} s: {d:#}");
+    // The idle time gputrace saw (the queue empty after syncs) fits in the idle time NVML says.
+    assert_eq!(r["gpu_idle"]["consistent"], true, "{:#}", r["gpu_idle"]);
+}
+
+/// gputrace attached for `secs` to a fakejob on the fake GPU, which is still running (or
+/// holding its memory) when the report is made and is killed after it (a job left behind by
+/// a failed test ends by itself within seconds). `at_work`: the job is
+/// released 300 ms before gputrace starts, so that every slice NVML reads is of the job at
+/// work; else it is released once gputrace is armed, so that its allocations are traced.
+fn attach(args: &[&str], secs: &str, at_work: bool) -> (Value, u32) {
+    require_root();
+    let nvml = FakeNvml::new();
+    let mut job = Gated::spawn(nvml.apply(Command::new(fakejob()).arg("--gate").args(args)));
+    assert!(nvml.published(), "the fake libcuda wrote no ledger on loading");
+    if at_work {
+        job.release();
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let tracer = Tracer::start(
+        nvml.apply(&mut Command::new(gputrace())).args(["-v", "attach", "--json", "--duration", secs, "--pid"]).arg(job.pid.to_string()),
+    );
+    if !at_work {
+        job.release();
+    }
+    let (r, code, stderr) = tracer.report();
+    let _ = job.child.kill();
+    let _ = job.child.wait();
+    assert_eq!(code, 0, "{stderr}");
+    (r, job.pid)
+}
+
+/// Ten 2 ms kernels, then a synchronize: the GPU is idle only while the host wakes up from
+/// the synchronize and launches again: tens of µs, but milliseconds at times on two busy cores
+/// with gputrace beside the job (five kernels a step read 92.6–99.1 % there; the job alone
+/// 98–99 %), hence 20 ms of work per synchronize. Measured: 95–100 %.
+#[test]
+fn a_gpu_bound_job_reads_busy_and_is_gpu_bound() {
+    let (r, _) = attach(&["--steps", "200", "--driver-launches", "10", "--kernel-us", "2000", "--sync"], "1500ms", true);
+    let d = device(&r);
+    let (mean, samples) = utilization(d);
+    eprintln!("GPU-bound: {mean:.1} % over {samples} samples, verdict {}", r["verdict"]);
+    assert!(samples >= 6, "{samples} samples in 1.5 s: {d:#}");
+    assert!(mean >= 90.0, "utilization {mean:.1} % for a GPU-bound job: {d:#}");
+    assert_eq!(r["verdict"], "gpu-bound", "{:#}", r["diagnoses"]);
+}
+
+/// The job holds its 64 MiB buffer and ten 3 MiB blocks it never frees (94 MiB): NVML lists
+/// it at the end, by pid, with exactly that; the device's memory in use peaks at that; and the
+/// allocations gputrace traced come to the same.
+#[test]
+fn the_jobs_memory_is_attributed_to_its_pid() {
+    let held: u64 = (64 << 20) + 10 * (3 << 20);
+    let (r, pid) = attach(
+        &["--steps", "10", "--driver-launches", "1", "--kernel-us", "100", "--leak", "3145728", "--hold-ms", "4000"],
+        "1200ms",
+        false,
+    );
+    let d = device(&r);
+    let processes = d["processes"].as_array().expect("processes");
+    assert_eq!(processes.len(), 1, "only the job is on the fake GPU: {d:#}");
+    assert_eq!(processes[0]["pid"], pid, "{d:#}");
+    assert_eq!(processes[0]["traced"], true, "{d:#}");
+    assert_eq!(processes[0]["memory_bytes"], held, "{d:#}");
+    assert_eq!(d["target_memory_bytes"], held, "{d:#}");
+    assert_eq!(d["memory_used_bytes"], held, "{d:#}");
+    let m = &r["memory"];
+    assert_eq!(m["held_bytes"], held, "{m:#}");
+    assert_eq!(m["reserved_bytes"], held, "what NVML says the job holds is what it allocated: {m:#}");
+    // A job that holds memory and runs nothing: NVML says the GPU was idle.
+    let (mean, samples) = utilization(d);
+    eprintln!("holding: {mean:.1} % over {samples} samples, {} bytes held", m["held_bytes"]);
+    assert!(mean <= 5.0, "utilization {mean:.1} % while the job only held memory: {d:#}");
+}
