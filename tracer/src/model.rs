@@ -31,6 +31,10 @@ pub struct Report {
     pub gpu_idle: Option<GpuIdle>,
     /// Training steps found from the job's rhythm, and figures per step; null when none.
     pub steps: Option<Steps>,
+    /// The model of the step the savings are simulated on (docs/report.md, "step_model");
+    /// null when no thread launched kernels.
+    #[serde(default)]
+    pub step_model: Option<StepModel>,
     /// Where the GPU memory is: what the job reserved through the driver, what NVML says it
     /// holds, over time (docs/report.md, "memory").
     #[serde(default)]
@@ -163,6 +167,56 @@ pub struct Waker {
     pub waker: String,
     /// The kernel function on the waker's path that tells how (`pipe_write`, `futex_wake`).
     pub site: String,
+}
+
+/// The step model (`detect::whatif`): the critical path's host time as serial segments, the
+/// GPU's busy time, and what each fix makes of them.
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct StepModel {
+    /// `step` where steps were found (the shares are of a step), else `window` (of the active
+    /// window).
+    pub basis: String,
+    /// The seconds the shares are of: the mean step time, or the active window.
+    pub time_s: f64,
+    /// Host segments with a share above zero: `name` (`launch`, `user`, `staging`,
+    /// `transfer`, `alloc`, `cpu_wait`, `io_wait`, `input_wait`, `timer`) and `phase`: `idle`
+    /// (after a queue-draining call, the GPU has nothing to run) or `overlap` (the GPU may
+    /// work meanwhile).
+    pub segments: Vec<StepSegment>,
+    /// Share blocked waiting for queued GPU work.
+    pub gpu_wait: f64,
+    /// The GPU's busy time as a share, `[low, point, high]`, and its source: `nvml` or
+    /// `structure` (the host's evidence alone).
+    pub gpu_busy: [f64; 3],
+    pub gpu_source: String,
+    /// Of the host time, the share that is launching and dispatch, `[low, point, high]`, and
+    /// its source: `stacks` or `launch-cost`.
+    pub launching: [f64; 3],
+    pub launching_source: String,
+    /// Cores the job may use (null: unknown) and the cores its threads kept busy.
+    pub cpus: Option<f64>,
+    pub job_cpu: f64,
+    /// The two fixes that buy the most together; null with fewer than two.
+    pub best_pair: Option<FixPair>,
+    /// What makes the estimates uncertain.
+    pub notes: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct StepSegment {
+    pub name: String,
+    pub phase: String,
+    pub fraction: f64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FixPair {
+    pub ids: [DiagnosisId; 2],
+    pub speedup: f64,
+    pub range: [f64; 2],
+    pub bound: String,
+    /// Steps per second with both fixes, where steps were found.
+    pub steps_per_s_after: Option<f64>,
 }
 
 /// A stretch of the window.
@@ -722,6 +776,18 @@ pub struct Saving {
     pub steps_per_s_after: Option<f64>,
     /// How the estimate was made, in a sentence.
     pub basis: String,
+    /// The step time today over the step time after this fix alone, simulated on the step
+    /// model (`step_model`); also where no steps were found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speedup: Option<f64>,
+    /// `[low, high]`: the speed-ups the evidence allows (the GPU's busy time and the
+    /// launching share of host time at either end of their ranges).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range: Option<[f64; 2]>,
+    /// What limits the step after the fix: `gpu`, `cores`, `launch-rate`, `input`, `host`,
+    /// `bus`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]

@@ -116,6 +116,8 @@ pub struct Outcome {
     /// Wall-clock time tracing began, seconds since the epoch, and the host it ran on.
     pub started_unix_s: f64,
     pub host: String,
+    /// The cores the target may use (affinity and cgroup quota), read when tracing began.
+    pub cpus: Option<f64>,
     /// What `--max-overhead` did; None without it.
     pub sampling: Option<Sampling>,
 }

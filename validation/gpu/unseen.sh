@@ -33,7 +33,7 @@ OUT=$2
 shift 2
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-JOB_PY=$HERE/unseen.py
+JOB_PY=${UNSEEN_JOB:-$HERE/unseen.py}
 PYTHON=${PYTHON:-python3}
 JOB_SECONDS=${UNSEEN_SECONDS:-7}
 TRACE_SECONDS=${UNSEEN_TRACE_SECONDS:-6}

@@ -11,9 +11,9 @@ mod gpu_idle;
 mod host_rules;
 pub mod memory;
 mod rules;
-mod saving;
 pub mod sites;
 pub mod steps;
+pub mod whatif;
 
 pub use account::Account;
 
@@ -31,6 +31,8 @@ pub struct Inputs<'a> {
     pub window_ns: u64,
     pub evidence: &'a Evidence,
     pub gpu: Option<&'a [GpuDevice]>,
+    /// The cores the job may use, if known (work moved off the training thread runs there).
+    pub cpus: Option<f64>,
 }
 
 /// Impact at or above which a problem is `high`, `medium`, `low`.
@@ -61,6 +63,8 @@ pub struct Findings {
     pub time: Option<TimeAccount>,
     pub gpu_idle: Option<GpuIdle>,
     pub steps: Option<Steps>,
+    /// The step model the savings were simulated on.
+    pub step_model: Option<crate::model::StepModel>,
 }
 
 /// Ranked diagnoses and the verdict (see [`analyze`]).
@@ -70,9 +74,11 @@ pub fn diagnose(inputs: &Inputs<'_>) -> (DiagnosisId, Vec<Diagnosis>) {
     (f.verdict, f.diagnoses)
 }
 
-/// The diagnoses ranked by impact, with savings; the verdict: the problem with the largest
-/// impact if any is at least `medium`, else `gpu-bound` when the GPU keeps the host waiting,
-/// else the largest found; the time account, GPU idle time and steps.
+/// The diagnoses ranked by what their fix buys (`whatif`: each fix simulated on the step
+/// model; a diagnosis's impact is the share of the time its fix gives back); the verdict:
+/// the problem whose fix buys the most if it buys at least `medium`, else `gpu-bound` when
+/// the GPU keeps the host waiting, else the largest found; the time account, GPU idle time,
+/// steps and the step model.
 #[must_use]
 pub fn analyze(inputs: &Inputs<'_>) -> Findings {
     let account = Account::new(inputs.evidence, inputs.start_ns, inputs.window_ns, inputs.gpu);
@@ -82,7 +88,15 @@ pub fn analyze(inputs: &Inputs<'_>) -> Findings {
     checkpoint::drop_pageable_of_checkpoints(&mut found, inputs.evidence);
     sites::attach(&mut found, inputs.evidence, &threads);
     let steps = account.time.as_ref().and_then(|t| steps::find(inputs.evidence, t));
-    saving::estimate(&mut found, &account, steps.as_ref().map(|s| s.per_second));
+    let model = whatif::StepModel::build(inputs.evidence, &account, steps.as_ref().map(|s| s.per_step.launches), inputs.cpus);
+    let sm_over_util = match (account.sm_active, account.gpu_util) {
+        (Some(sm), Some(u)) if u > 0.0 => Some(sm / u),
+        _ => None,
+    };
+    let step_model = model.as_ref().map(|m| {
+        let pair = whatif::apply(&mut found, m, steps.as_ref().map(|s| s.per_second), account.window_s, sm_over_util);
+        report_of(m, pair.as_ref(), steps.as_ref(), account.window_s)
+    });
     let problems = || found.iter().filter(|d| d.id != DiagnosisId::GpuBound);
     let saw_cuda = inputs.evidence.threads.values().any(|t| t.hits.iter().any(|&h| h > 0));
     let verdict = if let Some(top) = problems().find(|d| d.impact >= MEDIUM) {
@@ -97,7 +111,36 @@ pub fn analyze(inputs: &Inputs<'_>) -> Findings {
         DiagnosisId::NoCudaWork
     };
     let gpu_idle = gpu_idle::gpu_idle(&account);
-    Findings { verdict, diagnoses: found, time: account.time, gpu_idle, steps }
+    Findings { verdict, diagnoses: found, time: account.time, gpu_idle, steps, step_model }
+}
+
+/// The step model as the report shows it.
+fn report_of(m: &whatif::StepModel, pair: Option<&whatif::BestPair>, steps: Option<&Steps>, window_s: f64) -> crate::model::StepModel {
+    let segments = [("idle", &m.idle), ("overlap", &m.overlap)]
+        .into_iter()
+        .flat_map(|(phase, s)| s.named().into_iter().filter(|(_, f)| *f > 0.0).map(move |(name, fraction)| crate::model::StepSegment { name: name.into(), phase: phase.into(), fraction }))
+        .collect();
+    let per_s = steps.map(|s| s.per_second);
+    crate::model::StepModel {
+        basis: if steps.is_some() { "step" } else { "window" }.into(),
+        time_s: steps.map_or(window_s, |s| s.step_time_s.mean),
+        segments,
+        gpu_wait: m.gpu_wait,
+        gpu_busy: m.gpu.values(),
+        gpu_source: m.gpu_source.map_or("structure", whatif::model::GpuSource::as_str).into(),
+        launching: m.dispatch.share.values(),
+        launching_source: m.dispatch.source.as_str().into(),
+        cpus: m.cpus,
+        job_cpu: m.job_cpu,
+        best_pair: pair.map(|p| crate::model::FixPair {
+            ids: p.ids,
+            speedup: p.speedup.point,
+            range: [p.speedup.lo, p.speedup.hi],
+            bound: p.speedup.bound.as_str().into(),
+            steps_per_s_after: per_s.map(|r| r * p.speedup.point),
+        }),
+        notes: m.notes.clone(),
+    }
 }
 
 #[cfg(test)]

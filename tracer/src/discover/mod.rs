@@ -1,6 +1,7 @@
 //! Finding what to trace: processes of the target tree, the CUDA driver libraries they map
 //! (by the inode actually mapped), and the file offsets of the symbols to probe.
 pub mod cgroup;
+pub mod cpus;
 pub mod files;
 pub mod kallsyms;
 pub mod libraries;

@@ -81,6 +81,9 @@ pub struct Start {
     /// The target's CUDA device environment.
     #[serde(default)]
     pub cuda_env: crate::model::CudaEnv,
+    /// The cores the target may use, when tracing began; absent in older recordings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<f64>,
     /// Return probes were off.
     #[serde(default)]
     pub entry_only: bool,

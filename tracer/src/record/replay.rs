@@ -273,6 +273,7 @@ impl State {
             entry_only: start.entry_only,
             started_unix_s: start.started_unix_s,
             host: start.host.clone(),
+            cpus: start.cpus,
             // `record` refuses --max-overhead: a recording's counts are exact.
             sampling: None,
             recording: Some(RecordingNote {

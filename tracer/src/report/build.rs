@@ -84,7 +84,7 @@ pub fn build(outcome: &Outcome) -> Report {
         + loss.io_map_full
         + loss.undecodable;
     let probed_late = outcome.libraries.iter().map(|l| l.probed_late_for.len() as u64).sum::<u64>();
-    let mut findings = detect::analyze(&detect::Inputs { start_ns: outcome.start_ns, window_ns, evidence: ev, gpu: gpu.as_ref().map(|g| g.devices.as_slice()) });
+    let mut findings = detect::analyze(&detect::Inputs { start_ns: outcome.start_ns, window_ns, evidence: ev, gpu: gpu.as_ref().map(|g| g.devices.as_slice()), cpus: outcome.cpus });
     let memory = memory(outcome, &traced, &mut findings);
     let mut processes: Vec<ProcessEntry> =
         ev.processes.iter().map(|(&pid, p)| ProcessEntry { pid, parent: p.parent, execs: p.execs, exited: p.exited }).collect();
@@ -128,6 +128,7 @@ pub fn build(outcome: &Outcome) -> Report {
         diagnoses: findings.diagnoses,
         gpu_idle: findings.gpu_idle,
         steps: findings.steps,
+        step_model: findings.step_model,
         memory: Some(memory),
         tracer: Tracer {
             lost_events,

@@ -85,6 +85,7 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
     let started_unix_s = unix_now_s();
     let pid = started.pid;
     let cuda_env = crate::model::CudaEnv::of(pid);
+    let cpus = crate::discover::cpus::of(pid);
     if sampler.is_some() && crate::gpu::identity::in_child_pid_namespace() {
         notes.push(OWN_PID_NAMESPACE.into());
     }
@@ -103,7 +104,7 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
         budget: None,
     };
     if let Some(r) = recorder {
-        live.begin_recording(r, &started.command, pid, attach_ms, &cuda_env);
+        live.begin_recording(r, &started.command, pid, attach_ms, &cuda_env, cpus);
     }
     let flight = live.tape.as_ref().is_some_and(|t| t.recorder.is_flight());
     let (mut sigint, mut sigterm, mut sigusr1) = stopping_signals(flight)?;
@@ -165,6 +166,7 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
     outcome.command = started.command;
     outcome.attach_ms = attach_ms;
     outcome.cuda_env = cuda_env;
+    outcome.cpus = cpus;
     Ok(outcome)
 }
 
@@ -319,6 +321,7 @@ impl Live {
             entry_only,
             started_unix_s: 0.0,
             host: String::new(),
+            cpus: None,
             sampling,
         }
     }

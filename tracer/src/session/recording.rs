@@ -32,7 +32,7 @@ impl Tape {
         let cx = crate::gpu::Context { start_ns, end_ns: snapshot.at_ns, ..crate::gpu::Context::default() };
         let devices = sampler.map(|s| crate::gpu::summarize(&s.devices, &self.samples, &cx));
         let window_ns = snapshot.at_ns.saturating_sub(start_ns);
-        let (verdict, diagnoses) = crate::detect::diagnose(&crate::detect::Inputs { start_ns, window_ns, evidence: &so_far, gpu: devices.as_deref() });
+        let (verdict, diagnoses) = crate::detect::diagnose(&crate::detect::Inputs { start_ns, window_ns, evidence: &so_far, gpu: devices.as_deref(), cpus: None });
         if let Some(d) = diagnoses.iter().find(|d| d.id == verdict && d.severity == crate::severity::Severity::High && d.id != crate::model::DiagnosisId::GpuBound) {
             self.diagnosis_fired = true;
             log::info!("flight recorder: {} fired ({}); writing the buffer out", d.id, d.summary);
@@ -71,16 +71,18 @@ pub(super) fn start_record(kernel: &ProbeSet, command: &str, pid: u32, start_ns:
         from_session_start: true,
         mode: String::new(),
         cuda_env: crate::model::CudaEnv::default(),
+        cpus: None,
         entry_only: kernel.entry_only,
     }
 }
 
 impl Live {
-    pub(super) fn begin_recording(&mut self, mut r: Recorder, command: &str, pid: u32, attach_ms: f64, cuda_env: &crate::model::CudaEnv) {
+    pub(super) fn begin_recording(&mut self, mut r: Recorder, command: &str, pid: u32, attach_ms: f64, cuda_env: &crate::model::CudaEnv, cpus: Option<f64>) {
         let mut start = start_record(&self.kernel, command, pid, self.start_ns, attach_ms, self.sampler.as_ref());
         // The same instant as the live report's `started_at`, so that both reports agree.
         start.started_unix_s = self.started_unix_s;
         start.cuda_env = cuda_env.clone();
+        start.cpus = cpus;
         r.begin(start);
         // The first checkpoint: a baseline for files that do not start with the session.
         let first = self.snapshots.read(&self.kernel, self.start_ns, &self.evidence.allocs);

@@ -1,0 +1,180 @@
+//! How much of the critical path's host time is launching: the launch calls and the
+//! framework's dispatch around them (what CUDA graphs and fusion remove), against the
+//! program's own code (what they leave). The stacks say it; without them, the launches
+//! times what one launch costs the host.
+//!
+//! Two views of the same on-CPU host time, each a lower bound of the launching part:
+//! - **native** (the kernel's CPU samples): a stack with a frame in the CUDA driver or
+//!   runtime, a math library or a framework's native library (ATen, c10, XLA) is
+//!   dispatch. The sampled instruction alone decides where frame pointers cut the stack,
+//!   so the view holds without unwinding. It misses a framework's Python-level overhead:
+//!   the interpreter running `nn.Module.__call__` shows only libpython frames.
+//! - **Python** (py-spy): a stack with a frame of the framework's Python package below
+//!   the user's code (`torch/nn/modules/module.py` around a `forward`, `torch/optim`,
+//!   `torch/autograd`) is producing launches: a graph replay would run none of it. The
+//!   framework's launchers and data loading (`torch/distributed/`, `torch/utils/data/`)
+//!   are not dispatch. It misses a user line that calls an op directly.
+//!
+//! The larger of the two is taken.
+
+use super::model::Range;
+use crate::{
+    evidence::Evidence,
+    stacks::{Activity, Frame, Origin, StackTime},
+};
+
+/// What one kernel launch costs the host, where stacks do not say (docs/facts.md: an empty
+/// kernel through `cuLaunchKernel` 5.9 µs untraced, an eager PyTorch `add_` 6.8 µs; a
+/// cuBLAS call through PyTorch more).
+const LAUNCH_COST_S: Range = Range { lo: 3e-6, point: 7e-6, hi: 20e-6 };
+/// Fewer samples than this in a view: the view says nothing.
+const MIN_SAMPLES: u64 = 8;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Source {
+    /// On-CPU stacks of the launching threads.
+    Stacks,
+    /// Launches times a launch's host cost.
+    #[default]
+    LaunchCost,
+}
+
+impl Source {
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Stacks => "stacks",
+            Self::LaunchCost => "launch-cost",
+        }
+    }
+}
+
+/// The launching share of host time.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Dispatch {
+    pub share: Range,
+    pub source: Source,
+    /// Samples the stacks view rests on.
+    pub samples: u64,
+}
+
+/// The launching share of the `threads`' host time (`host_s` seconds, `launches` launches).
+#[must_use]
+pub fn share(ev: &Evidence, threads: &[u32], host_s: f64, launches: f64) -> Dispatch {
+    let host = |s: &&StackTime| s.activity == Activity::Host && s.on_cpu && threads.contains(&s.tid);
+    let views: Vec<(f64, u64)> = [Origin::Native, Origin::Python]
+        .into_iter()
+        .filter_map(|origin| view(ev.stacks.iter().filter(host).filter(|s| s.origin == origin), origin))
+        .collect();
+    if let Some(&(point, samples)) = views.iter().max_by(|a, b| a.0.total_cmp(&b.0)) {
+        // Two standard errors of a sampled share.
+        let spread = 2.0 * (point * (1.0 - point) / samples.max(1) as f64).sqrt();
+        let lo = views.iter().map(|v| v.0).fold(point, f64::min);
+        return Dispatch {
+            share: Range { lo: (lo - spread).clamp(0.0, 1.0), point, hi: (point + spread).clamp(0.0, 1.0) },
+            source: Source::Stacks,
+            samples,
+        };
+    }
+    let of = |cost: f64| if host_s > 0.0 { (launches * cost / host_s).clamp(0.0, 1.0) } else { 0.0 };
+    Dispatch {
+        share: Range { lo: of(LAUNCH_COST_S.lo), point: of(LAUNCH_COST_S.point), hi: of(LAUNCH_COST_S.hi) },
+        source: Source::LaunchCost,
+        samples: 0,
+    }
+}
+
+/// The dispatch share of one view's stacks and the samples it rests on; None with too few.
+fn view<'a>(stacks: impl Iterator<Item = &'a StackTime>, origin: Origin) -> Option<(f64, u64)> {
+    let (mut dispatch, mut all, mut samples) = (0u64, 0u64, 0u64);
+    for s in stacks {
+        let Some(is_dispatch) = (match origin {
+            Origin::Native => native_is_dispatch(&s.frames),
+            Origin::Python => Some(python_is_dispatch(&s.frames)),
+        }) else {
+            continue;
+        };
+        all += s.ns;
+        samples += s.count;
+        if is_dispatch {
+            dispatch += s.ns;
+        }
+    }
+    (samples >= MIN_SAMPLES && all > 0).then(|| (dispatch as f64 / all as f64, samples))
+}
+
+/// Native objects whose code is launching or dispatch.
+const DISPATCH_OBJECTS: [&str; 14] = [
+    "libcuda.", "libcudart", "libnvidia-", "libcublas", "libcudnn", "libnvrtc", "libnvJitLink", "libtorch", "libc10", "libxla", "xla_extension", "libtensorflow", "libtriton", "libnccl",
+];
+/// Native objects that say nothing of who called them (a stack cut at them is unknown).
+const SYSTEM_OBJECTS: [&str; 7] = ["libc.so", "libc-", "ld-linux", "libpthread", "libgcc", "libstdc++", "libm."];
+
+fn object(f: &Frame) -> &str {
+    f.module.as_deref().unwrap_or_default().rsplit('/').next().unwrap_or_default()
+}
+
+/// Some(true) for a dispatch stack, Some(false) for the program's own code, None for a
+/// stack that names only system objects (or nothing).
+fn native_is_dispatch(frames: &[Frame]) -> Option<bool> {
+    if frames.iter().any(|f| {
+        let o = object(f);
+        DISPATCH_OBJECTS.iter().any(|d| o.starts_with(d)) || f.module.as_deref().is_some_and(|m| m.contains("/torch/") || m.contains("/jaxlib/"))
+    }) {
+        return Some(true);
+    }
+    let known = frames.iter().any(|f| {
+        let o = object(f);
+        !o.is_empty() && !o.starts_with('[') && !SYSTEM_OBJECTS.iter().any(|s| o.starts_with(s))
+    });
+    known.then_some(false)
+}
+
+/// Python packages whose frames below the user's code produce launches.
+const FRAMEWORK_DIRS: [&str; 8] = ["/torch/", "/jax/", "/jaxlib/", "/flax/", "/optax/", "/triton/", "/tensorflow/", "/keras/"];
+/// Parts of those packages that launch processes or load data, not kernels.
+const NOT_DISPATCH: [&str; 4] = ["/torch/utils/data/", "/torch/distributed/", "/torch/multiprocessing/", "/torch/utils/tensorboard/"];
+
+fn python_is_dispatch(frames: &[Frame]) -> bool {
+    frames.iter().any(|f| {
+        let file = f.file.as_deref().unwrap_or_default();
+        FRAMEWORK_DIRS.iter().any(|d| file.contains(d)) && !NOT_DISPATCH.iter().any(|d| file.contains(d))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn native(module: &str) -> Frame {
+        Frame { function: "f".into(), file: None, line: None, module: Some(module.into()) }
+    }
+
+    fn py(file: &str) -> Frame {
+        Frame { function: "f".into(), file: Some(file.into()), line: Some(1), module: None }
+    }
+
+    #[test]
+    fn native_stacks_are_dispatch_where_a_framework_or_driver_frame_is_in_them() {
+        assert_eq!(native_is_dispatch(&[native("/usr/lib/libcuda.so.1"), native("/w/job")]), Some(true));
+        assert_eq!(native_is_dispatch(&[native("/venv/torch/lib/libtorch_cpu.so"), native("/usr/bin/python3.12")]), Some(true));
+        assert_eq!(native_is_dispatch(&[native("/w/job"), native("/lib/x86_64-linux-gnu/libc.so.6")]), Some(false));
+        assert_eq!(native_is_dispatch(&[native("/lib/x86_64-linux-gnu/libc.so.6")]), None, "a stack cut in libc says nothing");
+    }
+
+    #[test]
+    fn python_stacks_under_the_frameworks_module_calls_are_dispatch_but_its_loader_is_not() {
+        assert!(python_is_dispatch(&[py("/w/model.py"), py("/venv/torch/nn/modules/module.py"), py("/w/train.py")]));
+        assert!(!python_is_dispatch(&[py("/w/bookkeeping.py"), py("/w/train.py")]));
+        assert!(!python_is_dispatch(&[py("/w/data.py"), py("/venv/torch/utils/data/dataloader.py"), py("/w/train.py")]));
+        assert!(!python_is_dispatch(&[py("/w/train.py"), py("/venv/torch/distributed/run.py")]), "a launcher below the loop");
+    }
+
+    #[test]
+    fn without_stacks_the_launches_times_their_cost_are_the_share() {
+        let d = share(&Evidence::default(), &[1], 1.0, 50_000.0);
+        assert_eq!(d.source, Source::LaunchCost);
+        assert!((d.share.point - 0.35).abs() < 1e-9, "{d:?}");
+        assert!(d.share.lo < d.share.point && d.share.point < d.share.hi);
+    }
+}

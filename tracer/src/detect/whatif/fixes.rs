@@ -1,0 +1,84 @@
+//! Each diagnosis's fix as a transformation of the step model. One match over every id, so a
+//! new diagnosis does not compile until it says what its fix does (or that it has none).
+
+use super::{model::StepModel, simulate::Fix};
+use crate::model::{Diagnosis, DiagnosisId, TimeBucket};
+
+/// Launches a step taken where no step marker was found: a graph of this many kernels
+/// replayed as one launch.
+const LAUNCHES_PER_GRAPH_WITHOUT_STEPS: f64 = 50.0;
+
+/// The fix of diagnosis `d` as a transformation, with the sentence that says what it does;
+/// None for diagnoses that are no host-side problem (the GPU-bound verdict, memory, the
+/// verdicts that are no diagnosis).
+#[must_use]
+pub fn of(d: &Diagnosis, m: &StepModel, sm_over_util: Option<f64>) -> Option<(Fix, String)> {
+    let n = Fix::NONE;
+    Some(match d.id {
+        DiagnosisId::HostSync => {
+            let share = m.drains.share(m.drains.syncs);
+            (Fix { drop_drains: share, ..n }, format!("without the per-step syncs ({:.0}% of the queue drains) the host runs ahead and its work after them overlaps the GPU", share * 100.0))
+        }
+        DiagnosisId::BlockingCopy => {
+            let share = m.drains.share(m.drains.after_bulk_copy);
+            (
+                Fix { drop_drains: share, keep: Segments0::with(|s| s.transfer = 0.0), bus_floor: true, ..n },
+                "copies made asynchronous into pinned memory overlap the step; they still take their time on the bus".into(),
+            )
+        }
+        DiagnosisId::PageableCopy => {
+            let pageable = m.drains.pageable_copies;
+            let share = m.drains.share(pageable + pageable.min(m.drains.after_bulk_copy));
+            (
+                Fix { drop_drains: share, keep: Segments0::with(|s| s.staging = 0.0), bus_floor: true, ..n },
+                "pinned, non-blocking copies are neither staged by the host nor waited for; they still take their time on the bus".into(),
+            )
+        }
+        DiagnosisId::LaunchBound => {
+            let per_step = m.launches_per_step.unwrap_or(LAUNCHES_PER_GRAPH_WITHOUT_STEPS).max(1.0);
+            (
+                Fix { launch_scale: 1.0 / per_step, ..n },
+                format!("captured as one CUDA graph, the step's {per_step:.0} launches and their dispatch become one replay; the program's own host work and its syncs stay"),
+            )
+        }
+        DiagnosisId::HostBound => (Fix { offload_user: 1.0, ..n }, "the program's host work moved off the training thread (to loader workers or another thread) runs on the free cores".into()),
+        DiagnosisId::InputStarved if d.bucket == Some(TimeBucket::LaunchingAndHost) => {
+            // The training thread loads its own input (`sites::relabel_as_input`).
+            let user = m.idle.user + m.overlap.user;
+            let host = user + m.idle.launch + m.overlap.launch;
+            let share = if user > 0.0 { (m.loading_share * host / user).clamp(0.0, 1.0) } else { 0.0 };
+            (Fix { offload_user: share, ..n }, "loading moved into DataLoader workers runs on the free cores".into())
+        }
+        DiagnosisId::InputStarved => (
+            Fix { refill_input: true, ..n },
+            "workers that keep up leave no wait for input; they need the cores for it".into(),
+        ),
+        DiagnosisId::AllocChurn => (Fix { keep: Segments0::with(|s| s.alloc = 0.0), ..n }, "a caching allocator left warm makes allocation calls nearly free".into()),
+        DiagnosisId::CpuStarved => (Fix { keep: Segments0::with(|s| s.cpu_wait = 0.0), ..n }, "with its CPUs the training thread runs when it is ready".into()),
+        DiagnosisId::IoStall => (Fix { keep: Segments0::with(|s| s.io_wait = 0.0), ..n }, "I/O moved off the training thread overlaps the step".into()),
+        DiagnosisId::HostSleep => (Fix { keep: Segments0::with(|s| s.timer = 0.0), ..n }, "without the sleep the loop launches as soon as it can".into()),
+        DiagnosisId::CheckpointStall => (Fix { cut: d.impact, ..n }, "an asynchronous checkpoint overlaps the training".into()),
+        DiagnosisId::SmallKernels => {
+            let scale = sm_over_util?.clamp(0.0, 1.0);
+            (Fix { gpu_scale: scale, ..n }, format!("the same work filling the SMs takes {:.0}% of the GPU time it takes now", scale * 100.0))
+        }
+        DiagnosisId::GpuBound
+        | DiagnosisId::Oom
+        | DiagnosisId::Fragmentation
+        | DiagnosisId::MemoryGrowth
+        | DiagnosisId::MemoryReserved
+        | DiagnosisId::NoCudaWork
+        | DiagnosisId::NoBottleneckFound => return None,
+    })
+}
+
+/// Segment multipliers that keep everything but what `change` sets.
+struct Segments0;
+
+impl Segments0 {
+    fn with(change: impl FnOnce(&mut super::model::Segments)) -> super::model::Segments {
+        let mut keep = Fix::NONE.keep;
+        change(&mut keep);
+        keep
+    }
+}

@@ -1,0 +1,107 @@
+//! Which fix first, and what it buys: one model of the step (`model`), each diagnosis's fix
+//! as a transformation of it (`fixes`), simulated to a new step time (`simulate`) — a
+//! what-if, as Daydream does from CUPTI traces, here from the evidence the probes give. The
+//! diagnoses are ranked by what their fix buys, and none promises more than the GPU's own
+//! busy time, the free cores or the bus allow.
+//!
+//! Every estimate is a range: the GPU's busy time and the launching share of host time are
+//! known within bounds (`model::Range`), and the fix is simulated at both ends of each.
+
+pub mod dispatch;
+mod fixes;
+pub mod model;
+pub mod simulate;
+
+pub use model::StepModel;
+pub use simulate::{Bound, Fix};
+
+use super::severity;
+use crate::model::{Diagnosis, DiagnosisId, Saving};
+
+/// A fix's simulated speed-up: the point estimate, the range the evidence allows, and what
+/// bounds the step after it (at the point estimate).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Speedup {
+    pub point: f64,
+    pub lo: f64,
+    pub hi: f64,
+    pub bound: Bound,
+}
+
+/// The speed-up of `fix` on `m`.
+#[must_use]
+pub fn speedup(m: &StepModel, fix: &Fix) -> Speedup {
+    let at = |g: f64, d: f64| {
+        let base = simulate::step_time(m, &Fix::NONE, g, d).0;
+        let (after, bound) = simulate::step_time(m, fix, g, d);
+        // A fix never makes the step slower; an empty model changes nothing.
+        let x = if after > 0.0 && base > 0.0 { (base / after).max(1.0) } else { 1.0 };
+        (x, bound)
+    };
+    let (point, bound) = at(m.gpu.point, m.dispatch.share.point);
+    let (mut lo, mut hi) = (point, point);
+    for g in m.gpu.values() {
+        for d in m.dispatch.share.values() {
+            let (x, _) = at(g, d);
+            lo = lo.min(x);
+            hi = hi.max(x);
+        }
+    }
+    Speedup { point, lo, hi, bound }
+}
+
+/// Two fixes together, the pair that buys the most.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BestPair {
+    pub ids: [DiagnosisId; 2],
+    pub speedup: Speedup,
+}
+
+/// Fill in each diagnosis's `saving` from the model, make its impact the share of the time
+/// its fix gives back (so ranking by impact is ranking by what the fix buys), and sort.
+/// `sm_over_util`: GPM's SM activity over NVML's utilization (for `small-kernels`).
+/// Returns the best pair of fixes.
+pub fn apply(found: &mut [Diagnosis], m: &StepModel, steps_per_s: Option<f64>, window_s: f64, sm_over_util: Option<f64>) -> Option<BestPair> {
+    let mut fixes: Vec<(DiagnosisId, Fix)> = Vec::new();
+    for d in found.iter_mut() {
+        let Some((fix, why)) = fixes::of(d, m, sm_over_util) else { continue };
+        let s = speedup(m, &fix);
+        let fraction = 1.0 - 1.0 / s.point;
+        d.impact = fraction;
+        d.severity = severity(fraction);
+        d.saving = Some(Saving {
+            fraction,
+            seconds: fraction * window_s,
+            steps_per_s_after: steps_per_s.map(|r| r * s.point),
+            basis: format!("{why}; simulated on the step model, the step is then bounded by {}", describe(s.bound)),
+            speedup: Some(s.point),
+            range: Some([s.lo, s.hi]),
+            bound: Some(s.bound.as_str().to_owned()),
+        });
+        fixes.push((d.id, fix));
+    }
+    found.sort_by(|a, b| b.impact.total_cmp(&a.impact));
+    let mut best: Option<BestPair> = None;
+    for (i, (a, fa)) in fixes.iter().enumerate() {
+        for (b, fb) in &fixes[i + 1..] {
+            let s = speedup(m, &fa.and(fb));
+            if best.as_ref().is_none_or(|p| s.point > p.speedup.point) {
+                best = Some(BestPair { ids: [*a, *b], speedup: s });
+            }
+        }
+    }
+    best
+}
+
+/// What a bound means, in words.
+#[must_use]
+pub const fn describe(b: Bound) -> &'static str {
+    match b {
+        Bound::Gpu => "the GPU's own busy time",
+        Bound::Cores => "the free cores",
+        Bound::LaunchRate => "the launching left on the host",
+        Bound::Input => "the workers producing the input",
+        Bound::Host => "the host's remaining work",
+        Bound::Bus => "the copies on the bus",
+    }
+}

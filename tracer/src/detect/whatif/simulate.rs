@@ -1,0 +1,242 @@
+//! A fix as a transformation of the step model, and the step time it leads to. Pure: the
+//! model and the fix in, the predicted time (a share of today's) and what bounds it out.
+//!
+//! With a queue-draining call every step, the step is serial around it: the host works in
+//! the idle phase while the GPU has nothing, then launches in the overlap phase while the
+//! GPU runs, then waits until the GPU is done: `idle + max(overlap, gpu)`. Without one the
+//! host runs ahead and the two overlap wholly: `max(idle + overlap, gpu)`. A fix that
+//! removes a share `d` of the drains is taken to move that share of the steps from the first
+//! form to the second. Work moved to other cores (a loader's workers) must fit on the cores
+//! that are free, and copies made asynchronous still take their time on the bus: those are
+//! floors of their own.
+
+use super::model::{Segments, StepModel};
+
+/// What a fix changes. [`Fix::NONE`] changes nothing.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Fix {
+    /// Share of the queue-draining calls removed (0..1).
+    pub drop_drains: f64,
+    /// Launching time is multiplied by this (a graph replay per step: 1 / launches a step).
+    pub launch_scale: f64,
+    /// Share of the program's own host work moved to other cores.
+    pub offload_user: f64,
+    /// Multipliers of the other segments (1 keeps, 0 removes); `launch` and `user` unused.
+    pub keep: Segments,
+    /// The GPU's busy time is multiplied by this.
+    pub gpu_scale: f64,
+    /// The input waits go because more workers produce batches in time, on the free cores.
+    pub refill_input: bool,
+    /// Copies moved off the host's path still need the bus: its time is a floor.
+    pub bus_floor: bool,
+    /// Serial time removed outright (a checkpoint made asynchronous), as a share.
+    pub cut: f64,
+}
+
+impl Fix {
+    pub const NONE: Self = Self {
+        drop_drains: 0.0,
+        launch_scale: 1.0,
+        offload_user: 0.0,
+        keep: Segments { launch: 1.0, user: 1.0, staging: 1.0, transfer: 1.0, alloc: 1.0, cpu_wait: 1.0, io_wait: 1.0, input_wait: 1.0, timer: 1.0 },
+        gpu_scale: 1.0,
+        refill_input: false,
+        bus_floor: false,
+        cut: 0.0,
+    };
+
+    /// Two fixes applied together.
+    #[must_use]
+    pub fn and(&self, o: &Self) -> Self {
+        let k = |a: f64, b: f64| a.min(b);
+        Self {
+            // They remove different drains (each fix names its own kind).
+            drop_drains: (self.drop_drains + o.drop_drains).min(1.0),
+            launch_scale: self.launch_scale * o.launch_scale,
+            offload_user: self.offload_user.max(o.offload_user),
+            keep: Segments {
+                launch: 1.0,
+                user: 1.0,
+                staging: k(self.keep.staging, o.keep.staging),
+                transfer: k(self.keep.transfer, o.keep.transfer),
+                alloc: k(self.keep.alloc, o.keep.alloc),
+                cpu_wait: k(self.keep.cpu_wait, o.keep.cpu_wait),
+                io_wait: k(self.keep.io_wait, o.keep.io_wait),
+                input_wait: k(self.keep.input_wait, o.keep.input_wait),
+                timer: k(self.keep.timer, o.keep.timer),
+            },
+            gpu_scale: self.gpu_scale * o.gpu_scale,
+            refill_input: self.refill_input || o.refill_input,
+            bus_floor: self.bus_floor || o.bus_floor,
+            cut: self.cut + o.cut,
+        }
+    }
+}
+
+/// What limits the step after a fix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bound {
+    /// The GPU's own busy time.
+    Gpu,
+    /// The free cores, for work moved off the training thread.
+    Cores,
+    /// Launching and dispatch left on the host.
+    LaunchRate,
+    /// The workers producing the input.
+    Input,
+    /// The program's own host work and the host's other waits.
+    Host,
+    /// Copies on the bus.
+    Bus,
+}
+
+impl Bound {
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Gpu => "gpu",
+            Self::Cores => "cores",
+            Self::LaunchRate => "launch-rate",
+            Self::Input => "input",
+            Self::Host => "host",
+            Self::Bus => "bus",
+        }
+    }
+}
+
+/// Cores taken as free at least, where the job keeps them all busy: moving work there then
+/// buys close to nothing rather than a division by zero.
+const MIN_FREE_CORES: f64 = 0.1;
+
+/// The step time after `fix`, as a share of the window, with the GPU busy `gpu` and the
+/// launching share of host time `dispatch` (both from the model's ranges).
+#[must_use]
+pub fn step_time(m: &StepModel, fix: &Fix, gpu: f64, dispatch: f64) -> (f64, Bound) {
+    let apply = |s: &Segments, host_total: f64| -> Segments {
+        // Re-split this phase's host time at `dispatch` where it differs from the model's
+        // point (the idle phase keeps its user-first split: `StepModel::build`).
+        let host = s.launch + s.user;
+        let launch = if host_total > 0.0 { (s.launch + (dispatch - m.dispatch.share.point) * host).clamp(0.0, host) } else { s.launch };
+        let k = &fix.keep;
+        Segments {
+            launch: launch * fix.launch_scale,
+            user: (host - launch) * (1.0 - fix.offload_user),
+            staging: s.staging * k.staging,
+            transfer: s.transfer * k.transfer,
+            alloc: s.alloc * k.alloc,
+            cpu_wait: s.cpu_wait * k.cpu_wait,
+            io_wait: s.io_wait * k.io_wait,
+            input_wait: if fix.refill_input { 0.0 } else { s.input_wait * k.input_wait },
+            timer: s.timer * k.timer,
+        }
+    };
+    let host_total = m.idle.launch + m.idle.user + m.overlap.launch + m.overlap.user;
+    let idle = apply(&m.idle, 0.0);
+    let overlap = apply(&m.overlap, host_total);
+    let serial = apply(&m.serial, 0.0);
+    let g = gpu * fix.gpu_scale;
+    let (i, o, c) = (idle.total(), overlap.total(), serial.total());
+    let synced = i + o.max(g) + c + m.residual;
+    let ahead = (i + o + c).max(g);
+    let d = fix.drop_drains.clamp(0.0, 1.0);
+    // A cut is a share of today's step.
+    let cut = if fix.cut > 0.0 { fix.cut * step_time(m, &Fix::NONE, gpu, dispatch).0 } else { 0.0 };
+    let mut t = ((1.0 - d) * synced + d * ahead - cut).max(0.0);
+    let launching = idle.launch + overlap.launch;
+    let mut bound = if g >= o && (d >= 1.0 || g >= i + o + c) {
+        Bound::Gpu
+    } else if launching > (i + o + c) - launching {
+        Bound::LaunchRate
+    } else {
+        Bound::Host
+    };
+    let free = m.cores_free().map(|c| c.max(MIN_FREE_CORES));
+    let offloaded = (m.idle.user + m.overlap.user) * fix.offload_user;
+    if let (Some(free), true) = (free, offloaded > 0.0) {
+        // The moved work's time over the free cores, each as fast as the thread it left.
+        if offloaded / free > t {
+            t = offloaded / free;
+            bound = Bound::Cores;
+        }
+    }
+    if fix.refill_input {
+        // The workers' work of a step spread over the cores left to them.
+        let for_workers = m.cpus.map(|c| (c - (m.job_cpu - m.workers_cpu)).max(MIN_FREE_CORES));
+        if let Some(cores) = for_workers {
+            if m.workers_cpu / cores > t {
+                t = m.workers_cpu / cores;
+                bound = Bound::Input;
+            }
+        }
+    }
+    if fix.bus_floor && m.bus > t {
+        t = m.bus;
+        bound = Bound::Bus;
+    }
+    (t, bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::detect::whatif::model::{Drains, Range};
+
+    /// A synced step of 10 ms: 3 ms of bookkeeping after the sync (GPU idle), 2 ms launching
+    /// 20 kernels, then a 5 ms wait for the GPU's 7 ms of work.
+    fn synced() -> StepModel {
+        StepModel {
+            idle: Segments { user: 0.3, ..Segments::default() },
+            overlap: Segments { launch: 0.2, ..Segments::default() },
+            gpu_wait: 0.5,
+            drains: Drains { syncs: 1.0, ..Drains::default() },
+            gpu: Range::exact(0.7),
+            dispatch: super::super::dispatch::Dispatch { share: Range::exact(0.4), ..Default::default() },
+            cpus: Some(8.0),
+            job_cpu: 1.0,
+            ..StepModel::default()
+        }
+    }
+
+    fn time(m: &StepModel, f: &Fix) -> f64 {
+        step_time(m, f, m.gpu.point, m.dispatch.share.point).0
+    }
+
+    #[test]
+    fn the_model_reproduces_the_step_it_was_built_from() {
+        assert!((time(&synced(), &Fix::NONE) - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn without_the_sync_the_host_runs_ahead_until_the_gpu_bounds_it() {
+        let m = synced();
+        let (t, bound) = step_time(&m, &Fix { drop_drains: 1.0, ..Fix::NONE }, 0.7, 0.4);
+        assert!((t - 0.7).abs() < 1e-9, "max(0.3 + 0.2, 0.7): {t}");
+        assert_eq!(bound, Bound::Gpu);
+    }
+
+    #[test]
+    fn graphs_remove_launching_but_the_sync_keeps_the_bookkeeping_serial() {
+        let t = time(&synced(), &Fix { launch_scale: 0.05, ..Fix::NONE });
+        assert!((t - 1.0).abs() < 1e-9, "0.3 + max(0.01, 0.7): the GPU was the rest of the step already: {t}");
+    }
+
+    #[test]
+    fn work_moved_to_other_cores_is_bounded_by_the_free_cores() {
+        let mut m = synced();
+        m.idle.user = 3.0;
+        m.cpus = Some(2.0);
+        m.job_cpu = 1.5;
+        let (t, bound) = step_time(&m, &Fix { offload_user: 1.0, ..Fix::NONE }, 0.7, 0.4);
+        assert!((t - 6.0).abs() < 1e-9, "3.0 of work on half a free core: {t}");
+        assert_eq!(bound, Bound::Cores);
+    }
+
+    #[test]
+    fn fixes_combine() {
+        let m = synced();
+        let both = Fix { drop_drains: 1.0, ..Fix::NONE }.and(&Fix { offload_user: 1.0, ..Fix::NONE });
+        let t = time(&m, &both);
+        assert!((t - 0.7).abs() < 1e-9, "{t}");
+        assert!((time(&m, &Fix { gpu_scale: 0.5, ..Fix::NONE }.and(&Fix { drop_drains: 1.0, ..Fix::NONE })) - 0.5).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,110 @@
+//! How many cores a process may use: its CPU affinity (`Cpus_allowed_list` in
+//! `/proc/PID/status`), capped by its cgroup's CPU quota (cgroup v2 `cpu.max`, along the path
+//! up to the root; the v1 `cpu` controller's `cfs_quota_us`/`cfs_period_us` on hybrid hosts).
+//! The step model needs it: work moved off the training thread runs on the cores left.
+
+use std::fs;
+
+/// The cores process `pid` may use; None where `/proc` does not say (the process is gone).
+#[must_use]
+pub fn of(pid: u32) -> Option<f64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let allowed = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).and_then(|l| count_list(l.trim()))?;
+    let quota = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok().and_then(|c| quota_of(&c, |p| fs::read_to_string(p).ok()));
+    Some(quota.map_or(allowed as f64, |q| q.min(allowed as f64)))
+}
+
+/// The number of CPUs in a list such as `0-3,8,10-11`; None for a malformed one.
+#[must_use]
+pub fn count_list(list: &str) -> Option<u32> {
+    let mut n = 0u32;
+    for part in list.split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b): (u32, u32) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+        n = n.checked_add(b.checked_sub(a)?.checked_add(1)?)?;
+    }
+    (n > 0).then_some(n)
+}
+
+/// The tightest CPU quota in cores along a process's cgroup path (from `/proc/PID/cgroup`),
+/// reading files through `read`; None where no quota is set.
+pub fn quota_of(cgroup_file: &str, read: impl Fn(&str) -> Option<String>) -> Option<f64> {
+    let mut tightest: Option<f64> = None;
+    let mut keep = |q: Option<f64>| {
+        if let Some(q) = q.filter(|q| *q > 0.0) {
+            tightest = Some(tightest.map_or(q, |t| t.min(q)));
+        }
+    };
+    for line in cgroup_file.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else { continue };
+        // Every level from the process's own cgroup up to the root may set a quota.
+        let mut levels: Vec<&str> = vec![path];
+        let mut p = path;
+        while let Some((up, _)) = p.rsplit_once('/') {
+            levels.push(if up.is_empty() { "/" } else { up });
+            p = up;
+        }
+        for level in levels {
+            let level = if level == "/" { "" } else { level };
+            if controllers.is_empty() {
+                keep(read(&format!("/sys/fs/cgroup{level}/cpu.max")).and_then(|t| parse_cpu_max(&t)));
+            } else if controllers.split(',').any(|c| c == "cpu") {
+                let dir = format!("/sys/fs/cgroup/{controllers}{level}");
+                let q = read(&format!("{dir}/cpu.cfs_quota_us")).and_then(|t| t.trim().parse::<i64>().ok());
+                let period = read(&format!("{dir}/cpu.cfs_period_us")).and_then(|t| t.trim().parse::<i64>().ok());
+                keep(match (q, period) {
+                    (Some(q), Some(p)) if q > 0 && p > 0 => Some(q as f64 / p as f64),
+                    _ => None,
+                });
+            }
+        }
+    }
+    tightest
+}
+
+/// `cpu.max`: `max 100000` (no quota) or `QUOTA PERIOD`, in cores.
+#[must_use]
+pub fn parse_cpu_max(text: &str) -> Option<f64> {
+    let mut it = text.split_whitespace();
+    let quota: f64 = it.next()?.parse().ok()?;
+    let period: f64 = it.next()?.parse().ok()?;
+    (quota > 0.0 && period > 0.0).then(|| quota / period)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists_are_counted() {
+        assert_eq!(count_list("0-15"), Some(16));
+        assert_eq!(count_list("0-3,8,10-11"), Some(7));
+        assert_eq!(count_list("3-1"), None);
+        assert_eq!(count_list("x"), None);
+        assert_eq!(count_list(""), None);
+    }
+
+    #[test]
+    fn the_tightest_quota_along_the_path_counts() {
+        let files = |p: &str| match p {
+            "/sys/fs/cgroup/kubepods/pod1/cpu.max" => Some("250000 100000\n".to_owned()),
+            "/sys/fs/cgroup/kubepods/cpu.max" => Some("max 100000\n".to_owned()),
+            "/sys/fs/cgroup/cpu.max" => None,
+            _ => None,
+        };
+        assert_eq!(quota_of("0::/kubepods/pod1\n", files), Some(2.5));
+        assert_eq!(quota_of("0::/\n", |_| Some("max 100000".to_owned())), None);
+        let v1 = |p: &str| match p {
+            "/sys/fs/cgroup/cpu,cpuacct/job/cpu.cfs_quota_us" => Some("150000".to_owned()),
+            "/sys/fs/cgroup/cpu,cpuacct/job/cpu.cfs_period_us" => Some("100000".to_owned()),
+            _ => Some("-1".to_owned()),
+        };
+        assert_eq!(quota_of("4:cpu,cpuacct:/job\n", v1), Some(1.5));
+    }
+
+    #[test]
+    fn this_process_may_use_at_least_one_core() {
+        assert!(of(std::process::id()).is_some_and(|c| c >= 0.01));
+    }
+}
