@@ -84,6 +84,7 @@ static struct nvmlDevice_st { int unused; } the_device;
 /* The driver's sample period: about 1/6 s on recent drivers. */
 #define SAMPLE_NS 166666667ull
 #define MAX_SAMPLES 256 /* ~43 s of history, as the driver keeps a bounded buffer */
+#define HISTORY_SAMPLES 12 /* idle slices before init: 2 s */
 
 /* One reading of the ledger: when (monotonic) and the busy time up to then. */
 struct reading { uint64_t at_ns, busy_ns; };
@@ -217,7 +218,7 @@ API nvmlReturn_t nvmlInitWithFlags(unsigned flags) {
     (void)flags;
     pthread_mutex_lock(&lock);
     if (inits++ == 0) {
-        /* The utilization history starts here, as if the driver had just been loaded. */
+        /* The slices are counted from here. */
         init_ns = clock_ns(CLOCK_MONOTONIC);
         init_wall_us = clock_ns(CLOCK_REALTIME) / 1000;
         samples_made = next_slice = 0;
@@ -225,6 +226,15 @@ API nvmlReturn_t nvmlInitWithFlags(unsigned flags) {
         take_reading();
         util_prev = slice_start = last;
         util_prev_pct = 0;
+        /* A driver's buffer holds the time before its client's init too. The fake GPU's is
+         * known only while nothing has run on it (idle); after that there is none. */
+        if (last.busy_ns == 0) {
+            for (uint64_t k = HISTORY_SAMPLES; k >= 1; k--) {
+                samples[samples_made % MAX_SAMPLES].stamp_us = init_wall_us - (k - 1) * (SAMPLE_NS / 1000);
+                samples[samples_made % MAX_SAMPLES].pct = 0;
+                samples_made++;
+            }
+        }
     }
     pthread_mutex_unlock(&lock);
     return NVML_SUCCESS;

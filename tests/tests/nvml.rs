@@ -38,7 +38,8 @@ fn work_s(stderr: &str) -> f64 {
 /// 150 steps of 4 ms host work, then 10 kernels of 400 µs and a synchronize: the GPU works
 /// 4 ms of each step of 8 ms or more (more on a busy machine, where the host work and the
 /// wake-ups stretch), 0.6 s in all. The truth is that over the job's own measured time.
-/// Measured on two busy cores: 33–38 % read for truths of 38–43 %.
+/// Measured on two busy cores: 35.6–47.0 % read for truths of 36.0–47.6 % (0–1.6 points
+/// under; 2.4–3.3 while the driver's samples were placed at the tick that read them).
 #[test]
 fn utilization_is_the_busy_share_of_a_known_duty_cycle() {
     require_root();
@@ -52,13 +53,41 @@ fn utilization_is_the_busy_share_of_a_known_duty_cycle() {
     assert!((25.0..=50.0).contains(&truth), "the job ran {work:.3} s for {busy_s} s of GPU work: not the duty cycle planted");
     let d = device(&r);
     let (mean, samples) = utilization(d);
-    // About 6 samples a second. The first one or two may be of slices that began before the
-    // job did (idle, docs/development.md), each pulling the mean down by up to truth ÷ samples.
+    // About 6 samples a second. The one across the window's start counts for its part inside,
+    // read as even throughout (docs/report.md), though its part before the job was idle.
     eprintln!("duty cycle: {mean:.1} % over {samples} samples, truth {truth:.1} % of {work:.3} s");
     assert!(samples >= 6, "{samples} samples in {work:.3} s: {d:#}");
-    assert!((mean - truth).abs() <= 10.0, "utilization {mean:.1} % for a job busy {truth:.1} % of {work:.3} s: {d:#}");
+    assert!((mean - truth).abs() <= 5.0, "utilization {mean:.1} % for a job busy {truth:.1} % of {work:.3} s: {d:#}");
     // The idle time gputrace saw (the queue empty after syncs) fits in the idle time NVML says.
     assert_eq!(r["gpu_idle"]["consistent"], true, "{:#}", r["gpu_idle"]);
+}
+
+/// A GPU-bound job of about 1 s under `run`: the window opens as the job starts, so the
+/// driver's first sample read in it is mostly of the idle time before. Counted by the tick
+/// that read them, the samples pulled such a job down to 83.7–92.2 % here (79–82 % with 50
+/// steps of ten kernels, `no-bottleneck-found` each time); counted for the time each covers
+/// inside the window, 93.6–99.8 %. 25 steps of twenty 2 ms kernels and a synchronize: 40 ms
+/// of work per synchronize, so that the host's late wake-ups on two busy cores idle the GPU
+/// little.
+#[test]
+fn a_short_gpu_bound_run_reads_busy_from_its_first_sample() {
+    require_root();
+    let args = ["--steps", "25", "--driver-launches", "20", "--kernel-us", "2000", "--sync", "--print-time"];
+    let (r, code, stderr) = run_fakejob_nvml(&[], &args);
+    assert_eq!(code, 0, "{stderr}");
+    let work = work_s(&stderr);
+    assert!((0.9..=2.0).contains(&work), "the job ran {work:.3} s: not the ~1 s planted");
+    // 1 s of kernels over the job's own time: what a busy machine leaves of its 100 %.
+    let truth = 100.0 * 25.0 * 20.0 * 2e-3 / work;
+    let d = device(&r);
+    let (mean, samples) = utilization(d);
+    eprintln!("short GPU-bound run: {mean:.1} % over {samples} samples, truth {truth:.1} % of {work:.3} s, verdict {}", r["verdict"]);
+    assert!(samples >= 4, "{samples} samples in {work:.3} s: {d:#}");
+    assert!(mean >= 90.0, "utilization {mean:.1} % for a GPU-bound job of {work:.3} s: {d:#}");
+    // By tick the first sample read in the window, mostly of the idle GPU before the job,
+    // cost 7.8–20 points here; by its time, 0.4–4.7 (docs/development.md says why any).
+    assert!(mean >= truth - 6.0, "utilization {mean:.1} % for a job busy {truth:.1} % of {work:.3} s: {d:#}");
+    assert_eq!(r["verdict"], "gpu-bound", "{:#}", r["diagnoses"]);
 }
 
 /// gputrace attached for `secs` to a fakejob on the fake GPU, which is still running (or

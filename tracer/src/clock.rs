@@ -7,6 +7,30 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+fn realtime_ns() -> i128 {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Realtime);
+    i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
+}
+
+/// How far the wall clock is ahead of the monotonic clock now, in ns. Timestamps stamped on
+/// the wall clock (NVML's sample buffers) map onto the monotonic clock with it. Taken afresh
+/// for each reading: the wall clock is stepped and slewed (NTP), the monotonic one is not.
+#[must_use]
+pub fn wall_ahead_ns() -> i128 {
+    // The wall clock read between two monotonic reads: the offset errs by half their gap.
+    let before = monotonic_ns();
+    let wall = realtime_ns();
+    let after = monotonic_ns();
+    wall - i128::from(before / 2 + after / 2)
+}
+
+/// The monotonic ns of a wall-clock µs timestamp, given [`wall_ahead_ns`]; 0 for a stamp
+/// before the monotonic clock's zero (boot).
+#[must_use]
+pub fn monotonic_of_wall_us(wall_us: u64, wall_ahead_ns: i128) -> u64 {
+    (i128::from(wall_us) * 1000 - wall_ahead_ns).clamp(0, i128::from(u64::MAX)) as u64
+}
+
 /// Wall-clock seconds since the epoch as RFC 3339 in UTC, to the millisecond
 /// (`2026-12-01T03:07:26.123Z`); empty for 0 (unknown).
 #[must_use]
@@ -38,7 +62,7 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
 
 #[cfg(test)]
 mod tests {
-    use super::rfc3339;
+    use super::{monotonic_ns, monotonic_of_wall_us, rfc3339, wall_ahead_ns};
 
     #[test]
     fn rfc3339_in_utc() {
@@ -47,5 +71,17 @@ mod tests {
         // 2026-12-01T03:07:26Z, and a leap day.
         assert_eq!(rfc3339(1_796_094_446.0), "2026-12-01T03:07:26.000Z");
         assert_eq!(rfc3339(951_782_400.0), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn wall_stamps_map_onto_the_monotonic_clock() {
+        let ahead = wall_ahead_ns();
+        let wall_now_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_micros() as u64;
+        let mono_now = monotonic_ns();
+        let mapped = monotonic_of_wall_us(wall_now_us, ahead);
+        // Both clocks read within a few µs of each other; a loaded machine may preempt between.
+        assert!(mapped.abs_diff(mono_now) < 50_000_000, "wall now mapped to {mapped}, monotonic now {mono_now}");
+        assert_eq!(monotonic_of_wall_us(2_000, 1_000_000), 1_000_000, "2 ms wall, wall 1 ms ahead: 1 ms");
+        assert_eq!(monotonic_of_wall_us(0, 5), 0, "before boot is clamped, not wrapped");
     }
 }

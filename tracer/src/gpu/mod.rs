@@ -9,4 +9,4 @@ pub mod sampler;
 pub mod summary;
 
 pub use error::NoGpuView;
-pub use summary::{summarize, Context, DeviceInfo, ProcessUse, Sample};
+pub use summary::{summarize, Context, DeviceInfo, FineUtil, ProcessUse, Sample};

@@ -10,7 +10,7 @@ use nvml_wrapper::{
     gpm, Device, GpmSample, Nvml,
 };
 
-use super::{sampler::Source, DeviceInfo, ProcessUse, Sample};
+use super::{sampler::Source, DeviceInfo, FineUtil, ProcessUse, Sample};
 use crate::clock;
 
 pub struct NvmlSource<'n> {
@@ -38,11 +38,18 @@ impl<'n> NvmlSource<'n> {
         }
         let last_gpm = devices.iter().map(|d| d.gpm_sample().ok()).collect();
         let n = devices.len();
-        // Buffers are read from now on: their history before the trace is not the trace's.
+        // Process samples are read from now on: their history before the trace is not the
+        // trace's, and they are summarized by the tick that read them. Utilization samples
+        // are placed by their own time, which keeps those before the window out of it; the
+        // last of them says how busy the GPU was beside the window's first period.
         let now = wall_us();
-        Ok(Self { nvml, devices, last_gpm, last_util_us: vec![now; n], last_process_us: vec![now; n] })
+        let util_since = now.saturating_sub(UTIL_HISTORY_US);
+        Ok(Self { nvml, devices, last_gpm, last_util_us: vec![util_since; n], last_process_us: vec![now; n] })
     }
 }
+
+/// How far back the first tick reads the driver's utilization samples: a few periods.
+const UTIL_HISTORY_US: u64 = 1_000_000;
 
 /// Wall-clock now in µs: NVML stamps its sample buffers with it.
 fn wall_us() -> u64 {
@@ -81,12 +88,17 @@ impl Source for NvmlSource<'_> {
         if let Some(newest) = fine.iter().map(|(t, _)| *t).max() {
             self.last_util_us[index] = newest;
         }
+        // Each sample keeps the time the driver stamped it with (the end of the period it
+        // covers, wall-clock µs), on the trace's clock: a tick reads samples of periods that
+        // began before it, before the window even, and the summary places them by their own time.
+        let wall_ahead = clock::wall_ahead_ns();
+        let util_fine = fine.into_iter().map(|(us, pct)| FineUtil { at_ns: clock::monotonic_of_wall_us(us, wall_ahead), pct }).collect();
         let (sm_pct, occupancy_pct, tensor_pct) = gpm_activity(self.nvml, dev, &mut self.last_gpm[index]);
         Sample {
             at_ns: clock::monotonic_ns(),
             device: index as u32,
             util_pct: rates.as_ref().map(|u| f64::from(u.gpu)),
-            util_fine_pct: fine.into_iter().map(|(_, v)| v).collect(),
+            util_fine,
             mem_util_pct: rates.map(|u| f64::from(u.memory)),
             mem_used_bytes: dev.memory_info().ok().map(|m| m.used),
             power_w: dev.power_usage().ok().map(|mw| f64::from(mw) / 1000.0),

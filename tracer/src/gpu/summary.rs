@@ -11,7 +11,12 @@ pub struct Sample {
     pub device: u32,
     /// `utilization.gpu`: percent of the last period in which some kernel ran.
     pub util_pct: Option<f64>,
-    /// The driver's high-resolution utilization samples taken since the previous reading.
+    /// The driver's high-resolution utilization samples read at this tick: those that ended
+    /// since the previous reading, each at its own time.
+    pub util_fine: Vec<FineUtil>,
+    /// The same samples without their time, as recordings made before `util_fine` hold them
+    /// (read only: they can be placed at this tick's time only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub util_fine_pct: Vec<f64>,
     /// Percent of the period device memory was read or written.
     pub mem_util_pct: Option<f64>,
@@ -31,6 +36,15 @@ pub struct Sample {
     /// Slow readings: GPU memory each process holds on the device (pid, bytes); None where
     /// not read this tick.
     pub memory_by_pid: Option<Vec<(u32, u64)>>,
+}
+
+/// One of the driver's high-resolution utilization samples: the percent of its sample period
+/// in which some kernel ran, the period ending at `at_ns` (the driver's wall-clock stamp on
+/// the monotonic clock).
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct FineUtil {
+    pub at_ns: u64,
+    pub pct: f64,
 }
 
 /// A process's share of a device over the driver's last sampling period.
@@ -95,12 +109,13 @@ pub fn summarize(devices: &[DeviceInfo], samples: &[Sample], cx: &Context<'_>) -
         .map(|d| {
             let mine: Vec<&Sample> = samples.iter().filter(|s| s.device == d.index && (cx.start_ns..=cx.end_ns).contains(&s.at_ns)).collect();
             let pick = |f: &dyn Fn(&Sample) -> Option<f64>| distribution(mine.iter().filter_map(|s| f(s)).collect());
-            // The driver's fine samples where it gave them, else the one-second average.
-            let fine: Vec<f64> = mine.iter().flat_map(|s| s.util_fine_pct.iter().copied()).collect();
-            let (utilization, utilization_source) = if fine.is_empty() {
-                (pick(&|s| s.util_pct), "utilization.gpu")
-            } else {
-                (distribution(fine), "sample-buffer")
+            // The driver's fine samples over the window where it gave them (old recordings
+            // hold them without their time: by tick), else the one-second average by tick.
+            let legacy: Vec<f64> = mine.iter().flat_map(|s| s.util_fine_pct.iter().copied()).collect();
+            let (utilization, utilization_source) = match fine_utilization(samples, d.index, cx) {
+                Some(u) => (Some(u), "sample-buffer"),
+                None if !legacy.is_empty() => (distribution(legacy), "sample-buffer"),
+                None => (pick(&|s| s.util_pct), "utilization.gpu"),
             };
             GpuDevice {
                 index: d.index,
@@ -128,6 +143,76 @@ pub fn summarize(devices: &[DeviceInfo], samples: &[Sample], cx: &Context<'_>) -
             }
         })
         .collect()
+}
+
+/// The driver's fine utilization samples of one device over the window, each weighted by how
+/// much of the period it covers lies inside the window (ns): the mean is the share of the
+/// window's sampled time in which some kernel ran. A sample covers the time since the
+/// device's previous one (the driver samples without pause); the first one known, the
+/// device's usual period. Samples of ticks outside the window count too: the first tick
+/// inside it brings periods that began before it, a tick after it the window's last period.
+/// None where no sample covers any of the window.
+fn fine_utilization(samples: &[Sample], device: u32, cx: &Context<'_>) -> Option<Distribution> {
+    let mut fine: Vec<FineUtil> = samples.iter().filter(|s| s.device == device).flat_map(|s| s.util_fine.iter().copied()).collect();
+    fine.sort_by_key(|f| f.at_ns);
+    let mut gaps: Vec<u64> = fine.windows(2).map(|w| w[1].at_ns - w[0].at_ns).filter(|&g| g > 0).collect();
+    gaps.sort_unstable();
+    let usual = gaps.get(gaps.len() / 2).copied().unwrap_or(0);
+    let mut weighted = Vec::new();
+    for (i, f) in fine.iter().enumerate() {
+        let begin = if i == 0 { f.at_ns.saturating_sub(usual) } else { fine[i - 1].at_ns };
+        if begin == f.at_ns {
+            // A sample whose period is unknown (the only one): inside if stamped inside.
+            if (cx.start_ns..=cx.end_ns).contains(&f.at_ns) {
+                weighted.push((f.pct, 1.0));
+            }
+            continue;
+        }
+        let (lo, hi) = (begin.max(cx.start_ns), f.at_ns.min(cx.end_ns));
+        if hi <= lo {
+            continue;
+        }
+        let neighbour = |j: Option<usize>| j.and_then(|j| fine.get(j)).map_or(f.pct, |n| n.pct);
+        let pct = inside_pct(f.pct, (begin, f.at_ns), (lo, hi), (neighbour(i.checked_sub(1)), neighbour(Some(i + 1))));
+        weighted.push((pct, (hi - lo) as f64));
+    }
+    weighted_distribution(weighted)
+}
+
+/// The utilization inside `[lo, hi]` of a sample of `pct` over `[begin, end]` that the window
+/// holds only that part of. The parts outside are read at the level of the neighbouring
+/// sample they adjoin (`before`, `after`; the sample's own where there is none), and the rest
+/// of the sample's busy time is inside. Read as even throughout instead, a job that starts
+/// busy on an idle GPU as the window opens (`gputrace run`) would read the idle part before it
+/// into its window: up to a quarter period at that edge. For a steady load the two agree.
+fn inside_pct(pct: f64, (begin, end): (u64, u64), (lo, hi): (u64, u64), (before, after): (f64, f64)) -> f64 {
+    let (inside, period) = ((hi - lo) as f64, (end - begin) as f64);
+    if inside >= period {
+        return pct;
+    }
+    let busy = pct * period - before * (lo - begin) as f64 - after * (end - hi) as f64;
+    (busy / inside).clamp(0.0, 100.0)
+}
+
+/// Mean and percentiles of (value, weight) pairs, each value standing for its weight's share.
+fn weighted_distribution(mut values: Vec<(f64, f64)>) -> Option<Distribution> {
+    let total: f64 = values.iter().map(|(_, w)| w).sum();
+    if values.is_empty() || total <= 0.0 {
+        return None;
+    }
+    values.sort_by(|a, b| a.0.total_cmp(&b.0));
+    // The smallest value at or below which lies the share q of the weight.
+    let at = |q: f64| {
+        let mut below = 0.0;
+        values
+            .iter()
+            .find(|(_, w)| {
+                below += w;
+                below >= q * total
+            })
+            .map_or(values[values.len() - 1].0, |(v, _)| *v)
+    };
+    Some(Distribution { mean: values.iter().map(|(v, w)| v * w).sum::<f64>() / total, p50: at(0.5), p95: at(0.95), samples: values.len() })
 }
 
 /// Each throttle reason seen, with the fraction of readings it was active in (the idle
@@ -215,7 +300,7 @@ mod tests {
     #[test]
     fn fine_samples_throttles_and_processes() {
         let mut a = sample(10, 0, 100.0, None);
-        a.util_fine_pct = vec![0.0, 0.0, 30.0];
+        a.util_fine = fine(&[(4, 0.0), (6, 0.0), (8, 30.0)]);
         a.throttle_reasons = Some(0x1 | 0x4);
         a.pcie_rx_bytes_s = Some(2e6);
         a.processes = vec![ProcessUse { pid: 7, sm_pct: 30.0, mem_pct: 1.0 }, ProcessUse { pid: 9, sm_pct: 10.0, mem_pct: 0.0 }];
@@ -236,6 +321,98 @@ mod tests {
             (9, false, None)
         ]);
         assert_eq!(d.target_sm_util_pct, Some(30.0));
+    }
+
+    fn fine(stamped: &[(u64, f64)]) -> Vec<FineUtil> {
+        stamped.iter().map(|&(at_ns, pct)| FineUtil { at_ns, pct }).collect()
+    }
+
+    /// A tick carrying the driver's samples `stamped` (their period's end, pct); its own
+    /// `utilization.gpu` reads 0, so that a mean from the fine samples is told apart.
+    fn tick(at_ns: u64, device: u32, stamped: &[(u64, f64)]) -> Sample {
+        Sample { util_fine: fine(stamped), ..sample(at_ns, device, 0.0, None) }
+    }
+
+    /// Periods of 100 ns, the window [250, 750]: idle before and after it, busy inside, and a
+    /// period across each edge, busy 40 % of it (in its half inside: 80 %). Counted by the tick
+    /// that read them (350 is the first inside the window, 1050 is after it), the idle period
+    /// 100–200 was in, whole, and the period across the window's end was out: 0, 40, 100, 100
+    /// read 60 %.
+    #[test]
+    fn fine_samples_count_by_the_time_they_cover() {
+        let samples = vec![
+            tick(240, 0, &[(100, 0.0)]),
+            tick(350, 0, &[(200, 0.0), (300, 40.0)]),
+            tick(560, 0, &[(400, 100.0), (500, 100.0)]),
+            tick(760, 0, &[(600, 100.0), (700, 100.0)]),
+            tick(1050, 0, &[(800, 40.0), (900, 0.0), (1000, 0.0)]),
+        ];
+        let out = summarize(&[dev(0)], &samples, &Context { start_ns: 250, end_ns: 750, ..Context::default() });
+        assert_eq!(out[0].utilization_source, "sample-buffer");
+        let u = out[0].utilization.as_ref().expect("fine samples");
+        assert_eq!(u.samples, 6, "the four inside and the two across the edges: {u:?}");
+        // 50 ns of 300's period (200–300) is inside, 50 of 800's (700–800); the idle samples
+        // beside them say their parts outside the window were idle.
+        let mean = (80.0 * 50.0 + 100.0 * 400.0 + 80.0 * 50.0) / 500.0;
+        assert!((u.mean - mean).abs() < 1e-9, "{u:?}");
+        assert_eq!(out[0].utilization_gpu_pct, Some(96));
+        assert_eq!((u.p50, u.p95), (100.0, 100.0), "four fifths of the window read 100 %");
+    }
+
+    /// A period the window holds in part: its part outside is read at the level of the sample
+    /// beside it, the rest of its busy time is inside.
+    #[test]
+    fn a_period_across_the_edge_is_split_by_its_neighbours() {
+        let (period, inside) = ((0, 100), (40, 100));
+        let near = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        // A steady load: the same as reading the period as even.
+        assert!(near(inside_pct(60.0, period, inside, (60.0, 60.0)), 60.0));
+        // A job busy from the window's start on an idle GPU: 60 % of the period is its 60 ns.
+        assert!(near(inside_pct(60.0, period, inside, (0.0, 0.0)), 100.0));
+        // The window's end at 60, the GPU idle after: the 60 busy ns are all inside.
+        assert!(near(inside_pct(60.0, period, (0, 60), (60.0, 0.0)), 100.0), "an idle neighbour after it");
+        // The window's start at 50, the GPU busy before: 50 of the 60 busy ns are outside.
+        assert!(near(inside_pct(60.0, period, (50, 100), (100.0, 0.0)), 20.0), "a busy neighbour before it");
+        // Neighbours busier than the sample allows: nothing inside, not less.
+        assert!(near(inside_pct(10.0, period, inside, (100.0, 0.0)), 0.0));
+        assert!(near(inside_pct(35.0, period, period, (0.0, 0.0)), 35.0), "a period wholly inside is as read");
+    }
+
+    #[test]
+    fn the_first_sample_covers_the_usual_period_and_a_window_without_any_falls_back() {
+        // 1000 is the first sample known: it covers 900–1000 (the period between the
+        // others), of which 950–1000 is in the window.
+        let busy = vec![tick(1010, 0, &[(1000, 0.0)]), tick(1250, 0, &[(1100, 100.0), (1200, 100.0)])];
+        let out = summarize(&[dev(0)], &busy, &Context { start_ns: 950, end_ns: 1300, ..Context::default() });
+        let u = out[0].utilization.as_ref().expect("fine samples");
+        assert_eq!(u.samples, 3);
+        assert!((u.mean - 80.0).abs() < 1e-9, "(0 × 50 + 100 × 200) / 250: {u:?}");
+        // One sample alone has no known period: it counts where it is stamped.
+        let one = summarize(&[dev(0)], &[tick(600, 0, &[(500, 70.0)])], &Context { start_ns: 0, end_ns: 1000, ..Context::default() });
+        assert_eq!(one[0].utilization.as_ref().map(|u| (u.mean.round() as u32, u.samples)), Some((70, 1)));
+        // The device's samples all end before the window: `utilization.gpu` of its ticks.
+        let before = vec![tick(240, 0, &[(100, 0.0), (200, 0.0)]), sample(300, 0, 55.0, None)];
+        let out = summarize(&[dev(0)], &before, &Context { start_ns: 250, end_ns: 750, ..Context::default() });
+        assert_eq!(out[0].utilization_source, "utilization.gpu");
+        assert_eq!(out[0].utilization_gpu_pct, Some(55));
+    }
+
+    /// A recording made before samples kept their time holds `util_fine_pct`: it still reads,
+    /// counted by tick as it was; new samples write their time and not that field.
+    #[test]
+    fn samples_without_their_time_still_read() {
+        let old: Vec<Sample> = serde_json::from_str(
+            r#"[{"at_ns":20,"device":0,"util_pct":100.0,"util_fine_pct":[0.0,0.0,30.0]},{"at_ns":5,"device":0,"util_fine_pct":[90.0]}]"#,
+        )
+        .expect("an old samples frame parses");
+        assert!(old[0].util_fine.is_empty());
+        let out = summarize(&[dev(0)], &old, &Context { start_ns: 10, end_ns: 100, ..Context::default() });
+        assert_eq!(out[0].utilization_source, "sample-buffer");
+        assert!((out[0].utilization.as_ref().expect("fine").mean - 10.0).abs() < 1e-9, "the tick inside the window only");
+        let new = tick(20, 0, &[(15, 50.0)]);
+        let json = serde_json::to_string(&new).expect("serializes");
+        assert!(json.contains(r#""util_fine":[{"at_ns":15,"pct":50.0}]"#) && !json.contains("util_fine_pct"), "{json}");
+        assert_eq!(serde_json::from_str::<Sample>(&json).expect("reads back"), new);
     }
 
     #[test]
