@@ -500,7 +500,7 @@ fn damage_code(damage: Option<&Damage>) -> i32 {
 
 fn read_recording(file: &std::path::Path) -> Result<record::Replayed, i32> {
     record::replay(file).map_err(|e| {
-        eprintln!("gputrace: {e}");
+        eprintln!("gputrace: {}", output::clean(&e.to_string()));
         exit::BAD_RECORDING
     })
 }
@@ -511,7 +511,7 @@ fn offline_report(file: &std::path::Path, json: bool, html: Option<&Destination>
         Err(code) => return code,
     };
     if let Some(d) = &replayed.damage {
-        eprintln!("gputrace: {}: {d}; reporting what was read before it", file.display());
+        eprintln!("gputrace: {}: {}; reporting what was read before it", file.display(), output::clean(&d.to_string()));
     }
     let report = report::build::build(&replayed.outcome);
     let printed = print_report(&report, json);
@@ -532,7 +532,7 @@ fn export(file: &std::path::Path, perfetto: Option<&Destination>, html: Option<&
         Err(code) => return code,
     };
     if let Some(d) = &replayed.damage {
-        eprintln!("gputrace: {}: {d}; exporting what was read before it", file.display());
+        eprintln!("gputrace: {}: {}; exporting what was read before it", file.display(), output::clean(&d.to_string()));
     }
     let report = report::build::build(&replayed.outcome);
     if let Some(out) = perfetto {
@@ -566,7 +566,8 @@ fn export_failed(out: &Destination, e: &io::Error) -> i32 {
 }
 
 fn fail(e: &TraceError) -> i32 {
-    eprintln!("{}", failure_message(e));
+    // Errors quote paths and names the traced process chose (its libraries, its files).
+    eprintln!("{}", output::clean_lines(&failure_message(e)));
     e.exit_code()
 }
 

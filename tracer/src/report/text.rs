@@ -8,7 +8,7 @@ use crate::{
     model::{CopyDir, Report},
     output::{
         style,
-        text::{bytes, clean, wrap},
+        text::{bytes, clean, terminal_safe, wrap},
     },
 };
 
@@ -170,7 +170,9 @@ pub fn render(r: &Report, color: bool) -> String {
     for n in &t.notes {
         wrap(&mut out, "  note: ", &clean(n));
     }
-    out
+    // Every string above from the traced process or a recording is cleaned where it enters;
+    // this pass keeps one that is not from reaching the terminal all the same.
+    terminal_safe(&out)
 }
 
 fn diagnoses_section(out: &mut String, st: &Style, r: &Report) {
