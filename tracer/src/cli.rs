@@ -464,29 +464,42 @@ async fn trace(target: Target, duration: Option<Duration>, json: bool, nvml_inte
     }
 }
 
-/// The closing lines of `record` (on stderr: stdout belongs to the recorded command).
+/// The closing lines of `record` (on stderr: stdout belongs to the recorded command). They
+/// say what the files hold, which after a write error is less than the session traced;
+/// "recorded" is said only of a recording that succeeded.
 fn recorded(outcome: &crate::outcome::Outcome, report: &Report) -> i32 {
     let Some(w) = &outcome.written else { return exit::FAILURE };
     let files: Vec<String> = w.files.iter().map(|p| p.display().to_string()).collect();
-    eprintln!(
-        "gputrace: recorded {:.1} s of pid {} ({} frames, {:.1} MB) to {}; verdict: {}",
-        report.window.duration_s,
-        report.target.pid,
-        w.frames,
-        w.bytes as f64 / 1e6,
-        files.join(", "),
-        report.verdict
-    );
-    if w.files.first().is_some_and(|f| f.is_file()) {
-        eprintln!("gputrace: read it with `gputrace report {}` or `gputrace export {} --perfetto OUT.json`", files[0], files[0]);
-    }
-    match &w.error {
-        Some(e) => {
-            eprintln!("gputrace: {e}");
-            exit::FAILURE
+    let held = |until: u64| until.saturating_sub(outcome.start_ns) as f64 / 1e9;
+    let size = format!("{} frames, {:.1} MB", w.frames, w.bytes as f64 / 1e6);
+    let readable = w.files.first().is_some_and(|f| f.is_file());
+    let Some(e) = &w.error else {
+        eprintln!(
+            "gputrace: recorded {:.1} s of pid {} ({size}) to {}; verdict: {}",
+            report.window.duration_s,
+            report.target.pid,
+            files.join(", "),
+            report.verdict
+        );
+        if readable {
+            eprintln!("gputrace: read it with `gputrace report {}` or `gputrace export {} --perfetto OUT.json`", files[0], files[0]);
         }
-        None => exit::OK,
+        return exit::OK;
+    };
+    eprintln!("gputrace: {e}");
+    match w.until_ns.filter(|_| readable && w.frames > 0) {
+        Some(until) if w.bytes > 0 => eprintln!(
+            "gputrace: the recording is incomplete: {} hold{} the session up to {:.1} s of the {:.1} s traced ({size}); `gputrace report {}` reports that part",
+            files.join(", "),
+            if files.len() == 1 { "s" } else { "" },
+            held(until),
+            report.window.duration_s,
+            files[0]
+        ),
+        _ => eprintln!("gputrace: nothing of the {:.1} s traced was recorded", report.window.duration_s),
     }
+    eprintln!("gputrace: the verdict of the whole session, from the live trace: {}", report.verdict);
+    exit::FAILURE
 }
 
 /// Exit code for a recording read with damage: a cut tail is what a killed recorder leaves

@@ -76,13 +76,10 @@ pub fn build(outcome: &Outcome) -> Report {
     let cuda = cuda(ev, outcome, window_ns);
     let loss = loss_of(&outcome.losses, ev.decode_errors);
     // A return without its entry is a call that started before we attached: not a loss.
-    let lost_events = loss.ring_full
-        + loss.thread_map_full
-        + loss.inflight_full
-        + loss.process_map_full
-        + loss.sched_map_full
-        + loss.io_map_full
-        + loss.undecodable;
+    // Saturating: the counters are the kernel's (or a recording's), never trusted to be small.
+    let lost_events = [loss.ring_full, loss.thread_map_full, loss.inflight_full, loss.process_map_full, loss.sched_map_full, loss.io_map_full, loss.undecodable]
+        .into_iter()
+        .fold(0u64, u64::saturating_add);
     let probed_late = outcome.libraries.iter().map(|l| l.probed_late_for.len() as u64).sum::<u64>();
     let mut findings = detect::analyze(&detect::Inputs { window_ns, evidence: ev, gpu: gpu.as_ref().map(|g| g.devices.as_slice()) });
     let memory = memory(outcome, &traced, &mut findings);

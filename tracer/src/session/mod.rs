@@ -103,7 +103,7 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
         budget: None,
     };
     if let Some(r) = recorder {
-        live.begin_recording(r, &started.command, pid, attach_ms, &cuda_env);
+        live.begin_recording(r, &started.command, pid, attach_ms, &cuda_env).inspect_err(|_| progress.clear())?;
     }
     let flight = live.tape.as_ref().is_some_and(|t| t.recorder.is_flight());
     let (mut sigint, mut sigterm, mut sigusr1) = stopping_signals(flight)?;
