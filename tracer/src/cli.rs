@@ -344,8 +344,11 @@ impl Cli {
             }
             Command::Report { file, json, html, force } => {
                 let html = html.map(|h| output::resolve(&h, force, &[&file])).transpose().map_err(|e| e.to_string())?;
-                if json && html.as_ref().is_some_and(|h| *h == Destination::Stdout) {
-                    return Err("--json and --html - would both write to standard output: give --html a file".into());
+                if html.as_ref().is_some_and(|h| *h == Destination::Stdout) {
+                    let report = if json { "the JSON report" } else { "the text report" };
+                    return Err(format!(
+                        "--html - would mix the page with {report} on standard output: give --html a file, or write the page alone with `gputrace export FILE --html -`"
+                    ));
                 }
                 Job::Report { file, json, html }
             }
