@@ -489,3 +489,32 @@ fn attaching_to_pid_1_says_it_traces_the_whole_namespace() {
     let r = gputrace_tests::report_json(&stdout);
     assert!(r["tracer"]["notes"].to_string().contains("pid 1 is the init process"), "{:#}", r["tracer"]["notes"]);
 }
+
+#[test]
+fn a_recorder_killed_while_starting_leaves_no_hidden_file() {
+    require_root();
+    let dir = scratch("killed-early");
+    let file = dir.join("r.gtr");
+    // SIGKILL 20–130 ms after start: while the probes load, before the recording is put in
+    // place (a hidden temporary file was left there), and a little after.
+    for round in 0..12u64 {
+        let mut recorder = gt()
+            .args(["record", "--nvml-hz", "0", "-o"])
+            .arg(&file)
+            .arg("--")
+            .arg(fakejob())
+            .args(["--steps", "20", "--driver-launches", "2"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("gputrace record starts");
+        std::thread::sleep(Duration::from_millis(20 + round * 10));
+        let _ = recorder.kill();
+        let _ = recorder.wait();
+        let hidden: Vec<OsString> = entries(&dir).into_iter().filter(|n| n.as_bytes().starts_with(b".")).collect();
+        assert!(hidden.is_empty(), "round {round}: a killed recorder left {hidden:?}");
+        let _ = fs::remove_file(&file);
+    }
+    let _ = fs::remove_dir_all(&dir);
+}
