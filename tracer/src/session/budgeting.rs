@@ -84,7 +84,7 @@ impl Live {
                 // Nothing went back (every file gone): launches stay unseen, and the time
                 // stays off.
                 if self.kernel.restore_launches() > 0 || !self.kernel.has_launch_sites() {
-                    self.evidence.launch_probes_on(clock::monotonic_ns());
+                    self.evidence.launch_probes_on(clock::monotonic_ns(), &counters);
                 }
             }
         }
