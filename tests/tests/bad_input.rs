@@ -84,3 +84,33 @@ fn completions_and_the_man_page_come_from_the_command_line_definitions() {
     assert!(man.starts_with(".ie") || man.contains(".TH gputrace"), "roff: {}", &man[..man.len().min(200)]);
     assert!(man.contains("attach") && man.contains("sweep"), "the subcommands are listed");
 }
+
+#[test]
+fn every_man_page_the_main_one_refers_to_is_there() {
+    require_root();
+    let (code, man, stderr) = gputrace_output(&["man"]);
+    assert_eq!(code, 0, "{stderr}");
+    let referred: Vec<&str> = man.split("gputrace\\-").skip(1).filter_map(|rest| rest.split_once("(1)").map(|(name, _)| name)).collect();
+    for sub in ["attach", "run", "record", "report", "export", "sweep", "completions", "man"] {
+        assert!(referred.contains(&sub), "gputrace(1) lists gputrace-{sub}(1): {referred:?}");
+    }
+    for sub in referred {
+        let (code, page, stderr) = gputrace_output(&["man", sub]);
+        assert_eq!(code, 0, "gputrace-{sub}(1): {stderr}");
+        assert!(page.contains(&format!(".TH gputrace-{sub} 1")), "gputrace-{sub}(1): {}", &page[..page.len().min(300)]);
+        assert!(page.contains(".SH OPTIONS") && page.contains("\\-\\-help"), "gputrace-{sub}(1) documents its options");
+    }
+    let (_, attach, _) = gputrace_output(&["man", "attach"]);
+    assert!(attach.contains("\\-\\-pid") && attach.contains("\\-\\-max\\-overhead"), "{attach}");
+    let (_, record, _) = gputrace_output(&["man", "record"]);
+    assert!(record.contains("\\-\\-flight\\-recorder") && record.contains("\\-\\-keep"), "{record}");
+    let (code, _, stderr) = gputrace_output(&["man", "nope"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("attach, run"), "the message lists the pages: {stderr}");
+    // A stdout that refuses the page: the message names what was being written.
+    let full = std::fs::File::options().write(true).open("/dev/full").expect("/dev/full");
+    let out = Command::new(gputrace()).arg("man").stdout(full).output().expect("gputrace runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("writing the man page") && !stderr.contains("report"), "{stderr}");
+}

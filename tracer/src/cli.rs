@@ -134,8 +134,13 @@ enum Command {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff): `gputrace man > gputrace.1; man ./gputrace.1`.
-    Man,
+    /// Print a man page (roff): `gputrace man > gputrace.1; man ./gputrace.1`; with a
+    /// subcommand, its own page (`gputrace man attach > gputrace-attach.1`).
+    Man {
+        /// The subcommand whose page to print (attach, run, record, report, export, sweep,
+        /// completions, man); none: the page of gputrace itself.
+        subcommand: Option<String>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -281,7 +286,10 @@ pub enum Job {
     Completions {
         shell: clap_complete::Shell,
     },
-    Man,
+    /// A man page: gputrace's, or a subcommand's (checked to be one).
+    Man {
+        subcommand: Option<String>,
+    },
 }
 
 fn nvml_interval(hz: f64) -> Duration {
@@ -370,9 +378,25 @@ impl Cli {
                 Job::Sweep { options: sweep::Options { duration, show_commands }, json, html }
             }
             Command::Completions { shell } => Job::Completions { shell },
-            Command::Man => Job::Man,
+            Command::Man { subcommand } => {
+                man_page(subcommand.as_deref())?;
+                Job::Man { subcommand }
+            }
         })
     }
+}
+
+/// The man page of gputrace (`None`) or of one of its subcommands (`gputrace-attach(1)` …,
+/// the pages the main one lists). clap's `help` subcommand gets none: the pages are it.
+fn man_page(subcommand: Option<&str>) -> Result<clap_mangen::Man, String> {
+    let mut cli = <Cli as clap::CommandFactory>::command().disable_help_subcommand(true);
+    cli.build();
+    let Some(name) = subcommand else { return Ok(clap_mangen::Man::new(cli)) };
+    if let Some(sub) = cli.find_subcommand(name) {
+        return Ok(clap_mangen::Man::new(sub.clone()).source(concat!("gputrace ", env!("CARGO_PKG_VERSION"))));
+    }
+    let names: Vec<&str> = cli.get_subcommands().map(clap::Command::get_name).collect();
+    Err(format!("`{name}` is not a subcommand of gputrace; the pages are gputrace and {}", names.join(", ")))
 }
 
 /// Vet where a recording goes: rotation and dumps need a file they can rename, standard
@@ -404,11 +428,17 @@ pub async fn execute(job: Job) -> i32 {
         Job::Report { file, json, html } => offline_report(&file, json, html.as_ref()),
         Job::Export { file, perfetto, html } => export(&file, perfetto.as_ref(), html.as_ref()),
         Job::Sweep { options, json, html } => execute_sweep(&options, json, html.as_ref()).await,
-        Job::Completions { shell } => print_with(|out| {
+        Job::Completions { shell } => print_with("the completion script", |out| {
             clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "gputrace", out);
             Ok(())
         }),
-        Job::Man => print_with(|out| clap_mangen::Man::new(<Cli as clap::CommandFactory>::command()).render(out)),
+        Job::Man { subcommand } => match man_page(subcommand.as_deref()) {
+            Ok(page) => print_with("the man page", |out| page.render(out)),
+            Err(why) => {
+                eprintln!("gputrace: {why}");
+                exit::USAGE
+            }
+        },
     }
 }
 
@@ -418,7 +448,7 @@ async fn execute_sweep(options: &sweep::Options, json: bool, html: Option<&Desti
         Err(e) => return fail(&e),
     };
     let report = &finished.report;
-    let code = print_with(|out| {
+    let code = print_with("the sweep report", |out| {
         if json {
             serde_json::to_writer_pretty(&mut *out, report).map_err(io::Error::from).and_then(|()| writeln!(out))
         } else {
@@ -605,7 +635,7 @@ fn failure_message(e: &dyn std::error::Error) -> String {
 }
 
 fn print_report(report: &Report, json: bool) -> i32 {
-    print_with(|out| {
+    print_with("the report", |out| {
         if json {
             serde_json::to_writer_pretty(&mut *out, report).map_err(io::Error::from).and_then(|()| writeln!(out))
         } else {
@@ -614,10 +644,10 @@ fn print_report(report: &Report, json: bool) -> i32 {
     })
 }
 
-/// Write a report to stdout; a closed pipe is a clean exit.
-/// Write a report to stdout in one buffer (stdout is line-buffered: a JSON report would
-/// otherwise be a write call per line), then flush it.
-fn print_with(write: impl FnOnce(&mut io::BufWriter<io::StdoutLock<'static>>) -> io::Result<()>) -> i32 {
+/// Write `what` (a report, a man page) to stdout in one buffer (stdout is line-buffered: a
+/// JSON report would otherwise be a write call per line), then flush it; a closed pipe is a
+/// clean exit, any other error is named with what was being written.
+fn print_with(what: &str, write: impl FnOnce(&mut io::BufWriter<io::StdoutLock<'static>>) -> io::Result<()>) -> i32 {
     let mut out = io::BufWriter::with_capacity(1 << 16, io::stdout().lock());
     let written = write(&mut out);
     match written.and_then(|()| out.flush()) {
@@ -625,7 +655,7 @@ fn print_with(write: impl FnOnce(&mut io::BufWriter<io::StdoutLock<'static>>) ->
         // A closed pipe (`gputrace ... | head`) is the reader's choice, not an error.
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => exit::OK,
         Err(e) => {
-            eprintln!("gputrace: writing the report: {e}");
+            eprintln!("gputrace: writing {what} to standard output: {e}");
             exit::FAILURE
         }
     }
