@@ -225,9 +225,9 @@ fn arguments_and_names_that_are_not_utf8_never_panic() {
     let (code, stdout, stderr) = output(gt().args(["report", "--json"]).arg(&file));
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(num(&gputrace_tests::report_json(&stdout), "/cuda/launches/kernels"), 10);
-    // A missing one: a clear message, exit 6.
+    // A missing one: a clear message, exit 1 (it is no damaged recording).
     let (code, _, stderr) = output(gt().arg("report").arg(OsStr::from_bytes(b"\xff.gtr")));
-    assert_eq!(code, 6, "{stderr}");
+    assert_eq!(code, 1, "{stderr}");
     let _ = fs::remove_dir_all(&dir);
 }
 
@@ -516,5 +516,36 @@ fn a_recorder_killed_while_starting_leaves_no_hidden_file() {
         assert!(hidden.is_empty(), "round {round}: a killed recorder left {hidden:?}");
         let _ = fs::remove_file(&file);
     }
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_export_to_a_fifo_with_no_reader_says_it_waits_for_one() {
+    use std::io::BufRead as _;
+    require_root();
+    let dir = scratch("fifo-wait");
+    let rec = dir.join("job.gtr");
+    recording(&rec);
+    let fifo = dir.join("page");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_bytes()).expect("path");
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let mut export =
+        gt().arg("export").arg(&rec).arg("--html").arg(&fifo).stdin(Stdio::null()).stderr(Stdio::piped()).spawn().expect("export starts");
+    let stderr = export.stderr.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let hint = rx.recv_timeout(Duration::from_secs(10));
+    // Whatever was said, a reader lets the export finish.
+    let mut page = String::new();
+    fs::File::open(&fifo).expect("open the fifo").read_to_string(&mut page).expect("read");
+    assert!(export.wait().expect("export exits").success());
+    let hint = hint.unwrap_or_else(|_| panic!("no word on stderr while it waited for a reader"));
+    assert!(hint.contains("no reader") && hint.contains(&fifo.display().to_string()), "{hint}");
+    assert!(page.contains("<html"), "the page went through the FIFO");
     let _ = fs::remove_dir_all(&dir);
 }

@@ -183,7 +183,8 @@ struct Common {
     /// past it, the launch probes are taken off part of each second and launch counts are
     /// scaled from the time they were on (the report says so, `tracer.sampling`); every
     /// other count stays exact. Not with `record`.
-    #[arg(long, value_name = "PCT", value_parser = parse_percent)]
+    // Negative numbers reach the parser (and its message), not clap's "unexpected argument".
+    #[arg(long, value_name = "PCT", value_parser = parse_percent, allow_negative_numbers = true)]
     max_overhead: Option<f64>,
 }
 
@@ -227,11 +228,18 @@ fn parse_hz(s: &str) -> Result<f64, String> {
     Ok(hz)
 }
 
+/// The smallest `--max-overhead`, percent: a millionth of every second (1 µs, about one
+/// trap). Below it the figure only makes notes unreadable (`1e-300` printed in full).
+const MIN_OVERHEAD_PCT: f64 = 0.0001;
+
 /// A budget in percent: `1`, `0.5`, `2%`.
 fn parse_percent(s: &str) -> Result<f64, String> {
     let pct: f64 = s.trim().trim_end_matches('%').parse().map_err(|_| format!("`{s}` is not a percentage (e.g. 1 or 0.5)"))?;
     if !(pct > 0.0 && pct <= 100.0) {
         return Err(format!("the overhead budget must be above 0 and at most 100 (percent), got `{s}`"));
+    }
+    if pct < MIN_OVERHEAD_PCT {
+        return Err(format!("the overhead budget must be at least {MIN_OVERHEAD_PCT} (percent), got `{s}`"));
     }
     Ok(pct)
 }
@@ -547,7 +555,11 @@ fn damage_code(damage: Option<&Damage>) -> i32 {
 fn read_recording(file: &std::path::Path) -> Result<record::Replayed, i32> {
     record::replay(file).map_err(|e| {
         eprintln!("gputrace: {}", output::clean(&e.to_string()));
-        exit::BAD_RECORDING
+        // A file that cannot be opened (missing, unreadable) is not a bad recording.
+        match e {
+            record::ReplayError::Open(record::reader::OpenError::Io { .. }) => exit::FAILURE,
+            _ => exit::BAD_RECORDING,
+        }
     })
 }
 
@@ -684,9 +696,10 @@ mod tests {
     fn overhead_budgets_are_percentages_above_zero() {
         assert_eq!(parse_percent("1"), Ok(1.0));
         assert_eq!(parse_percent("0.5%"), Ok(0.5));
-        for bad in ["0", "-1", "101", "NaN", "inf", "one", ""] {
+        for bad in ["0", "-1", "101", "NaN", "inf", "one", "", "1e-300", "0.00009"] {
             assert!(parse_percent(bad).is_err(), "{bad}");
         }
+        assert_eq!(parse_percent("0.0001"), Ok(0.0001));
     }
 
     #[test]

@@ -34,7 +34,7 @@ pub enum TraceError {
     PidReused { pid: u32 },
 
     #[error(
-        "gputrace needs root, or the capabilities {missing}; run it with sudo \
+        "tracing needs root, or the capabilities {missing}; run gputrace with sudo \
          (or grant them: setcap cap_bpf,cap_perfmon,cap_sys_ptrace,cap_dac_read_search+ep gputrace)"
     )]
     Permission { missing: String },

@@ -96,7 +96,22 @@ fn no_tmpfile(e: &io::Error) -> bool {
 /// a path swapped for a regular file since it was vetted is refused rather than overwritten.
 fn open_stream(path: &Path) -> Result<File, Refused> {
     let io_err = |source| Refused::Io { path: path.to_owned(), source };
-    let file = OpenOptions::new().write(true).custom_flags(libc::O_NOCTTY | libc::O_CLOEXEC).open(path).map_err(io_err)?;
+    let open = |flags: i32| OpenOptions::new().write(true).custom_flags(libc::O_NOCTTY | libc::O_CLOEXEC | flags).open(path);
+    // A FIFO with no reader blocks the open until one comes: first try without waiting, and
+    // say what gputrace waits for if it must.
+    let file = match open(libc::O_NONBLOCK) {
+        Ok(f) => {
+            // Writes wait for the reader as usual: only the open was not to block.
+            rustix::fs::fcntl_setfl(&f, rustix::fs::fcntl_getfl(&f).map_err(|e| io_err(e.into()))? - rustix::fs::OFlags::NONBLOCK)
+                .map_err(|e| io_err(e.into()))?;
+            f
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
+            eprintln!("gputrace: {} is a FIFO with no reader yet; waiting for one (open it for reading, e.g. `cat {} > OUT`)…", path.display(), path.display());
+            open(0).map_err(io_err)?
+        }
+        Err(e) => return Err(io_err(e)),
+    };
     let ft = file.metadata().map_err(io_err)?.file_type();
     if ft.is_char_device() || ft.is_fifo() {
         Ok(file)

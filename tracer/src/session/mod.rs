@@ -66,7 +66,10 @@ const EXIT_GRACE: Duration = Duration::from_secs(10);
 pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Duration, recorder: Option<Recorder>, max_overhead: Option<f64>) -> Result<Outcome> {
     let began = Instant::now();
     let mut notes = Vec::new();
-    // NVML first, so that its samples cover the whole window.
+    // Privileges and kernel support first: without them nothing else is worth a message
+    // (an NVML warning before the privilege error read as the failure).
+    crate::preflight::check()?;
+    // NVML next, so that its samples cover the whole window.
     let sampler = start_sampler(nvml_interval, &mut notes).await;
     let (mut kernel, ring) = ProbeSet::load()?;
     notes.extend(kernel.notes.iter().cloned());
