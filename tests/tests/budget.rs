@@ -86,3 +86,39 @@ fn without_the_flag_there_is_no_sampling_and_record_refuses_it() {
         assert!(stderr.contains("overhead budget") || stderr.contains("not a percentage"), "--max-overhead {bad}: {stderr}");
     }
 }
+
+#[test]
+fn short_windows_estimate_launches_without_bias_and_say_they_are_estimates() {
+    // ~2–3 s windows, where the probes that linger after each shedding weighed most: their
+    // launches were counted, then scaled again (1.05–1.40× the truth).
+    const TRUTH: f64 = 400_000.0;
+    require_root();
+    let job = ["--steps", "40000", "--driver-launches", "10", "--sync"];
+    for round in 0..3 {
+        let (r, code, stderr) = run_fakejob_opts(&["--max-overhead", "1", "--nvml-hz", "0"], &job);
+        assert_eq!(code, 0, "{stderr}");
+        let s = &r["tracer"]["sampling"];
+        assert!(s["on_fraction"].as_f64().is_some_and(|on| on < 1.0), "round {round}: the probes were shed: {s:#}");
+        let ratio = num(&r, "/cuda/launches/kernels") as f64 / TRUTH;
+        assert!((0.95..=1.05).contains(&ratio), "round {round}: estimated {ratio:.3}× the launches made: {s:#}");
+        assert_eq!(r["cuda"]["launches"]["estimated"], true, "round {round}");
+        assert_eq!(r["tracer"]["complete"], false, "an estimate is not a complete count");
+        // One figure for the window's cost.
+        let window = r["tracer"]["overhead"]["fraction_of_window"].as_f64().expect("fraction") * 100.0;
+        let said = s["estimated_overhead_pct"].as_f64().expect("estimated_overhead_pct");
+        assert!((window - said).abs() < 1e-9, "round {round}: {window} vs {said}");
+    }
+    // The text report marks the estimate where it shows it.
+    let out = std::process::Command::new(gputrace())
+        .env("LD_LIBRARY_PATH", gputrace_tests::fake_cuda_dir())
+        .args(["run", "--nvml-hz", "0", "--max-overhead", "1", "--"])
+        .arg(gputrace_tests::fakejob())
+        .args(job)
+        .output()
+        .expect("gputrace runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.trim_start().starts_with("launches ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains('~'), "{line}");
+    assert!(text.contains("(estimated: --max-overhead"), "{text}");
+    assert!(text.contains("launch counts are ESTIMATES"), "{text}");
+}

@@ -225,9 +225,9 @@ fn arguments_and_names_that_are_not_utf8_never_panic() {
     let (code, stdout, stderr) = output(gt().args(["report", "--json"]).arg(&file));
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(num(&gputrace_tests::report_json(&stdout), "/cuda/launches/kernels"), 10);
-    // A missing one: a clear message, exit 6.
+    // A missing one: a clear message, exit 1 (it is no damaged recording).
     let (code, _, stderr) = output(gt().arg("report").arg(OsStr::from_bytes(b"\xff.gtr")));
-    assert_eq!(code, 6, "{stderr}");
+    assert_eq!(code, 1, "{stderr}");
     let _ = fs::remove_dir_all(&dir);
 }
 
@@ -488,4 +488,64 @@ fn attaching_to_pid_1_says_it_traces_the_whole_namespace() {
     assert_eq!(code, 0, "{stderr}");
     let r = gputrace_tests::report_json(&stdout);
     assert!(r["tracer"]["notes"].to_string().contains("pid 1 is the init process"), "{:#}", r["tracer"]["notes"]);
+}
+
+#[test]
+fn a_recorder_killed_while_starting_leaves_no_hidden_file() {
+    require_root();
+    let dir = scratch("killed-early");
+    let file = dir.join("r.gtr");
+    // SIGKILL 20–130 ms after start: while the probes load, before the recording is put in
+    // place (a hidden temporary file was left there), and a little after.
+    for round in 0..12u64 {
+        let mut recorder = gt()
+            .args(["record", "--nvml-hz", "0", "-o"])
+            .arg(&file)
+            .arg("--")
+            .arg(fakejob())
+            .args(["--steps", "20", "--driver-launches", "2"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("gputrace record starts");
+        std::thread::sleep(Duration::from_millis(20 + round * 10));
+        let _ = recorder.kill();
+        let _ = recorder.wait();
+        let hidden: Vec<OsString> = entries(&dir).into_iter().filter(|n| n.as_bytes().starts_with(b".")).collect();
+        assert!(hidden.is_empty(), "round {round}: a killed recorder left {hidden:?}");
+        let _ = fs::remove_file(&file);
+    }
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_export_to_a_fifo_with_no_reader_says_it_waits_for_one() {
+    use std::io::BufRead as _;
+    require_root();
+    let dir = scratch("fifo-wait");
+    let rec = dir.join("job.gtr");
+    recording(&rec);
+    let fifo = dir.join("page");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_bytes()).expect("path");
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let mut export =
+        gt().arg("export").arg(&rec).arg("--html").arg(&fifo).stdin(Stdio::null()).stderr(Stdio::piped()).spawn().expect("export starts");
+    let stderr = export.stderr.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let hint = rx.recv_timeout(Duration::from_secs(10));
+    // Whatever was said, a reader lets the export finish.
+    let mut page = String::new();
+    fs::File::open(&fifo).expect("open the fifo").read_to_string(&mut page).expect("read");
+    assert!(export.wait().expect("export exits").success());
+    let hint = hint.unwrap_or_else(|_| panic!("no word on stderr while it waited for a reader"));
+    assert!(hint.contains("no reader") && hint.contains(&fifo.display().to_string()), "{hint}");
+    assert!(page.contains("<html"), "the page went through the FIFO");
+    let _ = fs::remove_dir_all(&dir);
 }

@@ -161,3 +161,23 @@ fn html_and_perfetto_at_once_and_refusals() {
     assert_eq!(out.status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn report_refuses_to_mix_the_page_with_its_report_on_stdout() {
+    require_root();
+    let dir = scratch("mix");
+    let recording = record_fakejob(&dir, &["--steps", "20", "--driver-launches", "2", "--sync"]);
+    for json in [false, true] {
+        let mut cmd = Command::new(gputrace());
+        cmd.arg("report").arg(&recording).args(["--html", "-"]);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.output().expect("report runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "json {json}: {stderr}");
+        assert!(out.stdout.is_empty(), "json {json}: nothing written to stdout");
+        assert!(stderr.contains("export FILE --html -"), "json {json}: the message says what to do: {stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -373,3 +373,198 @@ fn the_text_report_is_coloured_as_asked() {
     let bad = Command::new(gputrace()).args(["--color", "sometimes", "report"]).arg(&file).output().expect("runs");
     assert_eq!(bad.status.code(), Some(2), "a bad value is a usage error");
 }
+
+/// A tmpfs of 1 MiB at `dir`, unmounted when dropped.
+struct TinyDisk(PathBuf);
+
+impl TinyDisk {
+    fn mount(dir: &Path) -> Self {
+        fs::create_dir_all(dir).expect("mount point");
+        let status = Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"]).arg(dir).status().expect("mount runs");
+        assert!(status.success(), "mounting a tmpfs at {}", dir.display());
+        Self(dir.to_owned())
+    }
+}
+
+impl Drop for TinyDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// Two launches, two syncs (one after a pageable copy) a step, ~3 s: more than 1 MiB.
+const TWO_A_STEP: &[&str] = &["--steps", "6000", "--driver-launches", "2", "--kernel-us", "250", "--sync", "--pageable-h2d", "4096"];
+
+/// Launches per step, and the window, of a report of `TWO_A_STEP` (the truth is 2.0).
+fn launches_per_step(r: &Value) -> f64 {
+    r["steps"]["per_step"]["launches"].as_f64().unwrap_or_else(|| panic!("no steps in {r:#}"))
+}
+
+#[test]
+fn a_full_disk_stops_the_recording_and_both_the_summary_and_the_report_say_what_it_holds() {
+    require_root();
+    let dir = scratch("full-disk");
+    let disk = TinyDisk::mount(&dir.join("tiny"));
+    let file = disk.0.join("r.gtr");
+    let out = record(&file, &[], TWO_A_STEP);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "a write error fails the recording: {stderr}");
+    assert!(!stderr.contains("gputrace: recorded"), "nothing is said to be recorded after a failure: {stderr}");
+    assert!(stderr.contains("No space left"), "{stderr}");
+    // "… holds the session up to 1.0 s of the 3.2 s traced (N frames, 0.7 MB) …"
+    let line = stderr.lines().find(|l| l.contains("the recording is incomplete")).unwrap_or_else(|| panic!("{stderr}"));
+    let number_before = |word: &str| -> f64 {
+        let head = &line[..line.find(word).unwrap_or_else(|| panic!("{word} in {line}"))];
+        head.split_whitespace().last().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{word} in {line}"))
+    };
+    let (held_s, traced_s) = (number_before("s of the"), number_before("s traced"));
+    assert!(held_s < traced_s, "{line}");
+    let size = fs::metadata(&file).expect("the recording").len() as f64;
+    assert!((number_before("MB)") - size / 1e6).abs() < 0.051, "the size said is the file's ({size} B): {line}");
+    // The file ends at its last whole checkpoint: a clean end, and a window that ends there.
+    let (r, code, stderr) = report(&file);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("ends inside a frame"), "the file was cut back to its last flush: {stderr}");
+    assert_eq!(r["window"]["stopped_by"], "recording-cut");
+    let window = r["window"]["duration_s"].as_f64().expect("window");
+    assert!((window - held_s).abs() < 0.06, "the report covers what the summary said: {window} s vs {line}");
+    let per_step = launches_per_step(&r);
+    assert!((1.95..=2.05).contains(&per_step), "launches per step {per_step} (2 in truth): {:#}", r["steps"]);
+    assert_ne!(r["verdict"], "input-starved", "{:#}", r["diagnoses"]);
+    drop(disk);
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_recording_cut_between_checkpoints_ends_its_window_at_the_last_one() {
+    require_root();
+    let dir = scratch("cut-between");
+    let file = dir.join("whole.gtr");
+    assert!(record(&file, &[], TWO_A_STEP).status.success());
+    let bytes = fs::read(&file).expect("recording");
+    let (whole, _, _) = report(&file);
+    let cut = dir.join("cut.gtr");
+    for share in [0.35, 0.55, 0.8] {
+        fs::write(&cut, &bytes[..(bytes.len() as f64 * share) as usize]).expect("write");
+        let (r, code, stderr) = report(&cut);
+        assert_eq!(code, 0, "{stderr}");
+        let per_step = launches_per_step(&r);
+        assert!((1.95..=2.05).contains(&per_step), "cut at {share}: launches per step {per_step}: {:#}", r["steps"]);
+        let notes = r["tracer"]["notes"].to_string();
+        assert!(notes.contains("after the last checkpoint"), "cut at {share}: {notes}");
+        let window = r["window"]["duration_s"].as_f64().expect("window");
+        assert!(window < whole["window"]["duration_s"].as_f64().expect("window"), "{window}");
+    }
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_second_recorder_on_the_same_path_stops_before_its_job_runs() {
+    require_root();
+    let dir = scratch("two-recorders");
+    let file = dir.join("same.gtr");
+    let start = |marker: &Path| {
+        // The job touches `marker` once it runs: the loser's must never.
+        Command::new(gputrace())
+            .env("LD_LIBRARY_PATH", fake_cuda_dir())
+            .args(["record", "--nvml-hz", "0", "-o"])
+            .arg(&file)
+            .args(["--", "sh", "-c", "touch \"$0\" && exec \"$1\" --steps 400 --driver-launches 2 --sync --hold-ms 1500"])
+            .arg(marker)
+            .arg(fakejob())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("gputrace record starts")
+    };
+    let (a_ran, b_ran) = (dir.join("a-ran"), dir.join("b-ran"));
+    let (a, b) = (start(&a_ran), start(&b_ran));
+    let (a, b) = (a.wait_with_output().expect("a"), b.wait_with_output().expect("b"));
+    let results = [(a, a_ran), (b, b_ran)];
+    let winners: Vec<_> = results.iter().filter(|(o, _)| o.status.code() == Some(0)).collect();
+    let losers: Vec<_> = results.iter().filter(|(o, _)| o.status.code() != Some(0)).collect();
+    let said = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(winners.len(), 1, "one recorder wins: {:?}", results.iter().map(|(o, _)| said(o)).collect::<Vec<_>>());
+    let (loser, loser_ran) = losers[0];
+    let stderr = said(loser);
+    assert_eq!(loser.status.code(), Some(2), "the loser stops as for a refused output: {stderr}");
+    // Claimed while it started ("took this name"), or, had the winner been quicker, already
+    // there when its command line was read.
+    assert!((stderr.contains("took this name") || stderr.contains("a file is there")) && !stderr.contains("recorded"), "{stderr}");
+    assert!(!loser_ran.exists(), "the loser's job never ran: {stderr}");
+    assert!(winners[0].1.exists());
+    let (r, code, stderr) = report(&file);
+    assert_eq!(code, 0, "the winner's file is whole: {stderr}");
+    assert_eq!(num(&r, "/cuda/launches/kernels"), 800);
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// A recording's frames: (kind, payload).
+type Frames = Vec<(u16, Vec<u8>)>;
+
+/// The frames of a recording.
+fn frames_of(file: &Path) -> Frames {
+    use gputrace::record::reader::Reader;
+    let mut reader = Reader::open(file).expect("a recording");
+    let mut frames = Vec::new();
+    while let Some(f) = reader.next_frame() {
+        let f = f.expect("a whole recording");
+        frames.push((f.kind, f.payload));
+    }
+    frames
+}
+
+/// A recording of `frames`, each with a valid checksum.
+fn write_frames(file: &Path, frames: &[(u16, Vec<u8>)]) {
+    use gputrace::record::format;
+    let mut bytes = format::preamble().to_vec();
+    for (kind, payload) in frames {
+        bytes.extend(format::frame(*kind, payload));
+    }
+    fs::write(file, bytes).expect("write");
+}
+
+/// `payload`'s JSON with `edit` applied.
+fn edited(payload: &[u8], edit: impl FnOnce(&mut Value)) -> Vec<u8> {
+    let mut v: Value = serde_json::from_slice(payload).expect("JSON payload");
+    edit(&mut v);
+    serde_json::to_vec(&v).expect("JSON")
+}
+
+#[test]
+fn recordings_inconsistent_behind_valid_checksums_are_damage() {
+    use gputrace::record::format::kind;
+    require_root();
+    let dir = scratch("inconsistent");
+    let file = dir.join("whole.gtr");
+    assert!(record(&file, &[], JOB).status.success());
+    let whole = frames_of(&file);
+    let end = whole.iter().position(|(k, _)| *k == kind::END).expect("an end record");
+    assert_eq!(end, whole.len() - 1, "the end record closes the file");
+    let event = whole.iter().find(|(k, _)| *k == kind::EVENT).expect("an event").clone();
+    let first_checkpoint = whole.iter().position(|(k, _)| *k == kind::CHECKPOINT).expect("a checkpoint");
+    let mut cases: Vec<(&str, Frames, &str)> = Vec::new();
+    let mut two_ends = whole.clone();
+    two_ends.push(whole[end].clone());
+    cases.push(("two end records", two_ends, "a second end record"));
+    let mut after_end = whole.clone();
+    after_end.push(event);
+    cases.push(("an event after the end", after_end, "after the end record"));
+    let mut end_first = whole.clone();
+    end_first[end].1 = edited(&whole[end].1, |v| v["end_ns"] = 1.into());
+    cases.push(("an end before the start", end_first, "before the start record"));
+    let mut wrapping = whole.clone();
+    wrapping[first_checkpoint].1 = edited(&whole[first_checkpoint].1, |v| v["snapshot"]["losses"][0] = u64::MAX.into());
+    cases.push(("a loss counter at u64::MAX", wrapping, "more than any session counts"));
+    let bad = dir.join("bad.gtr");
+    for (what, frames, why) in cases {
+        write_frames(&bad, &frames);
+        let (r, code, stderr) = report(&bad);
+        assert_eq!(code, 6, "{what}: damage, not a complete recording: {stderr}");
+        assert!(stderr.contains(why), "{what}: {stderr}");
+        assert_eq!(r["tracer"]["complete"], false, "{what}");
+        let lost = num(&r, "/tracer/lost_events");
+        assert!(lost < 1 << 32, "{what}: lost_events {lost}");
+    }
+    let _ = fs::remove_dir_all(&dir);
+}

@@ -134,8 +134,13 @@ enum Command {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff): `gputrace man > gputrace.1; man ./gputrace.1`.
-    Man,
+    /// Print a man page (roff): `gputrace man > gputrace.1; man ./gputrace.1`; with a
+    /// subcommand, its own page (`gputrace man attach > gputrace-attach.1`).
+    Man {
+        /// The subcommand whose page to print (attach, run, record, report, export, sweep,
+        /// completions, man); none: the page of gputrace itself.
+        subcommand: Option<String>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -178,7 +183,8 @@ struct Common {
     /// past it, the launch probes are taken off part of each second and launch counts are
     /// scaled from the time they were on (the report says so, `tracer.sampling`); every
     /// other count stays exact. Not with `record`.
-    #[arg(long, value_name = "PCT", value_parser = parse_percent)]
+    // Negative numbers reach the parser (and its message), not clap's "unexpected argument".
+    #[arg(long, value_name = "PCT", value_parser = parse_percent, allow_negative_numbers = true)]
     max_overhead: Option<f64>,
 }
 
@@ -222,11 +228,18 @@ fn parse_hz(s: &str) -> Result<f64, String> {
     Ok(hz)
 }
 
+/// The smallest `--max-overhead`, percent: a millionth of every second (1 µs, about one
+/// trap). Below it the figure only makes notes unreadable (`1e-300` printed in full).
+const MIN_OVERHEAD_PCT: f64 = 0.0001;
+
 /// A budget in percent: `1`, `0.5`, `2%`.
 fn parse_percent(s: &str) -> Result<f64, String> {
     let pct: f64 = s.trim().trim_end_matches('%').parse().map_err(|_| format!("`{s}` is not a percentage (e.g. 1 or 0.5)"))?;
     if !(pct > 0.0 && pct <= 100.0) {
         return Err(format!("the overhead budget must be above 0 and at most 100 (percent), got `{s}`"));
+    }
+    if pct < MIN_OVERHEAD_PCT {
+        return Err(format!("the overhead budget must be at least {MIN_OVERHEAD_PCT} (percent), got `{s}`"));
     }
     Ok(pct)
 }
@@ -281,7 +294,10 @@ pub enum Job {
     Completions {
         shell: clap_complete::Shell,
     },
-    Man,
+    /// A man page: gputrace's, or a subcommand's (checked to be one).
+    Man {
+        subcommand: Option<String>,
+    },
 }
 
 fn nvml_interval(hz: f64) -> Duration {
@@ -344,8 +360,11 @@ impl Cli {
             }
             Command::Report { file, json, html, force } => {
                 let html = html.map(|h| output::resolve(&h, force, &[&file])).transpose().map_err(|e| e.to_string())?;
-                if json && html.as_ref().is_some_and(|h| *h == Destination::Stdout) {
-                    return Err("--json and --html - would both write to standard output: give --html a file".into());
+                if html.as_ref().is_some_and(|h| *h == Destination::Stdout) {
+                    let report = if json { "the JSON report" } else { "the text report" };
+                    return Err(format!(
+                        "--html - would mix the page with {report} on standard output: give --html a file, or write the page alone with `gputrace export FILE --html -`"
+                    ));
                 }
                 Job::Report { file, json, html }
             }
@@ -367,9 +386,25 @@ impl Cli {
                 Job::Sweep { options: sweep::Options { duration, show_commands }, json, html }
             }
             Command::Completions { shell } => Job::Completions { shell },
-            Command::Man => Job::Man,
+            Command::Man { subcommand } => {
+                man_page(subcommand.as_deref())?;
+                Job::Man { subcommand }
+            }
         })
     }
+}
+
+/// The man page of gputrace (`None`) or of one of its subcommands (`gputrace-attach(1)` …,
+/// the pages the main one lists). clap's `help` subcommand gets none: the pages are it.
+fn man_page(subcommand: Option<&str>) -> Result<clap_mangen::Man, String> {
+    let mut cli = <Cli as clap::CommandFactory>::command().disable_help_subcommand(true);
+    cli.build();
+    let Some(name) = subcommand else { return Ok(clap_mangen::Man::new(cli)) };
+    if let Some(sub) = cli.find_subcommand(name) {
+        return Ok(clap_mangen::Man::new(sub.clone()).source(concat!("gputrace ", env!("CARGO_PKG_VERSION"))));
+    }
+    let names: Vec<&str> = cli.get_subcommands().map(clap::Command::get_name).collect();
+    Err(format!("`{name}` is not a subcommand of gputrace; the pages are gputrace and {}", names.join(", ")))
 }
 
 /// Vet where a recording goes: rotation and dumps need a file they can rename, standard
@@ -401,11 +436,17 @@ pub async fn execute(job: Job) -> i32 {
         Job::Report { file, json, html } => offline_report(&file, json, html.as_ref()),
         Job::Export { file, perfetto, html } => export(&file, perfetto.as_ref(), html.as_ref()),
         Job::Sweep { options, json, html } => execute_sweep(&options, json, html.as_ref()).await,
-        Job::Completions { shell } => print_with(|out| {
+        Job::Completions { shell } => print_with("the completion script", |out| {
             clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "gputrace", out);
             Ok(())
         }),
-        Job::Man => print_with(|out| clap_mangen::Man::new(<Cli as clap::CommandFactory>::command()).render(out)),
+        Job::Man { subcommand } => match man_page(subcommand.as_deref()) {
+            Ok(page) => print_with("the man page", |out| page.render(out)),
+            Err(why) => {
+                eprintln!("gputrace: {why}");
+                exit::USAGE
+            }
+        },
     }
 }
 
@@ -415,7 +456,7 @@ async fn execute_sweep(options: &sweep::Options, json: bool, html: Option<&Desti
         Err(e) => return fail(&e),
     };
     let report = &finished.report;
-    let code = print_with(|out| {
+    let code = print_with("the sweep report", |out| {
         if json {
             serde_json::to_writer_pretty(&mut *out, report).map_err(io::Error::from).and_then(|()| writeln!(out))
         } else {
@@ -464,29 +505,42 @@ async fn trace(target: Target, duration: Option<Duration>, json: bool, nvml_inte
     }
 }
 
-/// The closing lines of `record` (on stderr: stdout belongs to the recorded command).
+/// The closing lines of `record` (on stderr: stdout belongs to the recorded command). They
+/// say what the files hold, which after a write error is less than the session traced;
+/// "recorded" is said only of a recording that succeeded.
 fn recorded(outcome: &crate::outcome::Outcome, report: &Report) -> i32 {
     let Some(w) = &outcome.written else { return exit::FAILURE };
     let files: Vec<String> = w.files.iter().map(|p| p.display().to_string()).collect();
-    eprintln!(
-        "gputrace: recorded {:.1} s of pid {} ({} frames, {:.1} MB) to {}; verdict: {}",
-        report.window.duration_s,
-        report.target.pid,
-        w.frames,
-        w.bytes as f64 / 1e6,
-        files.join(", "),
-        report.verdict
-    );
-    if w.files.first().is_some_and(|f| f.is_file()) {
-        eprintln!("gputrace: read it with `gputrace report {}` or `gputrace export {} --perfetto OUT.json`", files[0], files[0]);
-    }
-    match &w.error {
-        Some(e) => {
-            eprintln!("gputrace: {e}");
-            exit::FAILURE
+    let held = |until: u64| until.saturating_sub(outcome.start_ns) as f64 / 1e9;
+    let size = format!("{} frames, {:.1} MB", w.frames, w.bytes as f64 / 1e6);
+    let readable = w.files.first().is_some_and(|f| f.is_file());
+    let Some(e) = &w.error else {
+        eprintln!(
+            "gputrace: recorded {:.1} s of pid {} ({size}) to {}; verdict: {}",
+            report.window.duration_s,
+            report.target.pid,
+            files.join(", "),
+            report.verdict
+        );
+        if readable {
+            eprintln!("gputrace: read it with `gputrace report {}` or `gputrace export {} --perfetto OUT.json`", files[0], files[0]);
         }
-        None => exit::OK,
+        return exit::OK;
+    };
+    eprintln!("gputrace: {e}");
+    match w.until_ns.filter(|_| readable && w.frames > 0) {
+        Some(until) if w.bytes > 0 => eprintln!(
+            "gputrace: the recording is incomplete: {} hold{} the session up to {:.1} s of the {:.1} s traced ({size}); `gputrace report {}` reports that part",
+            files.join(", "),
+            if files.len() == 1 { "s" } else { "" },
+            held(until),
+            report.window.duration_s,
+            files[0]
+        ),
+        _ => eprintln!("gputrace: nothing of the {:.1} s traced was recorded", report.window.duration_s),
     }
+    eprintln!("gputrace: the verdict of the whole session, from the live trace: {}", report.verdict);
+    exit::FAILURE
 }
 
 /// Exit code for a recording read with damage: a cut tail is what a killed recorder leaves
@@ -500,8 +554,12 @@ fn damage_code(damage: Option<&Damage>) -> i32 {
 
 fn read_recording(file: &std::path::Path) -> Result<record::Replayed, i32> {
     record::replay(file).map_err(|e| {
-        eprintln!("gputrace: {e}");
-        exit::BAD_RECORDING
+        eprintln!("gputrace: {}", output::clean(&e.to_string()));
+        // A file that cannot be opened (missing, unreadable) is not a bad recording.
+        match e {
+            record::ReplayError::Open(record::reader::OpenError::Io { .. }) => exit::FAILURE,
+            _ => exit::BAD_RECORDING,
+        }
     })
 }
 
@@ -511,7 +569,7 @@ fn offline_report(file: &std::path::Path, json: bool, html: Option<&Destination>
         Err(code) => return code,
     };
     if let Some(d) = &replayed.damage {
-        eprintln!("gputrace: {}: {d}; reporting what was read before it", file.display());
+        eprintln!("gputrace: {}: {}; reporting what was read before it", file.display(), output::clean(&d.to_string()));
     }
     let report = report::build::build(&replayed.outcome);
     let printed = print_report(&report, json);
@@ -532,7 +590,7 @@ fn export(file: &std::path::Path, perfetto: Option<&Destination>, html: Option<&
         Err(code) => return code,
     };
     if let Some(d) = &replayed.damage {
-        eprintln!("gputrace: {}: {d}; exporting what was read before it", file.display());
+        eprintln!("gputrace: {}: {}; exporting what was read before it", file.display(), output::clean(&d.to_string()));
     }
     let report = report::build::build(&replayed.outcome);
     if let Some(out) = perfetto {
@@ -566,7 +624,8 @@ fn export_failed(out: &Destination, e: &io::Error) -> i32 {
 }
 
 fn fail(e: &TraceError) -> i32 {
-    eprintln!("{}", failure_message(e));
+    // Errors quote paths and names the traced process chose (its libraries, its files).
+    eprintln!("{}", output::clean_lines(&failure_message(e)));
     e.exit_code()
 }
 
@@ -588,7 +647,7 @@ fn failure_message(e: &dyn std::error::Error) -> String {
 }
 
 fn print_report(report: &Report, json: bool) -> i32 {
-    print_with(|out| {
+    print_with("the report", |out| {
         if json {
             serde_json::to_writer_pretty(&mut *out, report).map_err(io::Error::from).and_then(|()| writeln!(out))
         } else {
@@ -597,10 +656,10 @@ fn print_report(report: &Report, json: bool) -> i32 {
     })
 }
 
-/// Write a report to stdout; a closed pipe is a clean exit.
-/// Write a report to stdout in one buffer (stdout is line-buffered: a JSON report would
-/// otherwise be a write call per line), then flush it.
-fn print_with(write: impl FnOnce(&mut io::BufWriter<io::StdoutLock<'static>>) -> io::Result<()>) -> i32 {
+/// Write `what` (a report, a man page) to stdout in one buffer (stdout is line-buffered: a
+/// JSON report would otherwise be a write call per line), then flush it; a closed pipe is a
+/// clean exit, any other error is named with what was being written.
+fn print_with(what: &str, write: impl FnOnce(&mut io::BufWriter<io::StdoutLock<'static>>) -> io::Result<()>) -> i32 {
     let mut out = io::BufWriter::with_capacity(1 << 16, io::stdout().lock());
     let written = write(&mut out);
     match written.and_then(|()| out.flush()) {
@@ -608,7 +667,7 @@ fn print_with(write: impl FnOnce(&mut io::BufWriter<io::StdoutLock<'static>>) ->
         // A closed pipe (`gputrace ... | head`) is the reader's choice, not an error.
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => exit::OK,
         Err(e) => {
-            eprintln!("gputrace: writing the report: {e}");
+            eprintln!("gputrace: writing {what} to standard output: {e}");
             exit::FAILURE
         }
     }
@@ -637,9 +696,10 @@ mod tests {
     fn overhead_budgets_are_percentages_above_zero() {
         assert_eq!(parse_percent("1"), Ok(1.0));
         assert_eq!(parse_percent("0.5%"), Ok(0.5));
-        for bad in ["0", "-1", "101", "NaN", "inf", "one", ""] {
+        for bad in ["0", "-1", "101", "NaN", "inf", "one", "", "1e-300", "0.00009"] {
             assert!(parse_percent(bad).is_err(), "{bad}");
         }
+        assert_eq!(parse_percent("0.0001"), Ok(0.0001));
     }
 
     #[test]

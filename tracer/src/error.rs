@@ -34,7 +34,7 @@ pub enum TraceError {
     PidReused { pid: u32 },
 
     #[error(
-        "gputrace needs root, or the capabilities {missing}; run it with sudo \
+        "tracing needs root, or the capabilities {missing}; run gputrace with sudo \
          (or grant them: setcap cap_bpf,cap_perfmon,cap_sys_ptrace,cap_dac_read_search+ep gputrace)"
     )]
     Permission { missing: String },
@@ -104,6 +104,17 @@ pub enum TraceError {
         source: io::Error,
     },
 
+    #[error(
+        "{}: {source}: another recording (or someone else) took this name while gputrace started; nothing was traced \
+         — choose another name, or pass --force to replace what is there",
+        .path.display()
+    )]
+    OutputTaken {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+
     #[error("starting `{command}`: {source}")]
     Spawn {
         command: String,
@@ -127,6 +138,8 @@ impl TraceError {
             Self::NoSuchProcess { .. } | Self::TargetExited { .. } | Self::PidReused { .. } => exit::NO_TARGET,
             Self::Permission { .. } => exit::PERMISSION,
             Self::Kernel { .. } => exit::KERNEL,
+            // As an output path refused on the command line: nothing was done.
+            Self::OutputTaken { .. } => exit::USAGE,
             _ => exit::FAILURE,
         }
     }

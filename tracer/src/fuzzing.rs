@@ -12,7 +12,7 @@ use crate::{
     record::{
         format::{self, kind},
         reader::Reader,
-        replay::replay_from,
+        replay::{replay_from, ReplayError},
     },
     report,
 };
@@ -41,8 +41,11 @@ pub fn decode_event(data: &[u8]) {
 
 /// A whole recording file, framing and checksums included, through to the report.
 pub fn read_recording(data: &[u8]) {
-    if let Ok(reader) = Reader::new(data, Some(data.len() as u64)) {
-        report_of(reader);
+    let open = || Reader::new(data, Some(data.len() as u64)).map_err(|_| ReplayError::NoStart { path: "fuzz".into(), why: "no preamble".into() });
+    if let Ok(replayed) = replay_from(open, Path::new("fuzz")) {
+        let r = report::build::build(&replayed.outcome);
+        let _ = report::text::render(&r, false);
+        let _ = serde_json::to_string(&r);
     }
 }
 
@@ -58,14 +61,6 @@ pub fn replay_frames(data: &[u8]) {
         rest = &rest[4 + len..];
     }
     read_recording(&file);
-}
-
-fn report_of<R: std::io::Read>(reader: Reader<R>) {
-    if let Ok(replayed) = replay_from(reader, Path::new("fuzz")) {
-        let r = report::build::build(&replayed.outcome);
-        let _ = report::text::render(&r, false);
-        let _ = serde_json::to_string(&r);
-    }
 }
 
 /// The `/proc` and tracefs texts we parse: maps, stat, `cpu.stat`, tracepoint formats.
@@ -208,8 +203,7 @@ mod tests {
     #[test]
     fn the_seed_recording_reads_back_whole() {
         let seed = seed_recording();
-        let reader = Reader::new(&seed[..], None).expect("preamble");
-        let replayed = replay_from(reader, Path::new("seed")).expect("replays");
+        let replayed = replay_from(|| Ok(Reader::new(&seed[..], None).expect("preamble")), Path::new("seed")).expect("replays");
         assert_eq!(replayed.damage, None);
         assert_eq!(replayed.outcome.evidence.copies.h2d.count, 1);
         assert_eq!(replayed.outcome.evidence.copies.h2d.pageable, 1, "classified by the recorded answer");

@@ -359,6 +359,10 @@ pub struct Launches {
     pub graphs: u64,
     pub cooperative: u64,
     pub per_second: f64,
+    /// Whether these counts (and the per-thread and per-step ones) are estimates:
+    /// `--max-overhead` took the launch probes off part of the window (`tracer.sampling`).
+    #[serde(default)]
+    pub estimated: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
@@ -932,7 +936,8 @@ pub struct Sampling {
     pub on_fraction: f64,
     /// Off phases, one per period of shedding.
     pub cycles: u64,
-    /// The cost estimated at the last measurement with the duty cycle then in force, percent.
+    /// The window's estimated cost, percent of the busiest traced thread: the figure of
+    /// `tracer.overhead.fraction_of_window` (and of the text report), as a percentage.
     pub estimated_overhead_pct: f64,
     /// Whether the window's estimated cost (`tracer.overhead.fraction_of_window`) kept the
     /// budget.

@@ -122,12 +122,16 @@ pub struct Outcome {
     pub sampling: Option<Sampling>,
 }
 
-/// What a recording produced, for the closing message.
+/// What a recording produced, for the closing message: what the files hold, not what was
+/// meant for them (a full disk stops a recording short of the session).
 #[derive(Clone, Debug, Default)]
 pub struct Written {
     pub files: Vec<PathBuf>,
     pub bytes: u64,
     pub frames: u64,
+    /// Where the evidence in the files ends: the time of the last checkpoint or end record
+    /// they hold (of the last good dump, for a flight recorder); None when they hold none.
+    pub until_ns: Option<u64>,
     pub frames_dropped: u64,
     pub error: Option<String>,
 }

@@ -1,7 +1,8 @@
 //! `cargo xtask dist`: what a user installs, built from `target/release/gputrace`.
 //!
 //! - `target/dist/gputrace-VERSION-x86_64-linux.tar.gz`: the stripped binary (the eBPF object
-//!   is inside it), README, licence, shell completions and the man page;
+//!   is inside it), README, licence, shell completions and the man pages (gputrace(1) and
+//!   one per subcommand, gputrace-attach(1) …);
 //! - `target/dist/gputrace-VERSION-x86_64-linux.debug`: the debug information stripped from it
 //!   (the binary names it in `.gnu_debuglink`, so gdb and addr2line find it beside it);
 //! - `target/dist/gputrace_VERSION_amd64.deb`: the same files where Debian puts them.
@@ -71,6 +72,10 @@ pub fn dist(root: &Path, gputrace: &Path) -> Result<Artifacts> {
     fs::copy(root.join("LICENSE"), stage.join("LICENSE"))?;
     let man = output_of(gputrace, &["man"])?;
     write(&stage.join("man/gputrace.1"), &man)?;
+    // Every page the main one refers to (`gputrace-attach(1)` …), so none is missing.
+    for sub in subcommand_pages(&String::from_utf8_lossy(&man)) {
+        write(&stage.join(format!("man/gputrace-{sub}.1")), &output_of(gputrace, &["man", &sub])?)?;
+    }
     for (shell, file) in [("bash", "gputrace.bash"), ("zsh", "_gputrace"), ("fish", "gputrace.fish")] {
         write(&stage.join("completions").join(file), &output_of(gputrace, &["completions", shell])?)?;
     }
@@ -79,6 +84,15 @@ pub fn dist(root: &Path, gputrace: &Path) -> Result<Artifacts> {
 
     let deb = debian(&out, &stage, &version)?;
     Ok(Artifacts { tarball, debug, deb })
+}
+
+/// The subcommands whose pages the main man page lists (`gputrace\-attach(1)` in roff).
+fn subcommand_pages(main: &str) -> Vec<String> {
+    main.split("gputrace\\-")
+        .skip(1)
+        .filter_map(|rest| rest.split_once("(1)").map(|(name, _)| name.to_owned()))
+        .filter(|name| !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase()))
+        .collect()
 }
 
 /// The `.deb`, laid out by hand and packed by `dpkg-deb` (no cargo-deb needed).
@@ -96,9 +110,12 @@ fn debian(out: &Path, stage: &Path, version: &str) -> Result<PathBuf> {
     copy("completions/gputrace.fish", "usr/share/fish/vendor_completions.d/gputrace.fish")?;
     copy("README.md", "usr/share/doc/gputrace/README.md")?;
     copy("LICENSE", "usr/share/doc/gputrace/copyright")?;
-    let man = tree.join("usr/share/man/man1/gputrace.1");
-    copy("man/gputrace.1", "usr/share/man/man1/gputrace.1")?;
-    run(Command::new("gzip").args(["-9n"]).arg(&man))?;
+    for page in fs::read_dir(stage.join("man"))? {
+        let name = page?.file_name().to_string_lossy().into_owned();
+        let to = format!("usr/share/man/man1/{name}");
+        copy(&format!("man/{name}"), &to)?;
+        run(Command::new("gzip").args(["-9n"]).arg(tree.join(&to)))?;
+    }
     let control = format!(
         "Package: gputrace\n\
          Version: {version}\n\

@@ -21,6 +21,14 @@ fn main() {
         .filter_module("py_spy", log::LevelFilter::Warn)
         .filter_module("remoteprocess", log::LevelFilter::Warn)
         .format_timestamp(None)
+        // The default layout, with the message made printable: log lines quote library
+        // paths and names that came from the traced process.
+        .format(|buf, record| {
+            use std::io::Write as _;
+            let level = buf.default_level_style(record.level());
+            let message = gputrace::output::clean_lines(&record.args().to_string());
+            writeln!(buf, "[{level}{:<5}{level:#} {}] {message}", record.level(), record.target())
+        })
         .init();
     let job = match cli.job() {
         Ok(job) => job,

@@ -107,6 +107,15 @@ pub struct Evidence {
     /// first went off (all seen until then).
     pub hits_at_first_shed: BTreeMap<u32, [u64; gputrace_common::PROBE_SLOTS]>,
     pub spells_at_first_shed: BTreeMap<u32, (u64, u64)>,
+    /// Each thread's hits when the launch probes last went off, until they are back on
+    /// (kept for a thread that ended meanwhile: its last hits are its final ones).
+    pub hits_at_last_shed: BTreeMap<u32, [u64; gputrace_common::PROBE_SLOTS]>,
+    /// Hits counted while the launch probes were off: the kernel takes a closed link's
+    /// probes out over a grace period or more, and they fire meanwhile. Their calls count as
+    /// made with launches off, so these are left out of what is scaled
+    /// (`scale_sampled_launches`): counted, then scaled again, they made short windows'
+    /// estimates 5–40 % high.
+    pub lingering_hits: BTreeMap<u32, [u64; gputrace_common::PROBE_SLOTS]>,
 }
 
 impl Evidence {
@@ -170,6 +179,15 @@ impl Evidence {
         }
         if self.launches_off.last().is_none_or(|&(_, on)| on != u64::MAX) {
             self.launches_off.push((at_ns, u64::MAX));
+            self.hits_at_last_shed.extend(live.iter().map(|(tid, c)| (*tid, c.hits)));
+        }
+    }
+
+    /// What each thread's probes counted since `at_last_shed`, now that they read `hits`.
+    fn linger(&mut self, tid: u32, at_last_shed: &[u64; gputrace_common::PROBE_SLOTS], hits: &[u64; gputrace_common::PROBE_SLOTS]) {
+        let l = self.lingering_hits.entry(tid).or_insert([0; gputrace_common::PROBE_SLOTS]);
+        for ((l, &now), &then) in l.iter_mut().zip(hits).zip(at_last_shed) {
+            *l = l.saturating_add(now.saturating_sub(then));
         }
     }
 
@@ -179,10 +197,16 @@ impl Evidence {
         self.launches_off.iter().rev().take_while(|&&(_, on)| on > from_ns).any(|&(off, on)| off <= to_ns && from_ns < on)
     }
 
-    /// The launch probes are back on at `at_ns`.
-    pub fn launch_probes_on(&mut self, at_ns: u64) {
+    /// The launch probes are back on at `at_ns`; `live` are the live threads' counters read
+    /// before they were put back (what they counted since the shedding lingered).
+    pub fn launch_probes_on(&mut self, at_ns: u64, live: &[(u32, ThreadCounters)]) {
         if let Some(last) = self.launches_off.last_mut().filter(|(_, on)| *on == u64::MAX) {
             last.1 = at_ns.max(last.0);
+        }
+        for (tid, c) in live {
+            if let Some(then) = self.hits_at_last_shed.remove(tid) {
+                self.linger(*tid, &then, &c.hits);
+            }
         }
     }
 
@@ -214,6 +238,14 @@ impl Evidence {
                 sampled[p.id as usize] = true;
             }
         }
+        // Threads that ended while the probes were off, and every thread when the window
+        // ended so: their last hits since the shedding lingered too.
+        let open: Vec<(u32, [u64; gputrace_common::PROBE_SLOTS])> = std::mem::take(&mut self.hits_at_last_shed).into_iter().collect();
+        for (tid, then) in open {
+            if let Some(hits) = self.threads.get(&tid).map(|t| t.hits) {
+                self.linger(tid, &then, &hits);
+            }
+        }
         for (tid, t) in &mut self.threads {
             let calls_on = t.calls_seen.saturating_sub(t.calls_while_launches_off);
             let (part, whole) = if calls_on >= MIN_ANCHOR_CALLS && t.calls_while_launches_off >= MIN_ANCHOR_CALLS {
@@ -222,7 +254,8 @@ impl Evidence {
                 (on_since_ns, since_ns)
             };
             let before = self.hits_at_first_shed.get(tid).copied().unwrap_or([0; gputrace_common::PROBE_SLOTS]);
-            t.launch_sampling = Some(threads::LaunchSampling { sampled, before, part, whole });
+            let lingering = self.lingering_hits.get(tid).copied().unwrap_or([0; gputrace_common::PROBE_SLOTS]);
+            t.launch_sampling = Some(threads::LaunchSampling { sampled, before, lingering, part, whole });
             let scale = whole as f64 / part as f64;
             let (idle_before, periods_before) = self.spells_at_first_shed.get(tid).copied().unwrap_or_default();
             let after = |now: u64, before: u64| before.min(now) + (now.saturating_sub(before) as f64 * scale).round() as u64;

@@ -130,6 +130,16 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// The largest count this reading holds (hits, losses, preemptions, switches): where a
+    /// recording is read, one no session could reach is damage.
+    #[must_use]
+    pub fn largest_counter(&self) -> Option<u64> {
+        let hits = self.threads.iter().flat_map(|t| t.hits.iter().map(|&(_, n)| n));
+        let sched = self.sched.iter().flat_map(|t| [t.sched.preemptions, t.sched.voluntary_switches]);
+        let preempted = self.preempted_by.iter().map(|p| p.count);
+        hits.chain(sched).chain(preempted).chain(self.losses.iter().copied()).max()
+    }
+
     /// Fold this reading into `ev`, less what `baseline` (the first reading of a segment that
     /// does not start with the session) already counted. Threads in `skip` were folded in
     /// already, from their exit records.

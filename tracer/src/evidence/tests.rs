@@ -206,7 +206,7 @@ fn with_launch_probes_off_part_of_the_time_spells_across_it_are_left_out_and_lau
     ev.launch_probes_off(S, &[]);
     ev.launch_probes_off(S + 5, &[]); // already off: no second span
     // A drain before the probes came back, ended by a launch after: its end is unknown.
-    ev.launch_probes_on(3 * S);
+    ev.launch_probes_on(3 * S, &[]);
     ev.apply(&idle_end(3 * S - 10, 3 * S + 50), &mut FakeMaps);
     ev.apply(&idle_end(3 * S + 100, 3 * S + 300), &mut FakeMaps);
     assert_eq!(ev.launches_off, vec![(S, 3 * S)]);
@@ -241,7 +241,7 @@ fn launches_before_the_first_shedding_are_kept_as_counted_and_calls_made_then_do
     counters.hits[launch] = 500;
     let start = 0;
     t.ev.launch_probes_off(2_000_000, &[(TID, counters)]);
-    t.ev.launch_probes_on(8_000_000);
+    t.ev.launch_probes_on(8_000_000, &[(TID, counters)]);
     // 10 ms window; since the first shedding 8 ms, of which 2 ms on: ×4 after it.
     counters.hits[launch] = 600;
     t.ev.add_counters(TID, &counters);
@@ -268,7 +268,7 @@ fn a_thread_that_calls_the_driver_each_step_is_scaled_by_its_calls_not_by_time()
     // hold, so ×100/40 (by time it would be ×2).
     let mut t = Trace::new();
     t.ev.launch_probes_off(1_000_000, &[]);
-    t.ev.launch_probes_on(6_000_000);
+    t.ev.launch_probes_on(6_000_000, &[]);
     t.now = 0;
     for i in 0..100u64 {
         t.now = if i < 40 { 7_000_000 + i * 10_000 } else { 1_000_000 + (i - 40) * 10_000 };
@@ -282,4 +282,25 @@ fn a_thread_that_calls_the_driver_each_step_is_scaled_by_its_calls_not_by_time()
     let th = &t.ev.threads[&TID];
     assert_eq!((th.calls_seen, th.calls_while_launches_off), (100, 60));
     assert_eq!(th.kernel_launches(), 1_000);
+}
+
+#[test]
+fn launches_counted_while_the_probes_were_being_taken_out_are_not_scaled_again() {
+    // As above (×100/40 by calls), but 50 of the 400 launches were counted in the off phase,
+    // while the kernel took the closed links' probes out: they belong to calls counted as
+    // made with launches off, so the 350 of the on phase alone are scaled.
+    let mut t = Trace::new();
+    let launch = PROBES.iter().find(|p| p.symbol == "cuLaunchKernel").expect("probed").id as usize;
+    let mut counters = gputrace_common::ThreadCounters { tgid: PID, in_call: 0, call_probe: 0, drained_at_ns: 0, hits: [0; gputrace_common::PROBE_SLOTS] };
+    t.ev.launch_probes_off(1_000_000, &[(TID, counters)]);
+    counters.hits[launch] = 50;
+    t.ev.launch_probes_on(6_000_000, &[(TID, counters)]);
+    for i in 0..100u64 {
+        t.now = if i < 40 { 7_000_000 + i * 10_000 } else { 1_000_000 + (i - 40) * 10_000 };
+        t.sync(1);
+    }
+    counters.hits[launch] = 400;
+    t.ev.add_counters(TID, &counters);
+    t.ev.scale_sampled_launches(0, 10_000_000).expect("sampled");
+    assert_eq!(t.ev.threads[&TID].kernel_launches(), 875, "350 × 100/40, not 400 × 100/40");
 }

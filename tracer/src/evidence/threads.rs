@@ -98,7 +98,10 @@ impl ThreadStats {
         match &self.launch_sampling {
             Some(s) if s.part > 0 && s.part < s.whole && s.sampled.get(id).copied().unwrap_or(false) => {
                 let before = s.before.get(id).copied().unwrap_or(0).min(counted);
-                before + ((counted - before) as f64 * s.whole as f64 / s.part as f64).round() as u64
+                // Hits of the off phases are left out: their calls are part of the whole the
+                // rest is scaled to (`Evidence::lingering_hits`).
+                let on = counted - before - s.lingering.get(id).copied().unwrap_or(0).min(counted - before);
+                before + (on as f64 * s.whole as f64 / s.part as f64).round() as u64
             }
             _ => counted,
         }
@@ -112,6 +115,8 @@ pub struct LaunchSampling {
     pub sampled: [bool; PROBE_SLOTS],
     /// The thread's hits when the budget first took them off (all seen).
     pub before: [u64; PROBE_SLOTS],
+    /// Hits counted while they were off (probes the kernel had not taken out yet).
+    pub lingering: [u64; PROBE_SLOTS],
     /// Since then: the part of the thread's activity the probes saw, and the whole (its
     /// calls, or the time in ns where it made too few calls).
     pub part: u64,

@@ -9,4 +9,4 @@ pub mod text;
 
 pub use destination::{resolve, Destination, Refused};
 pub use open::{open, Placement};
-pub use printable::clean;
+pub use printable::{clean, clean_lines, terminal_safe};

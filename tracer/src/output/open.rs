@@ -1,17 +1,24 @@
 //! Opening a vetted [`Destination`] for writing.
 //!
-//! A file is written under a temporary name beside its final path (created `O_EXCL |
-//! O_NOFOLLOW`, so nothing planted there is followed) and renamed into place by
+//! A file is written unnamed (`O_TMPFILE` in its directory) and linked into place by
 //! [`Placement::publish`] only once there is something worth keeping: a failed session or
-//! export leaves whatever was at the path untouched. Without `--force` the rename refuses to
-//! replace anything that appeared there meanwhile (`RENAME_NOREPLACE`).
+//! export, even one killed with SIGKILL, leaves nothing behind and whatever was at the path
+//! untouched. Without `--force` the link refuses to replace anything that appeared there
+//! meanwhile. Where the filesystem has no `O_TMPFILE`, the file is written under a hidden
+//! temporary name beside its path (created `O_EXCL | O_NOFOLLOW`, so nothing planted there is
+//! followed) and renamed into place (`RENAME_NOREPLACE` without `--force`); temporary files
+//! that killed gputraces left there are removed first.
 
 use std::{
+    ffi::OsString,
     fs::{self, File, OpenOptions},
     io,
     os::{
-        fd::AsFd as _,
-        unix::fs::{FileTypeExt as _, OpenOptionsExt as _},
+        fd::{AsFd as _, AsRawFd as _},
+        unix::{
+            ffi::OsStrExt as _,
+            fs::{FileTypeExt as _, MetadataExt as _, OpenOptionsExt as _},
+        },
     },
     path::{Path, PathBuf},
     sync::atomic::{AtomicU32, Ordering},
@@ -19,17 +26,25 @@ use std::{
 
 use super::destination::{Destination, Refused};
 
-/// Where an opened output still has to go: a temporary file and its final name.
+/// Where an opened output still has to go: its final name, and how it gets there.
 #[derive(Debug)]
 pub struct Placement {
-    tmp: PathBuf,
+    how: Unnamed,
     path: PathBuf,
     replace: bool,
     published: bool,
 }
 
-/// Open `dest` for writing with file mode `mode`. For a file, the [`Placement`] renames it
-/// into place; dropping it unpublished removes the temporary file.
+#[derive(Debug)]
+enum Unnamed {
+    /// An `O_TMPFILE`: linked in through `/proc/self/fd` (the descriptor is kept for that).
+    Anonymous(File),
+    /// A hidden temporary file beside the path, renamed into place.
+    Named(PathBuf),
+}
+
+/// Open `dest` for writing with file mode `mode`. For a file, the [`Placement`] puts it in
+/// place; dropping it unpublished leaves nothing.
 pub fn open(dest: &Destination, mode: u32) -> Result<(File, Option<Placement>), Refused> {
     match dest {
         Destination::Stdout => {
@@ -38,24 +53,65 @@ pub fn open(dest: &Destination, mode: u32) -> Result<(File, Option<Placement>), 
         }
         Destination::Stream(path) => open_stream(path).map(|f| (f, None)),
         Destination::File { path, replace } => {
-            let tmp = temporary_name(path)?;
-            let file = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(mode)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(&tmp)
-                .map_err(|source| Refused::Io { path: path.clone(), source })?;
-            Ok((file, Some(Placement { tmp, path: path.clone(), replace: *replace, published: false })))
+            let io_err = |source| Refused::Io { path: path.clone(), source };
+            let (file, how) = match open_anonymous(path, mode) {
+                Ok(file) => {
+                    let kept = file.try_clone().map_err(io_err)?;
+                    (file, Unnamed::Anonymous(kept))
+                }
+                Err(e) if no_tmpfile(&e) => {
+                    remove_stale_temporaries(path);
+                    let tmp = temporary_name(path)?;
+                    let file = OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .mode(mode)
+                        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                        .open(&tmp)
+                        .map_err(io_err)?;
+                    (file, Unnamed::Named(tmp))
+                }
+                Err(e) => return Err(io_err(e)),
+            };
+            Ok((file, Some(Placement { how, path: path.clone(), replace: *replace, published: false })))
         }
     }
+}
+
+/// An unnamed file in `path`'s directory.
+fn open_anonymous(path: &Path, mode: u32) -> io::Result<File> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    OpenOptions::new().write(true).mode(mode).custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC).open(dir)
+}
+
+/// The errors of a filesystem (or kernel) without `O_TMPFILE`.
+fn no_tmpfile(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL))
 }
 
 /// Open a device or FIFO as it is: no create, no truncate. It is checked again once open, so
 /// a path swapped for a regular file since it was vetted is refused rather than overwritten.
 fn open_stream(path: &Path) -> Result<File, Refused> {
     let io_err = |source| Refused::Io { path: path.to_owned(), source };
-    let file = OpenOptions::new().write(true).custom_flags(libc::O_NOCTTY | libc::O_CLOEXEC).open(path).map_err(io_err)?;
+    let open = |flags: i32| OpenOptions::new().write(true).custom_flags(libc::O_NOCTTY | libc::O_CLOEXEC | flags).open(path);
+    // A FIFO with no reader blocks the open until one comes: first try without waiting, and
+    // say what gputrace waits for if it must.
+    let file = match open(libc::O_NONBLOCK) {
+        Ok(f) => {
+            // Writes wait for the reader as usual: only the open was not to block.
+            rustix::fs::fcntl_setfl(&f, rustix::fs::fcntl_getfl(&f).map_err(|e| io_err(e.into()))? - rustix::fs::OFlags::NONBLOCK)
+                .map_err(|e| io_err(e.into()))?;
+            f
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
+            eprintln!("gputrace: {} is a FIFO with no reader yet; waiting for one (open it for reading, e.g. `cat {} > OUT`)…", path.display(), path.display());
+            open(0).map_err(io_err)?
+        }
+        Err(e) => return Err(io_err(e)),
+    };
     let ft = file.metadata().map_err(io_err)?.file_type();
     if ft.is_char_device() || ft.is_fifo() {
         Ok(file)
@@ -64,14 +120,39 @@ fn open_stream(path: &Path) -> Result<File, Refused> {
     }
 }
 
+/// `.NAME.gputrace-`: how temporary names beside `path` begin.
+fn temporary_prefix(path: &Path) -> Result<OsString, Refused> {
+    let name = path.file_name().ok_or_else(|| Refused::Unsupported { path: path.to_owned(), kind: "directory" })?;
+    let mut prefix = OsString::from(".");
+    prefix.push(name);
+    prefix.push(".gputrace-");
+    Ok(prefix)
+}
+
 /// `.NAME.gputrace-PID-N.tmp` beside `path`.
 fn temporary_name(path: &Path) -> Result<PathBuf, Refused> {
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    let name = path.file_name().ok_or_else(|| Refused::Unsupported { path: path.to_owned(), kind: "directory" })?;
-    let mut tmp = std::ffi::OsString::from(".");
-    tmp.push(name);
-    tmp.push(format!(".gputrace-{}-{}.tmp", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
+    let mut tmp = temporary_prefix(path)?;
+    tmp.push(format!("{}-{}.tmp", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
     Ok(path.with_file_name(tmp))
+}
+
+/// Remove the temporary files beside `path` that a gputrace killed before it could put
+/// them in place left (named for a pid that no longer runs, and ours).
+fn remove_stale_temporaries(path: &Path) {
+    let (Ok(prefix), Some(dir)) = (temporary_prefix(path), path.parent()) else { return };
+    let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    let me = rustix::process::geteuid().as_raw();
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name();
+        let Some(rest) = name.as_bytes().strip_prefix(prefix.as_bytes()).and_then(|r| r.strip_suffix(b".tmp")) else { continue };
+        let pid = std::str::from_utf8(rest).ok().and_then(|r| r.split('-').next()?.parse::<i32>().ok());
+        let gone = pid.and_then(rustix::process::Pid::from_raw).is_some_and(|p| rustix::process::test_kill_process(p).is_err_and(|e| e == rustix::io::Errno::SRCH));
+        if gone && entry.metadata().is_ok_and(|m| m.is_file() && m.uid() == me) {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
 }
 
 impl Placement {
@@ -81,7 +162,7 @@ impl Placement {
         &self.path
     }
 
-    /// Rename the file into place (once; later calls do nothing).
+    /// Put the file in place (once; later calls do nothing).
     pub fn publish(&mut self) -> io::Result<()> {
         if self.published {
             return Ok(());
@@ -95,19 +176,38 @@ impl Placement {
                     return Err(io::Error::new(io::ErrorKind::AlreadyExists, "something other than a file appeared there; not replaced"));
                 }
             }
-            fs::rename(&self.tmp, &self.path)?;
-        } else {
-            rename_no_replace(&self.tmp, &self.path)?;
+        }
+        match (&self.how, self.replace) {
+            // A link never replaces: it is the claim without `--force`.
+            (Unnamed::Anonymous(file), false) => link_in(file, &self.path)?,
+            // With it: a name of our own for a moment, then renamed over the path.
+            (Unnamed::Anonymous(file), true) => {
+                let tmp = temporary_name(&self.path).map_err(|e| io::Error::other(e.to_string()))?;
+                link_in(file, &tmp)?;
+                if let Err(e) = fs::rename(&tmp, &self.path) {
+                    let _ = fs::remove_file(&tmp);
+                    return Err(e);
+                }
+            }
+            (Unnamed::Named(tmp), true) => fs::rename(tmp, &self.path)?,
+            (Unnamed::Named(tmp), false) => rename_no_replace(tmp, &self.path)?,
         }
         self.published = true;
         Ok(())
     }
 }
 
+/// Give an unnamed file the name `to`; fails with `AlreadyExists` if `to` is taken.
+fn link_in(file: &File, to: &Path) -> io::Result<()> {
+    use rustix::fs::{linkat, AtFlags, CWD};
+    let fd = format!("/proc/self/fd/{}", file.as_raw_fd());
+    Ok(linkat(CWD, fd.as_str(), CWD, to, AtFlags::SYMLINK_FOLLOW)?)
+}
+
 impl Drop for Placement {
     fn drop(&mut self) {
-        if !self.published {
-            let _ = fs::remove_file(&self.tmp);
+        if let (false, Unnamed::Named(tmp)) = (self.published, &self.how) {
+            let _ = fs::remove_file(tmp);
         }
     }
 }
@@ -168,6 +268,22 @@ mod tests {
         drop(placement);
         assert_eq!(fs::read(&path).expect("old"), b"precious");
         assert_eq!(entries(&dir), ["keep"]);
+    }
+
+    #[test]
+    fn nothing_is_ever_at_a_name_before_publishing_and_stale_temporaries_go() {
+        let dir = scratch("unnamed");
+        let path = dir.join("out");
+        let (_f, placement) = open(&Destination::File { path: path.clone(), replace: false }, 0o600).expect("open");
+        assert_eq!(entries(&dir), Vec::<String>::new(), "an unnamed file, not a hidden one");
+        drop(placement);
+        // What a gputrace killed on a filesystem without O_TMPFILE leaves; pid 0x7ffffffe runs nowhere.
+        let stale = dir.join(".out.gputrace-2147483646-0.tmp");
+        fs::write(&stale, b"x").expect("stale");
+        let mine = dir.join(format!(".out.gputrace-{}-99.tmp", std::process::id()));
+        fs::write(&mine, b"x").expect("live");
+        remove_stale_temporaries(&path);
+        assert_eq!(entries(&dir), [mine.file_name().expect("name").to_string_lossy()], "a live process's file stays");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-pub use super::printable::clean;
+pub use super::printable::{clean, terminal_safe};
 
 /// A size in bytes, in the largest binary unit under 1,024 of it (`1.5 MiB`).
 #[must_use]
@@ -23,12 +23,13 @@ pub fn bytes(n: u64) -> String {
 }
 
 /// Word-wrap `text` to 78 columns; the first line starts with `lead`, the others are
-/// indented to line up under it.
+/// indented to line up under it. Each word is made printable: most of what is wrapped
+/// (sites, evidence, notes) quotes names that came from the traced process.
 pub fn wrap(out: &mut String, lead: &str, text: &str) {
     let hang = " ".repeat(lead.chars().count());
     let mut indent = lead;
     let mut line = String::new();
-    for word in text.split_whitespace() {
+    for word in text.split_whitespace().map(clean) {
         if !line.is_empty() && hang.len() + line.chars().count() + 1 + word.chars().count() > 78 {
             let _ = writeln!(out, "{indent}{line}");
             indent = &hang;
@@ -37,7 +38,7 @@ pub fn wrap(out: &mut String, lead: &str, text: &str) {
         if !line.is_empty() {
             line.push(' ');
         }
-        line.push_str(word);
+        line.push_str(&word);
     }
     if !line.is_empty() {
         let _ = writeln!(out, "{indent}{line}");

@@ -47,10 +47,14 @@ pub fn existing_segments(path: &Path, keep: u32) -> Vec<PathBuf> {
 
 /// A buffered output file that counts its bytes and remembers its first write error: a full
 /// disk stops the recording (with what was flushed still readable), never the trace.
+///
+/// Flushes come after whole frames (a checkpoint, the start or end record), so after a
+/// failure a file is cut back to its last flush: it then ends at a checkpoint, holds exactly
+/// what the closing message says, and no half-written frame follows it.
 #[derive(Debug)]
 pub struct Output {
     pub path: PathBuf,
-    out: BufWriter<File>,
+    out: BufWriter<Closable>,
     /// Bytes handed to the buffer.
     pub bytes: u64,
     /// Bytes the kernel has taken (at the last successful flush): what the file holds.
@@ -58,6 +62,32 @@ pub struct Output {
     pub failed: Option<io::Error>,
     /// Where a file still has to be renamed to; `None` once in place, and for streams.
     placement: Option<Placement>,
+}
+
+/// The file under the buffer. Once writing has failed it takes nothing more: what the
+/// buffer still holds, flushed when it is dropped, would land after the cut as half a frame.
+#[derive(Debug)]
+struct Closable {
+    file: File,
+    closed: bool,
+}
+
+impl io::Write for Closable {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.closed {
+            Ok(buf.len())
+        } else {
+            self.file.write(buf)
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.closed {
+            Ok(())
+        } else {
+            self.file.flush()
+        }
+    }
 }
 
 impl Output {
@@ -69,6 +99,7 @@ impl Output {
             Destination::Stdout => PathBuf::from("-"),
             Destination::Stream(p) | Destination::File { path: p, .. } => p.clone(),
         };
+        let file = Closable { file, closed: false };
         let mut out = Self { path, out: BufWriter::with_capacity(1 << 20, file), bytes: 0, flushed: 0, failed: None, placement };
         out.write(preamble);
         Ok(out)
@@ -104,7 +135,7 @@ impl Output {
                 true
             }
             Err(e) => {
-                self.failed = Some(e);
+                self.fail(e);
                 false
             }
         }
@@ -115,19 +146,33 @@ impl Output {
         if self.failed.is_none() {
             match self.out.flush() {
                 Ok(()) => self.flushed = self.bytes,
-                Err(e) => self.failed = Some(e),
+                Err(e) => self.fail(e),
             }
         }
+    }
+
+    /// Stop at the first error: nothing more is written, and a regular file is cut back to
+    /// its last flush (the partial write of a full disk ends mid-frame; cutting it also
+    /// gives the space back). A device or pipe keeps what it took.
+    fn fail(&mut self, e: io::Error) {
+        let under = self.out.get_mut();
+        under.closed = true;
+        if under.file.metadata().is_ok_and(|m| m.is_file()) {
+            if let Err(cut) = under.file.set_len(self.flushed) {
+                log::warn!("cutting {} back to its last whole frame: {cut}", self.path.display());
+            }
+        }
+        self.failed = Some(e);
     }
 
     /// Flush and wait for the disk (at the end: the file survives a crash of the machine).
     /// A device or pipe has no disk to wait for (and `fdatasync` fails on them).
     pub fn sync(&mut self) {
         self.flush();
-        let regular = self.out.get_ref().metadata().is_ok_and(|m| m.is_file());
+        let regular = self.out.get_ref().file.metadata().is_ok_and(|m| m.is_file());
         if self.failed.is_none() && regular {
-            if let Err(e) = self.out.get_ref().sync_data() {
-                self.failed = Some(e);
+            if let Err(e) = self.out.get_ref().file.sync_data() {
+                self.fail(e);
             }
         }
     }

@@ -40,6 +40,11 @@ pub struct Recorder {
     start: Option<Start>,
     sink: Sink,
     written: Written,
+    /// Frames handed to the file so far, and the time of the last checkpoint or end record
+    /// among them: what the files hold once the next flush succeeds (`Written` says what
+    /// they hold now).
+    frames_put: u64,
+    boundary_ns: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -74,7 +79,7 @@ impl Recorder {
             Sink::File { out: Some(Output::open(&plan.destination, plan.mode, &format::preamble())?), segment: 0, closed_bytes: 0 }
         };
         let written = Written { files: vec![plan.path.clone()], ..Written::default() };
-        Ok(Self { plan, start: None, sink, written })
+        Ok(Self { plan, start: None, sink, written, frames_put: 0, boundary_ns: None })
     }
 
     /// Open the recording with its start record.
@@ -84,7 +89,7 @@ impl Recorder {
         start.from_session_start = true;
         if matches!(self.sink, Sink::File { .. }) {
             self.put(kind::START, &json(&start));
-            self.publish();
+            self.flush();
         }
         self.start = Some(start);
     }
@@ -121,6 +126,7 @@ impl Recorder {
         match &mut self.sink {
             Sink::File { .. } => {
                 self.put_frame(&frame);
+                self.boundary_ns = Some(cp.snapshot.at_ns);
                 self.flush();
                 self.rotate_if_full(&cp);
             }
@@ -137,6 +143,12 @@ impl Recorder {
         if !samples.is_empty() {
             self.put(kind::GPU_SAMPLES, &json(&samples));
         }
+    }
+
+    /// The recording's path, as given.
+    #[must_use]
+    pub fn path(&self) -> &std::path::Path {
+        &self.plan.path
     }
 
     #[must_use]
@@ -160,6 +172,7 @@ impl Recorder {
         let frame = format::frame(kind::END, &json(end));
         if matches!(self.sink, Sink::File { .. }) {
             self.put_frame(&frame);
+            self.boundary_ns = Some(end.end_ns);
             if let Sink::File { out: Some(out), .. } = &mut self.sink {
                 out.sync();
             }
@@ -188,7 +201,7 @@ impl Recorder {
         match &mut self.sink {
             Sink::File { out: Some(out), .. } => {
                 if out.write(frame) {
-                    self.written.frames += 1;
+                    self.frames_put += 1;
                 } else {
                     self.written.frames_dropped += 1;
                 }
@@ -208,25 +221,36 @@ impl Recorder {
         }
     }
 
+    /// Hand the buffer to the kernel; once it has taken it, the files hold every frame put
+    /// so far (after a failure they keep what the last good flush left, `file::Output`).
     fn flush(&mut self) {
         if let Sink::File { out: Some(out), closed_bytes, .. } = &mut self.sink {
             out.flush();
-            self.written.bytes = *closed_bytes + out.flushed;
+            if out.failed.is_none() {
+                self.written.bytes = *closed_bytes + out.flushed;
+                self.written.frames = self.frames_put;
+                self.written.until_ns = self.boundary_ns;
+            }
         }
         self.note_failure();
     }
 
-    /// Put the first file in place: the session has started. If something appeared at the
-    /// path meanwhile (without `--force`), the recording stops rather than replace it.
-    fn publish(&mut self) {
-        let Sink::File { out, .. } = &mut self.sink else { return };
-        let Some(o) = out.as_mut() else { return };
-        o.flush();
-        if let Err(e) = o.publish() {
-            let msg = format!("putting the recording in place at {}: {e}; nothing was recorded", o.path.display());
-            log::warn!("{msg}");
-            self.written.error.get_or_insert(msg);
-            *out = None;
+    /// Put the first file in place, claiming its name: the session has started and its
+    /// command has not run yet. Something at the path meanwhile (another recorder that
+    /// claimed it first, without `--force`) is refused: the caller stops the session before
+    /// the command runs.
+    pub fn publish(&mut self) -> Result<(), std::io::Error> {
+        match &mut self.sink {
+            Sink::File { out: Some(o), .. } => o.publish(),
+            Sink::File { out: None, .. } => Ok(()),
+            // A flight recorder writes its file at its first dump; the name must still be
+            // free now, or that dump would fail (or replace a file another recorder made).
+            Sink::Flight(_) => match &self.plan.destination {
+                crate::output::Destination::File { path, replace: false } if std::fs::symlink_metadata(path).is_ok() => {
+                    Err(std::io::Error::new(std::io::ErrorKind::AlreadyExists, "a file appeared there after gputrace started"))
+                }
+                _ => Ok(()),
+            },
         }
     }
 
@@ -315,6 +339,7 @@ impl Recorder {
         match result {
             Ok(bytes) => {
                 self.written.bytes += bytes;
+                self.written.until_ns = f.chunks.back().map(|(at, _)| *at).filter(|&at| at > 0);
                 log::info!("flight recorder: wrote the last {:.0} s to {}", f.span_s(), self.plan.path.display());
             }
             Err(e) => {

@@ -53,6 +53,10 @@ struct RecordedAnswers(VecDeque<HostAnswer>);
 /// crafted file, and holding them would let it grow our memory without bound.
 const MAX_ANSWERS_PER_EVENT: usize = 8;
 
+/// No counter of a real session comes near this (2^60 calls, or 36 years in nanoseconds):
+/// a larger one is damage, and would wrap once summed with others.
+const MAX_COUNT: u64 = 1 << 60;
+
 impl HostMemory for RecordedAnswers {
     fn classify(&mut self, pid: u32, addr: u64, _at_ns: u64) -> HostClass {
         match self.0.iter().position(|a| a.pid == pid && a.addr == addr) {
@@ -95,19 +99,64 @@ struct State {
     samples: GpuSamples,
     end: Option<End>,
     triggers: Vec<Trigger>,
-    last_ts_ns: u64,
+    /// The start record's time: nothing of the file comes before it.
+    start_ns: u64,
     frames: u64,
     unknown_frames: u64,
     ended_with_trigger: bool,
+    /// Trigger records since the last checkpoint or end record (they carry no evidence, so
+    /// they need no second reading).
+    triggers_since_checkpoint: u64,
 }
 
 /// Play back the recording at `path`.
 pub fn replay(path: &Path) -> Result<Replayed, ReplayError> {
-    replay_from(Reader::open(path)?, path)
+    replay_from(|| Ok(Reader::open(path)?), path)
 }
 
-/// Play back frames from any reader (`path` names the source in messages and the report).
-pub fn replay_from<R: std::io::Read>(mut reader: Reader<R>, path: &Path) -> Result<Replayed, ReplayError> {
+/// Play back frames from any source (`path` names it in messages and the report); `open`
+/// gives a reader from the first byte each time it is called.
+///
+/// The window ends at the last checkpoint read (or the end record): that is where the
+/// kernel's counters stop. Events after it would lengthen the window and add calls the
+/// counters do not have (a cut file charged the rest as sleeping, and its launches per step
+/// fell short), so a file with frames after its last checkpoint — cut between checkpoints,
+/// or damaged there — is read a second time, up to that checkpoint only.
+pub fn replay_from<R: std::io::Read>(open: impl Fn() -> Result<Reader<R>, ReplayError>, path: &Path) -> Result<Replayed, ReplayError> {
+    let whole = play(open()?, path, None)?;
+    if whole.after_last_checkpoint == 0 {
+        return Ok(whole.replayed);
+    }
+    let prefix = play(open()?, path, Some(whole.through_last_checkpoint))?;
+    let mut replayed = prefix.replayed;
+    // The second reading stops where the first found damage, if it did.
+    replayed.damage = whole.replayed.damage;
+    if let Some(note) = replayed.outcome.recording.as_mut() {
+        note.damage = replayed.damage.as_ref().map(ToString::to_string);
+    }
+    let at_s = replayed.outcome.end_ns.saturating_sub(replayed.outcome.start_ns) as f64 / 1e9;
+    replayed.outcome.notes.insert(
+        0,
+        format!(
+            "{} frames after the last checkpoint ({at_s:.2} s into the window) were left out: the kernel's counters end there, so the window does too",
+            whole.after_last_checkpoint
+        ),
+    );
+    Ok(replayed)
+}
+
+/// One reading of a recording.
+struct Played {
+    replayed: Replayed,
+    /// Frames read up to and including the last checkpoint or end record (the start record
+    /// counted), and good frames after it that carry evidence.
+    through_last_checkpoint: u64,
+    after_last_checkpoint: u64,
+}
+
+/// Read frames in order; with `limit`, fold in only the first `limit` (later trigger
+/// records are still noted: they carry no evidence).
+fn play<R: std::io::Read>(mut reader: Reader<R>, path: &Path, limit: Option<u64>) -> Result<Played, ReplayError> {
     let no_start = |why: String| ReplayError::NoStart { path: path.to_owned(), why };
     let start: Start = match reader.next_frame() {
         Some(Ok(Frame { kind: kind::START, payload, .. })) => {
@@ -117,20 +166,39 @@ pub fn replay_from<R: std::io::Read>(mut reader: Reader<R>, path: &Path) -> Resu
         Some(Err(d)) => return Err(no_start(format!("its start record is unreadable: {d}"))),
         None => return Err(no_start("it holds no start record (empty recording)".into())),
     };
-    let mut st = State { from_session_start: start.from_session_start, frames: 1, ..State::default() };
-    let mut damage = None;
+    let mut st = State { from_session_start: start.from_session_start, start_ns: start.start_ns, frames: 1, ..State::default() };
+    let (mut damage, mut read, mut through_last_checkpoint) = (None, 1u64, 1u64);
     while let Some(frame) = reader.next_frame() {
-        match frame.map(|f| st.apply(&f)) {
-            Ok(Ok(())) => st.frames += 1,
-            Ok(Err(d)) | Err(d) => {
+        let frame = match frame {
+            Ok(f) => f,
+            Err(d) => {
+                damage = Some(d);
+                break;
+            }
+        };
+        read += 1;
+        if limit.is_some_and(|l| read > l) {
+            if frame.kind == kind::TRIGGER {
+                st.triggers.push(parse(&frame).unwrap_or_default());
+            }
+            st.ended_with_trigger = frame.kind == kind::TRIGGER;
+            continue;
+        }
+        match st.apply(&frame) {
+            Ok(()) => st.frames += 1,
+            Err(d) => {
                 damage = Some(d);
                 break;
             }
         }
+        if matches!(frame.kind, kind::CHECKPOINT | kind::END) {
+            through_last_checkpoint = read;
+        }
     }
+    let after_last_checkpoint = if limit.is_some() { 0 } else { st.frames - through_last_checkpoint - st.triggers_since_checkpoint };
     let triggers = std::mem::take(&mut st.triggers);
     let outcome = st.finish(&start, path, damage.as_ref());
-    Ok(Replayed { outcome, start, damage, triggers })
+    Ok(Played { replayed: Replayed { outcome, start, damage, triggers }, through_last_checkpoint, after_last_checkpoint })
 }
 
 fn parse<T: serde::de::DeserializeOwned>(f: &Frame) -> Result<T, Damage> {
@@ -139,6 +207,11 @@ fn parse<T: serde::de::DeserializeOwned>(f: &Frame) -> Result<T, Damage> {
 
 impl State {
     fn apply(&mut self, f: &Frame) -> Result<(), Damage> {
+        let damage = |why: String| Damage::Payload { offset: f.offset, kind: f.kind, why };
+        // A file ends with its end record: anything after it was not written by a recorder.
+        if self.end.is_some() {
+            return Err(damage(if f.kind == kind::END { "a second end record".into() } else { "a frame after the end record".into() }));
+        }
         match f.kind {
             kind::EVENT => self.event(&f.payload),
             kind::HOST_CLASS => {
@@ -158,22 +231,29 @@ impl State {
             }
             kind::THREAD_EXIT => {
                 let (tid, c) = thread_exit(&f.payload).ok_or(Damage::Payload { offset: f.offset, kind: f.kind, why: "wrong length".into() })?;
+                if let Some(n) = c.hits.iter().copied().find(|&n| n > MAX_COUNT) {
+                    return Err(damage(format!("a thread's hit counter reads {n}, more than any session counts")));
+                }
                 self.evidence.add_counters(tid, &Snapshot::exited_counters(self.baseline.as_ref(), tid, &c));
                 self.exited_since_last.insert(tid);
             }
             kind::CHECKPOINT => {
                 let cp: Checkpoint = parse(f)?;
-                self.checkpoint(cp);
+                self.checkpoint(cp).map_err(damage)?;
             }
             kind::GPU_SAMPLES => self.samples.extend(parse::<GpuSamples>(f)?),
             kind::TRIGGER => {
                 self.triggers.push(parse(f)?);
                 self.ended_with_trigger = true;
+                self.triggers_since_checkpoint += 1;
                 return Ok(());
             }
             kind::END => {
                 let end: End = parse(f)?;
-                self.checkpoint(end.checkpoint.clone());
+                if end.end_ns < self.start_ns {
+                    return Err(damage(format!("the end record ({} ns) is before the start record ({} ns)", end.end_ns, self.start_ns)));
+                }
+                self.checkpoint(end.checkpoint.clone()).map_err(damage)?;
                 self.end = Some(end);
             }
             kind::START => return Err(Damage::Payload { offset: f.offset, kind: f.kind, why: "a second start record".into() }),
@@ -181,10 +261,25 @@ impl State {
             _ => self.unknown_frames += 1,
         }
         self.ended_with_trigger = false;
+        if matches!(f.kind, kind::CHECKPOINT | kind::END) {
+            self.triggers_since_checkpoint = 0;
+        }
         Ok(())
     }
 
-    fn checkpoint(&mut self, cp: Checkpoint) {
+    /// Take a checkpoint's counters; why not, where they cannot be a recorder's.
+    fn checkpoint(&mut self, cp: Checkpoint) -> Result<(), String> {
+        let at = cp.snapshot.at_ns;
+        if at < self.start_ns {
+            return Err(format!("a checkpoint ({at} ns) is before the start record ({} ns)", self.start_ns));
+        }
+        if let Some(before) = self.last.as_ref().map(|c| c.snapshot.at_ns).filter(|&b| at < b) {
+            return Err(format!("a checkpoint ({at} ns) is earlier than the one before it ({before} ns)"));
+        }
+        if let Some(n) = cp.snapshot.largest_counter().filter(|&n| n > MAX_COUNT) {
+            // Summed with others, such a count would wrap (lost_events 18446744073709551610).
+            return Err(format!("a counter reads {n}, more than any session counts"));
+        }
         if self.baseline.is_none() && !self.from_session_start {
             self.baseline = Some(cp.snapshot.clone());
         }
@@ -193,6 +288,7 @@ impl State {
         }
         self.last = Some(cp);
         self.exited_since_last.clear();
+        Ok(())
     }
 
     fn event(&mut self, bytes: &[u8]) {
@@ -204,7 +300,6 @@ impl State {
                 return;
             }
         };
-        self.last_ts_ns = self.last_ts_ns.max(event.header().ts_ns);
         self.evidence.apply(&event, &mut self.answers);
         // The answers belonged to this event: none carries over to the next.
         self.answers.0.clear();
@@ -238,7 +333,8 @@ impl State {
             notes.push(format!("{} frames of kinds this gputrace does not know were skipped (written by a newer version)", self.unknown_frames));
         }
         notes.extend(last.notes.iter().cloned());
-        let end_ns = self.end.as_ref().map_or_else(|| last.snapshot.at_ns.max(self.last_ts_ns).max(start.start_ns), |e| e.end_ns);
+        // Where the evidence ends: the counters stop at the last checkpoint (`replay_from`).
+        let end_ns = self.end.as_ref().map_or_else(|| last.snapshot.at_ns.max(start.start_ns), |e| e.end_ns);
         let gpu = start.gpu.as_ref().map(|g| {
             let devices = self.end.as_ref().and_then(|e| e.gpu_devices.clone()).unwrap_or_else(|| g.devices.clone());
             let holders = self.end.as_ref().map(|e| e.gpu_holders.clone()).unwrap_or_default();
@@ -321,6 +417,11 @@ mod tests {
     use super::*;
     use crate::record::format::{self, kind};
 
+    fn replay_bytes(bytes: &[u8], name: &str) -> Replayed {
+        let open = || Ok(Reader::new(std::io::Cursor::new(bytes), Some(bytes.len() as u64)).expect("preamble"));
+        replay_from(open, Path::new(name)).expect("a start record")
+    }
+
     /// A recording of a start record followed by `n` host-memory answers and no event.
     fn answers_only(n: usize) -> Vec<u8> {
         let mut bytes = format::preamble().to_vec();
@@ -335,19 +436,74 @@ mod tests {
     #[test]
     fn a_flood_of_host_answers_is_damage_not_memory() {
         let bytes = answers_only(100_000);
-        let reader = Reader::new(std::io::Cursor::new(&bytes), Some(bytes.len() as u64)).expect("preamble");
-        let replayed = replay_from(reader, Path::new("flood.gtr")).expect("a start record");
+        let replayed = replay_bytes(&bytes, "flood.gtr");
         let damage = replayed.damage.expect("the flood is damage").to_string();
         assert!(damage.contains("host-memory answers"), "{damage}");
         // Reading stopped at the first answer past the bound: the rest was never held.
-        assert_eq!(replayed.outcome.recording.expect("note").frames, 1 + MAX_ANSWERS_PER_EVENT as u64);
+        let (preamble, start) = (format::PREAMBLE_LEN, format::frame(kind::START, &serde_json::to_vec(&Start::default()).expect("json")).len());
+        let answer = format::FRAME_HEAD + HostAnswer::LEN + format::FRAME_TAIL;
+        assert!(damage.contains(&format!("at byte {} ", preamble + start + MAX_ANSWERS_PER_EVENT * answer)), "{damage}");
+        // No checkpoint: nothing after the start record is folded in.
+        assert_eq!(replayed.outcome.recording.expect("note").frames, 1);
+    }
+
+    /// A start record at `start_ns`, then `frames`.
+    fn file_of(start_ns: u64, frames: &[(u16, Vec<u8>)]) -> Vec<u8> {
+        let mut bytes = format::preamble().to_vec();
+        bytes.extend(format::frame(kind::START, &serde_json::to_vec(&Start { start_ns, ..Start::default() }).expect("json")));
+        for (k, p) in frames {
+            bytes.extend(format::frame(*k, p));
+        }
+        bytes
+    }
+
+    fn checkpoint_at(at_ns: u64) -> Vec<u8> {
+        let mut cp = Checkpoint::default();
+        cp.snapshot.at_ns = at_ns;
+        serde_json::to_vec(&cp).expect("json")
+    }
+
+    fn end_at(end_ns: u64) -> Vec<u8> {
+        let mut end = End { end_ns, ..End::default() };
+        end.checkpoint.snapshot.at_ns = end_ns;
+        serde_json::to_vec(&end).expect("json")
+    }
+
+    #[test]
+    fn records_no_recorder_writes_are_damage() {
+        let cases = [
+            ("an end before the start", vec![(kind::END, end_at(5))], "before the start record"),
+            ("two ends", vec![(kind::END, end_at(20)), (kind::END, end_at(30))], "a second end record"),
+            ("a frame after the end", vec![(kind::END, end_at(20)), (kind::CHECKPOINT, checkpoint_at(30))], "after the end record"),
+            ("a checkpoint going back", vec![(kind::CHECKPOINT, checkpoint_at(30)), (kind::CHECKPOINT, checkpoint_at(20))], "earlier than the one before"),
+        ];
+        for (what, frames, why) in cases {
+            let bytes = file_of(10, &frames);
+            let damage = replay_bytes(&bytes, "x.gtr").damage.map(|d| d.to_string()).unwrap_or_default();
+            assert!(damage.contains(why), "{what}: {damage:?}");
+        }
+        let mut cp = Checkpoint::default();
+        cp.snapshot.at_ns = 20;
+        cp.snapshot.losses = vec![u64::MAX - 5, 10];
+        let bytes = file_of(10, &[(kind::CHECKPOINT, serde_json::to_vec(&cp).expect("json"))]);
+        let replayed = replay_bytes(&bytes, "x.gtr");
+        assert!(replayed.damage.is_some_and(|d| d.to_string().contains("more than any session counts")));
+        assert_eq!(replayed.outcome.losses[0], 0, "the counter was not taken");
+    }
+
+    #[test]
+    fn a_window_without_an_end_record_ends_at_its_last_checkpoint() {
+        let samples = br#"[{"at_ns":500,"device":0,"util_pct":50,"mem_used_bytes":1}]"#.to_vec();
+        let bytes = file_of(10, &[(kind::CHECKPOINT, checkpoint_at(100)), (kind::GPU_SAMPLES, samples)]);
+        let replayed = replay_bytes(&bytes, "x.gtr");
+        assert_eq!(replayed.outcome.end_ns, 100);
+        assert!(replayed.outcome.notes[0].contains("1 frames after the last checkpoint"), "{:?}", replayed.outcome.notes);
     }
 
     #[test]
     fn answers_up_to_the_bound_are_fine() {
         let bytes = answers_only(MAX_ANSWERS_PER_EVENT);
-        let reader = Reader::new(std::io::Cursor::new(&bytes), Some(bytes.len() as u64)).expect("preamble");
-        let replayed = replay_from(reader, Path::new("ok.gtr")).expect("a start record");
+        let replayed = replay_bytes(&bytes, "ok.gtr");
         assert!(replayed.damage.is_none(), "{:?}", replayed.damage);
     }
 }

@@ -8,7 +8,7 @@ use crate::{
     model::{CopyDir, Report},
     output::{
         style,
-        text::{bytes, clean, wrap},
+        text::{bytes, clean, terminal_safe, wrap},
     },
 };
 
@@ -144,6 +144,8 @@ pub fn render(r: &Report, color: bool) -> String {
             st.paint(style::RED, &format!("{} events LOST: counts are incomplete", t.lost_events))
         } else if t.probed_late > 0 {
             st.paint(style::RED, &format!("calls of {} process(es) were missed before their CUDA library was probed: counts are a lower bound", t.probed_late))
+        } else if r.cuda.launches.estimated {
+            st.paint(style::YELLOW, "launch counts are ESTIMATES (--max-overhead); every other count is exact")
         } else {
             st.paint(style::RED, "the recording is incomplete: counts are a lower bound")
         }
@@ -170,7 +172,9 @@ pub fn render(r: &Report, color: bool) -> String {
     for n in &t.notes {
         wrap(&mut out, "  note: ", &clean(n));
     }
-    out
+    // Every string above from the traced process or a recording is cleaned where it enters;
+    // this pass keeps one that is not from reaching the terminal all the same.
+    terminal_safe(&out)
 }
 
 fn diagnoses_section(out: &mut String, st: &Style, r: &Report) {
@@ -293,7 +297,14 @@ fn steps_section(out: &mut String, st: &Style, r: &Report) {
 fn cuda_section(out: &mut String, st: &Style, r: &Report) {
     let c = &r.cuda;
     let _ = writeln!(out, "\n{}", st.paint(style::BOLD, "CUDA"));
-    let _ = writeln!(out, "  launches   {} kernels ({:.0}/s), {} graphs", c.launches.kernels, c.launches.per_second, c.launches.graphs);
+    if c.launches.estimated {
+        // Scaled from the part of the window the launch probes were on: never shown as a count.
+        let on = r.tracer.sampling.as_ref().map_or(String::new(), |s| format!(", the launch probes on {:.0}% of the window", s.on_fraction * 100.0));
+        let _ = writeln!(out, "  launches   ~{} kernels (~{:.0}/s), ~{} graphs", c.launches.kernels, c.launches.per_second, c.launches.graphs);
+        wrap(out, "             ", &format!("(estimated: --max-overhead{on})"));
+    } else {
+        let _ = writeln!(out, "  launches   {} kernels ({:.0}/s), {} graphs", c.launches.kernels, c.launches.per_second, c.launches.graphs);
+    }
     let _ = writeln!(out, "  syncs      {} calls, {:.3} s waiting", c.syncs.count, c.syncs.wait_s);
     if let Some(g) = &r.gpu_idle {
         let nvml = match (g.nvml_idle_fraction, g.consistent) {

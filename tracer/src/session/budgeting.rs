@@ -9,11 +9,17 @@ use gputrace_common::Family;
 
 use crate::clock;
 
+/// A budget as a percentage again, as it was given: the fraction times 100 is not always
+/// the number typed (0.0001 came back 0.00009999999999999999).
+fn percent_of(limit: f64) -> f64 {
+    (limit * 100.0 * 1e9).round() / 1e9
+}
+
 /// The report's view of what the budget did.
 pub(super) fn budget_report(controller: &budget::Budget, libraries: &[crate::probes::AttachedLibrary], on_fraction: f64, spells_unseen: u64) -> crate::model::Sampling {
     let probed = |symbol: &str| libraries.iter().any(|l| l.symbols.contains(&symbol));
     crate::model::Sampling {
-        max_overhead_pct: controller.limit() * 100.0,
+        max_overhead_pct: percent_of(controller.limit()),
         probes: gputrace_common::PROBES
             .iter()
             .filter(|p| matches!(p.family, Family::Launch | Family::GraphLaunch) && probed(p.symbol))
@@ -46,7 +52,7 @@ impl Live {
             self.notes.push(format!(
                 "--max-overhead {}: not applied: taking the launch probes off and on needs multi-uprobe links (Linux ≥ 6.6), \
                  which this session does not use (tracer.uprobe_links)",
-                limit * 100.0
+                percent_of(limit)
             ));
             return;
         }
@@ -84,7 +90,7 @@ impl Live {
                 // Nothing went back (every file gone): launches stay unseen, and the time
                 // stays off.
                 if self.kernel.restore_launches() > 0 || !self.kernel.has_launch_sites() {
-                    self.evidence.launch_probes_on(clock::monotonic_ns());
+                    self.evidence.launch_probes_on(clock::monotonic_ns(), &counters);
                 }
             }
         }

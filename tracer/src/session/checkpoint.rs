@@ -248,6 +248,13 @@ impl SnapshotReader {
     }
 
     pub fn read(&mut self, kernel: &ProbeSet, at_ns: u64, allocs: &AllocStats) -> Snapshot {
+        // The counters first, as close to `at_ns` (and to the ring's drain just before it)
+        // as can be: a recording cut after this checkpoint ends here, and hits read after the
+        // slower parts below (symbolizing stacks takes tens of milliseconds) would count
+        // launches whose neighbouring calls, still in the ring, fall after the cut.
+        let threads = kernel.thread_counters().iter().map(|(tid, c)| ThreadHits::of(*tid, c)).collect();
+        let losses = kernel.losses().to_vec();
+        let sched: Vec<ThreadTime> = kernel.sched_stats().iter().map(|(tid, s)| ThreadTime { tid: *tid, sched: SchedRaw::from(s) }).collect();
         let pids: Vec<u32> = kernel.traced_processes().into_iter().chain([self.root]).collect();
         let cgroups = cgroup::snapshot(&pids)
             .iter()
@@ -261,17 +268,16 @@ impl SnapshotReader {
                 Preemptor { tid, count, pid, command }
             })
             .collect();
-        let sched: Vec<ThreadTime> = kernel.sched_stats().iter().map(|(tid, s)| ThreadTime { tid: *tid, sched: SchedRaw::from(s) }).collect();
         let wakes = self.wakes(kernel, &sched);
         let stacks = self.stacks(kernel);
         let alloc_stacks = self.alloc_stacks(kernel, allocs);
         Snapshot {
             at_ns,
-            threads: kernel.thread_counters().iter().map(|(tid, c)| ThreadHits::of(*tid, c)).collect(),
+            threads,
             sched,
             preempted_by,
             cgroups,
-            losses: kernel.losses().to_vec(),
+            losses,
             wakes,
             stacks,
             alloc_stacks,

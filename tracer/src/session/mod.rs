@@ -66,7 +66,10 @@ const EXIT_GRACE: Duration = Duration::from_secs(10);
 pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Duration, recorder: Option<Recorder>, max_overhead: Option<f64>) -> Result<Outcome> {
     let began = Instant::now();
     let mut notes = Vec::new();
-    // NVML first, so that its samples cover the whole window.
+    // Privileges and kernel support first: without them nothing else is worth a message
+    // (an NVML warning before the privilege error read as the failure).
+    crate::preflight::check()?;
+    // NVML next, so that its samples cover the whole window.
     let sampler = start_sampler(nvml_interval, &mut notes).await;
     let (mut kernel, ring) = ProbeSet::load()?;
     notes.extend(kernel.notes.iter().cloned());
@@ -104,7 +107,7 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
         budget: None,
     };
     if let Some(r) = recorder {
-        live.begin_recording(r, &started.command, pid, attach_ms, &cuda_env, cpus);
+        live.begin_recording(r, &started.command, pid, attach_ms, &cuda_env, cpus).inspect_err(|_| progress.clear())?;
     }
     let flight = live.tape.as_ref().is_some_and(|t| t.recorder.is_flight());
     let (mut sigint, mut sigterm, mut sigusr1) = stopping_signals(flight)?;

@@ -178,14 +178,50 @@ pub fn gate_then_exec(fd: i32, argv: &[OsString]) -> i32 {
     }
     let Some((program, program_args)) = argv.split_first() else { return crate::error::exit::USAGE };
     let err = std::process::Command::new(program).args(program_args).exec();
+    let why = exec_failure(program, &err);
     // One write: eprintln! writes its pieces one by one to the unbuffered stderr, and the
     // parent's log lines, on the same stderr, could land between them.
-    let _ = io::Write::write_all(&mut io::stderr(), format!("gputrace: cannot run `{}`: {err}\n", program.to_string_lossy()).as_bytes());
+    let _ = io::Write::write_all(&mut io::stderr(), format!("gputrace: cannot run `{}`: {why}\n", program.to_string_lossy()).as_bytes());
     // The shell's convention: 127 for not found, 126 for found but not executable.
     if err.kind() == io::ErrorKind::NotFound {
         127
     } else {
         126
+    }
+}
+
+/// Why `exec` failed, in the words of what is wrong: the kernel's errno names the call's
+/// failure, which for a directory is "Permission denied" and for a script whose interpreter
+/// is missing is "No such file or directory", of a file that is there.
+fn exec_failure(program: &std::ffi::OsStr, err: &io::Error) -> String {
+    use std::path::{Path, PathBuf};
+    // The file exec tried: the name itself when it has a slash, else the first on PATH.
+    let path = if program.as_encoded_bytes().contains(&b'/') {
+        Some(PathBuf::from(program))
+    } else {
+        std::env::var_os("PATH").and_then(|paths| std::env::split_paths(&paths).map(|d| d.join(program)).find(|p| p.exists()))
+    };
+    let Some(path) = path.filter(|p| p.exists()) else { return err.to_string() };
+    if path.is_dir() {
+        return format!("{} is a directory, not a program", path.display());
+    }
+    if err.kind() != io::ErrorKind::NotFound {
+        return err.to_string();
+    }
+    // The file is there: what is missing is what it needs to start.
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(&path).and_then(|mut f| io::Read::read(&mut f, &mut head)).unwrap_or(0);
+    match head[..n].strip_prefix(b"#!") {
+        Some(line) => {
+            let line = String::from_utf8_lossy(line.split(|&b| b == b'\n').next().unwrap_or_default()).into_owned();
+            let interpreter = line.split_whitespace().next().unwrap_or_default().to_owned();
+            if Path::new(&interpreter).exists() {
+                err.to_string()
+            } else {
+                format!("its interpreter `{interpreter}` (named on its #! line) does not exist")
+            }
+        }
+        None => format!("{} is there, but what it needs to start (its dynamic loader) is missing: {err}", path.display()),
     }
 }
 

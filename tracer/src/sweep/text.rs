@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use super::{classify::duration, model::SweepReport};
 use crate::output::{
     style,
-    text::{bytes, clean, wrap},
+    text::{bytes, clean, terminal_safe, wrap},
 };
 
 /// At most `width` characters, with `…` where cut.
@@ -72,7 +72,8 @@ pub fn render(r: &SweepReport, color: bool) -> String {
         }
         facts.push(format!("holds: {}", p.holds.join(", ")));
         let _ = writeln!(out, "        {}", fit(&format!("{}{hidden}", clean(&p.command)), 72));
-        let _ = writeln!(out, "        {}", fit(&facts.join("; "), 72));
+        // Container and pod names come from the process's cgroup path: its own to choose.
+        let _ = writeln!(out, "        {}", fit(&clean(&facts.join("; ")), 72));
     }
     if n == 0 {
         if r.tracer.processes_hidden {
@@ -116,7 +117,8 @@ pub fn render(r: &SweepReport, color: bool) -> String {
     for note in &t.notes {
         wrap(&mut out, "  note: ", &clean(note));
     }
-    out
+    // As for the trace report: whatever a renderer forgot to clean stops here.
+    terminal_safe(&out)
 }
 
 #[cfg(test)]

@@ -27,12 +27,14 @@ pub struct Page<'a> {
     pub bin_s: f64,
 }
 
-/// Text for HTML, attribute values included.
+/// Text for HTML, attribute values included. Control characters (from names the traced
+/// process chose) become `?`: a page written to `-` may be read on a terminal.
 #[must_use]
 pub fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
+            c if c.is_control() && c != '\n' && c != '\t' => out.push('?'),
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
