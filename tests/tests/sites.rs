@@ -77,3 +77,51 @@ fn a_recording_keeps_the_sites_for_the_report_made_later() {
     let r = gputrace_tests::record_then_report("sites-rec", &["--steps", "200", "--driver-launches", "20", "--kernel-us", "150", "--item", "1", "--host-us", "2000"]);
     assert_eq!(functions(diagnosis(&r, "host-sync")).first(), Some(&"read_scalar"), "{:#}", r["diagnoses"]);
 }
+
+/// The sites of the three planted problems of a job built `-O2` without frame pointers
+/// (`o2/`): host work, a per-step read, an allocation that grows. The kernel's frame-pointer
+/// walk stops in libc or the vDSO there; the copied stacks unwound by `.eh_frame` reach the job.
+fn optimized_sites(program: &str) -> [Value; 3] {
+    let dir = gputrace_tests::optimized_dir();
+    let host = ["--steps", "60", "--driver-launches", "2", "--host-us", "20000", "--sync"];
+    let read = ["--steps", "200", "--driver-launches", "20", "--kernel-us", "150", "--item", "1", "--host-us", "2000"];
+    let grow = ["--steps", "400", "--driver-launches", "20", "--kernel-us", "300", "--sync", "--leak", "1048576"];
+    [&host[..], &read[..], &grow[..]].map(|args| {
+        let (r, code, stderr) = gputrace_tests::run_job_in(&dir, program, args);
+        assert_eq!(code, 0, "{stderr}");
+        r
+    })
+}
+
+/// The first site of diagnosis `id`, and the report's stack counts.
+fn first_site<'a>(r: &'a Value, id: &str) -> &'a Value {
+    let d = diagnosis(r, id);
+    d["sites"].get(0).unwrap_or_else(|| panic!("no site for {id}: {d:#}\ntracer.stacks: {:#}", r["tracer"]["stacks"]))
+}
+
+#[test]
+fn a_job_built_without_frame_pointers_is_named_at_its_own_functions_and_lines() {
+    require_root();
+    let [host, read, grow] = optimized_sites("fakejob");
+    for (r, id, function) in [(&host, "host-bound", "compute_on_host"), (&read, "host-sync", "read_scalar"), (&grow, "memory-growth", "keep_activations")] {
+        let site = first_site(r, id);
+        assert_eq!(site["function"], function, "{id}: {site:#}\n{:#}", r["tracer"]["stacks"]);
+        assert!(site["file"].as_str().is_some_and(|f| f.ends_with("fakejob.c")) && site["line"].as_u64().is_some_and(|l| l > 0), "{site:#}");
+    }
+    // Host work is sampled on the CPU: the stacks reach the job, not a libc or vDSO frame.
+    let stacks = &host["tracer"]["stacks"];
+    let (taken, usable) = (stacks["taken"].as_u64().expect("taken"), stacks["usable"].as_u64().expect("usable"));
+    assert!(taken > 50 && usable * 10 >= taken * 9, "{stacks:#}");
+    assert_eq!(host["tracer"]["stacks"]["processes"][0]["taken"], taken, "{stacks:#}");
+}
+
+#[test]
+fn a_job_without_frame_pointers_or_debug_information_is_named_at_its_functions() {
+    require_root();
+    let [host, read, grow] = optimized_sites("fakejob-nodebug");
+    for (r, id, function) in [(&host, "host-bound", "compute_on_host"), (&read, "host-sync", "read_scalar"), (&grow, "memory-growth", "keep_activations")] {
+        let site = first_site(r, id);
+        assert_eq!(site["function"], function, "{id}: {site:#}");
+        assert!(site["line"].is_null(), "no line tables, no line: {site:#}");
+    }
+}

@@ -16,10 +16,13 @@ use aya_ebpf::{
 use gputrace_common::{
     copy_layout,
     cuda::{memory_type, slot, CopyLayout},
-    drains_queue_after, is_probe, loss, out_arg, CallEvent, EventHeader, InflightCall, CALL_ARGS, KIND_CALL,
+    drains_queue_after, is_probe, loss, out_arg, stack_source, CallEvent, EventHeader, InflightCall, CALL_ARGS, KIND_CALL,
 };
 
-use crate::maps::{count_loss, cuda_caller, stacks_on, thread_counters, Current, BPF_F_USER_STACK, ALLOC_STACKS, EVENTS, INFLIGHT, THREADS};
+use crate::{
+    maps::{count_loss, cuda_caller, stacks_on, thread_counters, Current, ALLOC_STACKS, BPF_F_USER_STACK, EVENTS, INFLIGHT, THREADS},
+    stack_copy::{copy_user_stack, remember_return},
+};
 
 #[inline(always)]
 fn inflight_key(tid: u32, probe: u32) -> u64 {
@@ -57,6 +60,7 @@ fn remember(cur: &Current, probe: u32, args: [u64; CALL_ARGS]) {
 #[inline(always)]
 fn on_enter(ctx: &ProbeContext, probe: u32, alloc_stack: bool) -> u32 {
     let Some(cur) = cuda_caller() else { return 0 };
+    note_return(ctx, &cur);
     let mut args = [0; CALL_ARGS];
     let mut i = 0;
     while i < CALL_ARGS {
@@ -66,13 +70,27 @@ fn on_enter(ctx: &ProbeContext, probe: u32, alloc_stack: bool) -> u32 {
     if alloc_stack {
         args[slot::ALLOC_STACK] = if stacks_on() {
             // SAFETY: the helper walks the user stack with its own checked reads.
-            unsafe { ALLOC_STACKS.get_stackid(ctx, BPF_F_USER_STACK) }.map_or(u64::MAX, |id| id as u64)
+            let fp_stack_id = unsafe { ALLOC_STACKS.get_stackid(ctx, BPF_F_USER_STACK) }.unwrap_or(-1);
+            // The copy's id where there is one (user space swaps it for the stack it
+            // unwinds to before the call is counted), else the frame-pointer stack's.
+            copy_user_stack(&cur, stack_source::ALLOC, probe, fp_stack_id).unwrap_or(fp_stack_id as u64)
         } else {
             u64::MAX
         };
     }
     remember(&cur, probe, args);
     0
+}
+
+/// Where this call's return address is, for stacks copied inside it (`remember_return`);
+/// only when stacks are taken.
+#[inline(always)]
+fn note_return(ctx: &ProbeContext, cur: &Current) {
+    if stacks_on() {
+        // SAFETY: the probe context's registers are the traced thread's at the call's entry.
+        let sp = unsafe { (*ctx.regs).rsp };
+        remember_return(cur.tid, sp);
+    }
 }
 
 /// One field of a struct in the traced process; 0 if it cannot be read.
@@ -91,6 +109,7 @@ fn user_field<T: Into<u64>>(base: u64, offset: u64) -> u64 {
 #[inline(always)]
 fn on_enter_struct_copy(ctx: &ProbeContext, probe: u32, layout: &CopyLayout) -> u32 {
     let Some(cur) = cuda_caller() else { return 0 };
+    note_return(ctx, &cur);
     let base = ctx.arg::<u64>(0).unwrap_or(0);
     let src_type = user_field::<u32>(base, layout.src_type);
     let dst_type = user_field::<u32>(base, layout.dst_type);

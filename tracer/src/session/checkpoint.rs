@@ -12,7 +12,7 @@ use crate::{
     },
     probes::{AttachedLibrary, ProbeSet},
     record::format::{Checkpoint, LibraryRecord},
-    stacks::{alloc::AllocStack, native::NativeSymbolizer, python::PythonSampler, Activity, Origin, StackTime},
+    stacks::{alloc::AllocStack, copied::is_interned, native::NativeSymbolizer, python::PythonSampler, Activity, Origin, StackTime},
 };
 
 /// Set on an allocation stack's id in the symbolizer's cache, whose sampled stacks' ids come
@@ -127,7 +127,8 @@ impl SnapshotReader {
         for (&(pid, tid, stack), counts) in &allocs.by_stack {
             // Allocation stack ids are of their own map: kept apart from sampled stacks' ids
             // in the symbolizer's cache.
-            let key = if stack < 0 { stack } else { stack | ALLOC_STACK_KEY };
+            // Interned (unwound) stacks share one id space with the sampled ones.
+            let key = if stack < 0 || is_interned(stack) { stack } else { stack | ALLOC_STACK_KEY };
             let frames = self.native.frames(pid, key, || kernel.alloc_stack(stack)).to_vec();
             let this = AllocStack {
                 pid,
