@@ -54,7 +54,7 @@ enum Task {
     },
 }
 
-const FUZZ_TARGETS: &[&str] = &["decode_event", "read_recording", "replay_frames", "parse_proc", "parse_elf"];
+const FUZZ_TARGETS: &[&str] = &["decode_event", "read_recording", "replay_frames", "parse_proc", "parse_elf", "unwind_cfi"];
 
 /// Seed the corpora (written by a test of the library, which knows the formats), then run
 /// each target for `seconds`. Crashes land in fuzz/artifacts/; keep one as a regression by

@@ -624,7 +624,7 @@ impl ProbeSet {
         }
     }
 
-    /// Process `pid` exec'd: its copied stacks unwind by its new image's files.
+    /// Process `pid` exec'd (its copied stacks unwind by its new image's files) or exited.
     pub fn forget_unwinding(&mut self, pid: u32) {
         self.copied.forget(pid);
     }

@@ -89,6 +89,8 @@ pub(super) fn drain_ring(
                 }
                 if e.header.tid == e.header.tgid {
                     kernel.untrace_process(e.header.tgid);
+                    // Its copied stacks all came before this record: its modules can go.
+                    kernel.forget_unwinding(e.header.tgid);
                 }
             }
             Event::TaskExec(e) => {

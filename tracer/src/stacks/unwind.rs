@@ -80,6 +80,22 @@ where
     out
 }
 
+/// Walk `stack` by an `.eh_frame` at `eh_frame_svma` of a module loaded at `bias` (the fuzz
+/// target `unwind_cfi`: a mapped file's tables and a thread's stack are the traced process's
+/// to make).
+#[must_use]
+pub fn walk_raw(eh_frame: &[u8], eh_frame_svma: u64, bias: u64, regs: Regs, stack: &[u8]) -> Unwound {
+    let info = ExplicitModuleSectionInfo {
+        base_svma: 0,
+        eh_frame_svma: Some(eh_frame_svma..eh_frame_svma.saturating_add(eh_frame.len() as u64)),
+        eh_frame: Some(Data::from(eh_frame)),
+        ..ExplicitModuleSectionInfo::default()
+    };
+    let mut unwinder: UnwinderX86_64<Data, MayAllocateDuringUnwind> = UnwinderX86_64::new();
+    unwinder.add_module(Module::new("fuzzed".into(), bias..bias.saturating_add(1 << 40), bias, info));
+    walk(&unwinder, &mut CacheX86_64::new(), regs, stack)
+}
+
 /// The unwind sections of one file, read once and shared by every process that maps it.
 #[derive(Debug)]
 pub struct FileUnwindInfo {
@@ -149,6 +165,12 @@ impl FileUnwindInfo {
             got_svma: self.got_svma.clone(),
             segments: self.segments.clone(),
         }
+    }
+
+    /// The `.eh_frame` section and its address, if any.
+    #[must_use]
+    pub fn eh_frame(&self) -> Option<(u64, &[u8])> {
+        self.eh_frame.as_ref().map(|(r, d)| (r.start, &d[..]))
     }
 
     /// Whether there is any call frame information to walk by.
