@@ -31,8 +31,8 @@ pub const MAX_STEPS: usize = 128;
 /// library loaded since).
 const REREAD_MAPS_EVERY: Duration = Duration::from_secs(1);
 
-/// The largest `.debug_frame` read (a section beyond is left out, and its file unwound by
-/// `.eh_frame` alone).
+/// The largest unwind section read (a section beyond is left out, and its file's frames
+/// fall back to frame pointers): a mapped file is the traced process's to make.
 const MAX_SECTION_BYTES: u64 = 64 << 20;
 
 type Data = Arc<[u8]>;
@@ -135,10 +135,15 @@ impl FileUnwindInfo {
             Some((s.address()..s.address().saturating_add(s.size()), Arc::from(bytes)))
         };
         let range = |name: &str| elf.section_by_name(name).map(|s| s.address()..s.address().saturating_add(s.size()));
+        let eh_frame = section(".eh_frame");
+        // `.debug_frame` mostly repeats `.eh_frame` where both exist: read only where it is
+        // the one there is (code built with -fno-asynchronous-unwind-tables), so that a
+        // process mapping many large files costs one copy of their tables, not two.
+        let debug_frame = if eh_frame.is_none() { section(".debug_frame").map(|(_, d)| d) } else { None };
         Ok(Self {
-            eh_frame: section(".eh_frame"),
+            eh_frame,
             eh_frame_hdr: section(".eh_frame_hdr"),
-            debug_frame: section(".debug_frame").map(|(_, d)| d),
+            debug_frame,
             text_svma: range(".text"),
             got_svma: range(".got"),
             // Executable segments only: the mappings placed are the executable ones, and a
