@@ -13,7 +13,9 @@ use aya_ebpf::{
     macros::map,
     maps::{LruHashMap, PerCpuArray},
 };
-use gputrace_common::{loss, EventHeader, ReturnAddrs, UserStackEvent, COPIED_STACK_BIT, KIND_USER_STACK, MAX_THREADS, RING_BYTES, STACK_COPY_BYTES};
+use gputrace_common::{
+    loss, EventHeader, ReturnAddrs, UserStackEvent, COPIED_STACK_BIT, KIND_USER_STACK, MAX_THREADS, RING_BYTES, STACK_COPY_BYTES,
+};
 
 use crate::maps::{count_loss, Current, BPF_RB_AVAIL_DATA, EVENTS};
 

@@ -60,7 +60,15 @@ mod tests {
             native(1, vec![frame("__GI___clock_nanosleep", "/lib/libc.so.6")], 3),
             native(2, Vec::new(), 2),
         ];
-        let allocs = vec![AllocStack { pid: 2, tid: 2, origin: Origin::Native, frames: vec![frame("grow", "/w/job")], count: 4, failed: 1, ..AllocStack::default() }];
+        let allocs = vec![AllocStack {
+            pid: 2,
+            tid: 2,
+            origin: Origin::Native,
+            frames: vec![frame("grow", "/w/job")],
+            count: 4,
+            failed: 1,
+            ..AllocStack::default()
+        }];
         let c = count(&stacks, &allocs);
         assert_eq!((c.taken, c.usable, c.cut_short, c.failed), (15, 10, 3, 2));
         assert_eq!(c.processes.iter().map(|p| (p.pid, p.taken)).collect::<Vec<_>>(), [(1, 8), (2, 7)]);

@@ -189,8 +189,10 @@ impl FileUnwindInfo {
     pub fn bias(&self, mapping: &Mapping) -> Option<u64> {
         // A mapping starts at a page boundary, so its offset can lie below its segment's.
         let page_start = |offset: u64| offset & !0xfff;
-        let &(vaddr, offset, _) =
-            self.segments.iter().find(|&&(_, offset, size)| (page_start(offset)..offset.saturating_add(size.max(1))).contains(&mapping.offset))?;
+        let &(vaddr, offset, _) = self
+            .segments
+            .iter()
+            .find(|&&(_, offset, size)| (page_start(offset)..offset.saturating_add(size.max(1))).contains(&mapping.offset))?;
         // File offset `o` of the segment is at `vaddr + (o - offset)`.
         Some(mapping.start.wrapping_sub(vaddr.wrapping_add(mapping.offset).wrapping_sub(offset)))
     }
@@ -266,7 +268,10 @@ impl Unwinders {
     /// Unwind a stack copied from process `pid` (empty where its maps cannot be read), its
     /// return addresses that return probes replaced put back first (`returns`).
     pub fn unwind(&mut self, pid: u32, regs: Regs, stack: &mut [u8], returns: &ReturnAddrs) -> Unwound {
-        let stale = self.processes.get(&pid).is_none_or(|p| !p.ranges.iter().any(|r| r.contains(&regs.ip)) && p.read_at.elapsed() >= REREAD_MAPS_EVERY);
+        let stale = self
+            .processes
+            .get(&pid)
+            .is_none_or(|p| !p.ranges.iter().any(|r| r.contains(&regs.ip)) && p.read_at.elapsed() >= REREAD_MAPS_EVERY);
         if stale {
             if let Some(p) = self.load(pid) {
                 self.processes.insert(pid, p);
@@ -315,7 +320,14 @@ impl Unwinders {
             unwinder.add_module(info.module(m.path.clone(), &m, bias));
             ranges.push(m.start..m.end);
         }
-        Some(ProcessUnwinder { unwinder, cache: CacheX86_64::new(), ranges, read_at: Instant::now(), trampoline, trampoline_read_at: Instant::now() })
+        Some(ProcessUnwinder {
+            unwinder,
+            cache: CacheX86_64::new(),
+            ranges,
+            read_at: Instant::now(),
+            trampoline,
+            trampoline_read_at: Instant::now(),
+        })
     }
 }
 
@@ -445,8 +457,10 @@ mod tests {
             // Damage the real tables, or replace them with noise; and walk a real stack copy
             // or noise from registers that point anywhere.
             let eh_frame = if round % 2 == 0 { noise.damage(&eh) } else { (0..noise.below(4096)).map(|_| noise.next() as u8).collect() };
-            let eh_frame_hdr = info.eh_frame_hdr.as_ref().map(|(r, d)| (r.clone(), if round % 3 == 0 { d.clone() } else { noise.damage(d) }));
-            let damaged = FileUnwindInfo { eh_frame: Some((eh_range.clone(), eh_frame)), eh_frame_hdr, debug_frame: None, ..info.clone_sections() };
+            let eh_frame_hdr =
+                info.eh_frame_hdr.as_ref().map(|(r, d)| (r.clone(), if round % 3 == 0 { d.clone() } else { noise.damage(d) }));
+            let damaged =
+                FileUnwindInfo { eh_frame: Some((eh_range.clone(), eh_frame)), eh_frame_hdr, debug_frame: None, ..info.clone_sections() };
             let mut unwinder: UnwinderX86_64<Data, MayAllocateDuringUnwind> = UnwinderX86_64::new();
             unwinder.add_module(damaged.module("damaged".into(), &mapping, bias));
             let mut cache = CacheX86_64::new();
