@@ -125,3 +125,21 @@ fn a_job_without_frame_pointers_or_debug_information_is_named_at_its_functions()
         assert!(site["line"].is_null(), "no line tables, no line: {site:#}");
     }
 }
+
+#[test]
+fn a_sync_waiting_for_the_gpu_is_named_at_its_call_from_the_stack_it_was_entered_with() {
+    require_root();
+    // The -O2 job's blocking read (async D2H, then cudaStreamSynchronize waiting ~2 ms for the
+    // kernels) sits in `worker`, where it is inlined: the site is the sync's own line, each
+    // call's wait counted under the stack the call was entered with.
+    let dir = gputrace_tests::optimized_dir();
+    let args = ["--steps", "200", "--driver-launches", "2", "--kernel-us", "2000", "--blocking-d2h", "4096", "--host-us", "1000"];
+    let (r, code, stderr) = gputrace_tests::run_job_in(&dir, "fakejob", &args);
+    assert_eq!(code, 0, "{stderr}");
+    let site = first_site(&r, "host-sync");
+    let line = site["line"].as_u64().unwrap_or_else(|| panic!("a line: {site:#}")) as usize;
+    let source = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/fake-cuda/fakejob.c")).expect("the job's source");
+    let text = source.lines().nth(line - 1).unwrap_or_default();
+    assert!(text.contains("rt_stream_sync"), "line {line} is `{}`: {site:#}", text.trim());
+    assert!(site["stacks"].as_u64().is_some_and(|n| n >= 150), "about one stack a sync: {site:#}");
+}

@@ -138,6 +138,9 @@ pub mod stack_source {
     pub const OFF_CPU: u32 = 2;
     /// The entry of a device allocation: `id` is in the call's `slot::ALLOC_STACK`.
     pub const ALLOC: u32 = 3;
+    /// The entry of a sync or a device-to-host copy (`takes_call_stack`): CPU samples and
+    /// off-CPU spells inside the call count under `id` (`CALL_STACKS`).
+    pub const CALL: u32 = 4;
 }
 
 /// Set on the stack ids that name a [`UserStackEvent`] (its `id`) rather than a stack of a

@@ -11,7 +11,7 @@ pub mod host;
 pub mod probe;
 
 pub use event::*;
-pub use host::{IoKey, IoStart, Layout, OffCpuStart, SampleKey, SampleStats, ThreadSched, WakeKey, WakeStats};
+pub use host::{CallStack, IoKey, IoStart, Layout, OffCpuStart, SampleKey, SampleStats, ThreadSched, WakeKey, WakeStats};
 pub use probe::*;
 
 /// Capacity of the per-thread counter map. A thread's entry is folded into user-space totals
@@ -123,4 +123,6 @@ mod pod {
     unsafe impl aya::Pod for super::OffCpuStart {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::ReturnAddrs {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::CallStack {}
 }

@@ -14,7 +14,8 @@ use aya_ebpf::{
     maps::{LruHashMap, PerCpuArray},
 };
 use gputrace_common::{
-    loss, EventHeader, ReturnAddrs, UserStackEvent, COPIED_STACK_BIT, KIND_USER_STACK, MAX_THREADS, RING_BYTES, STACK_COPY_BYTES,
+    host::stacks::OFF_CPU_RETAKE_NS, loss, stack_source, CallStack, EventHeader, ReturnAddrs, UserStackEvent, COPIED_STACK_BIT,
+    KIND_USER_STACK, MAX_THREADS, RING_BYTES, STACK_COPY_BYTES,
 };
 
 use crate::maps::{count_loss, Current, BPF_RB_AVAIL_DATA, EVENTS};
@@ -32,10 +33,11 @@ static RETURN_ADDRS: LruHashMap<u32, ReturnAddrs> = LruHashMap::with_max_entries
 /// At the entry of a call with a return probe (`sp`: the entry's stack pointer, which points
 /// at the return address), remember where its return address is and what it is, before the
 /// return probe replaces it.
+/// Returns the return address (0 where it could not be read).
 #[inline(always)]
-pub fn remember_return(tid: u32, sp: u64) {
+pub fn remember_return(tid: u32, sp: u64) -> u64 {
     // SAFETY: bpf_probe_read_user checks the address; a bad pointer just fails.
-    let Ok(value) = (unsafe { bpf_probe_read_user(sp as *const u64) }) else { return };
+    let Ok(value) = (unsafe { bpf_probe_read_user(sp as *const u64) }) else { return 0 };
     let latest = match RETURN_ADDRS.get_ptr_mut(&tid) {
         // SAFETY: map value pointer; only this thread's entries write it.
         Some(r) => unsafe {
@@ -43,11 +45,46 @@ pub fn remember_return(tid: u32, sp: u64) {
             (*r).values[1] = (*r).values[0];
             (*r).slots[0] = sp;
             (*r).values[0] = value;
-            return;
+            return value;
         },
         None => ReturnAddrs { slots: [sp, 0], values: [value, 0] },
     };
     let _ = RETURN_ADDRS.insert(&tid, &latest, 0);
+    value
+}
+
+/// Each thread's stack at the entry of its latest sync or device-to-host copy (`CallStack`).
+/// LRU: exited threads age out.
+#[map]
+static CALL_STACKS: LruHashMap<u32, CallStack> = LruHashMap::with_max_entries(MAX_THREADS, 0);
+
+/// At the entry of a sync or a device-to-host copy: take the caller's stack (frame-pointer id
+/// `fp_stack_id`, and a copy), unless this call site's was taken less than
+/// `OFF_CPU_RETAKE_NS` ago (a loop that syncs 100,000 times a second copies 100 stacks).
+#[inline(always)]
+pub fn take_call_stack(cur: &Current, probe: u32, sp: u64, ret: u64, fp_stack_id: impl FnOnce() -> i64) {
+    // SAFETY: reading the monotonic clock has no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if let Some(c) = CALL_STACKS.get_ptr_mut(&cur.tid) {
+        // SAFETY: map value pointer; only this thread's entries write it.
+        unsafe {
+            if (*c).sp == sp && (*c).ret == ret && now.saturating_sub((*c).taken_ns) < OFF_CPU_RETAKE_NS {
+                (*c).probe = probe;
+                return;
+            }
+        }
+    }
+    let fp = fp_stack_id();
+    let stack_id = copy_user_stack(cur, stack_source::CALL, probe, fp).map_or(fp, |id| id as i64);
+    let _ = CALL_STACKS.insert(&cur.tid, &CallStack { stack_id, probe, _reserved: 0, sp, ret, taken_ns: now }, 0);
+}
+
+/// The stack the thread entered call `probe` with, if it is inside one that took one.
+#[inline(always)]
+pub fn call_stack(tid: u32, probe: u32) -> Option<i64> {
+    // SAFETY: a copy of two fields of the thread's entry.
+    let c = unsafe { CALL_STACKS.get(&tid) }?;
+    (c.probe == probe).then_some(c.stack_id)
 }
 
 /// Word offsets of `ip`, `sp` and `bp` in x86-64's `struct pt_regs` (the ptrace ABI,

@@ -16,12 +16,12 @@ use aya_ebpf::{
 use gputrace_common::{
     copy_layout,
     cuda::{memory_type, slot, CopyLayout},
-    drains_queue_after, is_probe, loss, out_arg, stack_source, CallEvent, EventHeader, InflightCall, CALL_ARGS, KIND_CALL,
+    drains_queue_after, is_probe, loss, out_arg, stack_source, takes_call_stack, CallEvent, EventHeader, InflightCall, CALL_ARGS, KIND_CALL,
 };
 
 use crate::{
-    maps::{count_loss, cuda_caller, stacks_on, thread_counters, Current, ALLOC_STACKS, BPF_F_USER_STACK, EVENTS, INFLIGHT, THREADS},
-    stack_copy::{copy_user_stack, remember_return},
+    maps::{count_loss, cuda_caller, stacks_on, thread_counters, Current, ALLOC_STACKS, BPF_F_USER_STACK, EVENTS, INFLIGHT, THREADS, USER_STACKS},
+    stack_copy::{copy_user_stack, remember_return, take_call_stack},
 };
 
 #[inline(always)]
@@ -60,13 +60,13 @@ fn remember(cur: &Current, probe: u32, args: [u64; CALL_ARGS]) {
 #[inline(always)]
 fn on_enter(ctx: &ProbeContext, probe: u32, alloc_stack: bool) -> u32 {
     let Some(cur) = cuda_caller() else { return 0 };
-    note_return(ctx, &cur);
     let mut args = [0; CALL_ARGS];
     let mut i = 0;
     while i < CALL_ARGS {
         args[i] = ctx.arg::<u64>(i).unwrap_or(0);
         i += 1;
     }
+    note_entry(ctx, &cur, probe, &args);
     if alloc_stack {
         args[slot::ALLOC_STACK] = if stacks_on() {
             // SAFETY: the helper walks the user stack with its own checked reads.
@@ -82,14 +82,21 @@ fn on_enter(ctx: &ProbeContext, probe: u32, alloc_stack: bool) -> u32 {
     0
 }
 
-/// Where this call's return address is, for stacks copied inside it (`remember_return`);
-/// only when stacks are taken.
+/// Where this call's return address is, for stacks copied inside it (`remember_return`),
+/// and for a sync or a device-to-host copy, the caller's stack (`take_call_stack`); only
+/// when stacks are taken.
 #[inline(always)]
-fn note_return(ctx: &ProbeContext, cur: &Current) {
-    if stacks_on() {
-        // SAFETY: the probe context's registers are the traced thread's at the call's entry.
-        let sp = unsafe { (*ctx.regs).rsp };
-        remember_return(cur.tid, sp);
+fn note_entry(ctx: &ProbeContext, cur: &Current, probe: u32, args: &[u64; CALL_ARGS]) {
+    if !stacks_on() {
+        return;
+    }
+    // SAFETY: the probe context's registers are the traced thread's at the call's entry.
+    let sp = unsafe { (*ctx.regs).rsp };
+    let ret = remember_return(cur.tid, sp);
+    if takes_call_stack(probe, args) {
+        // SAFETY: the map is a stack-trace map; the helper walks the user stack with its own
+        // checked reads.
+        take_call_stack(cur, probe, sp, ret, || unsafe { USER_STACKS.get_stackid(ctx, BPF_F_USER_STACK) }.unwrap_or(-1));
     }
 }
 
@@ -109,7 +116,6 @@ fn user_field<T: Into<u64>>(base: u64, offset: u64) -> u64 {
 #[inline(always)]
 fn on_enter_struct_copy(ctx: &ProbeContext, probe: u32, layout: &CopyLayout) -> u32 {
     let Some(cur) = cuda_caller() else { return 0 };
-    note_return(ctx, &cur);
     let base = ctx.arg::<u64>(0).unwrap_or(0);
     let src_type = user_field::<u32>(base, layout.src_type);
     let dst_type = user_field::<u32>(base, layout.dst_type);
@@ -125,6 +131,7 @@ fn on_enter_struct_copy(ctx: &ProbeContext, probe: u32, layout: &CopyLayout) -> 
     args[slot::DST_TYPE] = dst_type;
     args[slot::DST_PTR] = user_field::<u64>(base, dst_at);
     args[slot::BYTES] = bytes;
+    note_entry(ctx, &cur, probe, &args);
     remember(&cur, probe, args);
     0
 }
