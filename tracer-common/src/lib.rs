@@ -11,7 +11,7 @@ pub mod host;
 pub mod probe;
 
 pub use event::*;
-pub use host::{CallStack, IoKey, IoStart, Layout, OffCpuStart, SampleKey, SampleStats, ThreadSched, WakeKey, WakeStats};
+pub use host::{CallSite, CallStack, IoKey, IoStart, Layout, OffCpuStart, SampleKey, SampleStats, ThreadSched, WakeKey, WakeStats};
 pub use probe::*;
 
 /// Capacity of the per-thread counter map. A thread's entry is folded into user-space totals
@@ -125,4 +125,6 @@ mod pod {
     unsafe impl aya::Pod for super::ReturnAddrs {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::CallStack {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::CallSite {}
 }

@@ -14,7 +14,7 @@ use aya_ebpf::{
     maps::{LruHashMap, PerCpuArray},
 };
 use gputrace_common::{
-    host::stacks::OFF_CPU_RETAKE_NS, loss, stack_source, CallStack, EventHeader, ReturnAddrs, UserStackEvent, COPIED_STACK_BIT,
+    host::stacks::OFF_CPU_RETAKE_NS, loss, stack_source, CallSite, CallStack, EventHeader, ReturnAddrs, UserStackEvent, COPIED_STACK_BIT,
     KIND_USER_STACK, MAX_THREADS, RING_BYTES, STACK_COPY_BYTES,
 };
 
@@ -58,25 +58,31 @@ pub fn remember_return(tid: u32, sp: u64) -> u64 {
 #[map]
 static CALL_STACKS: LruHashMap<u32, CallStack> = LruHashMap::with_max_entries(MAX_THREADS, 0);
 
-/// At the entry of a sync or a device-to-host copy: take the caller's stack (frame-pointer id
-/// `fp_stack_id`, and a copy), unless this call site's was taken less than
-/// `OFF_CPU_RETAKE_NS` ago (a loop that syncs 100,000 times a second copies 100 stacks).
+/// The stack last copied at each call site (`CallSite`): a loop that alternates a copy and a
+/// sync reuses each one's for `OFF_CPU_RETAKE_NS`. LRU: sites not called again age out.
+#[map]
+static CALL_SITES: LruHashMap<CallSite, CallStack> = LruHashMap::with_max_entries(4 * MAX_THREADS, 0);
+
+/// At the entry of a sync or a device-to-host copy: the caller's stack (frame-pointer id
+/// `fp_stack_id`, and a copy), unless this call site's was copied less than
+/// `OFF_CPU_RETAKE_NS` ago (a loop that syncs 100,000 times a second copies 100 stacks a
+/// second per site).
 #[inline(always)]
 pub fn take_call_stack(cur: &Current, probe: u32, sp: u64, ret: u64, fp_stack_id: impl FnOnce() -> i64) {
     // SAFETY: reading the monotonic clock has no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    if let Some(c) = CALL_STACKS.get_ptr_mut(&cur.tid) {
-        // SAFETY: map value pointer; only this thread's entries write it.
-        unsafe {
-            if (*c).sp == sp && (*c).ret == ret && now.saturating_sub((*c).taken_ns) < OFF_CPU_RETAKE_NS {
-                (*c).probe = probe;
-                return;
-            }
+    let site = CallSite { tid: cur.tid, _reserved: 0, sp, ret };
+    // SAFETY: a copy of the site's entry.
+    let stack_id = match unsafe { CALL_SITES.get(&site) } {
+        Some(c) if now.saturating_sub(c.taken_ns) < OFF_CPU_RETAKE_NS => c.stack_id,
+        _ => {
+            let fp = fp_stack_id();
+            let stack_id = copy_user_stack(cur, stack_source::CALL, probe, fp).map_or(fp, |id| id as i64);
+            let _ = CALL_SITES.insert(&site, &CallStack { stack_id, probe, _reserved: 0, taken_ns: now }, 0);
+            stack_id
         }
-    }
-    let fp = fp_stack_id();
-    let stack_id = copy_user_stack(cur, stack_source::CALL, probe, fp).map_or(fp, |id| id as i64);
-    let _ = CALL_STACKS.insert(&cur.tid, &CallStack { stack_id, probe, _reserved: 0, sp, ret, taken_ns: now }, 0);
+    };
+    let _ = CALL_STACKS.insert(&cur.tid, &CallStack { stack_id, probe, _reserved: 0, taken_ns: now }, 0);
 }
 
 /// The stack the thread entered call `probe` with, if it is inside one that took one.

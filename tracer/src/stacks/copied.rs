@@ -12,9 +12,10 @@
 //!   one any more), keeping the kernel map from filling with one key per copy;
 //! - an allocation carries the copy's id in its call record, swapped for the interned id
 //!   before the call is counted ([`CopiedStacks::alloc_stack`]);
-//! - the copy taken at the entry of a sync or blocking device-to-host copy is what the
-//!   kernel counts that call's CPU samples and off-CPU spells under (`CALL_STACKS`), folded
-//!   as off-CPU ones are once the thread has entered such a call from elsewhere.
+//! - the copy taken at the entry of a sync or device-to-host copy is what the kernel counts
+//!   that call's CPU samples and off-CPU spells under (`CALL_STACKS`), folded as off-CPU
+//!   ones are once the thread has a newer such copy (a key folded while its site still
+//!   reuses the copy comes back, and is folded again).
 //!
 //! A copy's translation is kept [`KEEP_TRANSLATION`] after it stops being its thread's
 //! latest: the kernel may count under it a little longer (a spell begun before, a sample
