@@ -44,6 +44,7 @@ fn no_stacks_means_no_sites() {
     assert_eq!(code, 0, "{stderr}");
     let d = diagnosis(&r, "host-bound");
     assert!(functions(d).is_empty(), "{d:#}");
+    assert!(r["tracer"]["stacks"].is_null(), "{:#}", r["tracer"]["stacks"]);
 }
 
 #[test]

@@ -162,9 +162,11 @@ fn lost_events(loss: &Loss) -> u64 {
     loss.ring_full + loss.thread_map_full + loss.inflight_full + loss.process_map_full + loss.sched_map_full + loss.io_map_full + loss.undecodable
 }
 
-/// `tracer.stacks`, where any stack was taken.
+/// `tracer.stacks`, where stacks were taken: samples or spells, or allocations with frames
+/// (with `--no-stacks` allocations still come, under no stack).
 fn stack_counts(ev: &crate::evidence::Evidence) -> Option<crate::model::StackCounts> {
-    (!ev.stacks.is_empty() || !ev.alloc_stacks.is_empty()).then(|| crate::stacks::counts::count(&ev.stacks, &ev.alloc_stacks))
+    let taken = !ev.stacks.is_empty() || ev.alloc_stacks.iter().any(|a| !a.frames.is_empty());
+    taken.then(|| crate::stacks::counts::count(&ev.stacks, &ev.alloc_stacks))
 }
 
 fn copy_dir(d: &DirStats) -> CopyDir {

@@ -3,6 +3,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use gputrace_common::{SampleKey, SampleStats};
+
 use crate::{
     discover::{cgroup, kallsyms::KernelSymbols, process},
     evidence::{
@@ -76,8 +78,8 @@ impl SnapshotReader {
 
     /// Symbolize the stacks sampled since the last call while their processes live (a
     /// stack first read after its process exited is named from its remembered mappings).
-    pub fn symbolize_new_stacks(&mut self, kernel: &ProbeSet) {
-        for (key, _) in kernel.samples() {
+    pub fn symbolize_new_stacks(&mut self, kernel: &ProbeSet, samples: &[(SampleKey, SampleStats)]) {
+        for (key, _) in samples {
             self.native.frames(key.tgid, key.stack_id, || kernel.user_stack(key.stack_id));
         }
     }

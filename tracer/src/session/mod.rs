@@ -191,10 +191,10 @@ impl Live {
     /// remember their mappings for after, and forget processes that are gone.
     fn rescan(&mut self) {
         self.drain();
-        self.kernel.fold_copied_samples();
+        let samples = self.kernel.fold_copied_samples();
         rescan_libraries(&mut self.kernel);
         self.snapshots.follow_cuda_processes(&self.kernel);
-        self.snapshots.symbolize_new_stacks(&self.kernel);
+        self.snapshots.symbolize_new_stacks(&self.kernel, &samples);
         self.snapshots.refresh_mappings(&self.kernel);
         reap_gone(&mut self.kernel);
     }
