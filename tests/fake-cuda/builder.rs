@@ -87,5 +87,53 @@ pub fn build_fake_cuda(src: &Path, out: &Path) -> Result<(), String> {
             return Err(format!("{cc} {} failed: {status}", args.join(" ")));
         }
     }
+    build_optimized(&cc, src, &out.join("o2"))
+}
+
+/// The job and its fake CUDA again in `o2/`, as a plain optimized build has them: `-O2 -g`
+/// without frame pointers (`-fomit-frame-pointer` said outright, for compilers whose default
+/// keeps them), so stacks must be unwound by the call frame information; the fake driver
+/// without unwind tables either (`-fno-asynchronous-unwind-tables`), as a stripped vendor
+/// library may be, so a wait inside it is named from the stack its call was entered with;
+/// and `fakejob-nodebug`, the job with its debug information stripped (its symbols kept).
+fn build_optimized(cc: &str, src: &Path, out: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(out).map_err(|e| format!("creating {}: {e}", out.display()))?;
+    let o = |name: &str| out.join(name).display().to_string();
+    let s = |name: &str| src.join(name).display().to_string();
+    let steps: [Vec<String>; 3] = [
+        vec![
+            "-fno-asynchronous-unwind-tables".into(),
+            "-fno-unwind-tables".into(),
+            "-shared".into(),
+            "-fPIC".into(),
+            "-Wl,-soname,libcuda.so.1".into(),
+            "-o".into(),
+            o("libcuda.so.1"),
+            s("libcuda.c"),
+            "-lpthread".into(),
+        ],
+        vec![
+            "-shared".into(),
+            "-fPIC".into(),
+            "-Wl,-soname,libcudart.so.13".into(),
+            "-o".into(),
+            o("libcudart.so.13"),
+            s("libcudart.c"),
+            format!("-L{}", out.display()),
+            "-l:libcuda.so.1".into(),
+            "-Wl,-rpath,$ORIGIN".into(),
+        ],
+        vec!["-o".into(), o("fakejob"), s("fakejob.c"), "-ldl".into(), "-lpthread".into()],
+    ];
+    for args in steps {
+        let status = Command::new(cc).args(["-O2", "-g", "-fomit-frame-pointer"]).args(&args).status().map_err(|e| format!("running {cc}: {e} (install a C compiler)"))?;
+        if !status.success() {
+            return Err(format!("{cc} {} failed: {status}", args.join(" ")));
+        }
+    }
+    let status = Command::new("strip").args(["--strip-debug", "-o"]).arg(o("fakejob-nodebug")).arg(o("fakejob")).status().map_err(|e| format!("running strip: {e}"))?;
+    if !status.success() {
+        return Err(format!("strip --strip-debug failed: {status}"));
+    }
     Ok(())
 }

@@ -32,6 +32,34 @@ pub fn fakejob() -> PathBuf {
     fake_cuda_dir().join("fakejob")
 }
 
+/// The job and fake CUDA built `-O2 -g` without frame pointers (`o2/fakejob`), and the job
+/// with its debug information stripped (`o2/fakejob-nodebug`).
+#[must_use]
+pub fn optimized_dir() -> PathBuf {
+    fake_cuda_dir().join("o2")
+}
+
+/// `gputrace run --json -- PROGRAM ARGS --lib-dir DIR` for a fake job built in `dir`, its
+/// fake CUDA found there: the report, exit code and stderr.
+#[must_use]
+pub fn run_job_in(dir: &std::path::Path, program: &str, args: &[&str]) -> (Value, i32, String) {
+    let out = Command::new(gputrace())
+        .env("LD_LIBRARY_PATH", dir)
+        .args(["run", "--json", "--"])
+        .arg(dir.join(program))
+        .args(args)
+        .arg("--lib-dir")
+        .arg(dir)
+        .output()
+        .expect("gputrace runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let report =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{stdout}\nstderr:\n{stderr}"));
+    assert_valid(&report);
+    (report, out.status.code().unwrap_or(-1), stderr)
+}
+
 /// These tests load eBPF programs: they need root. Not being root fails them, loudly.
 pub fn require_root() {
     // SAFETY: geteuid has no preconditions.

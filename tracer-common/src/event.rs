@@ -20,6 +20,9 @@ pub const KIND_SCHED_FINAL: u32 = 40;
 pub const KIND_LONG_SLEEP: u32 = 41;
 /// A block request of the traced tree completed ([`IoEvent`]).
 pub const KIND_IO: u32 = 50;
+/// A traced thread's user registers and the top of its user stack, for user space to unwind
+/// with the call frame information ([`UserStackEvent`]). Consumed live, never recorded.
+pub const KIND_USER_STACK: u32 = 60;
 
 /// `clone_flags` bit that marks a new thread rather than a new process (linux/sched.h).
 pub const CLONE_THREAD: u64 = 0x0001_0000;
@@ -120,3 +123,75 @@ pub struct IoEvent {
     pub error: i32,
 }
 const _: () = assert!(core::mem::size_of::<IoEvent>() == 24 + 24);
+
+/// Bytes of user stack a [`UserStackEvent`] can hold: the page the stack pointer is in (from it
+/// up) and the next one, so 4–8 KiB. perf's `--call-graph dwarf` copies 8 KiB by default; a C
+/// or C++ job's frames up to `main` fit in that, a deep Python interpreter's reach its frame
+/// boundary (docs/architecture.md, "Native stacks").
+pub const STACK_COPY_BYTES: usize = 8192;
+
+/// Where a [`UserStackEvent`] was taken: what its `id` is counted under.
+pub mod stack_source {
+    /// The CPU sampler: one sample, counted by user space under the stack it unwinds to.
+    pub const CPU: u32 = 1;
+    /// A switch out to sleep or block: `id` is the off-CPU spell's `SampleKey::stack_id`.
+    pub const OFF_CPU: u32 = 2;
+    /// The entry of a device allocation: `id` is in the call's `slot::ALLOC_STACK`.
+    pub const ALLOC: u32 = 3;
+    /// The entry of a sync or a device-to-host copy (`takes_call_stack`): CPU samples and
+    /// off-CPU spells inside the call count under `id` (`CALL_STACKS`).
+    pub const CALL: u32 = 4;
+}
+
+/// Set on the stack ids that name a [`UserStackEvent`] (its `id`) rather than a stack of a
+/// stack-trace map (ids below 2^32): bits 40..48 hold the CPU, bits 0..40 its count.
+pub const COPIED_STACK_BIT: u64 = 1 << 62;
+
+/// A traced thread's user registers where a stack is wanted (`source`), and what follows
+/// them in a [`UserStackEvent`]: the top of its user stack, for user space to unwind with the
+/// call frame information (`.eh_frame`, `.debug_frame`) when frame pointers are missing.
+/// `fp_stack_id` is the frame-pointer stack taken at the same moment, the fallback.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UserStackHead {
+    /// `probe`: the CUDA call the thread was in, or `host::stacks::HOST`.
+    pub header: EventHeader,
+    /// [`COPIED_STACK_BIT`] | CPU << 40 | count: unique for the session.
+    pub id: u64,
+    /// The frame-pointer stack of the same moment (`USER_STACKS`, or `ALLOC_STACKS` for
+    /// allocations); negative where it could not be taken.
+    pub fp_stack_id: i64,
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    /// One of [`stack_source`].
+    pub source: u32,
+    /// Bytes of the stack copied from `sp` up (0: none could be read).
+    pub len: u32,
+    /// The return addresses of the thread's latest probed calls, as they were before their
+    /// return probes replaced them on the stack with the kernel's trampoline ([`ReturnAddrs`]).
+    pub returns: ReturnAddrs,
+}
+const _: () = assert!(core::mem::size_of::<UserStackHead>() == 24 + 8 * 5 + 8 + 32);
+
+/// Where the return addresses of a thread's two latest probed calls were on its stack, and
+/// what they were: a return probe swaps each for the address of the kernel's trampoline
+/// (`[uprobes]`) until the call returns, so a stack copied inside the call must have them put
+/// back to be unwound past it. Kept per thread (`RETURN_ADDRS`); slot 0 is the latest call's.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReturnAddrs {
+    /// Addresses of the stack words that held the return addresses (0: none).
+    pub slots: [u64; 2],
+    pub values: [u64; 2],
+}
+const _: () = assert!(core::mem::size_of::<ReturnAddrs>() == 32);
+
+/// [`UserStackHead`] and the stack bytes from `sp` up (`len` of them valid).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct UserStackEvent {
+    pub head: UserStackHead,
+    pub stack: [u8; STACK_COPY_BYTES],
+}
+const _: () = assert!(core::mem::size_of::<UserStackEvent>() == core::mem::size_of::<UserStackHead>() + STACK_COPY_BYTES);

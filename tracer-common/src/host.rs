@@ -122,6 +122,36 @@ pub struct OffCpuStart {
 }
 const _: () = assert!(core::mem::size_of::<OffCpuStart>() == 24);
 
+/// The stack a traced thread entered its latest sync or device-to-host copy with
+/// (`probe::takes_call_stack`): while it is inside that call, its CPU samples and off-CPU
+/// spells are counted under it, so that the wait is named at the caller's line whether or
+/// not the driver's own frames can be unwound. Kept per thread (`CALL_STACKS`, `probe` the
+/// call's) and per call site (`CALL_SITES`, `taken_ns` when copied): a site's stack is
+/// retaken at most every [`stacks::OFF_CPU_RETAKE_NS`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallStack {
+    pub stack_id: i64,
+    pub probe: u32,
+    #[expect(clippy::pub_underscore_fields, reason = "explicit padding: wire types have no implicit padding")]
+    pub _reserved: u32,
+    pub taken_ns: u64,
+}
+const _: () = assert!(core::mem::size_of::<CallStack>() == 24);
+
+/// A call site of a thread: its stack pointer and return address at the call's entry (the
+/// key of `CALL_SITES`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CallSite {
+    pub tid: u32,
+    #[expect(clippy::pub_underscore_fields, reason = "explicit padding: wire types have no implicit padding")]
+    pub _reserved: u32,
+    pub sp: u64,
+    pub ret: u64,
+}
+const _: () = assert!(core::mem::size_of::<CallSite>() == 24);
+
 /// Stack sampling constants shared by both sides.
 pub mod stacks {
     /// CPU samples per second and thread: 99, not 100, so as not to beat with 10 ms timers.

@@ -11,7 +11,7 @@ pub mod host;
 pub mod probe;
 
 pub use event::*;
-pub use host::{IoKey, IoStart, Layout, OffCpuStart, SampleKey, SampleStats, ThreadSched, WakeKey, WakeStats};
+pub use host::{CallSite, CallStack, IoKey, IoStart, Layout, OffCpuStart, SampleKey, SampleStats, ThreadSched, WakeKey, WakeStats};
 pub use probe::*;
 
 /// Capacity of the per-thread counter map. A thread's entry is folded into user-space totals
@@ -50,7 +50,10 @@ pub mod loss {
     /// A stack sample or off-CPU spell could not be counted (the `SAMPLES` map was full):
     /// the call sites (`diagnoses[].sites`) are partial.
     pub const SAMPLE_MAP_FULL: u32 = 9;
-    pub const COUNT: u32 = 10;
+    /// A user stack could not be copied for unwinding (the ring buffer was full): its frame
+    /// pointer stack stands in for it.
+    pub const STACK_COPY_FAILED: u32 = 10;
+    pub const COUNT: u32 = 11;
 }
 
 /// Per-thread counters kept in the kernel: one hit count per probe, plus the state the launch
@@ -118,4 +121,10 @@ mod pod {
     unsafe impl aya::Pod for super::SampleStats {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::OffCpuStart {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::ReturnAddrs {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::CallStack {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::CallSite {}
 }

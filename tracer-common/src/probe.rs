@@ -400,6 +400,22 @@ pub const fn drains_queue_after(id: u32, args: &[u64; CALL_ARGS]) -> bool {
     }
 }
 
+/// Whether the call's entry takes the caller's stack, for the samples and off-CPU spells of
+/// the wait inside it ([`crate::host::CallStack`]): a call that drains the queue, or a copy
+/// that brings (or may bring: unified addresses) device memory to the host.
+#[must_use]
+pub const fn takes_call_stack(id: u32, args: &[u64; CALL_ARGS]) -> bool {
+    match spec_of(id) {
+        Some(s) if s.drains_queue => true,
+        Some(s) => match s.copy {
+            CopyDir::DeviceToHost | CopyDir::Infer => true,
+            CopyDir::FromStruct2D | CopyDir::FromStruct3D => crate::cuda::device_to_host(args),
+            _ => false,
+        },
+        None => false,
+    }
+}
+
 /// Struct layout a 2D/3D copy probe reads at entry, `None` for every other probe
 /// (compile-time helper for eBPF).
 #[must_use]

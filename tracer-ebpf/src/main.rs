@@ -6,6 +6,7 @@
 
 mod maps;
 mod probes;
+mod stack_copy;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -39,7 +39,7 @@ pub static EVENTS: RingBuf = RingBuf::with_byte_size(RING_BYTES, 0);
 /// is never left unread for long; an eighth of the ring leaves room for bursts meanwhile.
 const WAKEUP_BYTES: u64 = (RING_BYTES / 8) as u64;
 /// `bpf_ringbuf_query` / `bpf_ringbuf_submit` flags (include/uapi/linux/bpf.h).
-const BPF_RB_AVAIL_DATA: u64 = 0;
+pub const BPF_RB_AVAIL_DATA: u64 = 0;
 const BPF_RB_NO_WAKEUP: u64 = 1;
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
 /// Submit flags that wake the reader whatever is queued before (flags 0 wake it only when the

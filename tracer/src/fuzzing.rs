@@ -15,10 +15,11 @@ use crate::{
         replay::{replay_from, ReplayError},
     },
     report,
+    stacks::unwind::{walk_raw, FileUnwindInfo, Regs, MAX_STEPS},
 };
 
 /// The names of the targets, as `fuzz/fuzz_targets/NAME.rs`.
-pub const TARGETS: &[&str] = &["decode_event", "read_recording", "replay_frames", "parse_proc", "parse_elf"];
+pub const TARGETS: &[&str] = &["decode_event", "read_recording", "replay_frames", "parse_proc", "parse_elf", "unwind_cfi"];
 
 /// Run target `name` on `data`.
 pub fn run(name: &str, data: &[u8]) {
@@ -28,6 +29,7 @@ pub fn run(name: &str, data: &[u8]) {
         "replay_frames" => replay_frames(data),
         "parse_proc" => parse_proc(data),
         "parse_elf" => parse_elf(data),
+        "unwind_cfi" => unwind_cfi(data),
         _ => {}
     }
 }
@@ -81,6 +83,38 @@ pub fn parse_elf(data: &[u8]) {
     let _ = symbols::offsets_in(data, &["cuLaunchKernel", "cuMemcpyHtoD_v2"]);
 }
 
+/// Unwind tables and a copied stack, both the traced process's to make:
+/// `[u64 .eh_frame address][u32 length][.eh_frame][u64 bias][u64 ip][u64 sp][u64 bp][stack bytes]`.
+/// The walk must end, within its step limit, reading only the stack given.
+pub fn unwind_cfi(data: &[u8]) {
+    let word = |at: usize| data.get(at..at + 8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or_default()));
+    let len = data.get(8..12).map_or(0, |b| u32::from_le_bytes(b.try_into().unwrap_or_default()) as usize).min(data.len().saturating_sub(12));
+    let start = data.len().min(12);
+    let eh_frame = &data[start..start + len];
+    let at = start + len;
+    let regs = Regs { ip: word(at + 8), sp: word(at + 16), bp: word(at + 24) };
+    let stack = data.get(at + 32..).unwrap_or_default();
+    let unwound = walk_raw(eh_frame, word(0), word(at), regs, stack);
+    assert!(unwound.ips.len() <= MAX_STEPS);
+}
+
+/// This test binary's own `.eh_frame` and a copy of its own stack, in `unwind_cfi`'s layout.
+fn seed_unwind() -> Vec<u8> {
+    let (regs, stack) = crate::stacks::unwind_cost::copy_at_depth(8);
+    let Ok(text) = crate::discover::procfs::read_text("/proc/self/maps") else { return Vec::new() };
+    let Some(m) = maps::parse(&text).0.into_iter().find(|m| m.executable() && m.contains(regs.ip)) else { return Vec::new() };
+    let Some(info) = std::fs::read(&m.path).ok().and_then(|bytes| FileUnwindInfo::parse(&bytes[..]).ok()) else { return Vec::new() };
+    let (Some(bias), Some((address, eh_frame))) = (info.bias(&m), info.eh_frame()) else { return Vec::new() };
+    let mut out = address.to_le_bytes().to_vec();
+    out.extend((eh_frame.len() as u32).to_le_bytes());
+    out.extend(eh_frame);
+    for w in [bias, regs.ip, regs.sp, regs.bp] {
+        out.extend(w.to_le_bytes());
+    }
+    out.extend(stack);
+    out
+}
+
 /// Seed inputs per target, built here rather than checked in.
 #[must_use]
 pub fn seeds(name: &str) -> Vec<Vec<u8>> {
@@ -97,6 +131,7 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
             b"\tfield:long prev_state;\toffset:24;\tsize:8;\tsigned:1;\n".to_vec(),
         ],
         "parse_elf" => std::env::current_exe().ok().and_then(|p| std::fs::read(p).ok()).into_iter().collect(),
+        "unwind_cfi" => vec![seed_unwind()],
         _ => Vec::new(),
     }
 }
@@ -216,6 +251,15 @@ mod tests {
         for (t, name) in TARGETS.iter().enumerate() {
             // The ELF seed is this test binary: large, so fewer mutations.
             let n = if *name == "parse_elf" { 20 } else { 400 };
+            if *name == "unwind_cfi" {
+                // The seed walks: its own tables and stack unwind past a few frames.
+                let seed = seeds(name).concat();
+                let word = |at: usize| u64::from_le_bytes(seed[at..at + 8].try_into().expect("a word"));
+                let at = 12 + u32::from_le_bytes(seed[8..12].try_into().expect("length")) as usize;
+                let regs = Regs { ip: word(at + 8), sp: word(at + 16), bp: word(at + 24) };
+                let unwound = walk_raw(&seed[12..at], word(0), word(at), regs, &seed[at + 32..]);
+                assert!(unwound.ips.len() > 5 && unwound.complete, "{unwound:?}");
+            }
             for seed in seeds(name) {
                 run(name, &seed);
                 for m in mutations(&seed, n, 0x9e37_79b9_7f4a_7c15 ^ t as u64) {

@@ -847,6 +847,10 @@ pub struct Tracer {
     /// the time, for what share of the window, and whether the budget was met.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampling: Option<Sampling>,
+    /// How the native stacks fared (absent with `--no-stacks`, and in reports made before it
+    /// existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stacks: Option<StackCounts>,
 }
 
 /// The estimated cost of tracing to the job (docs/report.md, `tracer.overhead`).
@@ -907,7 +911,37 @@ pub struct Loss {
     /// Stack samples not counted (the sample map was full): the sites are partial.
     #[serde(default)]
     pub sample_map_full: u64,
+    /// User stacks not copied for unwinding (the ring buffer was half full): their frame
+    /// pointer stacks stood in, shorter where the code has no frame pointers. Not a lost event.
+    #[serde(default)]
+    pub stack_copy_failed: u64,
     pub undecodable: u64,
+}
+
+/// How the native stacks fared (docs/report.md, `tracer.stacks`): taken, and of them usable,
+/// cut short or failed, weighted by what each stands for (samples, off-CPU spells,
+/// allocations). Sites' shares are of usable stacks only.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct StackCounts {
+    pub taken: u64,
+    /// Stacks that reach code beyond the system's and CUDA's libraries, or a thread's root.
+    pub usable: u64,
+    /// Stacks of system or CUDA frames only, that stop before the code calling them.
+    pub cut_short: u64,
+    /// Stacks with no frame at all.
+    pub failed: u64,
+    /// The same, per process.
+    pub processes: Vec<ProcessStackCounts>,
+}
+
+/// [`StackCounts`] of one process.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ProcessStackCounts {
+    pub pid: u32,
+    pub taken: u64,
+    pub usable: u64,
+    pub cut_short: u64,
+    pub failed: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]

@@ -9,9 +9,11 @@
 //! (a device-to-host copy whose probe the kernel single-steps, and a synchronize) timed
 //! untraced and traced, beside the report's `tracer.overhead.estimated_s`.
 //!
-//! Last, start-up and exit (issue 15): `gputrace run` of a short job, from gputrace's start
+//! Then start-up and exit (issue 15): `gputrace run` of a short job, from gputrace's start
 //! to probes armed (`attach_ms`, goal ≤ 200 ms) and from the end of the window to gputrace's
 //! exit (goal ≤ 1 s).
+//!
+//! Last, what unwinding native stacks costs (`bench_unwind.rs`).
 
 use std::{
     io::{BufRead as _, BufReader, Write as _},
@@ -164,7 +166,7 @@ fn kill(pid: u32, signal: &str) {
     let _ = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status();
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
@@ -192,7 +194,8 @@ pub fn run(release: &Path, fake: &Path) -> Result<()> {
         ours / floor
     );
     estimate_accuracy(release, fake)?;
-    startup_and_exit(release, fake)
+    startup_and_exit(release, fake)?;
+    crate::bench_unwind::run(release, fake)
 }
 
 /// Start-up and exit of `gputrace run` on a short job: medians of `REPEATS` runs.

@@ -4,6 +4,7 @@
 //! first, so the README's two commands work on a fresh machine.
 
 mod bench;
+mod bench_unwind;
 mod dist;
 mod toolchain;
 
@@ -34,8 +35,13 @@ enum Task {
     Demo,
     /// Build everything and run every test, privileged integration tests included.
     Test,
-    /// Measure the added cost per traced launch against a bare uprobe (root; docs/benchmarks.md).
-    Bench,
+    /// Measure the added cost per traced launch against a bare uprobe, and of unwinding
+    /// native stacks (root; docs/benchmarks.md).
+    Bench {
+        /// Only the cost of unwinding native stacks.
+        #[arg(long)]
+        unwind: bool,
+    },
     /// Build the release artifacts into target/dist: tarball, debug info, .deb (docs/install.md).
     Dist,
     /// Fuzz the parsers of untrusted bytes with cargo-fuzz (installed if missing; nightly).
@@ -48,7 +54,7 @@ enum Task {
     },
 }
 
-const FUZZ_TARGETS: &[&str] = &["decode_event", "read_recording", "replay_frames", "parse_proc", "parse_elf"];
+const FUZZ_TARGETS: &[&str] = &["decode_event", "read_recording", "replay_frames", "parse_proc", "parse_elf", "unwind_cfi"];
 
 /// Seed the corpora (written by a test of the library, which knows the formats), then run
 /// each target for `seconds`. Crashes land in fuzz/artifacts/; keep one as a regression by
@@ -197,12 +203,16 @@ fn main() -> Result<()> {
         Task::Build => build().map(|_| ()),
         Task::Demo => demo(),
         Task::Test => test(),
-        Task::Bench => {
+        Task::Bench { unwind } => {
             let gputrace = build()?;
             let release = gputrace.parent().context("target/release")?.to_path_buf();
             let fake = root().join("target/fake-cuda");
             builder::build_fake_cuda(&root().join("tests/fake-cuda"), &fake).map_err(anyhow::Error::msg)?;
-            bench::run(&release, &fake)
+            if unwind {
+                bench_unwind::run(&release, &fake)
+            } else {
+                bench::run(&release, &fake)
+            }
         }
         Task::Dist => {
             let a = dist::dist(&root(), &build()?)?;

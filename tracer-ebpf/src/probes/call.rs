@@ -16,10 +16,13 @@ use aya_ebpf::{
 use gputrace_common::{
     copy_layout,
     cuda::{memory_type, slot, CopyLayout},
-    drains_queue_after, is_probe, loss, out_arg, CallEvent, EventHeader, InflightCall, CALL_ARGS, KIND_CALL,
+    drains_queue_after, is_probe, loss, out_arg, stack_source, takes_call_stack, CallEvent, EventHeader, InflightCall, CALL_ARGS, KIND_CALL,
 };
 
-use crate::maps::{count_loss, cuda_caller, stacks_on, thread_counters, Current, BPF_F_USER_STACK, ALLOC_STACKS, EVENTS, INFLIGHT, THREADS};
+use crate::{
+    maps::{count_loss, cuda_caller, stacks_on, thread_counters, Current, ALLOC_STACKS, BPF_F_USER_STACK, EVENTS, INFLIGHT, THREADS, USER_STACKS},
+    stack_copy::{copy_user_stack, remember_return, take_call_stack},
+};
 
 #[inline(always)]
 fn inflight_key(tid: u32, probe: u32) -> u64 {
@@ -63,16 +66,38 @@ fn on_enter(ctx: &ProbeContext, probe: u32, alloc_stack: bool) -> u32 {
         args[i] = ctx.arg::<u64>(i).unwrap_or(0);
         i += 1;
     }
+    note_entry(ctx, &cur, probe, &args);
     if alloc_stack {
         args[slot::ALLOC_STACK] = if stacks_on() {
             // SAFETY: the helper walks the user stack with its own checked reads.
-            unsafe { ALLOC_STACKS.get_stackid(ctx, BPF_F_USER_STACK) }.map_or(u64::MAX, |id| id as u64)
+            let fp_stack_id = unsafe { ALLOC_STACKS.get_stackid(ctx, BPF_F_USER_STACK) }.unwrap_or(-1);
+            // The copy's id where there is one (user space swaps it for the stack it
+            // unwinds to before the call is counted), else the frame-pointer stack's.
+            copy_user_stack(&cur, stack_source::ALLOC, probe, fp_stack_id).unwrap_or(fp_stack_id as u64)
         } else {
             u64::MAX
         };
     }
     remember(&cur, probe, args);
     0
+}
+
+/// Where this call's return address is, for stacks copied inside it (`remember_return`),
+/// and for a sync or a device-to-host copy, the caller's stack (`take_call_stack`); only
+/// when stacks are taken.
+#[inline(always)]
+fn note_entry(ctx: &ProbeContext, cur: &Current, probe: u32, args: &[u64; CALL_ARGS]) {
+    if !stacks_on() {
+        return;
+    }
+    // SAFETY: the probe context's registers are the traced thread's at the call's entry.
+    let sp = unsafe { (*ctx.regs).rsp };
+    let ret = remember_return(cur.tid, sp);
+    if takes_call_stack(probe, args) {
+        // SAFETY: the map is a stack-trace map; the helper walks the user stack with its own
+        // checked reads.
+        take_call_stack(cur, probe, sp, ret, || unsafe { USER_STACKS.get_stackid(ctx, BPF_F_USER_STACK) }.unwrap_or(-1));
+    }
 }
 
 /// One field of a struct in the traced process; 0 if it cannot be read.
@@ -106,6 +131,7 @@ fn on_enter_struct_copy(ctx: &ProbeContext, probe: u32, layout: &CopyLayout) -> 
     args[slot::DST_TYPE] = dst_type;
     args[slot::DST_PTR] = user_field::<u64>(base, dst_at);
     args[slot::BYTES] = bytes;
+    note_entry(ctx, &cur, probe, &args);
     remember(&cur, probe, args);
     0
 }

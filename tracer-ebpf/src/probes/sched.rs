@@ -9,14 +9,17 @@ use aya_ebpf::{
 };
 use gputrace_common::{
     host::{prev_state, stacks::OFF_CPU_RETAKE_NS, state, LONG_SLEEP_NS},
-    loss, EventHeader, LongSleepEvent, OffCpuStart, SampleKey, SchedFinalEvent, ThreadSched, WakeKey, WakeStats, KIND_LONG_SLEEP,
+    loss, stack_source, EventHeader, LongSleepEvent, OffCpuStart, SampleKey, SchedFinalEvent, ThreadSched, WakeKey, WakeStats, KIND_LONG_SLEEP,
     KIND_SCHED_FINAL,
 };
 
 use super::layout::layout;
-use crate::maps::{
-    count_loss, count_sample, current_call, stacks_on, BPF_F_USER_STACK, EVENTS, OFF_CPU, PREEMPTED_BY, SCHED, THREADS, TRACED,
-    USER_STACKS, WAKES, WAKE_STACKS,
+use crate::{
+    maps::{
+        count_loss, count_sample, current_call, stacks_on, Current, BPF_F_USER_STACK, EVENTS, OFF_CPU, PREEMPTED_BY, SCHED, THREADS,
+        TRACED, USER_STACKS, WAKES, WAKE_STACKS,
+    },
+    stack_copy::{call_stack, copy_user_stack},
 };
 
 /// Close the interval of the thread's current state at `now`.
@@ -54,26 +57,43 @@ pub fn sched_switch(ctx: TracePointContext) -> u32 {
         if stacks_on() && prev & prev_state::PREEMPTED == 0 && prev & (prev_state::EXIT_DEAD | prev_state::EXIT_ZOMBIE) == 0 && prev != 0 {
             // Going to sleep or to block: remember where, for the wakeup to charge the spell to.
             let probe = current_call(tid);
-            match OFF_CPU.get_ptr_mut(&tid) {
-                // SAFETY: map value pointer; only this thread's switches write it.
-                Some(o) if now.saturating_sub(unsafe { (*o).taken_ns }) < OFF_CPU_RETAKE_NS => unsafe { (*o).probe = probe },
-                _ => {
-                    // SAFETY: the map is a stack-trace map; the current task is the one switching out.
-                    let stack_id = unsafe { USER_STACKS.get_stackid(&ctx, BPF_F_USER_STACK) }.unwrap_or(-1);
-                    let start = OffCpuStart { stack_id, probe, _reserved: 0, taken_ns: now };
-                    let _ = OFF_CPU.insert(&tid, &start, 0);
+            // Inside a sync or blocking copy: the stack the call was entered with, always
+            // (a stack taken just before, in host code, says nothing about the wait).
+            if let Some(stack_id) = call_stack(tid, probe) {
+                // Taken at 0: the next switch out of host code takes a stack of its own.
+                let _ = OFF_CPU.insert(&tid, &OffCpuStart { stack_id, probe, _reserved: 0, taken_ns: 0 }, 0);
+            } else {
+                match OFF_CPU.get_ptr_mut(&tid) {
+                    // SAFETY: map value pointer; only this thread's switches write it.
+                    Some(o) if now.saturating_sub(unsafe { (*o).taken_ns }) < OFF_CPU_RETAKE_NS => unsafe { (*o).probe = probe },
+                    _ => {
+                        // SAFETY: the map is a stack-trace map; the current task is the one switching out.
+                        let fp_stack_id = unsafe { USER_STACKS.get_stackid(&ctx, BPF_F_USER_STACK) }.unwrap_or(-1);
+                        // The spell is counted under the copy's id where there is one: user
+                        // space knows the stack it unwinds to.
+                        let cur = Current { tgid, tid };
+                        let stack_id = copy_user_stack(&cur, stack_source::OFF_CPU, probe, fp_stack_id).map_or(fp_stack_id, |id| id as i64);
+                        let start = OffCpuStart { stack_id, probe, _reserved: 0, taken_ns: now };
+                        let _ = OFF_CPU.insert(&tid, &start, 0);
+                    }
                 }
             }
         }
     }
 
+    switch_in(next, now);
+    0
+}
+
+/// The next task starts running: close its waiting interval.
+#[inline(always)]
+fn switch_in(next: u32, now: u64) {
     if let Some(s) = SCHED.get_ptr_mut(&next) {
         // SAFETY: map value pointer; the thread is switched in on this CPU only.
         let s = unsafe { &mut *s };
         account(s, now);
         s.state = state::RUNNING;
     }
-    0
 }
 
 #[inline(always)]

@@ -2,8 +2,8 @@
 //! recording may be damaged or crafted), so every length is checked and nothing panics.
 
 use gputrace_common::{
-    CallEvent, EventHeader, IdleEndEvent, IoEvent, LongSleepEvent, SchedFinalEvent, TaskEvent, KIND_CALL, KIND_IDLE_END, KIND_IO,
-    KIND_LONG_SLEEP, KIND_SCHED_FINAL, KIND_TASK_EXEC, KIND_TASK_EXIT, KIND_TASK_NEW,
+    CallEvent, EventHeader, IdleEndEvent, IoEvent, LongSleepEvent, SchedFinalEvent, TaskEvent, UserStackHead, KIND_CALL, KIND_IDLE_END,
+    KIND_IO, KIND_LONG_SLEEP, KIND_SCHED_FINAL, KIND_TASK_EXEC, KIND_TASK_EXIT, KIND_TASK_NEW, KIND_USER_STACK, STACK_COPY_BYTES,
 };
 
 /// One decoded record.
@@ -52,6 +52,7 @@ impl Record for TaskEvent {}
 impl Record for SchedFinalEvent {}
 impl Record for IoEvent {}
 impl Record for LongSleepEvent {}
+impl Record for UserStackHead {}
 
 fn read<T: Record>(bytes: &[u8], kind: u32) -> Result<T, DecodeError> {
     let expected = size_of::<T>();
@@ -81,6 +82,36 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         KIND_IO => Event::Io(read(bytes, kind)?),
         _ => return Err(DecodeError::UnknownKind { kind }),
     })
+}
+
+/// A copied user stack (`KIND_USER_STACK`), read in place: at 8 KiB it is no [`Event`]
+/// (those are copied about), and it is consumed as it is drained, never recorded.
+#[derive(Clone, Copy, Debug)]
+pub struct UserStack<'a> {
+    pub event: UserStackHead,
+    /// The copied bytes from `event.sp` up (`event.len` of them, at most what the record holds).
+    pub stack: &'a [u8],
+}
+
+/// The copied user stack in `bytes`, if it is one (None: another kind of record). A record of
+/// the wrong size is an error, as for every kind.
+#[must_use]
+pub fn user_stack(bytes: &[u8]) -> Option<Result<UserStack<'_>, DecodeError>> {
+    let head_len = size_of::<UserStackHead>();
+    let header: EventHeader = read(bytes.get(..size_of::<EventHeader>())?, 0).ok()?;
+    if header.kind != KIND_USER_STACK {
+        return None;
+    }
+    let expected = head_len + STACK_COPY_BYTES;
+    if bytes.len() != expected {
+        return Some(Err(DecodeError::WrongSize { kind: header.kind, len: bytes.len(), expected }));
+    }
+    let event: UserStackHead = match read(&bytes[..head_len], KIND_USER_STACK) {
+        Ok(e) => e,
+        Err(e) => return Some(Err(e)),
+    };
+    let len = (event.len as usize).min(STACK_COPY_BYTES);
+    Some(Ok(UserStack { event, stack: &bytes[head_len..head_len + len] }))
 }
 
 /// The bytes of a record, as the kernel writes them (used by tests and recordings).
@@ -146,6 +177,22 @@ mod tests {
         assert!(matches!(decode(&long), Err(DecodeError::WrongSize { .. })));
         let unknown = encode(&Event::IdleEnd(IdleEndEvent { header: header(999), drained_at_ns: 0 }));
         assert_eq!(decode(&unknown), Err(DecodeError::UnknownKind { kind: 999 }));
+    }
+
+    #[test]
+    fn a_copied_stack_is_read_in_place_and_its_length_bounded() {
+        let head = UserStackHead { header: header(KIND_USER_STACK), id: 9, fp_stack_id: -1, ip: 1, sp: 2, bp: 3, source: 1, len: u32::MAX, ..UserStackHead::default() };
+        let mut bytes = {
+            // SAFETY: plain integers without padding (size pinned in gputrace-common).
+            unsafe { std::slice::from_raw_parts(std::ptr::from_ref(&head).cast::<u8>(), size_of::<UserStackHead>()) }.to_vec()
+        };
+        bytes.resize(size_of::<UserStackHead>() + STACK_COPY_BYTES, 7);
+        let copy = user_stack(&bytes).expect("a stack record").expect("well formed");
+        assert_eq!((copy.event.id, copy.stack.len()), (9, STACK_COPY_BYTES));
+        bytes.pop();
+        assert!(matches!(user_stack(&bytes), Some(Err(DecodeError::WrongSize { .. }))));
+        assert!(user_stack(&encode(&Event::IdleEnd(IdleEndEvent { header: header(KIND_IDLE_END), drained_at_ns: 0 }))).is_none());
+        assert!(user_stack(&[1, 2]).is_none());
     }
 
     #[test]

@@ -10,7 +10,7 @@ use crate::{
     evidence::Evidence,
     model::{Diagnosis, DiagnosisId},
     stacks::{
-        sites::{is_data_loading, preferred, top, Wanted},
+        sites::{is_data_loading, preferred, top, Wanted, FEW_STACKS},
         Activity, StackTime,
     },
 };
@@ -50,6 +50,7 @@ pub fn attach(found: &mut Vec<Diagnosis>, ev: &Evidence, threads: &[u32]) {
         }
         if let Some((activities, on_cpu)) = wanted(d.id) {
             d.sites = top(&ev.stacks, &Wanted { activities, on_cpu, tids: threads }, SITES);
+            note_few_stacks(d);
         }
     }
     let inputs: Vec<usize> = found.iter().enumerate().filter(|(_, d)| d.id == DiagnosisId::InputStarved).map(|(i, _)| i).collect();
@@ -58,6 +59,13 @@ pub fn attach(found: &mut Vec<Diagnosis>, ev: &Evidence, threads: &[u32]) {
         found.remove(i);
     }
     fold_into_checkpoint(found);
+}
+
+/// Say so where the costliest site rests on few stacks: its share is then rough.
+pub fn note_few_stacks(d: &mut Diagnosis) {
+    if let Some(n) = d.sites.first().and_then(|s| s.stacks).filter(|&n| n < FEW_STACKS) {
+        d.evidence.push(format!("its first site rests on {n} stack{} only: its share is rough", if n == 1 { "" } else { "s" }));
+    }
 }
 
 /// The stacks a diagnosis is charged with, those its sites are ranked from (Python stacks

@@ -27,10 +27,12 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use gputrace_common::{
-    globals, host::LAYOUT_GLOBAL, loss, ProbeSpec, SampleKey, SampleStats, ThreadCounters, ThreadSched, WakeKey, WakeStats, PROBES,
+    globals, host::LAYOUT_GLOBAL, loss, stack_source, ProbeSpec, SampleKey, SampleStats, ThreadCounters, ThreadSched, WakeKey, WakeStats, PROBES,
 };
 
 use crate::{
+    decode::UserStack,
+    stacks::copied::{self, CopiedStacks, UnwindCounts},
     discover::{
         files::{self, open_same_file, Links},
         libraries::Library,
@@ -111,6 +113,9 @@ pub struct ProbeSet {
     samples: BpfHashMap<MapData, SampleKey, SampleStats>,
     user_stacks: aya::maps::StackTraceMap<MapData>,
     alloc_stacks: aya::maps::StackTraceMap<MapData>,
+    /// Copied user stacks, unwound (`stacks::copied`): samples, spells and allocations count
+    /// under their interned ids.
+    copied: CopiedStacks,
     attached: BTreeMap<(u64, u64), AttachedLibrary>,
     /// The attached libraries' files, open: their probes name them by descriptor.
     library_files: Vec<OwnedFd>,
@@ -309,6 +314,7 @@ impl ProbeSet {
                 samples,
                 user_stacks,
                 alloc_stacks,
+                copied: CopiedStacks::default(),
                 attached: BTreeMap::new(),
                 library_files: Vec::new(),
                 launch_sites: Vec::new(),
@@ -571,23 +577,67 @@ impl ProbeSet {
         self.threads_id
     }
 
-    /// CPU samples and off-CPU spells by user stack, cumulative (`SAMPLES`).
+    /// CPU samples and off-CPU spells by user stack, cumulative: the kernel's (`SAMPLES`) and
+    /// those of copied stacks, under their interned ids.
     #[must_use]
     pub fn samples(&self) -> Vec<(SampleKey, SampleStats)> {
-        self.samples.iter().filter_map(std::result::Result::ok).collect()
+        self.copied.samples(self.samples.iter().filter_map(std::result::Result::ok).collect())
     }
 
     /// The instruction pointers of a traced thread's user stack, innermost first.
     #[must_use]
     pub fn user_stack(&self, id: i64) -> Vec<u64> {
+        if copied::is_interned(id) {
+            return self.copied.ips(id);
+        }
         stack_ips(&self.user_stacks, id)
     }
 
     /// The instruction pointers of a device allocation's user stack (`ALLOC_STACKS`, the id
-    /// an allocation call carries), innermost first.
+    /// an allocation call carries, or an interned copied stack), innermost first.
     #[must_use]
     pub fn alloc_stack(&self, id: i64) -> Vec<u64> {
+        if copied::is_interned(id) {
+            return self.copied.ips(id);
+        }
         stack_ips(&self.alloc_stacks, id)
+    }
+
+    /// Unwind a stack the kernel copied, and count or remember it (`stacks::copied`).
+    pub fn take_copied_stack(&mut self, copy: &UserStack<'_>) {
+        let maps = if copy.event.source == stack_source::ALLOC { &self.alloc_stacks } else { &self.user_stacks };
+        self.copied.take(copy, |id| stack_ips(maps, id));
+    }
+
+    /// The stack id an allocation's call record should carry (its copy's swapped for the
+    /// interned stack; others unchanged).
+    pub fn alloc_stack_id(&mut self, id: i64) -> i64 {
+        self.copied.alloc_stack(id)
+    }
+
+    /// Move the final counts under replaced copies out of the kernel's `SAMPLES`, which
+    /// would otherwise fill with one key per copy; returns the samples as `samples` does,
+    /// from the same one reading of the map (each entry read costs two system calls, and a
+    /// second pass every 200 ms cost the tracer as much as the unwinding).
+    pub fn fold_copied_samples(&mut self) -> Vec<(SampleKey, SampleStats)> {
+        let kernel: Vec<(SampleKey, SampleStats)> = self.samples.iter().filter_map(std::result::Result::ok).collect();
+        let folded = self.copied.fold(&kernel);
+        for key in &folded {
+            let _ = self.samples.remove(key);
+        }
+        let kept = kernel.into_iter().filter(|(k, _)| !folded.contains(k)).collect();
+        self.copied.samples(kept)
+    }
+
+    /// Process `pid` exec'd (its copied stacks unwind by its new image's files) or exited.
+    pub fn forget_unwinding(&mut self, pid: u32) {
+        self.copied.forget(pid);
+    }
+
+    /// How the copied stacks' walks went.
+    #[must_use]
+    pub fn unwind_counts(&self) -> UnwindCounts {
+        self.copied.counts
     }
 
     /// Detach everything, in parallel: multi-uprobe links then wait for their grace periods

@@ -38,6 +38,8 @@ fn contract() -> String {
         ("SCHED_FINAL", wire::KIND_SCHED_FINAL, size_of::<wire::SchedFinalEvent>()),
         ("LONG_SLEEP", wire::KIND_LONG_SLEEP, size_of::<wire::LongSleepEvent>()),
         ("IO", wire::KIND_IO, size_of::<wire::IoEvent>()),
+        // Consumed live, never written to a recording.
+        ("USER_STACK", wire::KIND_USER_STACK, size_of::<wire::UserStackEvent>()),
     ] {
         let _ = writeln!(out, "record {name} = {value}, {size} bytes");
     }
@@ -54,6 +56,7 @@ fn contract() -> String {
         ("RING_FULL_CALLS", wire::loss::RING_FULL_CALLS),
         ("WAKE_MAP_FULL", wire::loss::WAKE_MAP_FULL),
         ("SAMPLE_MAP_FULL", wire::loss::SAMPLE_MAP_FULL),
+        ("STACK_COPY_FAILED", wire::loss::STACK_COPY_FAILED),
         ("COUNT", wire::loss::COUNT),
     ] {
         let _ = writeln!(out, "loss {name} = {index}");

@@ -31,6 +31,7 @@ fn loss_of(losses: &[u64; loss::COUNT as usize], undecodable: u64) -> Loss {
         io_map_full: losses[loss::IO_MAP_FULL as usize],
         wake_map_full: losses[loss::WAKE_MAP_FULL as usize],
         sample_map_full: losses[loss::SAMPLE_MAP_FULL as usize],
+        stack_copy_failed: losses[loss::STACK_COPY_FAILED as usize],
         undecodable,
     }
 }
@@ -77,10 +78,7 @@ pub fn build(outcome: &Outcome) -> Report {
     let launches_estimated = cuda.launches.estimated;
     let loss = loss_of(&outcome.losses, ev.decode_errors);
     // A return without its entry is a call that started before we attached: not a loss.
-    // Saturating: the counters are the kernel's (or a recording's), never trusted to be small.
-    let lost_events = [loss.ring_full, loss.thread_map_full, loss.inflight_full, loss.process_map_full, loss.sched_map_full, loss.io_map_full, loss.undecodable]
-        .into_iter()
-        .fold(0u64, u64::saturating_add);
+    let lost_events = lost_events(&loss);
     let probed_late = outcome.libraries.iter().map(|l| l.probed_late_for.len() as u64).sum::<u64>();
     let mut findings = detect::analyze(&detect::Inputs { start_ns: outcome.start_ns, window_ns, evidence: ev, gpu: gpu.as_ref().map(|g| g.devices.as_slice()), cpus: outcome.cpus });
     let memory = memory(outcome, &traced, &mut findings);
@@ -160,8 +158,25 @@ pub fn build(outcome: &Outcome) -> Report {
             cpu_s: outcome.cpu_s,
             events_delivered: ev.delivered,
             call_events_delivered: ev.calls_delivered,
+            stacks: stack_counts(ev),
         },
     }
+}
+
+/// Events lost anywhere: the counts are short by them. (A full wake or sample map, or a
+/// stack not copied, lose detail, not events.)
+fn lost_events(loss: &Loss) -> u64 {
+    // Saturating: the counters are the kernel's (or a recording's), never trusted to be small.
+    [loss.ring_full, loss.thread_map_full, loss.inflight_full, loss.process_map_full, loss.sched_map_full, loss.io_map_full, loss.undecodable]
+        .into_iter()
+        .fold(0u64, u64::saturating_add)
+}
+
+/// `tracer.stacks`, where stacks were taken: samples or spells, or allocations with frames
+/// (with `--no-stacks` allocations still come, under no stack).
+fn stack_counts(ev: &crate::evidence::Evidence) -> Option<crate::model::StackCounts> {
+    let taken = !ev.stacks.is_empty() || ev.alloc_stacks.iter().any(|a| !a.frames.is_empty());
+    taken.then(|| crate::stacks::counts::count(&ev.stacks, &ev.alloc_stacks))
 }
 
 fn copy_dir(d: &DirStats) -> CopyDir {

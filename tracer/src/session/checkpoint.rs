@@ -3,6 +3,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use gputrace_common::{SampleKey, SampleStats};
+
 use crate::{
     discover::{cgroup, kallsyms::KernelSymbols, process},
     evidence::{
@@ -12,7 +14,7 @@ use crate::{
     },
     probes::{AttachedLibrary, ProbeSet},
     record::format::{Checkpoint, LibraryRecord},
-    stacks::{alloc::AllocStack, native::NativeSymbolizer, python::PythonSampler, Activity, Origin, StackTime},
+    stacks::{alloc::AllocStack, copied::is_interned, native::NativeSymbolizer, python::PythonSampler, Activity, Origin, StackTime},
 };
 
 /// Set on an allocation stack's id in the symbolizer's cache, whose sampled stacks' ids come
@@ -76,8 +78,8 @@ impl SnapshotReader {
 
     /// Symbolize the stacks sampled since the last call while their processes live (a
     /// stack first read after its process exited is named from its remembered mappings).
-    pub fn symbolize_new_stacks(&mut self, kernel: &ProbeSet) {
-        for (key, _) in kernel.samples() {
+    pub fn symbolize_new_stacks(&mut self, kernel: &ProbeSet, samples: &[(SampleKey, SampleStats)]) {
+        for (key, _) in samples {
             self.native.frames(key.tgid, key.stack_id, || kernel.user_stack(key.stack_id));
         }
     }
@@ -127,7 +129,8 @@ impl SnapshotReader {
         for (&(pid, tid, stack), counts) in &allocs.by_stack {
             // Allocation stack ids are of their own map: kept apart from sampled stacks' ids
             // in the symbolizer's cache.
-            let key = if stack < 0 { stack } else { stack | ALLOC_STACK_KEY };
+            // Interned (unwound) stacks share one id space with the sampled ones.
+            let key = if stack < 0 || is_interned(stack) { stack } else { stack | ALLOC_STACK_KEY };
             let frames = self.native.frames(pid, key, || kernel.alloc_stack(stack)).to_vec();
             let this = AllocStack {
                 pid,

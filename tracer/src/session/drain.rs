@@ -5,16 +5,16 @@ use super::{
     mapped::{attach_mapped, attach_predicted},
     recording::Tape,
 };
-use gputrace_common::{spec_of, Family};
+use gputrace_common::{cuda::slot, spec_of, Family};
 
 use crate::{
     collect::{host_memory::ProcMaps, ring::RingReader},
-    decode::Event,
+    decode::{encode, user_stack, Event},
     discover::process,
     evidence::{Evidence, HostClass, HostMemory},
     probes::ProbeSet,
     record::format::HostAnswer,
-    stacks::python::PythonSampler,
+    stacks::{copied::is_copy, python::PythonSampler},
 };
 
 
@@ -30,7 +30,19 @@ pub(super) fn drain_ring(
 ) -> Vec<u32> {
     let mut execs = Vec::new();
     ring.drain(|bytes, decoded| {
-        let event = match decoded {
+        // Copied stacks are unwound now, while their process maps its files, and never taped:
+        // what they unwind to reaches a recording through its checkpoints' stacks.
+        if let Some(copy) = user_stack(bytes) {
+            match copy {
+                Ok(copy) => kernel.take_copied_stack(&copy),
+                Err(e) => {
+                    log::debug!("undecodable record: {e}");
+                    evidence.decode_errors += 1;
+                }
+            }
+            return;
+        }
+        let mut event = match decoded {
             Ok(event) => event,
             Err(e) => {
                 log::debug!("undecodable record: {e}");
@@ -41,6 +53,9 @@ pub(super) fn drain_ring(
                 return;
             }
         };
+        // An allocation's copied stack, swapped for the stack it unwound to (taped so too).
+        let swapped = swap_alloc_stack(&mut event, kernel).then(|| encode(&event));
+        let bytes = swapped.as_deref().unwrap_or(bytes);
         let pid = event.header().tgid;
         // Enrichment: who owns the process, read while it is still alive.
         evidence.uids.entry(pid).or_insert_with(|| process::uid(pid));
@@ -74,6 +89,8 @@ pub(super) fn drain_ring(
                 }
                 if e.header.tid == e.header.tgid {
                     kernel.untrace_process(e.header.tgid);
+                    // Its copied stacks all came before this record: its modules can go.
+                    kernel.forget_unwinding(e.header.tgid);
                 }
             }
             Event::TaskExec(e) => {
@@ -87,6 +104,21 @@ pub(super) fn drain_ring(
         }
     });
     execs
+}
+
+/// Swap the copied stack id an allocation call carries (`slot::ALLOC_STACK`) for its
+/// unwound stack's id; true if it did.
+fn swap_alloc_stack(event: &mut Event, kernel: &mut ProbeSet) -> bool {
+    let Event::Call(c) = event else { return false };
+    if !spec_of(c.header.probe).is_some_and(|s| s.family == Family::Alloc) {
+        return false;
+    }
+    let id = c.args[slot::ALLOC_STACK] as i64;
+    if !is_copy(id) {
+        return false;
+    }
+    c.args[slot::ALLOC_STACK] = kernel.alloc_stack_id(id) as u64;
+    true
 }
 
 /// The live host-memory lookup, noting each answer for the recording.

@@ -196,9 +196,10 @@ impl Live {
     /// remember their mappings for after, and forget processes that are gone.
     fn rescan(&mut self) {
         self.drain();
+        let samples = self.kernel.fold_copied_samples();
         rescan_libraries(&mut self.kernel);
         self.snapshots.follow_cuda_processes(&self.kernel);
-        self.snapshots.symbolize_new_stacks(&self.kernel);
+        self.snapshots.symbolize_new_stacks(&self.kernel, &samples);
         self.snapshots.refresh_mappings(&self.kernel);
         reap_gone(&mut self.kernel);
     }
@@ -227,6 +228,7 @@ impl Live {
         let execs = drain::drain_ring(&mut self.ring, &mut self.kernel, &mut self.evidence, &mut self.host, self.tape.as_mut(), self.snapshots.python());
         for pid in execs {
             self.snapshots.note_exec(pid);
+            self.kernel.forget_unwinding(pid);
         }
         self.snapshots.note_allocating_processes(&self.evidence.allocs);
     }

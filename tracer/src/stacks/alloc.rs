@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{
-    sites::{rank, Site, Unit},
+    sites::{is_usable, rank, Site, Unit},
     Frame, Origin,
 };
 
@@ -75,8 +75,12 @@ pub fn top(stacks: &[AllocStack], weight: Weight, n: usize) -> Vec<Site> {
         Weight::Failed => s.failed_bytes,
     };
     let python: std::collections::BTreeSet<u32> = stacks.iter().filter(|s| s.origin == Origin::Python && bytes(s) > 0).map(|s| s.pid).collect();
-    let chosen = stacks.iter().filter(|s| s.origin == Origin::Python || !python.contains(&s.pid));
-    rank(chosen.map(|s| (s.frames.as_slice(), bytes(s))), Unit::Bytes, n)
+    let chosen = stacks.iter().filter(|s| (s.origin == Origin::Python || !python.contains(&s.pid)) && is_usable(&s.frames));
+    let counted = |s: &AllocStack| match weight {
+        Weight::Allocated => s.count,
+        Weight::Failed => s.failed,
+    };
+    rank(chosen.map(|s| (s.frames.as_slice(), bytes(s), counted(s))), Unit::Bytes, n)
 }
 
 #[cfg(test)]

@@ -5,10 +5,14 @@
 //! (`sites`).
 
 pub mod alloc;
+pub mod copied;
+pub mod counts;
 pub mod native;
 pub mod python;
 pub mod sites;
 pub mod table;
+pub mod unwind;
+pub mod unwind_cost;
 
 use gputrace_common::{host::stacks::HOST, Family, PROBES};
 use serde::{Deserialize, Serialize};

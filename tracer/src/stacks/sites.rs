@@ -22,7 +22,15 @@ pub struct Site {
     /// Memory diagnoses: the bytes this site allocated (or asked for, where they failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes: Option<u64>,
+    /// Stacks (samples, off-CPU spells or allocations) charged to this site; a site resting
+    /// on fewer than [`FEW_STACKS`] is noted as such in its diagnosis. Absent in reports made
+    /// before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stacks: Option<u64>,
 }
+
+/// Below this many stacks a site's share is a guess (at 99 Hz, 10 samples are 0.1 s).
+pub const FEW_STACKS: u64 = 10;
 
 /// Which stacks a diagnosis is about.
 #[derive(Clone, Copy, Debug)]
@@ -43,9 +51,12 @@ impl Wanted<'_> {
 
 /// The `n` costliest sites of the stacks `wanted` admits. Where a process has Python frames
 /// they are used, not its native ones (the interpreter's native frames name no user code).
+/// Only usable stacks count (`usable`): a stack cut short in libc would otherwise take a share
+/// its real caller should have.
 #[must_use]
 pub fn top(stacks: &[StackTime], wanted: &Wanted<'_>, n: usize) -> Vec<Site> {
-    rank(preferred(stacks).filter(|s| wanted.admits(s)).map(|s| (s.frames.as_slice(), s.ns)), Unit::Nanoseconds, n)
+    let admitted = preferred(stacks).filter(|s| wanted.admits(s) && is_usable(&s.frames));
+    rank(admitted.map(|s| (s.frames.as_slice(), s.ns, s.count)), Unit::Nanoseconds, n)
 }
 
 /// What the weights given to [`rank`] are.
@@ -55,24 +66,26 @@ pub enum Unit {
     Bytes,
 }
 
-/// The `n` heaviest sites of weighted stacks: each stack's weight is charged to its site
-/// frame (`site_frame`), heaviest first; `share` is of all the weight given.
-pub fn rank<'a>(weighted: impl Iterator<Item = (&'a [Frame], u64)>, unit: Unit, n: usize) -> Vec<Site> {
-    let mut by_site: BTreeMap<String, (Frame, u64)> = BTreeMap::new();
+/// The `n` heaviest sites of weighted stacks (frames, weight, stacks counted): each stack's
+/// weight is charged to its site frame (`site_frame`), heaviest first; `share` is of all the
+/// weight given.
+pub fn rank<'a>(weighted: impl Iterator<Item = (&'a [Frame], u64, u64)>, unit: Unit, n: usize) -> Vec<Site> {
+    let mut by_site: BTreeMap<String, (Frame, u64, u64)> = BTreeMap::new();
     let mut total = 0u64;
-    for (frames, weight) in weighted {
+    for (frames, weight, count) in weighted {
         total = total.saturating_add(weight);
         let Some(frame) = site_frame(frames) else { continue };
-        let at = &mut by_site.entry(frame.location()).or_insert_with(|| (frame.clone(), 0)).1;
-        *at = at.saturating_add(weight);
+        let at = by_site.entry(frame.location()).or_insert_with(|| (frame.clone(), 0, 0));
+        at.1 = at.1.saturating_add(weight);
+        at.2 = at.2.saturating_add(count);
     }
     if total == 0 {
         return Vec::new();
     }
     let mut sites: Vec<(u64, Site)> = by_site
         .into_iter()
-        .filter(|(_, (_, w))| *w > 0)
-        .map(|(location, (frame, w))| {
+        .filter(|(_, (_, w, _))| *w > 0)
+        .map(|(location, (frame, w, count))| {
             let site = Site {
                 frame: location,
                 file: frame.file.clone(),
@@ -81,6 +94,7 @@ pub fn rank<'a>(weighted: impl Iterator<Item = (&'a [Frame], u64)>, unit: Unit, 
                 seconds: if unit == Unit::Nanoseconds { w as f64 / 1e9 } else { 0.0 },
                 share: w as f64 / total as f64,
                 bytes: (unit == Unit::Bytes).then_some(w),
+                stacks: Some(count),
             };
             (w, site)
         })
@@ -98,7 +112,8 @@ pub fn preferred(stacks: &[StackTime]) -> impl Iterator<Item = &StackTime> {
 }
 
 /// The frame a stack is charged to: the innermost of the user's own code, else the innermost
-/// named one.
+/// named one that is neither the system's nor CUDA's (a framework's: libtorch, libc10), else
+/// the innermost named one.
 #[must_use]
 pub fn site_frame(frames: &[Frame]) -> Option<&Frame> {
     let named = |f: &&Frame| !f.function.starts_with("0x");
@@ -106,15 +121,65 @@ pub fn site_frame(frames: &[Frame]) -> Option<&Frame> {
         .iter()
         .find(|f| !is_library(f))
         // A stack all in libraries (a framework's own thread): the innermost frame that is
-        // not the CUDA driver's or runtime's says what the framework was doing.
+        // not the system's or the CUDA driver's or runtime's says what the framework was doing.
+        .or_else(|| frames.iter().filter(named).find(|f| !is_system_or_cuda(f)))
         .or_else(|| frames.iter().filter(named).find(|f| !is_cuda_library(f)))
         .or_else(|| frames.iter().find(named))
 }
 
+/// The object file a native frame is in (`libc.so.6`), empty for others.
+fn object_of(f: &Frame) -> &str {
+    f.module.as_deref().unwrap_or_default().rsplit('/').next().unwrap_or_default()
+}
+
 /// A frame of the CUDA driver or runtime.
 fn is_cuda_library(f: &Frame) -> bool {
-    let object = f.module.as_deref().unwrap_or_default().rsplit('/').next().unwrap_or_default();
-    object.starts_with("libcuda") || object.starts_with("libcudart")
+    let object = object_of(f);
+    object.starts_with("libcuda") || object.starts_with("libcudart") || object.starts_with("libnvidia-")
+}
+
+/// A frame of the C runtime, the dynamic loader, the vDSO, the C++ runtime or the CUDA driver
+/// and runtime: code every job passes through on its way to wait or allocate, never the site.
+#[must_use]
+pub fn is_system_or_cuda(f: &Frame) -> bool {
+    const SYSTEM_OBJECTS: [&str; 12] =
+        ["libc.so", "libc-", "libpthread", "ld-linux", "ld-", "libstdc++", "libgcc_s", "libm.so", "libdl", "librt", "libatomic", "linux-vdso"];
+    let object = object_of(f);
+    f.module.as_deref().is_some_and(|m| m.starts_with('[')) || SYSTEM_OBJECTS.iter().any(|o| object.starts_with(o)) || is_cuda_library(f)
+}
+
+/// Functions a thread's stack begins in: a walk that reaches one has the whole stack.
+const THREAD_ROOTS: [&str; 8] = ["_start", "__libc_start_main", "__libc_start_call_main", "start_thread", "clone", "clone3", "__clone", "__clone3"];
+
+/// How far a stack can be trusted to name its code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Usability {
+    /// Frames beyond the system's and CUDA's, or a whole stack of theirs (a library's own
+    /// thread, down to its root).
+    Usable,
+    /// Only system or CUDA frames, not down to a thread's root: the walk stopped before the
+    /// code that called them (a frame without frame pointer or unwind information).
+    CutShort,
+    /// No frame at all (the stack could not be taken, or its process was gone).
+    Failed,
+}
+
+/// How usable a stack is (see [`Usability`]).
+#[must_use]
+pub fn usability(frames: &[Frame]) -> Usability {
+    let Some(outermost) = frames.last() else { return Usability::Failed };
+    let only_system = frames.iter().all(|f| f.function.starts_with("0x") || is_system_or_cuda(f));
+    if only_system && !THREAD_ROOTS.contains(&outermost.function.as_str()) {
+        Usability::CutShort
+    } else {
+        Usability::Usable
+    }
+}
+
+/// Whether a stack may name a site ([`Usability::Usable`]).
+#[must_use]
+pub fn is_usable(frames: &[Frame]) -> bool {
+    usability(frames) == Usability::Usable
 }
 
 /// Whether a frame belongs to a library rather than to the user's code: the interpreter's
@@ -124,6 +189,9 @@ fn is_cuda_library(f: &Frame) -> bool {
 pub fn is_library(f: &Frame) -> bool {
     const LIBRARY_DIRS: [&str; 7] = ["/site-packages/", "/dist-packages/", "/lib/python3", "/usr/lib/", "/lib/x86_64-linux-gnu/", "/lib64/", "/rustc/"];
     const LIBRARY_OBJECTS: [&str; 10] = ["libcuda", "libcudart", "libc.so", "libc-", "ld-linux", "libstdc++", "libpython", "libtorch", "libc10", "libnccl"];
+    if is_system_or_cuda(f) {
+        return true;
+    }
     if f.function.starts_with("0x") || f.function.starts_with('<') && f.file.as_deref().is_some_and(|p| p.starts_with('<')) {
         return true;
     }
@@ -194,6 +262,37 @@ mod tests {
         let sites = top(&stacks, &Wanted { activities: &[Activity::Host], on_cpu: Some(true), tids: &[] }, 3);
         assert_eq!(sites.len(), 1);
         assert_eq!(sites[0].function, "load");
+    }
+
+    fn native(function: &str, module: &str) -> Frame {
+        Frame { function: function.into(), file: None, line: None, module: Some(module.into()) }
+    }
+
+    #[test]
+    fn system_and_cuda_frames_are_skipped_for_the_jobs_own_and_frameworks_stay() {
+        let job = Frame { function: "read_scalar".into(), file: Some("/w/fakejob.c".into()), line: Some(244), module: Some("/w/fakejob".into()) };
+        let cut = vec![native("__GI___clock_nanosleep", "/usr/lib/x86_64-linux-gnu/libc.so.6"), native("cuStreamSynchronize", "/opt/cuda/libcuda.so.1")];
+        let whole = [cut.clone(), vec![native("cudaStreamSynchronize", "/opt/cuda/libcudart.so.13"), job.clone(), native("__libc_start_main", "/lib/libc.so.6")]].concat();
+        assert_eq!(site_frame(&whole), Some(&job));
+        assert_eq!(usability(&whole), Usability::Usable);
+        assert_eq!(usability(&cut), Usability::CutShort);
+        assert_eq!(usability(&[]), Usability::Failed);
+        // A framework's own frames name what it did, before libc's or the driver's.
+        let framework = vec![native("clock_gettime", "[vdso]"), native("c10::cuda::sync", "/x/site-packages/torch/lib/libc10_cuda.so"), native("start_thread", "/lib/libc.so.6")];
+        assert_eq!(site_frame(&framework).map(|f| f.function.as_str()), Some("c10::cuda::sync"));
+        // A library's own thread, walked down to its root: usable, though all system.
+        assert_eq!(usability(&[native("epoll_wait", "/lib/libc.so.6"), native("clone3", "/lib/libc.so.6")]), Usability::Usable);
+    }
+
+    #[test]
+    fn shares_are_of_usable_stacks_only() {
+        let mut cut = stack(1, Activity::Sync, vec![native("__GI___clock_nanosleep", "/usr/lib/libc.so.6")], 900);
+        cut.origin = Origin::Native;
+        let stacks = vec![cut, stack(1, Activity::Sync, vec![py("/w/train.py", 42, "step")], 100)];
+        let sites = top(&stacks, &Wanted { activities: &[Activity::Sync], on_cpu: None, tids: &[] }, 3);
+        assert_eq!(sites.len(), 1);
+        assert!((sites[0].share - 1.0).abs() < 1e-9, "{sites:?}");
+        assert_eq!(sites[0].stacks, Some(1));
     }
 
     #[test]
