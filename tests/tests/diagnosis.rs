@@ -10,10 +10,11 @@ fn verdict(args: &[&str]) -> serde_json::Value {
     assert_eq!(code, 0, "{stderr}");
     let diagnoses = r["diagnoses"].as_array().expect("diagnoses");
     let f = |v: &serde_json::Value| v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"));
-    let sum: f64 = diagnoses.iter().filter(|d| d["id"] != "gpu-bound").map(|d| f(&d["impact"])).sum();
-    assert!(sum <= 1.0 + 1e-9, "impacts add up to {sum}: {r:#}");
-    for d in diagnoses.iter().filter(|d| !d["saving"].is_null()) {
-        assert!(f(&d["saving"]["fraction"]) <= f(&d["impact"]) + 1e-12, "{d:#}");
+    // Each fix's speed-up lies in its range, and its impact is the share it gives back.
+    for d in diagnoses.iter().filter(|d| !d["saving"].is_null() && !d["saving"]["speedup"].is_null()) {
+        let (x, lo, hi) = (f(&d["saving"]["speedup"]), f(&d["saving"]["range"][0]), f(&d["saving"]["range"][1]));
+        assert!(lo <= x + 1e-9 && x <= hi + 1e-9 && lo >= 1.0 - 1e-9, "{d:#}");
+        assert!((f(&d["impact"]) - (1.0 - 1.0 / x)).abs() < 1e-9, "{d:#}");
     }
     let buckets = r["time_account"]["buckets"].as_array().expect("a time account");
     let total: f64 = buckets.iter().map(|b| f(&b["fraction"])).sum();
@@ -58,8 +59,12 @@ fn waiting_for_large_copies_every_step_is_blocking_copy() {
     let r = verdict(&["--steps", "200", "--driver-launches", "5", "--kernel-us", "100", "--blocking-d2h", "67108864"]);
     assert_eq!(r["verdict"], "blocking-copy", "{r:#}");
     let d = &r["diagnoses"][0];
-    assert!(d["impact"].as_f64() > Some(0.5), "{d:#}");
-    assert!(d["saving"]["seconds"].as_f64() > Some(0.0), "{d:#}");
+    // Made asynchronous, the 2.7 ms transfer still takes its time on the bus: the fix gives
+    // back the rest of the step, and the bus bounds it.
+    assert!(d["impact"].as_f64() > Some(0.05), "{d:#}");
+    assert_eq!(d["saving"]["bound"], "bus", "{d:#}");
+    let x = d["saving"]["speedup"].as_f64().expect("a speed-up");
+    assert!(x < 3.2 / 2.6, "no more than the bus allows: {d:#}");
 }
 
 /// The GPU-bound counterpart: each step runs 10 ms of kernels and ends with a 1 MiB `.cpu()`

@@ -103,7 +103,7 @@ pub fn analyze(inputs: &Inputs<'_>) -> Findings {
         top.id
     } else if let Some(g) = found.iter().find(|d| d.id == DiagnosisId::GpuBound) {
         g.id
-    } else if let Some(top) = problems().next() {
+    } else if let Some(top) = problems().find(|d| d.impact >= LOW) {
         top.id
     } else if saw_cuda {
         DiagnosisId::NoBottleneckFound

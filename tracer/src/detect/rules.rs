@@ -78,10 +78,19 @@ const LAUNCH_HOST_COST_S: f64 = 10e-6;
 /// launches are `launch-bound`). The host work that follows a synchronize is host-sync's up
 /// to what overlapping it with GPU work could hide; this is the rest.
 fn host_bound(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
-    if a.launch_rate >= LAUNCH_BOUND_RATE {
-        return None;
-    }
-    let host = (a.share(|t| t.launching_and_host_ns) - a.sync_hideable()).max(0.0);
+    // Of the host time, the program's own code: the stacks say how much is launching and
+    // dispatch (`whatif::dispatch`), which graphs remove and this fix does not.
+    let threads = a.time.as_ref().map(|t| t.threads.clone()).unwrap_or_default();
+    let all_host = a.share(|t| t.launching_and_host_ns);
+    let dispatch = super::whatif::dispatch::share(ev, &threads, all_host * a.window_s, a.launch_rate * a.window_s);
+    // Without stacks the split is a guess: a launch rate only tiny kernels sustain is taken
+    // as launching, as `launch-bound` takes it.
+    let launching = match dispatch.source {
+        super::whatif::dispatch::Source::Stacks => dispatch.share.point,
+        super::whatif::dispatch::Source::LaunchCost if a.launch_rate >= LAUNCH_BOUND_RATE => return None,
+        super::whatif::dispatch::Source::LaunchCost => 0.0,
+    };
+    let host = (all_host * (1.0 - launching) - a.sync_hideable()).max(0.0);
     let blocked = a.share(|t| t.waiting_on_gpu_ns + t.in_copies_ns);
     // The GPU must be idle while the host works. NVML says so directly. Without it: the GPU
     // queue was seen empty (after syncs, until the next launch) most of the time, or the job
@@ -94,13 +103,13 @@ fn host_bound(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     let launches: u64 = ev.threads.values().map(|t| t.kernel_launches() + t.graph_launches()).sum();
     let host_s = host * a.window_s;
     let per_launch = host_s / launches.max(1) as f64;
-    if host < MEDIUM || !gpu_idle || per_launch < 10.0 * LAUNCH_HOST_COST_S {
+    if host < MEDIUM || !gpu_idle {
         return None;
     }
     let impact = host.min(a.gpu_idle_cap());
     let mut evidence = vec![
         format!(
-            "the launching threads ran host code {} of the time: {:.2} ms per kernel launch ({} launches), where a launch itself costs under {:.0} µs",
+            "the launching threads ran their own host code (not launching) {} of the time: {:.2} ms per kernel launch ({} launches), where a launch itself costs under {:.0} µs",
             pct(host),
             per_launch * 1e3,
             launches,
@@ -124,8 +133,10 @@ fn host_sync(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     // The queue's empty spells less the other stalls that may lie in them, capped by the
     // time NVML saw no kernel running.
     // Only what GPU work could have hidden is the sync's doing (`Account::sync_hideable`).
+    // What it costs is the step model's to say (`whatif`): a sync every step serializes the
+    // host and the GPU even where the queue is empty only briefly.
     let impact = a.sync_hideable().min(a.gpu_util.map_or(1.0, |u| 1.0 - u));
-    if a.sync_rate < SYNCS_PER_S || impact < LOW {
+    if a.sync_rate < SYNCS_PER_S || ev.threads.values().all(|t| t.queue_idle_ns == 0) {
         return None;
     }
     let (count, wait): (u64, u64) = ev.threads.values().fold((0, 0), |(c, w), t| (c + t.syncs, w + t.sync_wait_ns));
