@@ -159,3 +159,41 @@ fn the_jobs_memory_is_attributed_to_its_pid() {
     eprintln!("holding: {mean:.1} % over {samples} samples, {} bytes held", m["held_bytes"]);
     assert!(mean <= 5.0, "utilization {mean:.1} % while the job only held memory: {d:#}");
 }
+
+/// The step model on jobs whose truth is known analytically: the fake GPU's busy time is
+/// set by the arguments, and the fake NVML reports it (#32). Returns the report and the
+/// diagnosis `id`'s predicted steps/s after its fix.
+fn predicted(r: &Value, id: &str) -> f64 {
+    let d = r["diagnoses"].as_array().expect("diagnoses").iter().find(|d| d["id"] == id).unwrap_or_else(|| panic!("no {id}: {r:#}"));
+    d["saving"]["steps_per_s_after"].as_f64().unwrap_or_else(|| panic!("no steps/s after {id}: {d:#}"))
+}
+
+/// Each step: 2 ms of host work after the sync (the GPU idle), 10 kernels of 300 µs, and a
+/// scalar read. Without the per-step sync the host's 2 ms hide behind the GPU's 3 ms: the
+/// step becomes the GPU's 3 ms, 333 steps/s. Graphs would save only the 10 launches.
+#[test]
+fn sync_and_host_work_rank_the_sync_fix_first_at_the_gpus_rate() {
+    require_root();
+    let (r, code, stderr) = run_fakejob_nvml(&[], &["--steps", "400", "--driver-launches", "10", "--kernel-us", "300", "--host-us", "2000", "--item", "1"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(r["verdict"], "host-sync", "{r:#}");
+    let after = predicted(&r, "host-sync");
+    assert!((after - 1e6 / 3000.0).abs() <= 0.10 * 1e6 / 3000.0, "predicted {after:.0} steps/s, truth 333: {r:#}");
+    let launch = r["diagnoses"].as_array().expect("diagnoses").iter().find(|d| d["id"] == "launch-bound");
+    assert!(launch.is_none_or(|d| d["impact"].as_f64() < Some(0.10)), "{r:#}");
+}
+
+/// Each step: 300 launches of 1 µs kernels and a sync; the host's launching (2 µs of fake
+/// driver each, plus the probe) is the step. Captured as a graph, the step is the GPU's
+/// 300 µs: 3333 steps/s, at most.
+#[test]
+fn tiny_launches_rank_the_launch_fix_first_at_the_gpus_rate() {
+    require_root();
+    let (r, code, stderr) = run_fakejob_nvml(&[], &["--steps", "1500", "--driver-launches", "300", "--kernel-us", "1", "--sync"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(r["verdict"], "launch-bound", "{r:#}");
+    let after = predicted(&r, "launch-bound");
+    assert!((after - 1e6 / 300.0).abs() <= 0.10 * 1e6 / 300.0, "predicted {after:.0} steps/s, truth 3333: {r:#}");
+    let d = r["diagnoses"].as_array().expect("diagnoses").iter().find(|d| d["id"] == "launch-bound").expect("launch-bound");
+    assert_eq!(d["saving"]["bound"], "gpu", "{d:#}");
+}

@@ -31,7 +31,7 @@ pub struct Report {
     pub gpu_idle: Option<GpuIdle>,
     /// Training steps found from the job's rhythm, and figures per step; null when none.
     pub steps: Option<Steps>,
-    /// The model of the step the savings are simulated on (docs/report.md, "step_model");
+    /// The model of the step the savings are simulated on (docs/report.md, `step_model`);
     /// null when no thread launched kernels.
     #[serde(default)]
     pub step_model: Option<StepModel>,

@@ -97,6 +97,7 @@ fn fold_into_checkpoint(found: &mut Vec<Diagnosis>) {
 }
 
 /// Of the launching threads' on-CPU host time, the share whose stacks are in data loading.
+#[must_use]
 pub fn loading_share(ev: &Evidence, threads: &[u32]) -> f64 {
     let host = preferred(&ev.stacks).filter(|s| s.activity == Activity::Host && s.on_cpu && (threads.is_empty() || threads.contains(&s.tid)));
     let (mut loading, mut all) = (0u64, 0u64);

@@ -11,7 +11,7 @@ pub fn of(pid: u32) -> Option<f64> {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let allowed = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).and_then(|l| count_list(l.trim()))?;
     let quota = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok().and_then(|c| quota_of(&c, |p| fs::read_to_string(p).ok()));
-    Some(quota.map_or(allowed as f64, |q| q.min(allowed as f64)))
+    Some(quota.map_or(f64::from(allowed), |q| q.min(f64::from(allowed))))
 }
 
 /// The number of CPUs in a list such as `0-3,8,10-11`; None for a malformed one.
@@ -90,7 +90,6 @@ mod tests {
         let files = |p: &str| match p {
             "/sys/fs/cgroup/kubepods/pod1/cpu.max" => Some("250000 100000\n".to_owned()),
             "/sys/fs/cgroup/kubepods/cpu.max" => Some("max 100000\n".to_owned()),
-            "/sys/fs/cgroup/cpu.max" => None,
             _ => None,
         };
         assert_eq!(quota_of("0::/kubepods/pod1\n", files), Some(2.5));

@@ -63,6 +63,7 @@ const EXIT_GRACE: Duration = Duration::from_secs(10);
 
 /// Trace `target` until `duration`, a signal, or the end of the traced process tree; with a
 /// `recorder`, everything the report needs is also written to it as it happens.
+#[expect(clippy::too_many_lines, reason = "the trace loop reads best as one select over its sources")]
 pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Duration, recorder: Option<Recorder>, max_overhead: Option<f64>) -> Result<Outcome> {
     let began = Instant::now();
     let mut notes = Vec::new();

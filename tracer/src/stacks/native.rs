@@ -134,8 +134,9 @@ impl NativeSymbolizer {
             let source = Source::Elf(Elf::new(files::through(opened)));
             let frame = match self.symbolizer.symbolize_single(&source, Input::FileOffset(offset)) {
                 Ok(symbolized) => {
+                    // The file was read through /proc/self/fd/N: the module is the path mapped.
                     let mut f = frame_of(&symbolized, ip);
-                    f.module.get_or_insert_with(|| m.path.clone());
+                    f.module = Some(m.path.clone());
                     f
                 }
                 Err(_) => address_frame(ip, None),

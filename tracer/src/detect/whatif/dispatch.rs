@@ -5,7 +5,7 @@
 //!
 //! Two views of the same on-CPU host time, each a lower bound of the launching part:
 //! - **native** (the kernel's CPU samples): a stack with a frame in the CUDA driver or
-//!   runtime, a math library or a framework's native library (ATen, c10, XLA) is
+//!   runtime, a math library or a framework's native library (`ATen`, `c10`, XLA) is
 //!   dispatch. The sampled instruction alone decides where frame pointers cut the stack,
 //!   so the view holds without unwinding. It misses a framework's Python-level overhead:
 //!   the interpreter running `nn.Module.__call__` shows only libpython frames.

@@ -179,17 +179,13 @@ pub struct StepModel {
 /// NVML's utilization is a mean over sample periods of 1/6 s to 1 s that do not line up with
 /// the window: ±5 points of it are no evidence either way.
 const NVML_SLACK: f64 = 0.05;
-/// Blocked on the GPU at least this share of the window: the GPU has a backlog at each
-/// drain, so it was busy through the overlap phase too (the structure's point estimate).
-const BACKLOG: f64 = 0.05;
-
 impl StepModel {
     /// The model of the account's critical path. `cpus`: cores the job may use, if known.
     #[must_use]
     pub fn build(ev: &Evidence, a: &Account, launches_per_step: Option<f64>, cpus: Option<f64>) -> Option<Self> {
         let t = a.time.as_ref()?;
         let share = |ns: u64| t.fraction(ns);
-        let mut m = Self { launches_per_step, cpus, ..Self::default() };
+        let mut m = Self { cpus, launches_per_step, ..Self::default() };
         // The waits for queued GPU work, and what the copies cost by their own doing.
         m.gpu_wait = a.waiting_for_gpu_work();
         let host = share(t.launching_and_host_ns);
@@ -323,10 +319,9 @@ fn gpu_range(a: &Account, m: &StepModel) -> (Range, GpuSource, Vec<String>) {
         hi_structure * 100.0
     ));
     let hi_s = hi_structure;
-    // A host blocked on the GPU for a good part of the window finds a backlog at each drain:
-    // the GPU worked through the overlap phase too. Otherwise nothing says where in the
-    // range it lies.
-    let point = if m.gpu_wait >= BACKLOG { hi_s } else { (lo_s + hi_s) / 2.0 };
+    // Nothing says where in the range it lies: the geometric middle, neutral to its scale
+    // (a floor of 1 % keeps a wait of nothing from making it zero).
+    let point = (lo_s.max(0.01) * hi_s).sqrt().clamp(lo_s, hi_s);
     (Range { lo: lo_s, point, hi: hi_s }, GpuSource::Structure, notes)
 }
 
@@ -338,7 +333,9 @@ fn drains(ev: &Evidence, threads: &[u32]) -> Drains {
     Drains {
         syncs: syncs.saturating_sub(after_bulk) as f64,
         after_bulk_copy: after_bulk as f64,
-        pageable_copies: (c.h2d.pageable + c.d2h.pageable) as f64,
+        // A scalar read (`.item()`) from pageable memory drains the queue inside its copy call;
+        // it is the sync's (`host-sync`): pinning four bytes is no fix.
+        pageable_copies: (c.h2d.pageable + c.d2h.pageable.saturating_sub(c.d2h.scalar_reads)) as f64,
     }
 }
 

@@ -111,6 +111,7 @@ const MIN_FREE_CORES: f64 = 0.1;
 /// The step time after `fix`, as a share of the window, with the GPU busy `gpu` and the
 /// launching share of host time `dispatch` (both from the model's ranges).
 #[must_use]
+#[expect(clippy::many_single_char_names, reason = "the step formula's terms: idle, overlap, copies, gpu, drains, time")]
 pub fn step_time(m: &StepModel, fix: &Fix, gpu: f64, dispatch: f64) -> (f64, Bound) {
     let apply = |s: &Segments, host_total: f64| -> Segments {
         // Re-split this phase's host time at `dispatch` where it differs from the model's
