@@ -9,7 +9,7 @@ seconds, print "done N"), so unseen.sh runs it (UNSEEN_JOB=competing.py).
 
 Jobs (docs/validation.md, "The step model"):
   sync_book   4-layer TransformerEncoder (d 512, batch 32 x 128 tokens), AdamW; every step
-              loss.item() and then ~4 ms of Python bookkeeping.
+              loss.item() and then ~2 ms of Python bookkeeping (H200).
   mlp_item    32-layer 256-wide MLP at batch 16, loss.item() every step: hundreds of tiny
               kernels a step.
 Variants (each job has all that apply):
@@ -36,7 +36,7 @@ def log(msg):
 
 
 class Bookkeeper:
-    """~4 ms of plain Python a step on the H200 host: moving averages of named gauges."""
+    """~2 ms of plain Python a step on the H200 host: moving averages of named gauges."""
 
     def __init__(self, gauges=8000):
         self.names = [f"g/{i:05d}" for i in range(gauges)]

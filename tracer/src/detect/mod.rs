@@ -116,7 +116,7 @@ pub fn analyze(inputs: &Inputs<'_>) -> Findings {
 
 /// The step model as the report shows it.
 fn report_of(m: &whatif::StepModel, pair: Option<&whatif::BestPair>, steps: Option<&Steps>, window_s: f64) -> crate::model::StepModel {
-    let segments = [("idle", &m.idle), ("overlap", &m.overlap)]
+    let segments = [("idle", &m.idle), ("overlap", &m.overlap), ("serial", &m.serial)]
         .into_iter()
         .flat_map(|(phase, s)| s.named().into_iter().filter(|(_, f)| *f > 0.0).map(move |(name, fraction)| crate::model::StepSegment { name: name.into(), phase: phase.into(), fraction }))
         .collect();
