@@ -18,7 +18,8 @@
 # read the job's "done N", wait for the job.  A mode that fails is logged and
 # skipped; the others still run.
 #
-# Environment (defaults in brackets): PYTHON [python3], UNSEEN_SECONDS [7]
+# Environment (defaults in brackets): UNSEEN_JOB [unseen.py] (another job script with the
+# same protocol, e.g. competing.py), PYTHON [python3], UNSEEN_SECONDS [7]
 # (timed loop), UNSEEN_TRACE_SECONDS [6] (gputrace --duration),
 # UNSEEN_READY_TIMEOUT [180] (seconds to wait for "ready").
 
