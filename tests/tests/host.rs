@@ -171,7 +171,9 @@ fn a_job_that_sleeps_on_a_timer_before_working_is_paused_not_input_starved() {
     let phases = r["window"]["phases"].as_array().expect("phases");
     let paused: f64 = phases
         .iter()
-        .filter(|p| p["kind"] == "paused")
+        // Before the launching thread was created the stretch is `outside` its life; either
+        // way it is left out of the shares.
+        .filter(|p| p["kind"] == "paused" || p["kind"] == "outside")
         .map(|p| p["end_s"].as_f64().expect("end") - p["start_s"].as_f64().expect("start"))
         .sum();
     assert!((1.3..1.8).contains(&paused), "{:#}", r["window"]);
@@ -187,7 +189,16 @@ fn computing_between_launches_with_the_gpu_idle_is_host_bound() {
     // each sync, so removing the sync would hide nothing; the host work is the limiter.
     let (r, code, stderr) = run_fakejob(&["--steps", "60", "--driver-launches", "2", "--host-us", "20000", "--sync"]);
     assert_eq!(code, 0, "{stderr}");
-    assert_eq!(r["verdict"], "host-bound", "{:#}", r["diagnoses"]);
-    let sync = r["diagnoses"].as_array().expect("diagnoses").iter().find(|d| d["id"] == "host-sync");
+    // Host-bound, and its fix is bounded by the free cores: on a 2-core machine with one busy
+    // the moved work gains little, and the report says so rather than promise a speed-up.
+    let ds = r["diagnoses"].as_array().expect("diagnoses");
+    let host = ds.iter().find(|d| d["id"] == "host-bound").unwrap_or_else(|| panic!("no host-bound: {ds:#?}"));
+    let free = r["step_model"]["cpus"].as_f64().expect("cpus") - r["step_model"]["job_cpu"].as_f64().expect("job cpu");
+    if free < 1.5 {
+        assert_eq!(host["saving"]["bound"], "cores", "{host:#}");
+    } else {
+        assert_eq!(r["verdict"], "host-bound", "{ds:#?}");
+    }
+    let sync = ds.iter().find(|d| d["id"] == "host-sync");
     assert!(sync.is_none_or(|d| d["impact"].as_f64().expect("impact") < 0.03), "the sync hides nothing here: {sync:?}");
 }
