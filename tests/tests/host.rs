@@ -44,7 +44,7 @@ fn a_forked_workers_disk_reads_are_attributed_to_it() {
     let read = worker["read_bytes"].as_u64().expect("bytes");
     // O_DIRECT: every byte is a block request. Within 5% (the bound); in practice exact.
     assert!(read.abs_diff(64 * MIB) <= 64 * MIB / 20, "worker read {read} bytes: {io:#}");
-    assert!(worker["reads"].as_u64() >= Some(64), "1 MiB requests or smaller");
+    assert!(worker["reads"].as_u64() >= Some(64), "1 MiB requests or smaller: {io:#}");
     let processes = r["target"]["processes"].as_array().expect("processes");
     assert!(processes.iter().any(|p| p["pid"] == worker["pid"] && p["parent"].as_u64() == Some(target)), "{processes:?}");
     assert!(io["latency_us"]["p50"].as_u64() > Some(0));

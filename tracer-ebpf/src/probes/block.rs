@@ -7,8 +7,8 @@ use gputrace_common::{loss, EventHeader, IoEvent, IoKey, IoStart, KIND_IO};
 use super::layout::layout;
 use crate::maps::{count_loss, traced_current, EVENTS, IO_INFLIGHT};
 
-/// Remember a request submitted by a traced thread. Called from insert and issue: whichever
-/// runs in the submitter's context first wins (issue may run in a kworker).
+/// Remember a request submitted by a traced thread. Called from io_start, insert and issue:
+/// whichever runs in the submitter's context first wins (issue may run in a kworker).
 #[inline(always)]
 fn on_submit(ctx: &TracePointContext) -> u32 {
     let Some(cur) = traced_current() else { return 0 };
@@ -42,6 +42,15 @@ pub fn block_rq_insert(ctx: TracePointContext) -> u32 {
 
 #[tracepoint]
 pub fn block_rq_issue(ctx: TracePointContext) -> u32 {
+    on_submit(&ctx)
+}
+
+/// Where a request starts being accounted (kernel 6.5 and later): always in the submitter's
+/// context. Without a scheduler (`none`, common on NVMe and virtio) no insert fires, and a
+/// request the hardware queue could not take at once is issued later by a kernel worker, so
+/// neither insert nor issue would see the job's thread.
+#[tracepoint]
+pub fn block_io_start(ctx: TracePointContext) -> u32 {
     on_submit(&ctx)
 }
 

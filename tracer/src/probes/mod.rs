@@ -280,7 +280,7 @@ impl ProbeSet {
         let mut tracepoint_links = Vec::new();
         let groups: &[(Tracepoints, &str)] = if scope == Scope::Tree { &TRACEPOINT_GROUPS } else { &[] };
         let attached = attach_tracepoint_groups(&mut ebpf, groups, tracefs.as_ref().map(|_| ()), &mut tracepoint_links, &mut notes);
-        let [_tasks_followed, sched_traced, io_traced, waking_attached] = attached;
+        let [_tasks_followed, sched_traced, io_traced, waking_attached, _io_start_attached] = attached;
         // Wakers only mean something on top of the scheduler accounting.
         let wakers_traced = waking_attached && sched_traced;
         let cpu_sampled = stacks_wanted && sampler::attach_or_note(&mut ebpf, &mut notes);
@@ -722,7 +722,7 @@ fn take_tracepoint_links(ebpf: &mut Ebpf, links: Vec<(&'static str, TracePointLi
 /// (program, category, tracepoint) triples.
 type Tracepoints = &'static [(&'static str, &'static str, &'static str)];
 
-const TRACEPOINT_GROUPS: [(Tracepoints, &str); 4] = [
+const TRACEPOINT_GROUPS: [(Tracepoints, &str); 5] = [
     (
         &[
             ("task_newtask", "task", "task_newtask"),
@@ -748,6 +748,8 @@ const TRACEPOINT_GROUPS: [(Tracepoints, &str); 4] = [
         "block I/O is not attributed",
     ),
     (&[("sched_waking", "sched", "sched_waking")], "off-CPU time is not split by who woke the threads"),
+    // Kernels before 6.5 lack it; insert and issue still see most requests.
+    (&[("block_io_start", "block", "block_io_start")], "block requests issued later by a kernel worker are not attributed"),
 ];
 
 /// Attach each group of `TRACEPOINT_GROUPS` (none without tracefs); which ones are on, in

@@ -132,10 +132,20 @@ fn object_of(f: &Frame) -> &str {
     f.module.as_deref().unwrap_or_default().rsplit('/').next().unwrap_or_default()
 }
 
-/// A frame of the CUDA driver or runtime.
+/// A frame of the CUDA driver or runtime: in their shared objects, or the runtime linked
+/// statically into the job's own binary (nvcc's default, `-cudart static`), which only its
+/// names give away.
 fn is_cuda_library(f: &Frame) -> bool {
     let object = object_of(f);
-    object.starts_with("libcuda") || object.starts_with("libcudart") || object.starts_with("libnvidia-")
+    object.starts_with("libcuda") || object.starts_with("libcudart") || object.starts_with("libnvidia-") || is_static_cuda_runtime(&f.function)
+}
+
+/// A function of the statically linked CUDA runtime: its entry points (`cudaMemcpy`,
+/// `cudaMalloc`, `__cudaRegisterFatBinary`) and its internals (`libcudart_static_<hash>`,
+/// `cudart::…`). A user's own `cudaxyz` helper is lower-case after the prefix and stays.
+fn is_static_cuda_runtime(function: &str) -> bool {
+    let api = |prefix: &str| function.strip_prefix(prefix).and_then(|rest| rest.chars().next()).is_some_and(|c| c.is_ascii_uppercase());
+    function.starts_with("libcudart_static_") || function.starts_with("cudart::") || function.starts_with("__cuda") || api("cuda") || api("cu")
 }
 
 /// A frame of the C runtime, the dynamic loader, the vDSO, the C++ runtime or the CUDA driver
@@ -228,6 +238,22 @@ mod tests {
 
     fn stack(tid: u32, activity: Activity, frames: Vec<Frame>, ms: u64) -> StackTime {
         StackTime { tid, pid: 1, activity, on_cpu: true, origin: Origin::Python, frames, count: 1, ns: ms * 1_000_000 }
+    }
+
+    #[test]
+    fn the_statically_linked_cuda_runtime_is_skipped_for_the_jobs_own_frame() {
+        let job = "/home/me/unwind_job";
+        let frames = vec![
+            native("libcudart_static_4d8b33a106dceb3c07a1e3ba2f8aa6a4f8c6d2b5", job),
+            native("cudart::cudaApiMemcpy", job),
+            native("cudaMemcpy", job),
+            native("trainer::read_loss", job),
+            native("main", job),
+        ];
+        assert_eq!(site_frame(&frames).map(|f| f.function.as_str()), Some("trainer::read_loss"));
+        // A user's function that merely begins with the letters stays the user's.
+        assert!(!is_library(&native("cudaxpy_reference", job)));
+        assert!(!is_library(&native("cuteness", job)));
     }
 
     #[test]
