@@ -179,6 +179,32 @@ pub fn copy_user_stack(cur: &Current, source: u32, probe: u32, fp_stack_id: i64)
     }
     // SAFETY: as above.
     unsafe { (*record).head.len = len };
-    entry.submit(crate::maps::batched_submit());
+    entry.submit(if unwinder_due(cur.tgid) { crate::maps::FORCE_WAKEUP } else { crate::maps::batched_submit() });
     Some(id)
+}
+
+/// At most this often a process's copied stack wakes the reader at once.
+const UNWINDER_REFRESH_NS: u64 = 20_000_000;
+
+/// When each process's copied stack last woke the reader (LRU: exited processes age out).
+#[map]
+static UNWINDER_WOKEN: LruHashMap<u32, u64> = LruHashMap::with_max_entries(1024, 0);
+
+/// Whether this copy should reach user space at once: user space unwinds a copy with the
+/// process's memory map, read when its first copy arrives (and again when an address falls
+/// outside it). A short job's copies left for the next batch would find the process gone
+/// and be walked by frame pointers alone, skipping the frames of the libraries built
+/// without them (a fake driver's spin in libc read as the job's own code). One prompt copy
+/// per process per `UNWINDER_REFRESH_NS` keeps the map read while the process lives.
+#[inline(always)]
+fn unwinder_due(tgid: u32) -> bool {
+    // SAFETY: reading the monotonic clock has no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    // SAFETY: the value is copied out.
+    let last = unsafe { UNWINDER_WOKEN.get(&tgid) }.copied();
+    if last.is_some_and(|t| now.saturating_sub(t) < UNWINDER_REFRESH_NS) {
+        return false;
+    }
+    let _ = UNWINDER_WOKEN.insert(&tgid, &now, 0);
+    true
 }

@@ -30,6 +30,8 @@ pub const MAX_STEPS: usize = 128;
 /// A module's maps are read again at most this often when an address falls outside them (a
 /// library loaded since).
 const REREAD_MAPS_EVERY: Duration = Duration::from_secs(1);
+/// How often a walk cut at an unknown address may read the map again (see `unwind`).
+const REREAD_MAPS_ON_MISS: Duration = Duration::from_millis(20);
 
 /// The largest unwind section read (a section beyond is left out, and its file's frames
 /// fall back to frame pointers): a mapped file is the traced process's to make.
@@ -287,7 +289,18 @@ impl Unwinders {
                 restore_returns(stack, regs.sp, returns, t);
             }
         }
-        walk(&p.unwinder, &mut p.cache, regs, stack)
+        let unwound = walk(&p.unwinder, &mut p.cache, regs, stack);
+        // A walk cut at an address no module covers: the process may have mapped it since
+        // its map was read (a `dlopen`'ed driver, read before the load). Read it again, at
+        // most every `REREAD_MAPS_ON_MISS`, while the process lives, and walk once more.
+        let missed = !unwound.complete && unwound.ips.iter().any(|ip| !p.ranges.iter().any(|r| r.contains(ip)));
+        if !missed || p.read_at.elapsed() < REREAD_MAPS_ON_MISS {
+            return unwound;
+        }
+        let Some(fresh) = self.load(pid) else { return unwound };
+        let p = self.processes.entry(pid).insert_entry(fresh).into_mut();
+        let again = walk(&p.unwinder, &mut p.cache, regs, stack);
+        if again.ips.len() >= unwound.ips.len() { again } else { unwound }
     }
 
     /// Forget a process (it exited, or exec'd another image).
@@ -311,7 +324,18 @@ impl Unwinders {
             let info = if m.path == "[vdso]" {
                 self.vdso.get_or_init(|| own_vdso().map(Arc::new)).clone()
             } else if m.path.starts_with('/') && m.inode != 0 {
-                self.files.entry((m.dev(), m.inode)).or_insert_with(|| read_mapped(pid, &m).map(Arc::new)).clone()
+                match self.files.get(&(m.dev(), m.inode)) {
+                    Some(known) => known.clone(),
+                    None => match read_mapped(pid, &m) {
+                        Ok(info) => self.files.entry((m.dev(), m.inode)).or_insert(Some(Arc::new(info))).clone(),
+                        // Not an ELF file we can read: the same next time.
+                        Err(UnwindInfoError::Parse(_)) => self.files.entry((m.dev(), m.inode)).or_insert(None).clone(),
+                        // The mapping went away before it was opened (the process exec'd or
+                        // exited: `run`'s gate execs the job): a fact of that process, not of
+                        // the file, which the next process to map it reads again.
+                        Err(UnwindInfoError::Open(_)) => None,
+                    },
+                }
             } else {
                 None
             };
@@ -339,14 +363,14 @@ fn trampoline_of(pid: u32) -> Option<std::ops::Range<u64>> {
 
 /// A mapped file's unwind sections, read through the process's own mapping (`map_files`:
 /// the file it mapped, even if the path names another since), checked to be that file.
-fn read_mapped(pid: u32, m: &Mapping) -> Option<FileUnwindInfo> {
+fn read_mapped(pid: u32, m: &Mapping) -> Result<FileUnwindInfo, UnwindInfoError> {
     let link = format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end);
     let read = || -> Result<FileUnwindInfo, UnwindInfoError> {
         let fd = open_same_file(std::path::Path::new(&link), (m.dev(), m.inode), Links::Follow)?;
         let cache = object::ReadCache::new(std::fs::File::from(fd));
         FileUnwindInfo::parse(&cache)
     };
-    read().inspect_err(|e| log::debug!("unwind information of {}: {e}", m.path)).ok()
+    read().inspect_err(|e| log::debug!("unwind information of {}: {e}", m.path))
 }
 
 /// The vDSO's unwind sections, from this process's own copy: the kernel maps the same image
