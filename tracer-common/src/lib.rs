@@ -99,6 +99,9 @@ pub mod globals {
     pub const TRACE_ALL_CUDA: &str = "TRACE_ALL_CUDA";
     /// Nonzero: take the traced threads' user stacks (CPU samples and off-CPU spells).
     pub const SAMPLE_STACKS: &str = "SAMPLE_STACKS";
+    /// Nonzero: every copy record wakes the reader (the behaviour before first-sight
+    /// delivery; `GPUTRACE_PROMPT_EVERY_COPY=1`, for the per-call cost benchmark's A/B).
+    pub const PROMPT_EVERY_COPY: &str = "PROMPT_EVERY_COPY";
 }
 
 #[cfg(feature = "user")]

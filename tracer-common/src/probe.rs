@@ -345,6 +345,19 @@ pub const fn needs_prompt_delivery(id: u32) -> bool {
     }
 }
 
+/// Whether a call's prompt delivery is needed only the first time its memory is seen:
+/// copies. User space keeps each process's memory map once read, so a copy between regions
+/// it has classified before is classified from that map even after the process is gone;
+/// only a copy touching a region not seen before must reach it while the memory is mapped.
+/// (Allocations are always prompt: their Python line is read while the thread is there.)
+#[must_use]
+pub const fn prompt_on_first_sight(id: u32) -> bool {
+    match spec_of(id) {
+        Some(s) => matches!(s.family, Family::Copy),
+        None => false,
+    }
+}
+
 /// Whether the entry of probe `id` takes its caller's user stack into
 /// `args[cuda::slot::ALLOC_STACK]`: device allocations (compile-time helper for eBPF).
 #[must_use]

@@ -149,6 +149,40 @@ pub static IO_INFLIGHT: LruHashMap<IoKey, IoStart> = LruHashMap::with_max_entrie
 #[unsafe(no_mangle)]
 static SAMPLE_STACKS: u32 = 0;
 
+/// Set by user space before loading: nonzero wakes the reader for every copy record, not
+/// only for copies touching memory regions not seen before (`copy_region_is_new`).
+#[unsafe(no_mangle)]
+static PROMPT_EVERY_COPY: u32 = 0;
+
+/// The 2 MiB regions (per process, both ends of a copy) whose copies have reached user space
+/// promptly once; the value is unused. LRU: a job cycling through more regions than this
+/// just wakes the reader more often.
+#[map]
+static COPY_REGIONS: LruHashMap<u64, u8> = LruHashMap::with_max_entries(4096, 0);
+
+/// Whether a copy in process `tgid` touches 2 MiB regions not seen before (and remembers
+/// them). `a`, `b`, `c`: the call's arguments 0, 1 and 3, which hold both ends' addresses
+/// for every copy (plain: dst, src; 2D/3D: `slot::SRC_PTR`, `slot::DST_PTR`); the others
+/// among them are constant per call site. A hash collision only delays one classification
+/// to the next batch.
+#[inline(always)]
+pub fn copy_region_is_new(tgid: u32, a: u64, b: u64, c: u64) -> bool {
+    // SAFETY: read_volatile keeps the compiler from folding the load-time constant.
+    if unsafe { core::ptr::read_volatile(&PROMPT_EVERY_COPY) } != 0 {
+        return true;
+    }
+    let key = (u64::from(tgid) << 40)
+        ^ (a >> 21).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ (b >> 21).wrapping_mul(0xc2b2_ae3d_27d4_eb4f)
+        ^ (c >> 21).wrapping_mul(0x1656_67b1_9e37_79f9);
+    // SAFETY: presence test only.
+    if unsafe { COPY_REGIONS.get(&key) }.is_some() {
+        return false;
+    }
+    let _ = COPY_REGIONS.insert(&key, &0, 0);
+    true
+}
+
 /// Whether stacks are taken (see `SAMPLE_STACKS`).
 #[inline(always)]
 pub fn stacks_on() -> bool {

@@ -885,9 +885,14 @@ pub struct ProbeCost {
     pub symbol: String,
     /// The instruction the probe sits on (null where unknown: an old recording).
     pub entry: Option<crate::probes::trap_cost::EntryKind>,
+    /// Per call: the entry trap and what our entry program did in it.
     pub entry_ns: f64,
-    /// 0 where the probe has no return probe.
+    /// Per call: the return trap and our return program; 0 where the probe has no return probe.
     pub return_ns: f64,
+    /// Of `entry_ns + return_ns`, our programs' own run time, as the kernel accounted it
+    /// (absent where that accounting was off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program_ns: Option<f64>,
     pub hits: u64,
     pub cost_s: f64,
 }

@@ -5,9 +5,9 @@
 //! job itself, five times each: untraced, under the bare uprobe, under `gputrace attach`.
 //! Medians are reported.
 //!
-//! Then the overhead estimate is checked against what tracing really cost: a `.item()` loop
-//! (a device-to-host copy whose probe the kernel single-steps, and a synchronize) timed
-//! untraced and traced, beside the report's `tracer.overhead.estimated_s`.
+//! Then per kind of call (`.item()`, a pageable copy, a sync, an allocation): what gputrace
+//! adds against bare programs on the very same traps, and its own estimate of that
+//! (`tracer.overhead.estimated_s`) against what it really added (issue 34).
 //!
 //! Then start-up and exit (issue 15): `gputrace run` of a short job, from gputrace's start
 //! to probes armed (`attach_ms`, goal ≤ 200 ms) and from the end of the window to gputrace's
@@ -30,8 +30,14 @@ const REPEATS: usize = 5;
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Untraced,
+    /// A bare counting uprobe on `cuLaunchKernel` alone.
     Floor,
+    /// Bare counting programs on every trap gputrace sets in the fake libcuda (entries, and
+    /// returns but on launches): the floor of each kind of call.
+    FloorLikeGputrace,
     Gputrace,
+    /// gputrace with every copy record waking the reader (before first-sight delivery).
+    GputraceEveryCopy,
 }
 
 impl Mode {
@@ -39,7 +45,9 @@ impl Mode {
         match self {
             Self::Untraced => "untraced",
             Self::Floor => "bare counting uprobe",
+            Self::FloorLikeGputrace => "bare programs on gputrace's traps",
             Self::Gputrace => "gputrace attach",
+            Self::GputraceEveryCopy => "gputrace, every copy wakes the reader",
         }
     }
 }
@@ -73,21 +81,22 @@ fn timed(mode: Mode, release: &Path, fake: &Path, args: &[String]) -> Result<(f6
     let pid = ready.strip_prefix("ready ").context("fakejob did not get ready")?.to_owned();
     let mut tracer: Option<Child> = match mode {
         Mode::Untraced => None,
-        Mode::Floor => {
+        Mode::Floor | Mode::FloorLikeGputrace => {
             let mut c = Command::new(release.join("gputrace-uprobe-floor"))
                 .arg(fake.join("libcuda.so.1"))
-                .arg("cuLaunchKernel")
+                .arg(if mode == Mode::Floor { "cuLaunchKernel" } else { "--like-gputrace" })
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .spawn()?;
             let mut out = BufReader::new(c.stdout.take().context("stdout")?);
-            if read_line(&mut out)? != "armed" {
+            if !read_line(&mut out)?.starts_with("armed") {
                 bail!("the floor probe did not arm");
             }
             Some(c)
         }
-        Mode::Gputrace => {
+        Mode::Gputrace | Mode::GputraceEveryCopy => {
             let mut c = Command::new(release.join("gputrace"))
+                .env("GPUTRACE_PROMPT_EVERY_COPY", if mode == Mode::GputraceEveryCopy { "1" } else { "0" })
                 .args(["-v", "attach", "--json", "--nvml-hz", "0", "--pid", &pid])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
@@ -113,10 +122,10 @@ fn timed(mode: Mode, release: &Path, fake: &Path, args: &[String]) -> Result<(f6
     let mut report = None;
     if let Some(mut c) = tracer.take() {
         match mode {
-            Mode::Floor => drop(c.stdin.take()),
+            Mode::Floor | Mode::FloorLikeGputrace => drop(c.stdin.take()),
             _ => kill(c.id(), "INT"),
         }
-        if let Some(mut out) = c.stdout.take().filter(|_| mode == Mode::Gputrace) {
+        if let Some(mut out) = c.stdout.take().filter(|_| matches!(mode, Mode::Gputrace | Mode::GputraceEveryCopy)) {
             let mut s = String::new();
             std::io::Read::read_to_string(&mut out, &mut s)?;
             report = Some(s);
@@ -126,38 +135,55 @@ fn timed(mode: Mode, release: &Path, fake: &Path, args: &[String]) -> Result<(f6
     Ok((ns, report))
 }
 
-/// The `.item()` loop of the second table: 20,000 steps of one copy + synchronize.
-const ITEM_STEPS: u64 = 20_000;
+/// Steps of each per-kind loop: one call of its kind a step (the `.item()` one: a copy and
+/// a synchronize).
+const KIND_STEPS: u64 = 20_000;
 
-/// Measured against estimated cost of tracing the `.item()` loop, medians of `REPEATS`.
+/// The kinds of call of the second table: name and fakejob arguments.
+const KINDS: [(&str, &[&str]); 4] = [
+    ("`.item()`: D2H copy + stream sync", &["--item", "1"]),
+    ("pageable H2D copy + stream sync", &["--pageable-h2d", "4096"]),
+    ("context sync", &["--sync"]),
+    ("alloc + free (1 MiB)", &["--alloc-churn", "1"]),
+];
+
+/// Per kind of call (issue 34): the added cost per step under the bare programs on
+/// gputrace's own traps (the floor) and under gputrace, with and without a reader wakeup
+/// per copy record, beside gputrace's own estimate (`tracer.overhead.estimated_s` over
+/// the steps). Modes alternate within each round; medians of `REPEATS` rounds.
 #[expect(clippy::print_stdout, reason = "the table is this command's output")]
-fn estimate_accuracy(release: &Path, fake: &Path) -> Result<()> {
-    let args: Vec<String> = ["--kernel-us", "0", "--steps", &ITEM_STEPS.to_string(), "--item", "1"].map(str::to_owned).to_vec();
-    let untraced: Vec<f64> = (0..REPEATS).map(|_| timed(Mode::Untraced, release, fake, &args).map(|t| t.0)).collect::<Result<_>>()?;
-    let mut added = Vec::new();
-    let mut estimated = Vec::new();
-    let base = median(untraced.clone());
-    for _ in 0..REPEATS {
-        let (ns, report) = timed(Mode::Gputrace, release, fake, &args)?;
-        let report: serde_json::Value = serde_json::from_str(&report.unwrap_or_default()).context("gputrace printed no report")?;
-        let est = report.pointer("/tracer/overhead/estimated_s").and_then(serde_json::Value::as_f64).context("no overhead estimate")?;
-        if report.pointer("/tracer/overhead/basis").and_then(serde_json::Value::as_str) != Some("measured") {
-            bail!("the trap costs were not measured: {}", report.pointer("/tracer/notes").unwrap_or(&serde_json::Value::Null));
+pub fn call_kinds(release: &Path, fake: &Path) -> Result<()> {
+    const MODES: [Mode; 4] = [Mode::Untraced, Mode::FloorLikeGputrace, Mode::Gputrace, Mode::GputraceEveryCopy];
+    println!("\n| call, {KIND_STEPS} steps (median of {REPEATS}) | untraced ns/step | floor: bare programs on the same traps | gputrace | × floor | gputrace's estimate | every copy wakes the reader |");
+    println!("|---|---|---|---|---|---|---|");
+    for (name, extra) in KINDS {
+        let args: Vec<String> = ["--kernel-us", "0", "--steps", &KIND_STEPS.to_string()].iter().chain(extra).map(|s| (*s).to_owned()).collect();
+        let mut ns: Vec<Vec<f64>> = vec![Vec::new(); MODES.len()];
+        let mut estimated = Vec::new();
+        for _ in 0..REPEATS {
+            for (i, mode) in MODES.iter().enumerate() {
+                let (work, report) = timed(*mode, release, fake, &args)?;
+                ns[i].push(work / KIND_STEPS as f64);
+                if *mode == Mode::Gputrace {
+                    let report: serde_json::Value = serde_json::from_str(&report.unwrap_or_default()).context("gputrace printed no report")?;
+                    if report.pointer("/tracer/overhead/basis").and_then(serde_json::Value::as_str) != Some("measured") {
+                        bail!("the trap costs were not measured: {}", report.pointer("/tracer/notes").unwrap_or(&serde_json::Value::Null));
+                    }
+                    let est = report.pointer("/tracer/overhead/estimated_s").and_then(serde_json::Value::as_f64).context("no overhead estimate")?;
+                    estimated.push(est * 1e9 / KIND_STEPS as f64);
+                }
+            }
         }
-        added.push((ns - base) / 1e9);
-        estimated.push(est);
+        eprintln!("{name}: ns/step by mode {ns:.0?}; estimated {estimated:.0?}");
+        let m: Vec<f64> = ns.into_iter().map(median).collect();
+        let (base, floor, ours, every) = (m[0], m[1] - m[0], m[2] - m[0], m[3] - m[0]);
+        let est = median(estimated);
+        println!(
+            "| {name} | {base:.0} | {floor:+.0} | {ours:+.0} | {:.2} | {est:.0} ({:+.0} %) | {every:+.0} |",
+            ours / floor,
+            (est / ours - 1.0) * 100.0
+        );
     }
-    eprintln!("untraced work: {:?} s", untraced.iter().map(|n| n / 1e9).collect::<Vec<_>>());
-    eprintln!("traced, added: {added:?} s; estimated: {estimated:?} s");
-    let (a, e) = (median(added), median(estimated));
-    println!("
-| `.item()` loop, {ITEM_STEPS} steps (median of {REPEATS}) | seconds |");
-    println!("|---|---|");
-    println!("| untraced work | {:.3} |", base / 1e9);
-    println!("| added by tracing, measured | {a:.3} |");
-    println!("| added by tracing, gputrace's estimate (`tracer.overhead.estimated_s`) | {e:.3} |");
-    println!("
-estimate / measured = {:.2}", e / a);
     Ok(())
 }
 
@@ -193,7 +219,7 @@ pub fn run(release: &Path, fake: &Path) -> Result<()> {
         "\ngputrace's added cost per launch: {ours:.1} ns = {:.2} × the bare-uprobe floor ({floor:.1} ns); goal ≤ 1.2 ×",
         ours / floor
     );
-    estimate_accuracy(release, fake)?;
+    call_kinds(release, fake)?;
     startup_and_exit(release, fake)?;
     crate::bench_unwind::run(release, fake)
 }

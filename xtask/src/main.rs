@@ -41,6 +41,9 @@ enum Task {
         /// Only the cost of unwinding native stacks.
         #[arg(long)]
         unwind: bool,
+        /// Only the cost per kind of call and its estimate (issue 34).
+        #[arg(long, conflicts_with = "unwind")]
+        calls: bool,
     },
     /// Build the release artifacts into target/dist: tarball, debug info, .deb (docs/install.md).
     Dist,
@@ -203,13 +206,15 @@ fn main() -> Result<()> {
         Task::Build => build().map(|_| ()),
         Task::Demo => demo(),
         Task::Test => test(),
-        Task::Bench { unwind } => {
+        Task::Bench { unwind, calls } => {
             let gputrace = build()?;
             let release = gputrace.parent().context("target/release")?.to_path_buf();
             let fake = root().join("target/fake-cuda");
             builder::build_fake_cuda(&root().join("tests/fake-cuda"), &fake).map_err(anyhow::Error::msg)?;
             if unwind {
                 bench_unwind::run(&release, &fake)
+            } else if calls {
+                bench::call_kinds(&release, &fake)
             } else {
                 bench::run(&release, &fake)
             }

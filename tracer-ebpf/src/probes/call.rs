@@ -20,7 +20,7 @@ use gputrace_common::{
 };
 
 use crate::{
-    maps::{count_loss, cuda_caller, stacks_on, thread_counters, Current, ALLOC_STACKS, BPF_F_USER_STACK, EVENTS, INFLIGHT, THREADS, USER_STACKS},
+    maps::{copy_region_is_new, count_loss, cuda_caller, stacks_on, thread_counters, Current, ALLOC_STACKS, BPF_F_USER_STACK, EVENTS, INFLIGHT, THREADS, USER_STACKS},
     stack_copy::{copy_user_stack, remember_return, take_call_stack},
 };
 
@@ -137,8 +137,9 @@ fn on_enter_struct_copy(ctx: &ProbeContext, probe: u32, layout: &CopyLayout) -> 
 }
 
 #[inline(always)]
-/// `prompt`: wake the reader for this record (see `needs_prompt_delivery`).
-fn on_return(ctx: &RetProbeContext, probe: u32, prompt: bool) -> u32 {
+/// `prompt`: wake the reader for this record (see `needs_prompt_delivery`); `first_sight`:
+/// only when its memory regions are new (see `prompt_on_first_sight`).
+fn on_return(ctx: &RetProbeContext, probe: u32, prompt: bool, first_sight: bool) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
     let key = inflight_key(tid, probe);
@@ -188,6 +189,8 @@ fn on_return(ctx: &RetProbeContext, probe: u32, prompt: bool) -> u32 {
         ret: ctx.ret::<u64>().unwrap_or(u64::MAX),
         out,
     });
+    // Copies need the prompt wakeup only for memory user space has not classified yet.
+    let prompt = prompt && (!first_sight || copy_region_is_new(tgid, call.args[0], call.args[1], call.args[3]));
     entry.submit(if prompt { crate::maps::FORCE_WAKEUP } else { crate::maps::batched_submit() });
     0
 }
@@ -205,7 +208,8 @@ macro_rules! call_probes {
         #[uretprobe]
         pub fn $ret(ctx: RetProbeContext) -> u32 {
             const PROMPT: bool = gputrace_common::needs_prompt_delivery($id);
-            on_return(&ctx, $id, PROMPT)
+            const FIRST_SIGHT: bool = gputrace_common::prompt_on_first_sight($id);
+            on_return(&ctx, $id, PROMPT, FIRST_SIGHT)
         }
     )*};
 }
@@ -228,7 +232,8 @@ macro_rules! struct_copy_probes {
         #[uretprobe]
         pub fn $ret(ctx: RetProbeContext) -> u32 {
             const PROMPT: bool = gputrace_common::needs_prompt_delivery($id);
-            on_return(&ctx, $id, PROMPT)
+            const FIRST_SIGHT: bool = gputrace_common::prompt_on_first_sight($id);
+            on_return(&ctx, $id, PROMPT, FIRST_SIGHT)
         }
     )*};
 }

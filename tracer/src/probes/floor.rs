@@ -9,6 +9,8 @@ use aya::{
 };
 
 use super::{map_error, OBJECT};
+use gputrace_common::PROBES;
+
 use crate::{
     discover::symbols,
     error::{Result, TraceError},
@@ -45,6 +47,41 @@ impl Floor {
         let hits = PerCpuArray::try_from(ebpf.take_map("FLOOR_HITS").ok_or_else(|| map_error("FLOOR_HITS"))?)
             .map_err(|_| map_error("FLOOR_HITS"))?;
         Ok(Self { _ebpf: ebpf, hits })
+    }
+
+    /// Bare programs on every trap gputrace would set in `library`: an entry on each probed
+    /// symbol it exports, and a return where gputrace has one (all but launches). The floor
+    /// of the per-call cost benchmark (`validation/gpu/call_cost.sh`): the same traps, none
+    /// of the work. Returns the floor and how many symbols it covers.
+    pub fn attach_like_gputrace(library: &Path) -> Result<(Self, usize)> {
+        if OBJECT.is_empty() {
+            return Err(TraceError::NoEbpfObject);
+        }
+        crate::preflight::check()?;
+        let mut ebpf = Ebpf::load(OBJECT).map_err(crate::preflight::classify_load_error)?;
+        let wanted: Vec<&str> = PROBES.iter().map(|p| p.symbol).collect();
+        let offsets = symbols::file_offsets(library, &wanted)?;
+        let mut covered = 0;
+        for (program, returns) in [("uprobe_floor", false), ("uretprobe_floor", true)] {
+            let prog: &mut UProbe =
+                ebpf.program_mut(program).and_then(|p| p.try_into().ok()).ok_or_else(|| TraceError::Program { name: program.into() })?;
+            prog.load().map_err(|source| TraceError::LoadProgram { program: program.into(), source: Box::new(source) })?;
+            for spec in PROBES {
+                let Some(&offset) = offsets.get(spec.symbol) else { continue };
+                if returns && !super::has_return(spec) {
+                    continue;
+                }
+                prog.attach(None, offset, library, None).map_err(|source| TraceError::AttachUprobe {
+                    symbol: spec.symbol.into(),
+                    library: library.into(),
+                    source: Box::new(source.into()),
+                })?;
+                covered += usize::from(!returns);
+            }
+        }
+        let hits = PerCpuArray::try_from(ebpf.take_map("FLOOR_HITS").ok_or_else(|| map_error("FLOOR_HITS"))?)
+            .map_err(|_| map_error("FLOOR_HITS"))?;
+        Ok((Self { _ebpf: ebpf, hits }, covered))
     }
 
     /// Hits so far, all CPUs.

@@ -113,6 +113,9 @@ pub struct ProbeSet {
     samples: BpfHashMap<MapData, SampleKey, SampleStats>,
     user_stacks: aya::maps::StackTraceMap<MapData>,
     alloc_stacks: aya::maps::StackTraceMap<MapData>,
+    /// Held while the kernel keeps our programs' run time (`BPF_ENABLE_STATS`; the
+    /// accounting stops when the last holder closes it). None where it was refused.
+    run_stats: Option<OwnedFd>,
     /// Copied user stacks, unwound (`stacks::copied`): samples, spells and allocations count
     /// under their interned ids.
     copied: CopiedStacks,
@@ -277,6 +280,11 @@ impl ProbeSet {
         let entry_only = entry_only_decision(&mut ebpf, &mut notes, &mut uprobes);
         startup.return_check_ms = ms_since(phase);
         let phase = std::time::Instant::now();
+        // Before any probe can fire: the programs' own run time per call, for the overhead
+        // estimate (`program_costs`). Costs two clock reads a program run while held.
+        let run_stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
+            .map_err(|e| log::info!("the programs' run time is not measured: {e}"))
+            .ok();
         let mut tracepoint_links = Vec::new();
         let groups: &[(Tracepoints, &str)] = if scope == Scope::Tree { &TRACEPOINT_GROUPS } else { &[] };
         let attached = attach_tracepoint_groups(&mut ebpf, groups, tracefs.as_ref().map(|_| ()), &mut tracepoint_links, &mut notes);
@@ -314,6 +322,7 @@ impl ProbeSet {
                 samples,
                 user_stacks,
                 alloc_stacks,
+                run_stats,
                 copied: CopiedStacks::default(),
                 attached: BTreeMap::new(),
                 library_files: Vec::new(),
@@ -516,6 +525,33 @@ impl ProbeSet {
     /// What a trap costs on this kernel, by the instruction it sits on (`trap_cost`).
     pub fn measure_trap_costs(&mut self) -> std::result::Result<trap_cost::TrapCosts, String> {
         trap_cost::calibrate(&mut self.ebpf, &mut self.uprobes)
+    }
+
+    /// What our CUDA probes' programs took per run so far, by probe id (entry and return
+    /// program; the kernel's own accounting, `run_stats`). Runs in processes we do not trace
+    /// stop at the first check, so the mean slightly understates a traced call. Empty where
+    /// the accounting is off.
+    #[must_use]
+    pub fn program_costs(&self) -> BTreeMap<u32, trap_cost::ProgramNs> {
+        if self.run_stats.is_none() {
+            return BTreeMap::new();
+        }
+        let per_run = |name: &str| {
+            let info = self.ebpf.program(name)?.info().ok()?;
+            let runs = info.run_count();
+            (runs > 0).then(|| (info.run_time().as_nanos() as f64 / runs as f64, runs))
+        };
+        PROBES
+            .iter()
+            .filter_map(|spec| {
+                let entry = per_run(spec.symbol);
+                let ret = has_return(spec).then(|| per_run(&return_program(spec.symbol))).flatten();
+                (entry.is_some() || ret.is_some()).then(|| {
+                    let (entry_ns, runs) = entry.unwrap_or_default();
+                    (spec.id, trap_cost::ProgramNs { entry_ns, return_ns: ret.map_or(0.0, |r| r.0), runs })
+                })
+            })
+            .collect()
     }
 
     /// Notes found since the start (taken once: the caller adds them to its own).
@@ -826,6 +862,9 @@ fn load_configured(scope: Scope, tracefs: Option<&std::path::PathBuf>, stacks_wa
     loader.set_global(globals::TRACE_ALL_CUDA, &trace_all, true);
     let sample_stacks = u32::from(stacks_wanted);
     loader.set_global(globals::SAMPLE_STACKS, &sample_stacks, true);
+    // The per-call cost benchmark's A/B switch, not a user setting (docs/benchmarks.md).
+    let prompt_every_copy = u32::from(std::env::var_os("GPUTRACE_PROMPT_EVERY_COPY").is_some_and(|v| v == "1"));
+    loader.set_global(globals::PROMPT_EVERY_COPY, &prompt_every_copy, true);
     loader.load(OBJECT).map_err(crate::preflight::classify_load_error)
 }
 

@@ -75,6 +75,20 @@ pub struct TrapCosts {
     pub stepped_ns: f64,
     /// A return probe's own cost (its entry excluded).
     pub return_ns: f64,
+    /// What our own programs took per run on top of the trap, by probe id, as the kernel
+    /// accounted it over the session (`BPF_ENABLE_STATS`). Empty where that was off, and in
+    /// recordings made before it existed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub program_ns: BTreeMap<u32, ProgramNs>,
+}
+
+/// One probe's programs' mean run time, ns, and how many times its entry program ran.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ProgramNs {
+    pub entry_ns: f64,
+    /// 0 where the probe has no return program.
+    pub return_ns: f64,
+    pub runs: u64,
 }
 
 impl TrapCosts {
@@ -202,8 +216,9 @@ pub fn has_return(id: u32, entry_only: bool) -> bool {
     }
 }
 
-/// Per probe id (shared by the overhead estimate and the overhead budget): its entry kind (from the first library that has the symbol), its entry
-/// and return cost, ns.
+/// Per probe id (shared by the overhead estimate and the overhead budget): its entry kind
+/// (from the first library that has the symbol), its entry and return cost, ns: the trap
+/// and our program's run time in it.
 #[must_use]
 pub fn costs_by_probe(libraries: &[AttachedLibrary], measured: Option<&TrapCosts>, entry_only: bool) -> BTreeMap<u32, (Option<EntryKind>, f64, f64)> {
     PROBES
@@ -212,7 +227,11 @@ pub fn costs_by_probe(libraries: &[AttachedLibrary], measured: Option<&TrapCosts
             let kind = libraries.iter().find_map(|l| l.entry.get(spec.symbol).copied());
             let (entry, ret) = match measured {
                 // A probe whose instruction is unknown (an old recording) is charged as stepped.
-                Some(c) => (c.entry_ns(kind.unwrap_or(EntryKind::Stepped)), c.return_ns),
+                // The trap, and what our programs did in it.
+                Some(c) => {
+                    let program = c.program_ns.get(&spec.id).copied().unwrap_or_default();
+                    (c.entry_ns(kind.unwrap_or(EntryKind::Stepped)) + program.entry_ns, c.return_ns + program.return_ns)
+                }
                 None => (TrapCosts::ASSUMED_NS, TrapCosts::ASSUMED_NS),
             };
             (spec.id, (kind, entry, if has_return(spec.id, entry_only) { ret } else { 0.0 }))
@@ -270,6 +289,8 @@ pub fn calibrate(ebpf: &mut Ebpf, links: &mut Uprobes) -> Result<TrapCosts, Stri
             endbr_ns: cost(2),
             // A return probe also traps at its function's entry (a push here).
             return_ns: (cost(3) - cost(0)).max(0.0),
+            // Read from the kernel's accounting when the costs are used (`program_costs`).
+            program_ns: BTreeMap::new(),
         })
     })();
     drop(code);

@@ -37,7 +37,8 @@ pub fn estimate(ev: &Evidence, window_ns: u64, entry_only: bool, libraries: &[At
         .filter_map(|(id, hits)| {
             let spec = spec_of(id)?;
             let (kind, entry_ns, return_ns) = costs.get(&id).copied()?;
-            Some(ProbeCost { symbol: spec.symbol.into(), entry: kind, entry_ns, return_ns, hits, cost_s: ns_of(id, hits) / 1e9 })
+            let program_ns = measured.and_then(|m| m.program_ns.get(&id)).map(|p| p.entry_ns + if return_ns > 0.0 { p.return_ns } else { 0.0 });
+            Some(ProbeCost { symbol: spec.symbol.into(), entry: kind, entry_ns, return_ns, program_ns, hits, cost_s: ns_of(id, hits) / 1e9 })
         })
         .collect();
     per_probe.sort_by(|a, b| b.cost_s.total_cmp(&a.cost_s));
@@ -111,5 +112,22 @@ mod tests {
         assert_eq!(o.per_probe[0].entry, Some(EntryKind::Stepped));
         assert!((o.per_probe[0].cost_s - 0.0095).abs() < 1e-9);
         assert!((o.fraction_of_window - 0.0103).abs() < 1e-9);
+
+        // The kernel's accounting of our programs adds their run time to each call.
+        let mut with_programs = costs.clone();
+        with_programs.program_ns.insert(sync.id, crate::probes::trap_cost::ProgramNs { entry_ns: 1_200.0, return_ns: 300.0, runs: 1_000 });
+        let lib = AttachedLibrary {
+            library: Library { dev: 1, inode: 2, open_path: "/x".into(), name: "libcuda.so.1".into() },
+            symbols: vec![launch.symbol, sync.symbol],
+            mapped_by: std::collections::BTreeSet::new(),
+            probed_late_for: std::collections::BTreeSet::new(),
+            entry: [(launch.symbol, EntryKind::Push), (sync.symbol, EntryKind::Stepped)].into_iter().collect(),
+        };
+        let o = estimate(&ev, 1_000_000_000, false, &[lib], Some(&with_programs));
+        // 1,000 syncs: 9 µs + 1.2 µs at entry, 0.5 µs + 0.3 µs at return.
+        assert!((o.estimated_s - 0.0008 - 0.011).abs() < 1e-9, "{}", o.estimated_s);
+        let sync_cost = o.per_probe.iter().find(|p| p.symbol == sync.symbol).expect("the sync");
+        assert_eq!(sync_cost.program_ns, Some(1_500.0));
+        assert!(o.per_probe.iter().find(|p| p.symbol == launch.symbol).expect("the launch").program_ns.is_none());
     }
 }

@@ -42,7 +42,12 @@ pub(super) struct Budgeting {
     pub(super) costs: Option<crate::probes::trap_cost::TrapCosts>,
     /// Threads closing launch links taken off (a grace period each, off the loop).
     pub(super) closing: Vec<std::thread::JoinHandle<()>>,
+    /// When `costs.program_ns` was last read from the kernel's accounting.
+    programs_read_ns: u64,
 }
+
+/// How often the budget re-reads what our programs cost per run (a system call a program).
+const PROGRAM_COSTS_EVERY_NS: u64 = 1_000_000_000;
 
 impl Live {
     /// Start the overhead budget: the trap costs are measured now (the controller needs
@@ -58,7 +63,7 @@ impl Live {
         }
         let costs = self.kernel.measure_trap_costs().map_err(|why| log::warn!("trap costs for the budget: {why}; 1 µs a trap assumed")).ok();
         let controller = budget::Budget::new(limit, clock::monotonic_ns(), &self.kernel.thread_counters());
-        self.budget = Some(Budgeting { controller, costs, closing: Vec::new() });
+        self.budget = Some(Budgeting { controller, costs, closing: Vec::new(), programs_read_ns: 0 });
     }
 
     pub(super) fn budget_due(&self) -> Option<tokio::time::Instant> {
@@ -71,8 +76,13 @@ impl Live {
     /// them back as the controller says.
     pub(super) fn budget_step(&mut self) {
         let Some(b) = self.budget.as_mut() else { return };
-        let costs = crate::probes::trap_cost::hit_ns(&self.kernel.attached_libraries(), b.costs.as_ref(), self.kernel.entry_only);
         let now = clock::monotonic_ns();
+        if let Some(c) = b.costs.as_mut().filter(|_| now.saturating_sub(b.programs_read_ns) >= PROGRAM_COSTS_EVERY_NS) {
+            // The trap alone understates a call: our programs' own work is charged too.
+            c.program_ns = self.kernel.program_costs();
+            b.programs_read_ns = now;
+        }
+        let costs = crate::probes::trap_cost::hit_ns(&self.kernel.attached_libraries(), b.costs.as_ref(), self.kernel.entry_only);
         let counters = self.kernel.thread_counters();
         match b.controller.step(now, &counters, &costs) {
             budget::Action::None => {}

@@ -271,7 +271,10 @@ impl Live {
             None => self.kernel.measure_trap_costs(),
         };
         let trap_costs = match measured {
-            Ok(c) => Some(c),
+            Ok(mut c) => {
+                c.program_ns = self.kernel.program_costs();
+                Some(c)
+            }
             Err(why) => {
                 let note = format!("the cost of a probe could not be measured ({why}); the overhead estimate assumes 1 µs a trap");
                 log::warn!("{note}");

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The cost of one traced CUDA call, per kind, on the real driver (issue 34). Builds
+# call_cost.cu, starts it once, and for each kind alternates phases of SECS seconds in that
+# one process: untraced; under the bare-probe floor (gputrace-uprobe-floor --like-gputrace:
+# the very traps gputrace sets in libcuda, each only counting); under `gputrace attach`
+# (and the variants in VARIANTS). REPS rounds; summarize_call_cost.py takes medians.
+# Every traced phase keeps its report (tracer.overhead is gputrace's own estimate).
+# Usage: call_cost.sh GPUTRACE UPROBE_FLOOR OUT_DIR [KIND...]
+#   kinds: launch item d2h h2d sync event alloc (default: all)
+#   VARIANTS: space-separated names, each traced phase run once per variant:
+#     default   gputrace attach as shipped
+#     nostacks  with --no-stacks
+#     everycopy every copy record wakes the reader (GPUTRACE_PROMPT_EVERY_COPY=1: the old way)
+set -u
+BIN=$1
+FLOOR=$2
+OUT=$3
+shift 3
+HERE=$(cd "$(dirname "$0")" && pwd)
+KINDS=${*:-launch item d2h h2d sync event alloc}
+SECS=${SECS:-2}
+REPS=${REPS:-3}
+VARIANTS=${VARIANTS:-default nostacks everycopy}
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+mkdir -p "$OUT"
+cd "$OUT" || exit 1
+"$NVCC" -O2 -o call_cost "$HERE/call_cost.cu" || { echo "FAIL: nvcc could not build call_cost.cu"; exit 1; }
+rm -f to.job from.job
+mkfifo to.job from.job
+./call_cost <to.job >from.job 2>job.err &
+exec {to}>to.job {from}<from.job
+read -r -u "$from" ready pid
+[ "$ready" = ready ] || { echo "call_cost did not start: $(cat job.err)"; exit 1; }
+lib=$(grep -m1 -o '/[^ ]*libcuda\.so[^ ]*' "/proc/$pid/maps")
+echo "# libcuda: $lib" | tee call_cost.txt
+measure() { # KIND PHASE
+  echo "measure $1 $SECS" >&"$to"
+  read -r -u "$from" kind ns calls
+  echo "$kind $2 $ns $calls" | tee -a call_cost.txt
+}
+traced() { # KIND VARIANT REP
+  local args=() envs=()
+  case $2 in
+    nostacks) args=(--no-stacks) ;;
+    everycopy) envs=(GPUTRACE_PROMPT_EVERY_COPY=1) ;;
+  esac
+  env "${envs[@]}" "$BIN" -v attach --pid "$pid" --json "${args[@]}" >"$1.$2.$3.json" 2>"$1.$2.$3.err" &
+  local gp=$!
+  for _ in $(seq 1 400); do grep -q "armed: tracing" "$1.$2.$3.err" && break; sleep 0.05; done
+  measure "$1" "$2"
+  kill -INT $gp
+  wait $gp
+}
+for kind in $KINDS; do
+  for rep in $(seq 1 "$REPS"); do
+    measure "$kind" untraced
+    rm -f fl.in fl.out
+    mkfifo fl.in fl.out
+    "$FLOOR" "$lib" --like-gputrace <fl.in >fl.out 2>floor.err &
+    fp=$!
+    exec {fin}>fl.in {fout}<fl.out
+    read -r -u "$fout" armed symbols
+    [ "$armed" = armed ] && measure "$kind" floor
+    echo done >&"$fin"
+    read -r -u "$fout" _ hits
+    exec {fin}>&- {fout}<&-
+    wait $fp
+    echo "# floor: $symbols symbols, $hits hits" >>call_cost.txt
+    for variant in $VARIANTS; do
+      traced "$kind" "$variant" "$rep"
+    done
+  done
+done
+echo quit >&"$to"
+wait
+python3 "$HERE/summarize_call_cost.py" "$OUT" | tee call_cost.summary.txt

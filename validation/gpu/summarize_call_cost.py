@@ -1,0 +1,54 @@
+"""Summarize call_cost.sh: per kind, the median ns per call untraced, under the bare-probe
+floor and under each gputrace variant; what each adds over untraced; gputrace's added cost
+over the floor's (the issue's bar: at most 1.5x); and gputrace's own estimate per call
+(tracer.overhead.estimated_s over the calls of that phase) against the measured addition
+(the bar: within +-30 %). Usage: summarize_call_cost.py OUT_DIR"""
+import glob
+import json
+import os
+import statistics
+import sys
+from collections import defaultdict
+
+out = sys.argv[1]
+ns = defaultdict(list)     # (kind, phase) -> [ns per call]
+calls = defaultdict(list)  # (kind, phase) -> [calls]
+for line in open(os.path.join(out, "call_cost.txt")):
+    if line.startswith("#"):
+        continue
+    parts = line.split()
+    if len(parts) != 4:
+        continue
+    kind, phase, v, n = parts
+    ns[(kind, phase)].append(float(v))
+    calls[(kind, phase)].append(int(n))
+
+# gputrace's estimate per call, per traced report (files KIND.VARIANT.REP.json), in phase order.
+estimates = defaultdict(list)
+for path in sorted(glob.glob(os.path.join(out, "*.*.*.json"))):
+    kind, variant, rep = os.path.basename(path)[:-5].split(".")
+    try:
+        r = json.load(open(path))
+    except (OSError, ValueError):
+        continue
+    n = calls.get((kind, variant), [])
+    i = int(rep) - 1
+    if i < len(n) and n[i] > 0:
+        estimates[(kind, variant)].append(r["tracer"]["overhead"]["estimated_s"] * 1e9 / n[i])
+
+kinds = sorted({k for k, _ in ns}, key=lambda k: "launch item d2h h2d sync event alloc".split().index(k) if k in "launch item d2h h2d sync event alloc".split() else 99)
+variants = sorted({p for _, p in ns} - {"untraced", "floor"})
+med = lambda xs: statistics.median(xs) if xs else float("nan")
+print("kind      untraced  floor(+)        " + "  ".join(f"{v}(+, x floor, est)" for v in variants))
+for k in kinds:
+    base = med(ns[(k, "untraced")])
+    floor = med(ns[(k, "floor")]) - base
+    spread = (max(ns[(k, "untraced")]) - min(ns[(k, "untraced")])) if ns[(k, "untraced")] else float("nan")
+    row = f"{k:8s} {base:8.0f}  {floor:+7.0f}        "
+    for v in variants:
+        add = med(ns[(k, v)]) - base
+        est = med(estimates[(k, v)])
+        ratio = (add / floor) if floor > 0 else float("nan")
+        err = (est / add - 1) * 100 if add > 0 else float("nan")
+        row += f"  {v}: {add:+6.0f} ns, {ratio:4.2f}x floor, est {est:6.0f} ns ({err:+4.0f} %)"
+    print(row + f"   [A/A spread untraced {spread:.0f} ns]")
