@@ -181,3 +181,24 @@ fn return_probes_are_on_where_the_kernel_is_safe_and_off_when_asked() {
     assert_eq!(num(&r, "/cuda/syncs/count"), 0, "no return probe, no sync record");
     assert!(r["tracer"]["notes"].as_array().expect("notes").iter().any(|n| n.as_str().is_some_and(|s| s.contains("entry-only"))));
 }
+
+/// The overhead estimate charges each call its traps and what our programs did in them, as the
+/// kernel accounted it (issue 34): a copy and a sync a step, each with a return probe.
+#[test]
+fn each_calls_estimate_includes_our_programs_run_time() {
+    require_root();
+    let (r, code, stderr) = run_fakejob(&["--kernel-us", "0", "--steps", "2000", "--item", "1"]);
+    assert_eq!(code, 0, "{stderr}");
+    let o = &r["tracer"]["overhead"];
+    assert_eq!(o["basis"], "measured", "{o:#}");
+    for symbol in ["cuMemcpyDtoHAsync_v2", "cuStreamSynchronize"] {
+        let probes = o["per_probe"].as_array().expect("per_probe");
+        let p = probes.iter().find(|p| p["symbol"] == symbol).unwrap_or_else(|| panic!("{symbol}: {o:#}"));
+        assert_eq!(p["hits"].as_u64(), Some(2000), "{p:#}");
+        let program = p["program_ns"].as_f64().unwrap_or_else(|| panic!("no program run time: {p:#}"));
+        let (entry, ret) = (p["entry_ns"].as_f64().expect("entry_ns"), p["return_ns"].as_f64().expect("return_ns"));
+        // Both programs ran every call: some tens of ns at least, and a part of the call's cost.
+        assert!(program > 20.0 && program < entry + ret, "{p:#}");
+        assert!((p["cost_s"].as_f64().expect("cost_s") - 2000.0 * (entry + ret) / 1e9).abs() < 1e-9, "{p:#}");
+    }
+}

@@ -349,7 +349,8 @@ pub const fn needs_prompt_delivery(id: u32) -> bool {
 /// copies. User space keeps each process's memory map once read, so a copy between regions
 /// it has classified before is classified from that map even after the process is gone;
 /// only a copy touching a region not seen before must reach it while the memory is mapped.
-/// (Allocations are always prompt: their Python line is read while the thread is there.)
+/// (Allocations are prompt while stacks are taken: their Python line is read while the
+/// thread is there.)
 #[must_use]
 pub const fn prompt_on_first_sight(id: u32) -> bool {
     match spec_of(id) {

@@ -189,8 +189,9 @@ fn on_return(ctx: &RetProbeContext, probe: u32, prompt: bool, first_sight: bool)
         ret: ctx.ret::<u64>().unwrap_or(u64::MAX),
         out,
     });
-    // Copies need the prompt wakeup only for memory user space has not classified yet.
-    let prompt = prompt && (!first_sight || copy_region_is_new(tgid, call.args[0], call.args[1], call.args[3]));
+    // Copies need the prompt wakeup only for memory user space has not classified yet;
+    // allocations only while stacks are taken (for the Python line read beside them).
+    let prompt = prompt && if first_sight { copy_region_is_new(tgid, call.args[0], call.args[1], call.args[3]) } else { stacks_on() };
     entry.submit(if prompt { crate::maps::FORCE_WAKEUP } else { crate::maps::batched_submit() });
     0
 }

@@ -537,9 +537,8 @@ impl ProbeSet {
             return BTreeMap::new();
         }
         let per_run = |name: &str| {
-            let info = self.ebpf.program(name)?.info().ok()?;
-            let runs = info.run_count();
-            (runs > 0).then(|| (info.run_time().as_nanos() as f64 / runs as f64, runs))
+            let (ns, runs) = self.uprobes.run_time(&self.ebpf, name)?;
+            (runs > 0).then(|| (ns as f64 / runs as f64, runs))
         };
         PROBES
             .iter()

@@ -25,6 +25,7 @@ use aya_obj::{generated::bpf_insn, Object, ProgramSection};
 // Kernel ABI (include/uapi/linux/bpf.h).
 const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_LINK_CREATE: libc::c_long = 28;
+const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 const BPF_PROG_TYPE_KPROBE: u32 = 2;
 const BPF_TRACE_UPROBE_MULTI: u32 = 48;
 const BPF_F_UPROBE_MULTI_RETURN: u32 = 1;
@@ -214,6 +215,14 @@ impl Programs {
         Ok(Self { loaded })
     }
 
+    /// The kernel's run-time accounting of `program`: total ns and runs (counted only while
+    /// `BPF_ENABLE_STATS` is held; None for a program not loaded here).
+    #[must_use]
+    pub fn run_time(&self, program: &str) -> Option<(u64, u64)> {
+        let (fd, _) = self.loaded.get(program)?;
+        run_time(fd.as_fd())
+    }
+
     /// Attach `program` at `offset` of `path`, for every process.
     pub fn attach(&self, program: &str, path: &Path, offset: u64) -> io::Result<Link> {
         let (fd, is_return) = self.loaded.get(program).ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no program {program}")))?;
@@ -221,3 +230,30 @@ impl Programs {
     }
 }
 
+
+/// `union bpf_attr` as `BPF_OBJ_GET_INFO_BY_FD` reads it.
+#[repr(C)]
+struct InfoAttr {
+    bpf_fd: u32,
+    info_len: u32,
+    info: u64,
+}
+
+/// A program's accumulated run time (ns) and run count, from `bpf_prog_info`.
+#[must_use]
+pub fn run_time(program: std::os::fd::BorrowedFd<'_>) -> Option<(u64, u64)> {
+    // SAFETY: `bpf_prog_info` is plain integers and byte arrays: all-zero is a valid value
+    // (and what the kernel expects in the fields it does not fill).
+    let mut info: aya_obj::generated::bpf_prog_info = unsafe { std::mem::zeroed() };
+    let mut attr = InfoAttr {
+        bpf_fd: u32::try_from(program.as_raw_fd()).ok()?,
+        info_len: u32::try_from(std::mem::size_of_val(&info)).ok()?,
+        info: std::ptr::from_mut(&mut info) as u64,
+    };
+    let size = std::mem::size_of::<InfoAttr>();
+    // SAFETY: `attr` is a live `repr(C)` prefix of `union bpf_attr`; `info` points at a
+    // `bpf_prog_info` of `info_len` bytes that outlives the call. The command returns 0, no
+    // descriptor.
+    let r = unsafe { libc::syscall(libc::SYS_bpf, BPF_OBJ_GET_INFO_BY_FD, std::ptr::from_mut(&mut attr).cast::<libc::c_void>(), size) };
+    (r == 0).then_some((info.run_time_ns, info.run_cnt))
+}

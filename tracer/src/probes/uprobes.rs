@@ -120,6 +120,17 @@ impl Uprobes {
         Ok(())
     }
 
+    /// `program`'s accumulated run time (ns) and runs, wherever it was loaded (see
+    /// `multi_link::run_time`); None where it is not loaded.
+    #[must_use]
+    pub fn run_time(&self, ebpf: &Ebpf, program: &str) -> Option<(u64, u64)> {
+        if let Some(programs) = &self.multi {
+            return programs.run_time(program);
+        }
+        let info = ebpf.program(program)?.info().ok()?;
+        Some((u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX), info.run_count()))
+    }
+
     /// Attach `program` at file offset `offset` of `path`, for every process.
     pub fn attach(&mut self, ebpf: &mut Ebpf, program: &str, offset: u64, path: &Path) -> Result<(), AttachError> {
         let attachment = if let Some(programs) = &self.multi {
