@@ -5,8 +5,10 @@
  *
  * The signatures and struct layouts are nvml.h's (as nvml-wrapper-sys binds them). Only what
  * gputrace reads is here: identity, memory, utilization (`utilization.gpu` and the sample
- * buffer) and the compute process list. Everything else (GPM, power, clocks, throttle
- * reasons, PCIe throughput, process utilization, graphics processes) is absent: nvml-wrapper
+ * buffer) and the compute process list, and what `gputrace doctor` reads (the PCIe link,
+ * throttle reasons, persistence mode, the CUDA version), when a test plants it (at the end).
+ * Everything else (GPM, power, clocks, PCIe throughput, process utilization, graphics
+ * processes) is absent: nvml-wrapper
  * resolves each symbol on first use and reports a missing one as an error of that call
  * only, which gputrace reads as "not available".
  *
@@ -412,5 +414,62 @@ API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, un
         infos[0].gpuInstanceId = NVML_VALUE_NOT_AVAILABLE_UINT;
         infos[0].computeInstanceId = NVML_VALUE_NOT_AVAILABLE_UINT;
     }
+    return NVML_SUCCESS;
+}
+
+/* What `gputrace doctor` reads, planted by the test through the environment; without it,
+ * each is "not supported" on this GPU (the doctor then skips that check):
+ *   FAKE_NVML_PCIE="GEN,MAX_GEN,WIDTH,MAX_WIDTH"  FAKE_NVML_THROTTLE=reason bits
+ *   FAKE_NVML_PERSISTENCE=0|1                     FAKE_NVML_CUDA_VERSION=12040 (12.4) */
+static int pcie_field(int i, unsigned *out) {
+    const char *v = getenv("FAKE_NVML_PCIE");
+    unsigned f[4];
+    if (!v || sscanf(v, "%u,%u,%u,%u", &f[0], &f[1], &f[2], &f[3]) != 4) return NVML_ERROR_NOT_SUPPORTED;
+    *out = f[i];
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned *gen) {
+    CHECK_DEVICE(device, gen);
+    return pcie_field(0, gen);
+}
+
+API nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned *gen) {
+    CHECK_DEVICE(device, gen);
+    return pcie_field(1, gen);
+}
+
+API nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned *width) {
+    CHECK_DEVICE(device, width);
+    return pcie_field(2, width);
+}
+
+API nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned *width) {
+    CHECK_DEVICE(device, width);
+    return pcie_field(3, width);
+}
+
+API nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long *reasons) {
+    CHECK_DEVICE(device, reasons);
+    const char *v = getenv("FAKE_NVML_THROTTLE");
+    if (!v) return NVML_ERROR_NOT_SUPPORTED;
+    *reasons = strtoull(v, NULL, 0);
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, unsigned *mode) {
+    CHECK_DEVICE(device, mode);
+    const char *v = getenv("FAKE_NVML_PERSISTENCE");
+    if (!v) return NVML_ERROR_NOT_SUPPORTED;
+    *mode = (unsigned)atoi(v);
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *version) {
+    if (!initialized()) return NVML_ERROR_UNINITIALIZED;
+    const char *v = getenv("FAKE_NVML_CUDA_VERSION");
+    if (!version) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!v) return NVML_ERROR_NOT_SUPPORTED;
+    *version = atoi(v);
     return NVML_SUCCESS;
 }

@@ -91,7 +91,7 @@ fn every_man_page_the_main_one_refers_to_is_there() {
     let (code, man, stderr) = gputrace_output(&["man"]);
     assert_eq!(code, 0, "{stderr}");
     let referred: Vec<&str> = man.split("gputrace\\-").skip(1).filter_map(|rest| rest.split_once("(1)").map(|(name, _)| name)).collect();
-    for sub in ["attach", "run", "record", "report", "export", "sweep", "completions", "man"] {
+    for sub in ["attach", "run", "record", "report", "export", "sweep", "doctor", "completions", "man"] {
         assert!(referred.contains(&sub), "gputrace(1) lists gputrace-{sub}(1): {referred:?}");
     }
     for sub in referred {

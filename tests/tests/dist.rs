@@ -112,7 +112,7 @@ fn the_deb_installs_and_removes_cleanly_with_its_man_page() {
     let page = String::from_utf8_lossy(&page.stdout);
     assert!(page.contains("attach") && page.contains("sweep"), "man page:\n{page}");
     // The pages it refers to are shipped too, in the .deb and in the tarball.
-    for sub in ["attach", "run", "record", "report", "export", "sweep", "completions", "man"] {
+    for sub in ["attach", "run", "record", "report", "export", "sweep", "doctor", "completions", "man"] {
         let sub_page = root.join(format!("usr/share/man/man1/gputrace-{sub}.1.gz"));
         let shown = Command::new("man").arg("-l").arg(&sub_page).env("MANPAGER", "cat").env("PAGER", "cat").output().expect("man");
         assert!(String::from_utf8_lossy(&shown.stdout).contains(&format!("gputrace-{sub}(1)")), "{}: {shown:?}", sub_page.display());

@@ -48,6 +48,21 @@ fn a_job_that_keeps_every_steps_memory_grows_at_its_rate_from_its_function() {
     assert!(timeline.len() >= 2 && timeline.windows(2).all(|w| w[0]["t_s"].as_f64() < w[1]["t_s"].as_f64()), "{timeline:#?}");
 }
 
+/// Issue 38: 300 steps of 2.5 ms that each keep 16 MiB (4.7 GiB in under a second, never
+/// freed): too short to judge growth per second, plain per step.
+#[test]
+fn a_short_job_that_keeps_16_mib_a_step_grows_per_step() {
+    require_root();
+    let (r, code, stderr) = run_fakejob(&["--steps", "300", "--driver-launches", "5", "--kernel-us", "500", "--sync", "--leak", "16777216"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(r["window"]["duration_s"].as_f64() < Some(2.0), "the per-second rule needs 2 s: {:#}", r["window"]);
+    let d = diagnosis(&r, "memory-growth");
+    assert_eq!(top_site(d)["function"], "keep_activations", "{d:#}");
+    assert!(d["summary"].as_str().is_some_and(|s| s.contains(" a step (")), "{d:#}");
+    let per_step = r["memory"]["growth_bytes_per_step"].as_f64().expect("a growth per step");
+    assert!((per_step / (16 * MIB) as f64 - 1.0).abs() < 0.1, "{per_step:.0} B a step: {:#}", r["memory"]);
+}
+
 #[test]
 fn the_healthy_twin_raises_no_memory_problem() {
     require_root();

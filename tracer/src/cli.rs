@@ -129,6 +129,18 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Check this machine for tracing and its GPU path: privileges, kernel features, NVML,
+    /// the PCIe link, NUMA placement, clocks, persistence and MIG, other processes, the CUDA
+    /// driver against a job's runtime. Exits non-zero only when a check fails.
+    Doctor {
+        /// Also check this job: its CPUs against its GPU's NUMA node, its CUDA runtime
+        /// against the driver, and which other processes share its GPU.
+        #[arg(short, long)]
+        pid: Option<u32>,
+        /// Print the checks as one JSON document on stdout.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a shell completion script: `gputrace completions bash > /etc/bash_completion.d/gputrace`.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -137,7 +149,7 @@ enum Command {
     /// Print a man page (roff): `gputrace man > gputrace.1; man ./gputrace.1`; with a
     /// subcommand, its own page (`gputrace man attach > gputrace-attach.1`).
     Man {
-        /// The subcommand whose page to print (attach, run, record, report, export, sweep,
+        /// The subcommand whose page to print (attach, run, record, report, export, sweep, doctor,
         /// completions, man); none: the page of gputrace itself.
         subcommand: Option<String>,
     },
@@ -291,6 +303,10 @@ pub enum Job {
         json: bool,
         html: Option<Destination>,
     },
+    Doctor {
+        pid: Option<u32>,
+        json: bool,
+    },
     Completions {
         shell: clap_complete::Shell,
     },
@@ -385,6 +401,7 @@ impl Cli {
                 }
                 Job::Sweep { options: sweep::Options { duration, show_commands }, json, html }
             }
+            Command::Doctor { pid, json } => Job::Doctor { pid, json },
             Command::Completions { shell } => Job::Completions { shell },
             Command::Man { subcommand } => {
                 man_page(subcommand.as_deref())?;
@@ -436,6 +453,7 @@ pub async fn execute(job: Job) -> i32 {
         Job::Report { file, json, html } => offline_report(&file, json, html.as_ref()),
         Job::Export { file, perfetto, html } => export(&file, perfetto.as_ref(), html.as_ref()),
         Job::Sweep { options, json, html } => execute_sweep(&options, json, html.as_ref()).await,
+        Job::Doctor { pid, json } => doctor(pid, json),
         Job::Completions { shell } => print_with("the completion script", |out| {
             clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "gputrace", out);
             Ok(())
@@ -659,6 +677,28 @@ fn print_report(report: &Report, json: bool) -> i32 {
 /// Write `what` (a report, a man page) to stdout in one buffer (stdout is line-buffered: a
 /// JSON report would otherwise be a write call per line), then flush it; a closed pipe is a
 /// clean exit, any other error is named with what was being written.
+/// `gputrace doctor`: the checks on stdout; exit 1 when one fails (a missing `--pid` is a
+/// usage error, not a failed check).
+fn doctor(pid: Option<u32>, json: bool) -> i32 {
+    if let Some(pid) = pid {
+        if let Err(e) = crate::discover::process::require(pid) {
+            return fail(&e);
+        }
+    }
+    let findings = crate::doctor::run(pid);
+    let printed = print_with("the checks", |out| {
+        if json {
+            serde_json::to_writer_pretty(&mut *out, &findings).map_err(io::Error::from).and_then(|()| writeln!(out))
+        } else {
+            out.write_all(crate::output::printable::terminal_safe(&crate::doctor::render(&findings)).as_bytes())
+        }
+    });
+    if printed != exit::OK {
+        return printed;
+    }
+    if findings.fails > 0 { exit::FAILURE } else { exit::OK }
+}
+
 fn print_with(what: &str, write: impl FnOnce(&mut io::BufWriter<io::StdoutLock<'static>>) -> io::Result<()>) -> i32 {
     let mut out = io::BufWriter::with_capacity(1 << 16, io::stdout().lock());
     let written = write(&mut out);

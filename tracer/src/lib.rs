@@ -14,6 +14,7 @@ pub mod collect;
 pub mod decode;
 pub mod detect;
 pub mod discover;
+pub mod doctor;
 pub mod error;
 pub mod evidence;
 pub mod export;

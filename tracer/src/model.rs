@@ -61,6 +61,10 @@ pub struct Memory {
     pub from_start: bool,
     /// Steady growth of the reservations over the second half of the window (null: none).
     pub growth_bytes_per_s: Option<f64>,
+    /// The same growth per step, where the window's steps are known (absent in reports made
+    /// before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub growth_bytes_per_step: Option<f64>,
     /// Allocations that failed for lack of memory; of them, those the job recovered from by
     /// freeing cached memory and retrying, and those that failed for good.
     pub out_of_memory: u64,

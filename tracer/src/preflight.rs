@@ -10,7 +10,7 @@ const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
 
 /// Effective capability bits of this process.
-fn effective_caps() -> u64 {
+pub(crate) fn effective_caps() -> u64 {
     fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| s.lines().find_map(|l| u64::from_str_radix(l.strip_prefix("CapEff:")?.trim(), 16).ok()))

@@ -32,8 +32,13 @@ const GROWTH_MIN_BYTES: u64 = 64 << 20;
 /// Each quarter of the second half must carry at least this share of its growth: steady,
 /// not one jump (an evaluation phase, a new batch shape).
 const GROWTH_STEADY_SHARE: f64 = 0.2;
-/// Windows shorter than this say nothing about growth.
+/// Windows shorter than this say nothing about growth per second...
 const GROWTH_MIN_WINDOW_NS: u64 = 2_000_000_000;
+/// ...unless they hold this many steps: growth is then judged per step (a leak of every
+/// step shows in a second as well as in a minute), over at least `GROWTH_MIN_STEPS_WINDOW_NS`
+/// so that the quarters of its second half fall in distinct points of the timeline.
+const GROWTH_MIN_STEPS: f64 = 40.0;
+const GROWTH_MIN_STEPS_WINDOW_NS: u64 = 4 * crate::evidence::TIMELINE_BUCKET_NS;
 /// `memory-reserved` when the job holds at least this share of its GPUs.
 const RESERVED_SHARE: f64 = 0.25;
 /// At most this many timeline points (one a second; longer windows are thinned).
@@ -57,6 +62,9 @@ pub struct Inputs<'a> {
     /// NVML's devices, samples and the holders at the end (None without NVML).
     pub gpu: Option<&'a Finished>,
     pub steps_per_s: Option<f64>,
+    /// When each step began (the step marker's times, the newest 4096), to count the steps
+    /// a span of the window holds.
+    pub step_times: Option<&'a std::collections::VecDeque<u64>>,
 }
 
 impl Inputs<'_> {
@@ -146,7 +154,8 @@ pub fn view(inputs: &Inputs<'_>) -> Memory {
         context_bytes: held.filter(|_| from_start).map(|h| h.saturating_sub(a.live_bytes)),
         device_total_bytes: inputs.device_total(),
         from_start,
-        growth_bytes_per_s: growth(&a.timeline, inputs.cuda_start_ns(), inputs.end_ns).map(|g| g.rate),
+        growth_bytes_per_s: growth_of(inputs).map(|g| g.rate),
+        growth_bytes_per_step: growth_of(inputs).and_then(|g| g.per_step.or_else(|| inputs.steps_per_s.filter(|s| *s > 0.0).map(|s| g.rate / s))),
         out_of_memory: a.out_of_memory,
         recovered_by_retry: failures.recovered.iter().filter(|f| f.frees_after > 0).count() as u64,
         failed_for_good: inputs.failed_for_good().len() as u64,
@@ -199,6 +208,8 @@ fn timeline(inputs: &Inputs<'_>) -> Vec<MemoryPoint> {
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Growth {
     rate: f64,
+    /// Bytes kept per step through the second half, where its steps are counted.
+    per_step: Option<f64>,
     /// Reserved bytes at the middle, three quarters and end of the window.
     at: [u64; 3],
 }
@@ -213,9 +224,10 @@ fn peak_at(points: &[(u64, u64)], t: u64) -> u64 {
 /// grow, each by a fair share, by at least [`GROWTH_MIN_BYTES`] in all. The first half is left
 /// out: it holds the start-up, where every job's allocator fills its cache. Growth is of the
 /// peak so far, so that the frees of a job's teardown do not hide it.
-fn growth(points: &[(u64, u64)], start_ns: u64, end_ns: u64) -> Option<Growth> {
+fn growth(points: &[(u64, u64)], start_ns: u64, end_ns: u64, steps_per_s: Option<f64>) -> Option<Growth> {
     let window = end_ns.checked_sub(start_ns)?;
-    if window < GROWTH_MIN_WINDOW_NS {
+    let steps = steps_per_s.unwrap_or(0.0) * window as f64 / 1e9;
+    if window < GROWTH_MIN_WINDOW_NS && (steps < GROWTH_MIN_STEPS || window < GROWTH_MIN_STEPS_WINDOW_NS) {
         return None;
     }
     let at = |q: u64| peak_at(points, start_ns + window / 4 * q);
@@ -225,7 +237,28 @@ fn growth(points: &[(u64, u64)], start_ns: u64, end_ns: u64) -> Option<Growth> {
     if total < GROWTH_MIN_BYTES || (g1.min(g2) as f64) < GROWTH_STEADY_SHARE * total as f64 {
         return None;
     }
-    Some(Growth { rate: total as f64 / ((window / 2) as f64 / 1e9), at: [mid, three, end] })
+    Some(Growth { rate: total as f64 / ((window / 2) as f64 / 1e9), per_step: None, at: [mid, three, end] })
+}
+
+/// Growth, with its bytes per step where the steps of its second half can be counted (their
+/// markers cover it): a rate per second divided by the mean step rate would mix a start-up's
+/// slower steps into it.
+fn growth_of(inputs: &Inputs<'_>) -> Option<Growth> {
+    let (start, end) = (inputs.cuda_start_ns(), inputs.end_ns);
+    let mut g = growth(&inputs.evidence.allocs.timeline, start, end, inputs.steps_per_s)?;
+    // The timeline keeps a point per 100 ms bucket, stamped when it was last set: the steps
+    // are counted between the points the growth was read at, not between the window's marks.
+    let points = &inputs.evidence.allocs.timeline;
+    let stamp = |t: u64| points.iter().take_while(|p| p.0 <= t).last().map(|p| p.0);
+    let (from, to) = (stamp(start + (end - start) / 2), stamp(end));
+    g.per_step = match (inputs.step_times, from, to) {
+        (Some(times), Some(from), Some(to)) if times.front().is_some_and(|&first| first <= from) => {
+            let steps = times.iter().filter(|&&t| t > from && t <= to).count();
+            (steps > 0).then(|| g.at[2].saturating_sub(g.at[0]) as f64 / steps as f64)
+        }
+        _ => None,
+    };
+    Some(g)
 }
 
 /// The memory diagnoses, most severe first.
@@ -242,7 +275,7 @@ pub fn diagnose(inputs: &Inputs<'_>, view: &Memory) -> Vec<Diagnosis> {
         d.sites = top(stacks, Weight::Failed, SITES);
         found.push(d);
     }
-    if let Some(g) = growth(&inputs.evidence.allocs.timeline, inputs.cuda_start_ns(), inputs.end_ns) {
+    if let Some(g) = growth_of(inputs) {
         let mut d = memory_growth(inputs, g);
         d.sites = top(stacks, Weight::Allocated, SITES);
         found.push(d);
@@ -359,8 +392,9 @@ fn memory_growth(inputs: &Inputs<'_>, g: Growth) -> Diagnosis {
         bytes(g.at[1]),
         bytes(g.at[2])
     )];
-    if let Some(steps) = inputs.steps_per_s.filter(|s| *s > 0.0) {
-        evidence.push(format!("about {} more every step ({steps:.1} steps/s)", bytes((g.rate / steps) as u64)));
+    let per_step = g.per_step.or_else(|| inputs.steps_per_s.filter(|s| *s > 0.0).map(|steps| g.rate / steps));
+    if let (Some(b), Some(steps)) = (per_step, inputs.steps_per_s) {
+        evidence.push(format!("about {} more every step ({steps:.1} steps/s)", bytes(b as u64)));
     }
     evidence.push(match left {
         Some(s) => format!("at this rate the GPU's free memory ({}) is gone in {}", bytes(inputs.device_free().unwrap_or(0)), duration(s)),
@@ -370,7 +404,14 @@ fn memory_growth(inputs: &Inputs<'_>, g: Growth) -> Diagnosis {
         DiagnosisId::MemoryGrowth,
         level,
         0.0,
-        format!("the job's GPU memory grows steadily, {}/s: a leak, or a cache that keeps meeting new shapes", bytes(g.rate as u64)),
+        match per_step {
+            Some(b) => format!(
+                "the job's GPU memory grows steadily, {} a step ({}/s): a leak, or a cache that keeps meeting new shapes",
+                bytes(b as u64),
+                bytes(g.rate as u64)
+            ),
+            None => format!("the job's GPU memory grows steadily, {}/s: a leak, or a cache that keeps meeting new shapes", bytes(g.rate as u64)),
+        },
         evidence,
         "find what outlives its step: a list of losses or outputs kept with their graph (keep loss.item() or loss.detach()), a cache or history that grows without bound; if it is the allocator meeting new shapes, keep shapes fixed",
     )
@@ -424,21 +465,35 @@ mod tests {
     fn steady_growth_in_the_second_half_is_growth_and_start_up_is_not() {
         // 10 MiB a second for 20 s: 100 MiB over the second half.
         let leak: Vec<(u64, u64)> = (1..=20).map(|i| (i * S, i * 10 * MIB)).collect();
-        let g = growth(&leak, 0, 20 * S).expect("a leak grows");
+        let g = growth(&leak, 0, 20 * S, None).expect("a leak grows");
         assert!((g.rate - 10.0 * MIB as f64).abs() < 1.0, "{}", g.rate);
         // The cache fills in the first second and stays.
         let warm = vec![(S / 2, 900 * MIB), (S, 1000 * MIB)];
-        assert_eq!(growth(&warm, 0, 20 * S), None);
+        assert_eq!(growth(&warm, 0, 20 * S, None), None);
         // The teardown's frees do not hide it.
         let mut torn_down = leak.clone();
         torn_down.push((20 * S, 0));
-        assert_eq!(growth(&torn_down, 0, 20 * S).map(|g| g.at), Some([100 * MIB, 150 * MIB, 200 * MIB]));
+        assert_eq!(growth(&torn_down, 0, 20 * S, None).map(|g| g.at), Some([100 * MIB, 150 * MIB, 200 * MIB]));
         // One jump at three quarters (an evaluation phase) is not steady growth.
         let jump = vec![(S, 100 * MIB), (15 * S, 400 * MIB)];
-        assert_eq!(growth(&jump, 0, 20 * S), None);
+        assert_eq!(growth(&jump, 0, 20 * S, None), None);
         // A trickle under the floor is noise.
         let trickle: Vec<(u64, u64)> = (1..=20).map(|i| (i * S, i * MIB)).collect();
-        assert_eq!(growth(&trickle, 0, 20 * S), None);
+        assert_eq!(growth(&trickle, 0, 20 * S, None), None);
+    }
+
+    #[test]
+    fn a_short_window_of_many_steps_is_judged_per_step() {
+        // 16 MiB kept by each of 375 steps a second, for 0.8 s: one point per 100 ms bucket.
+        let ms = S / 1000;
+        let leak: Vec<(u64, u64)> = (1..=8).map(|i| (i * 100 * ms, i * 600 * MIB)).collect();
+        let g = growth(&leak, 0, 800 * ms, Some(375.0)).expect("many steps that each keep memory");
+        assert!((g.rate - 6000.0 * MIB as f64).abs() < 1.0, "{}", g.rate);
+        // The same window without steps, or with too few, says nothing.
+        assert_eq!(growth(&leak, 0, 800 * ms, None), None);
+        assert_eq!(growth(&leak, 0, 800 * ms, Some(20.0)), None);
+        // Steps or not, a window too short for distinct quarters says nothing.
+        assert_eq!(growth(&leak[..2], 0, 300 * ms, Some(10_000.0)), None);
     }
 
     #[test]
@@ -456,7 +511,7 @@ mod tests {
         let mut ev = Evidence::default();
         ev.allocs.out_of_memory_failures.recovered = vec![failure(S, 64 * MIB, 4, S + S / 10), failure(2 * S, 64 * MIB, 0, 2 * S + 1)];
         ev.allocs.out_of_memory_failures.fatal = vec![failure(3 * S, 512 * MIB, 2, 0)];
-        let inputs = Inputs { evidence: &ev, start_ns: 0, end_ns: 10 * S, traced: &[1], gpu: None, steps_per_s: None };
+        let inputs = Inputs { evidence: &ev, start_ns: 0, end_ns: 10 * S, traced: &[1], gpu: None, steps_per_s: None, step_times: None };
         let v = view(&inputs);
         assert_eq!((v.recovered_by_retry, v.failed_for_good), (1, 1));
         let found = diagnose(&inputs, &v);
@@ -467,10 +522,10 @@ mod tests {
         assert_eq!(found[1].severity, "low");
         // A failure in the last second of a live process may yet be retried; once it exited, not.
         ev.allocs.out_of_memory_failures.pending.insert(1, failure(10 * S - S / 2, 8 * MIB, 0, 0));
-        let inputs = Inputs { evidence: &ev, start_ns: 0, end_ns: 10 * S, traced: &[1], gpu: None, steps_per_s: None };
+        let inputs = Inputs { evidence: &ev, start_ns: 0, end_ns: 10 * S, traced: &[1], gpu: None, steps_per_s: None, step_times: None };
         assert_eq!(inputs.failed_for_good().len(), 1);
         ev.processes.entry(1).or_default().exited = true;
-        let inputs = Inputs { evidence: &ev, start_ns: 0, end_ns: 10 * S, traced: &[1], gpu: None, steps_per_s: None };
+        let inputs = Inputs { evidence: &ev, start_ns: 0, end_ns: 10 * S, traced: &[1], gpu: None, steps_per_s: None, step_times: None };
         assert_eq!(inputs.failed_for_good().len(), 2);
     }
 
@@ -478,7 +533,7 @@ mod tests {
     fn the_timeline_has_a_point_a_second() {
         let mut ev = Evidence::default();
         ev.allocs.timeline = vec![(S / 2, 5), (2 * S + 1, 7)];
-        let inputs = Inputs { evidence: &ev, start_ns: 0, end_ns: 3 * S, traced: &[1], gpu: None, steps_per_s: None };
+        let inputs = Inputs { evidence: &ev, start_ns: 0, end_ns: 3 * S, traced: &[1], gpu: None, steps_per_s: None, step_times: None };
         let t = timeline(&inputs);
         assert_eq!(t.iter().map(|p| p.reserved_bytes).collect::<Vec<_>>(), [5, 5, 7]);
         assert!((t[2].t_s - 3.0).abs() < 1e-9);

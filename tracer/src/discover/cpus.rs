@@ -26,6 +26,30 @@ pub fn count_list(list: &str) -> Option<u32> {
     (n > 0).then_some(n)
 }
 
+/// The CPUs of a list such as `0-3,8,10-11`, in order; None for a malformed one, or one
+/// naming CPUs beyond `MAX_CPU` (the list may come from a file another user controls).
+#[must_use]
+pub fn parse_list(list: &str) -> Option<Vec<u32>> {
+    const MAX_CPU: u32 = 1 << 16;
+    let mut cpus = Vec::new();
+    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b): (u32, u32) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+        if a > b || b >= MAX_CPU {
+            return None;
+        }
+        cpus.extend(a..=b);
+    }
+    Some(cpus)
+}
+
+/// The CPUs process `pid` may run on (`Cpus_allowed_list`); None where `/proc` does not say.
+#[must_use]
+pub fn allowed(pid: u32) -> Option<Vec<u32>> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).and_then(parse_list)
+}
+
 /// The tightest CPU quota in cores along a process's cgroup path (from `/proc/PID/cgroup`),
 /// reading files through `read`; None where no quota is set.
 pub fn quota_of(cgroup_file: &str, read: impl Fn(&str) -> Option<String>) -> Option<f64> {

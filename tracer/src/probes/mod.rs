@@ -54,6 +54,13 @@ fn is_launch(spec: &ProbeSpec) -> bool {
     matches!(spec.family, gputrace_common::Family::Launch | gputrace_common::Family::GraphLaunch)
 }
 
+/// Whether this kernel takes multi-uprobe links (loads a two-instruction program: needs the
+/// privileges to). For `doctor`.
+#[must_use]
+pub fn multi_uprobe_links_supported() -> bool {
+    multi_link::supported()
+}
+
 /// Whether `program` is a launch probe's (its programs are named after their symbols).
 fn is_launch_program(program: &str) -> bool {
     PROBES.iter().any(|p| is_launch(p) && p.symbol == program)

@@ -46,6 +46,7 @@ fn memory(outcome: &Outcome, traced: &[u32], findings: &mut detect::Findings) ->
         traced,
         gpu: outcome.gpu.as_ref().map(|(samples, _)| samples),
         steps_per_s: findings.steps.as_ref().map(|s| s.per_second),
+        step_times: findings.time.as_ref().and_then(|t| detect::steps::best_marker(&outcome.evidence, t)).map(|(_, times, _)| times),
     };
     let view = detect::memory::view(&inputs);
     findings.diagnoses.extend(detect::memory::diagnose(&inputs, &view));

@@ -369,6 +369,9 @@ fn memory_line(out: &mut String, m: &crate::model::Memory) {
     }
     if let Some(rate) = m.growth_bytes_per_s {
         let _ = write!(line, "; growing {}/s", bytes(rate as u64));
+        if let Some(step) = m.growth_bytes_per_step {
+            let _ = write!(line, " ({} a step)", bytes(step as u64));
+        }
     }
     if m.out_of_memory > 0 {
         let _ = write!(
