@@ -721,6 +721,33 @@ pub enum DiagnosisId {
 impl DiagnosisId {
     pub const ALL: [Self; 19] = [Self::LaunchBound, Self::HostBound, Self::HostSync, Self::PageableCopy, Self::BlockingCopy, Self::AllocChurn, Self::CpuStarved, Self::IoStall, Self::InputStarved, Self::HostSleep, Self::SmallKernels, Self::CheckpointStall, Self::GpuBound, Self::Oom, Self::Fragmentation, Self::MemoryGrowth, Self::MemoryReserved, Self::NoCudaWork, Self::NoBottleneckFound];
 
+    /// Its place in [`Self::ALL`] (an exhaustive match: a new id gets a place here, and
+    /// `detect::catalog`'s test then finds `ALL` short until it is listed there too).
+    #[must_use]
+    pub const fn index(self) -> usize {
+        match self {
+            Self::LaunchBound => 0,
+            Self::HostBound => 1,
+            Self::HostSync => 2,
+            Self::PageableCopy => 3,
+            Self::BlockingCopy => 4,
+            Self::AllocChurn => 5,
+            Self::CpuStarved => 6,
+            Self::IoStall => 7,
+            Self::InputStarved => 8,
+            Self::HostSleep => 9,
+            Self::SmallKernels => 10,
+            Self::CheckpointStall => 11,
+            Self::GpuBound => 12,
+            Self::Oom => 13,
+            Self::Fragmentation => 14,
+            Self::MemoryGrowth => 15,
+            Self::MemoryReserved => 16,
+            Self::NoCudaWork => 17,
+            Self::NoBottleneckFound => 18,
+        }
+    }
+
     /// The name the JSON reports use.
     #[must_use]
     pub const fn as_str(self) -> &'static str {

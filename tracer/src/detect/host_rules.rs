@@ -34,7 +34,7 @@ fn top_preemptors(ev: &Evidence) -> Option<String> {
     (!v.is_empty()).then(|| v.iter().take(4).map(|(c, n)| format!("{c} ({n}×)")).collect::<Vec<_>>().join(", "))
 }
 
-pub fn cpu_starved(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
+pub(super) fn cpu_starved(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     a.host.as_ref()?;
     let runqueue = a.share(|t| t.waiting_for_cpu_ns);
     if runqueue < RUNQUEUE_STARVED {
@@ -62,7 +62,7 @@ pub fn cpu_starved(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     ))
 }
 
-pub fn io_stall(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
+pub(super) fn io_stall(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     a.host.as_ref()?;
     let blocked = a.share(|t| t.io_wait_ns);
     if blocked < BLOCKED_STALL {
@@ -116,7 +116,7 @@ fn top_waker(a: &Account) -> Option<(WaitKind, String, String)> {
     Some((w.kind, who, w.site.clone()))
 }
 
-pub fn input_starved(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
+pub(super) fn input_starved(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     let h = a.host.as_ref()?;
     // Sleeping in the time account is time when none of the threads on the critical path
     // was doing anything (threads that take turns are added up, `evidence::account`), so it
@@ -178,7 +178,7 @@ pub fn input_starved(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
 /// The training loop sleeps on a timer between steps (`time.sleep`, a polling loop) while
 /// the GPU has nothing to do. Pauses of a second or more are not counted: they are phases
 /// of the window, left out of the account.
-pub fn host_sleep(_ev: &Evidence, a: &Account) -> Option<Diagnosis> {
+pub(super) fn host_sleep(_ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     a.host.as_ref()?;
     let (timer, _) = sleep_shares(a);
     if timer < SLEEP_STARVED || a.gpu_time_busy().is_some_and(|g| g >= GPU_WAITING) {

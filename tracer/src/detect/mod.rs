@@ -5,6 +5,7 @@
 //! "the GPU is busy".
 
 mod account;
+pub mod catalog;
 mod checkpoint;
 mod diagnosis;
 mod gpu_idle;
@@ -82,7 +83,9 @@ pub fn diagnose(inputs: &Inputs<'_>) -> (DiagnosisId, Vec<Diagnosis>) {
 #[must_use]
 pub fn analyze(inputs: &Inputs<'_>) -> Findings {
     let account = Account::new(inputs.evidence, inputs.start_ns, inputs.window_ns, inputs.gpu);
-    let mut found: Vec<Diagnosis> = rules::ALL.iter().filter_map(|rule| rule(inputs.evidence, &account)).collect();
+    let mut found: Vec<Diagnosis> = catalog::time_rules()
+        .filter_map(|(id, rule)| rule(inputs.evidence, &account).inspect(|d| debug_assert_eq!(d.id, id, "the rule listed for {id} found {}", d.id)))
+        .collect();
     found.sort_by(|a, b| b.impact.total_cmp(&a.impact));
     let threads = account.time.as_ref().map(|t| t.threads.clone()).unwrap_or_default();
     checkpoint::drop_pageable_of_checkpoints(&mut found, inputs.evidence);

@@ -9,22 +9,8 @@ use crate::{
     model::{Diagnosis, DiagnosisId, TimeBucket},
 };
 
+/// A detector over the time account (`catalog` lists them, one per diagnosis).
 pub type Rule = fn(&Evidence, &Account) -> Option<Diagnosis>;
-pub const ALL: &[Rule] = &[
-    launch_bound,
-    host_bound,
-    host_sync,
-    pageable_copy,
-    blocking_copy,
-    alloc_churn,
-    super::host_rules::cpu_starved,
-    super::host_rules::io_stall,
-    super::host_rules::input_starved,
-    super::host_rules::host_sleep,
-    small_kernels,
-    super::checkpoint::checkpoint_stall,
-    gpu_bound,
-];
 
 /// A launch rate the host path sustains only with tiny kernels. docs/facts.md: one eager PyTorch
 /// `add_` costs ~6.8 µs of host time (≈150 k launches/s at best); the launch-bound MLP on the
@@ -44,7 +30,7 @@ const SYNCS_PER_S: f64 = 10.0;
 /// that pair up count: allocations never freed are growth (`detect::memory`), not churn.
 const ALLOCS_PER_S: f64 = 20.0;
 
-fn launch_bound(_: &Evidence, a: &Account) -> Option<Diagnosis> {
+pub(super) fn launch_bound(_: &Evidence, a: &Account) -> Option<Diagnosis> {
     let blocked = a.share(|t| t.waiting_on_gpu_ns + t.in_copies_ns);
     if a.launch_rate < LAUNCH_BOUND_RATE || blocked >= HOST_WAIT_LOW || a.gpu_busy() == Some(true) {
         return None;
@@ -77,7 +63,7 @@ const LAUNCH_HOST_COST_S: f64 = 10e-6;
 /// few launches, each preceded by far more host time than launching costs (many cheap
 /// launches are `launch-bound`). The host work that follows a synchronize is host-sync's up
 /// to what overlapping it with GPU work could hide; this is the rest.
-fn host_bound(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
+pub(super) fn host_bound(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     // Of the host time, the program's own code: the stacks say how much is launching and
     // dispatch (`whatif::dispatch`), which graphs remove and this fix does not.
     let threads = a.time.as_ref().map(|t| t.threads.clone()).unwrap_or_default();
@@ -128,7 +114,7 @@ fn host_bound(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     ))
 }
 
-fn host_sync(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
+pub(super) fn host_sync(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     let empty = a.share(|t| t.queue_empty_ns);
     // The queue's empty spells less the other stalls that may lie in them, capped by the
     // time NVML saw no kernel running.
@@ -158,7 +144,7 @@ fn host_sync(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     ))
 }
 
-fn pageable_copy(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
+pub(super) fn pageable_copy(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     let c = &ev.copies;
     let pageable = c.h2d.pageable + c.d2h.pageable;
     if pageable == 0 || a.window_s == 0.0 {
@@ -196,7 +182,7 @@ fn pageable_copy(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
 /// (bytes over the bus, estimated per call, `evidence::cost`) is the copy's cost — and
 /// where NVML says the GPU was busy, at most the time it was not. So a GPU-bound loop
 /// stays `gpu-bound`, and a large blocking transfer with little compute is `blocking-copy`.
-fn blocking_copy(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
+pub(super) fn blocking_copy(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     let c = &ev.copies;
     let then_synced = c.h2d.then_synced + c.d2h.then_synced;
     let sync_api = c.h2d.sync_api + c.d2h.sync_api;
@@ -226,7 +212,7 @@ fn blocking_copy(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     ))
 }
 
-fn alloc_churn(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
+pub(super) fn alloc_churn(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     let m = &ev.allocs;
     let rate = if a.window_s == 0.0 { 0.0 } else { 2.0 * m.count.min(m.frees) as f64 / a.window_s };
     if rate < ALLOCS_PER_S {
@@ -262,7 +248,7 @@ const SMALL_KERNELS_SM_SHARE: f64 = 0.5;
 /// utilization (time) and Hopper GPM's SM activity (space). The impact is GPU time, not a
 /// host bucket: the time kernels ran with the SMs idle (utilization − SM activity). Host-side
 /// problems are capped by the time no kernel ran, so the impacts still add up to at most 1.
-fn small_kernels(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
+pub(super) fn small_kernels(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     let (util, sm) = (a.gpu_util?, a.sm_active?);
     if util < SMALL_KERNELS_UTIL || sm >= SMALL_KERNELS_SM_SHARE * util {
         return None;
@@ -288,7 +274,7 @@ fn small_kernels(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     })
 }
 
-fn gpu_bound(_: &Evidence, a: &Account) -> Option<Diagnosis> {
+pub(super) fn gpu_bound(_: &Evidence, a: &Account) -> Option<Diagnosis> {
     // NVML decides where it answered; without it, the host waiting for GPU work most of the
     // time (syncs and copy calls, less what the copies cost by their own doing).
     let waiting = a.waiting_for_gpu_work();

@@ -21,18 +21,9 @@ const SITES: usize = 3;
 /// data loading.
 const LOADING_SHARE: f64 = 0.5;
 
-/// Which stacks a diagnosis is about, by id (None: no code to name).
-fn wanted(id: DiagnosisId) -> Option<(&'static [Activity], Option<bool>)> {
-    Some(match id {
-        DiagnosisId::HostSync => (&[Activity::Sync, Activity::Copy], None),
-        DiagnosisId::PageableCopy | DiagnosisId::BlockingCopy | DiagnosisId::CheckpointStall => (&[Activity::Copy], None),
-        DiagnosisId::AllocChurn => (&[Activity::Alloc, Activity::Free], None),
-        DiagnosisId::LaunchBound | DiagnosisId::HostBound | DiagnosisId::SmallKernels | DiagnosisId::CpuStarved => (&[Activity::Host], Some(true)),
-        DiagnosisId::InputStarved => (&[Activity::Host], None),
-        DiagnosisId::HostSleep => (&[Activity::Host], Some(false)),
-        DiagnosisId::IoStall => (&[Activity::Host, Activity::Copy, Activity::Sync, Activity::Alloc, Activity::OtherCall], Some(false)),
-        _ => return None,
-    })
+/// Which stacks a diagnosis is about, by id (None: no code to name; `catalog`).
+fn wanted(id: DiagnosisId) -> Option<super::catalog::Stacks> {
+    super::catalog::entry(id).stacks
 }
 
 /// Fill in `sites`, and turn a `host-bound` whose host time is data loading into
