@@ -147,6 +147,11 @@ fn a_loop_fed_by_a_worker_process_through_a_pipe_is_input_starved_and_names_the_
     assert!(a["wakers"][0]["waker"].as_str().expect("waker").starts_with(&format!("pid {worker} ")), "{a:#}");
     let d = &r["diagnoses"][0];
     assert!(d.to_string().contains(&format!("pid {worker}")), "the worker is named: {d:#}");
+    // Its code first (the feeder's spin, inlined into fakejob's main), then the training
+    // thread's own waiting line, never the libc read it waits in (issue 32, item 5).
+    let sites: Vec<&str> = d["sites"].as_array().expect("sites").iter().map(|s| s["function"].as_str().expect("function")).collect();
+    assert_eq!(sites, ["main", "worker"], "{d:#}");
+    assert!(d["evidence"].as_array().expect("evidence").iter().any(|e| e.as_str().is_some_and(|e| e.starts_with("the loader workers spend"))), "{d:#}");
 }
 
 #[test]

@@ -8,7 +8,7 @@
 
 use crate::{
     evidence::Evidence,
-    model::{Diagnosis, DiagnosisId},
+    model::{Diagnosis, DiagnosisId, TimeBucket},
     stacks::{
         sites::{is_data_loading, preferred, top, Wanted, FEW_STACKS},
         Activity, StackTime,
@@ -42,6 +42,9 @@ pub fn attach(found: &mut Vec<Diagnosis>, ev: &Evidence, threads: &[u32]) {
         if let Some((activities, on_cpu)) = wanted(d.id) {
             d.sites = top(&ev.stacks, &Wanted { activities, on_cpu, tids: threads }, SITES);
             note_few_stacks(d);
+        }
+        if d.id == DiagnosisId::InputStarved && d.bucket != Some(TimeBucket::LaunchingAndHost) {
+            name_the_workers_code(d, ev, threads);
         }
     }
     let inputs: Vec<usize> = found.iter().enumerate().filter(|(_, d)| d.id == DiagnosisId::InputStarved).map(|(i, _)| i).collect();
@@ -85,6 +88,33 @@ fn fold_into_checkpoint(found: &mut Vec<Diagnosis>) {
         }
     }
     found.sort_by(|a, b| b.impact.total_cmp(&a.impact));
+}
+
+/// A training thread that waits for its input waits on the loader workers: what they compute
+/// is what to make faster, so their costliest lines come first (on-CPU stacks of the traced
+/// processes other than the launching threads'; Python lines where py-spy reads them), and
+/// the training thread's own waiting line stays beside them.
+fn name_the_workers_code(d: &mut Diagnosis, ev: &Evidence, threads: &[u32]) {
+    let launching: std::collections::BTreeSet<u32> = ev.stacks.iter().filter(|s| threads.contains(&s.tid)).map(|s| s.pid).collect();
+    let mut workers: Vec<u32> = ev.stacks.iter().filter(|s| !launching.contains(&s.pid) && s.on_cpu).map(|s| s.tid).collect();
+    workers.sort_unstable();
+    workers.dedup();
+    if launching.is_empty() || workers.is_empty() {
+        return;
+    }
+    let worker_sites = top(&ev.stacks, &Wanted { activities: &[Activity::Host], on_cpu: Some(true), tids: &workers }, SITES - 1);
+    let Some(hottest) = worker_sites.first() else { return };
+    d.evidence.push(format!(
+        "the loader workers spend {:.0}% of their CPU time at {} ({} stacks): that is the code to make faster, or to spread over more workers",
+        hottest.share * 100.0,
+        hottest.frame,
+        hottest.stacks.unwrap_or(0)
+    ));
+    if let Some(own) = d.sites.first() {
+        d.evidence.push(format!("the training thread waits at {}", own.frame));
+    }
+    let own = d.sites.drain(..).next();
+    d.sites = worker_sites.into_iter().chain(own).collect();
 }
 
 /// Of the launching threads' on-CPU host time, the share whose stacks are in data loading.

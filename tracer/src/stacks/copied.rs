@@ -99,6 +99,7 @@ impl CopiedStacks {
             None => self.unwinders.unwind(e.header.tgid, Regs { ip: e.ip, sp: e.sp, bp: e.bp }, &mut stack, &e.returns),
         };
         let fp = if unwound.complete || e.fp_stack_id < 0 { Vec::new() } else { fp_stack(e.fp_stack_id) };
+        log::debug!("DBG copy pid {} tid {} src {} ip {:#x} walk {:x?} complete {} fp {:x?}", e.header.tgid, e.header.tid, e.source, e.ip, unwound.ips, unwound.complete, fp);
         let id = self.intern(unwound, fp);
         match e.source {
             stack_source::CPU => {

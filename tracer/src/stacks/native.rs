@@ -72,10 +72,27 @@ impl NativeSymbolizer {
         let source = Source::Process(Process::new(Pid::from(pid)));
         let live = match self.symbolizer.symbolize(&source, Input::AbsAddr(&lookup)) {
             Ok(symbols) => {
-                let frames = symbols.iter().zip(&ips).map(|(s, &ip)| frame_of(s, ip)).collect();
+                let any_known = symbols.iter().any(|s| matches!(s, Symbolized::Sym(_)));
+                let mut frames: Vec<Frame> = symbols.iter().zip(&ips).map(|(s, &ip)| frame_of(s, ip)).collect();
+                drop(symbols);
+                // blazesym keeps one reader per file, named by the path it was first opened
+                // by: a file read for a gone process's stack (through /proc/self/fd/N,
+                // `symbolize_remembered`) keeps that name for live processes too, which hides
+                // libc from the site rules. The process's own map names it.
+                let through_fd = |f: &Frame| f.module.as_deref().is_some_and(|m| m.starts_with("/proc/self/fd/"));
+                let mapped = |me: &Self, addr: u64| me.mappings.get(&pid).and_then(|(_, ms)| ms.iter().find(|m| m.contains(addr))).map(|m| m.path.clone());
+                if frames.iter().zip(&lookup).any(|(f, &addr)| through_fd(f) && mapped(self, addr).is_none()) {
+                    // Mappings read before a `dlopen` or an `exec`: the process lives, read them now.
+                    self.remember_mappings(pid);
+                }
+                for (frame, &addr) in frames.iter_mut().zip(&lookup) {
+                    if through_fd(frame) {
+                        frame.module = mapped(self, addr);
+                    }
+                }
                 // Not one address known to the live map: the process has exec'd since (or
                 // the pid is another's), so the mappings it had when it lived may know them.
-                if symbols.iter().any(|s| matches!(s, Symbolized::Sym(_))) {
+                if any_known {
                     return frames;
                 }
                 frames

@@ -224,6 +224,9 @@ struct ProcessUnwinder {
     /// The executable ranges added, and when the maps were read.
     ranges: Vec<std::ops::Range<u64>>,
     read_at: Instant,
+    /// Some mapped file could not be opened when the maps were read (the process was
+    /// exec'ing: `run`'s gate becomes the job), so some of its code has no tables yet.
+    files_missing: bool,
     /// The kernel's return-probe trampoline page (`[uprobes]`), once the process has one.
     trampoline: Option<std::ops::Range<u64>>,
     trampoline_read_at: Instant,
@@ -270,10 +273,10 @@ impl Unwinders {
     /// Unwind a stack copied from process `pid` (empty where its maps cannot be read), its
     /// return addresses that return probes replaced put back first (`returns`).
     pub fn unwind(&mut self, pid: u32, regs: Regs, stack: &mut [u8], returns: &ReturnAddrs) -> Unwound {
-        let stale = self
-            .processes
-            .get(&pid)
-            .is_none_or(|p| !p.ranges.iter().any(|r| r.contains(&regs.ip)) && p.read_at.elapsed() >= REREAD_MAPS_EVERY);
+        let stale = self.processes.get(&pid).is_none_or(|p| {
+            let age = p.read_at.elapsed();
+            !p.ranges.iter().any(|r| r.contains(&regs.ip)) && age >= REREAD_MAPS_EVERY || p.files_missing && age >= REREAD_MAPS_ON_MISS
+        });
         if stale {
             if let Some(p) = self.load(pid) {
                 self.processes.insert(pid, p);
@@ -318,6 +321,7 @@ impl Unwinders {
         let text = crate::discover::procfs::read_text(format!("/proc/{pid}/maps")).ok()?;
         let mut unwinder = UnwinderX86_64::new();
         let mut ranges = Vec::new();
+        let mut files_missing = false;
         let mappings = parse(&text).0;
         let trampoline = mappings.iter().find(|m| m.path == "[uprobes]").map(|m| m.start..m.end);
         for m in mappings.into_iter().filter(Mapping::executable) {
@@ -333,7 +337,10 @@ impl Unwinders {
                         // The mapping went away before it was opened (the process exec'd or
                         // exited: `run`'s gate execs the job): a fact of that process, not of
                         // the file, which the next process to map it reads again.
-                        Err(UnwindInfoError::Open(_)) => None,
+                        Err(UnwindInfoError::Open(_)) => {
+                            files_missing = true;
+                            None
+                        }
                     },
                 }
             } else {
@@ -349,6 +356,7 @@ impl Unwinders {
             cache: CacheX86_64::new(),
             ranges,
             read_at: Instant::now(),
+            files_missing,
             trampoline,
             trampoline_read_at: Instant::now(),
         })
