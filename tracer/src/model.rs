@@ -316,6 +316,11 @@ pub struct Target {
     pub processes: Vec<ProcessEntry>,
     /// Whether any traced process had the CUDA driver loaded while we traced.
     pub cuda_loaded: bool,
+    /// The framework its stacks show (`pytorch`, `lightning`, `hf-trainer`, `accelerate`,
+    /// `deepspeed`, `vllm`, `sglang`, `jax`, `tensorflow`); absent where they show none
+    /// (no stacks, or plain native code). The fixes are said in its terms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub framework: Option<crate::detect::framework::Framework>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]

@@ -6,6 +6,7 @@
 
 mod account;
 pub mod catalog;
+pub mod framework;
 mod checkpoint;
 mod diagnosis;
 mod gpu_idle;

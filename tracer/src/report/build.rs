@@ -36,6 +36,13 @@ fn loss_of(losses: &[u64; loss::COUNT as usize], undecodable: u64) -> Loss {
     }
 }
 
+/// The framework the stacks show, and every fix said in its terms.
+fn in_its_terms(ev: &crate::evidence::Evidence, findings: &mut detect::Findings) -> Option<detect::framework::Framework> {
+    let framework = detect::framework::of(&ev.stacks);
+    detect::framework::speak(&mut findings.diagnoses, framework);
+    framework
+}
+
 /// The memory view, and its diagnoses added to the findings (after the time ones: they cost
 /// memory, not time, and do not change the verdict).
 fn memory(outcome: &Outcome, traced: &[u32], findings: &mut detect::Findings) -> Memory {
@@ -112,6 +119,7 @@ pub fn build(outcome: &Outcome) -> Report {
             // Loaded means mapped by a traced process (a probed file on the loader's path is
             // not enough), or evident from a probe that fired.
             cuda_loaded: outcome.libraries.iter().any(|l| !l.mapped_by.is_empty()) || !ev.hits().is_empty(),
+            framework: in_its_terms(ev, &mut findings),
         },
         window: Window {
             duration_s: secs(window_ns),
