@@ -429,25 +429,16 @@ static int pcie_field(int i, unsigned *out) {
     return NVML_SUCCESS;
 }
 
-API nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned *gen) {
-    CHECK_DEVICE(device, gen);
-    return pcie_field(0, gen);
-}
-
-API nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned *gen) {
-    CHECK_DEVICE(device, gen);
-    return pcie_field(1, gen);
-}
-
-API nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned *width) {
-    CHECK_DEVICE(device, width);
-    return pcie_field(2, width);
-}
-
-API nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned *width) {
-    CHECK_DEVICE(device, width);
-    return pcie_field(3, width);
-}
+/* The four PCIe link figures, fields 0 to 3 of FAKE_NVML_PCIE. */
+#define PCIE_GETTER(name, field)                                     \
+    API nvmlReturn_t name(nvmlDevice_t device, unsigned *out) {      \
+        CHECK_DEVICE(device, out);                                   \
+        return pcie_field(field, out);                               \
+    }
+PCIE_GETTER(nvmlDeviceGetCurrPcieLinkGeneration, 0)
+PCIE_GETTER(nvmlDeviceGetMaxPcieLinkGeneration, 1)
+PCIE_GETTER(nvmlDeviceGetCurrPcieLinkWidth, 2)
+PCIE_GETTER(nvmlDeviceGetMaxPcieLinkWidth, 3)
 
 API nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long *reasons) {
     CHECK_DEVICE(device, reasons);

@@ -5,9 +5,9 @@ use std::fs;
 
 use crate::error::{Result, TraceError};
 
-const CAP_SYS_ADMIN: u32 = 21;
-const CAP_PERFMON: u32 = 38;
-const CAP_BPF: u32 = 39;
+pub(crate) const CAP_SYS_ADMIN: u32 = 21;
+pub(crate) const CAP_PERFMON: u32 = 38;
+pub(crate) const CAP_BPF: u32 = 39;
 
 /// Effective capability bits of this process.
 pub(crate) fn effective_caps() -> u64 {
@@ -17,16 +17,25 @@ pub(crate) fn effective_caps() -> u64 {
         .unwrap_or(0)
 }
 
+/// Whether `caps` hold capability `cap`.
+pub(crate) fn has(caps: u64, cap: u32) -> bool {
+    caps & (1 << cap) != 0
+}
+
+/// The capabilities tracing needs that `caps` lack: none with `CAP_SYS_ADMIN`, else
+/// `CAP_BPF` and `CAP_PERFMON`.
+pub(crate) fn missing_caps(caps: u64) -> Vec<&'static str> {
+    if has(caps, CAP_SYS_ADMIN) {
+        return Vec::new();
+    }
+    [(CAP_BPF, "CAP_BPF"), (CAP_PERFMON, "CAP_PERFMON")].into_iter().filter(|(c, _)| !has(caps, *c)).map(|(_, n)| n).collect()
+}
+
 /// Fail with the missing capabilities, or the missing kernel support.
 pub fn check() -> Result<()> {
-    let caps = effective_caps();
-    let has = |c: u32| caps & (1 << c) != 0;
-    if !has(CAP_SYS_ADMIN) {
-        let missing: Vec<&str> =
-            [(CAP_BPF, "CAP_BPF"), (CAP_PERFMON, "CAP_PERFMON")].into_iter().filter(|(c, _)| !has(*c)).map(|(_, n)| n).collect();
-        if !missing.is_empty() {
-            return Err(TraceError::Permission { missing: missing.join(" and ") });
-        }
+    let missing = missing_caps(effective_caps());
+    if !missing.is_empty() {
+        return Err(TraceError::Permission { missing: missing.join(" and ") });
     }
     if fs::metadata("/sys/bus/event_source/devices/uprobe").is_err() {
         return Err(TraceError::Kernel {

@@ -3,10 +3,9 @@
 use std::path::Path;
 
 use super::{Check, Status};
-
-const CAP_SYS_ADMIN: u32 = 21;
-const CAP_PERFMON: u32 = 38;
-const CAP_BPF: u32 = 39;
+use crate::preflight::{has, missing_caps, CAP_PERFMON, CAP_SYS_ADMIN};
+#[cfg(test)]
+use crate::preflight::CAP_BPF;
 
 /// What the host offers, read once.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -50,12 +49,9 @@ fn tracefs_mount() -> Option<String> {
     mounts.lines().map(|l| l.split_whitespace().collect::<Vec<_>>()).find(|f| f.get(2) == Some(&"tracefs")).and_then(|f| f.get(1).map(|m| (*m).to_owned()))
 }
 
-fn has(caps: u64, cap: u32) -> bool {
-    caps & (1 << cap) != 0
-}
-
+/// The same rule as `preflight::check`'s.
 fn can_trace(caps: u64) -> bool {
-    has(caps, CAP_SYS_ADMIN) || has(caps, CAP_BPF) && has(caps, CAP_PERFMON)
+    missing_caps(caps).is_empty()
 }
 
 /// The host's checks, in the order a user fixes them.

@@ -103,7 +103,7 @@ mod tests {
             entry: [(launch.symbol, EntryKind::Push), (sync.symbol, EntryKind::Stepped)].into_iter().collect(),
         };
         let costs = TrapCosts { push_ns: 800.0, stepped_ns: 9_000.0, return_ns: 500.0, ..TrapCosts::default() };
-        let o = estimate(&ev, 1_000_000_000, false, &[lib], Some(&costs));
+        let o = estimate(&ev, 1_000_000_000, false, std::slice::from_ref(&lib), Some(&costs));
         assert_eq!(o.basis, "measured");
         assert_eq!(o.traps, 1_000 + 2_000);
         // 1,000 launches on a push: 0.8 ms; 1,000 syncs single-stepped with a return: 9.5 ms.
@@ -116,13 +116,6 @@ mod tests {
         // The kernel's accounting of our programs adds their run time to each call.
         let mut with_programs = costs.clone();
         with_programs.program_ns.insert(sync.id, crate::probes::trap_cost::ProgramNs { entry_ns: 1_200.0, return_ns: 300.0, runs: 1_000 });
-        let lib = AttachedLibrary {
-            library: Library { dev: 1, inode: 2, open_path: "/x".into(), name: "libcuda.so.1".into() },
-            symbols: vec![launch.symbol, sync.symbol],
-            mapped_by: std::collections::BTreeSet::new(),
-            probed_late_for: std::collections::BTreeSet::new(),
-            entry: [(launch.symbol, EntryKind::Push), (sync.symbol, EntryKind::Stepped)].into_iter().collect(),
-        };
         let o = estimate(&ev, 1_000_000_000, false, &[lib], Some(&with_programs));
         // 1,000 syncs: 9 µs + 1.2 µs at entry, 0.5 µs + 0.3 µs at return.
         assert!((o.estimated_s - 0.0008 - 0.011).abs() < 1e-9, "{}", o.estimated_s);

@@ -24,6 +24,10 @@ use crate::discover::{
 /// the session, and a stack is read at every snapshot.
 pub struct NativeSymbolizer {
     symbolizer: Symbolizer,
+    /// For gone processes' files, read through /proc/self/fd/N: a symbolizer of their own,
+    /// since blazesym keeps one reader per file named by the first path it came by, and
+    /// libc so named would read as the user's code in every live process after.
+    remembered: Symbolizer,
     cache: HashMap<(u32, i64), Vec<Frame>>,
     /// Each process's executable file mappings, as last read while it lived, and when.
     mappings: HashMap<u32, (std::time::Instant, Vec<Mapping>)>,
@@ -43,7 +47,7 @@ impl std::fmt::Debug for NativeSymbolizer {
 
 impl Default for NativeSymbolizer {
     fn default() -> Self {
-        Self { symbolizer: Symbolizer::new(), cache: HashMap::new(), mappings: HashMap::new(), opened: HashMap::new(), unresolved: 0 }
+        Self { symbolizer: Symbolizer::new(), remembered: Symbolizer::new(), cache: HashMap::new(), mappings: HashMap::new(), opened: HashMap::new(), unresolved: 0 }
     }
 }
 
@@ -72,27 +76,10 @@ impl NativeSymbolizer {
         let source = Source::Process(Process::new(Pid::from(pid)));
         let live = match self.symbolizer.symbolize(&source, Input::AbsAddr(&lookup)) {
             Ok(symbols) => {
-                let any_known = symbols.iter().any(|s| matches!(s, Symbolized::Sym(_)));
-                let mut frames: Vec<Frame> = symbols.iter().zip(&ips).map(|(s, &ip)| frame_of(s, ip)).collect();
-                drop(symbols);
-                // blazesym keeps one reader per file, named by the path it was first opened
-                // by: a file read for a gone process's stack (through /proc/self/fd/N,
-                // `symbolize_remembered`) keeps that name for live processes too, which hides
-                // libc from the site rules. The process's own map names it.
-                let through_fd = |f: &Frame| f.module.as_deref().is_some_and(|m| m.starts_with("/proc/self/fd/"));
-                let mapped = |me: &Self, addr: u64| me.mappings.get(&pid).and_then(|(_, ms)| ms.iter().find(|m| m.contains(addr))).map(|m| m.path.clone());
-                if frames.iter().zip(&lookup).any(|(f, &addr)| through_fd(f) && mapped(self, addr).is_none()) {
-                    // Mappings read before a `dlopen` or an `exec`: the process lives, read them now.
-                    self.remember_mappings(pid);
-                }
-                for (frame, &addr) in frames.iter_mut().zip(&lookup) {
-                    if through_fd(frame) {
-                        frame.module = mapped(self, addr);
-                    }
-                }
+                let frames = symbols.iter().zip(&ips).map(|(s, &ip)| frame_of(s, ip)).collect();
                 // Not one address known to the live map: the process has exec'd since (or
                 // the pid is another's), so the mappings it had when it lived may know them.
-                if any_known {
+                if symbols.iter().any(|s| matches!(s, Symbolized::Sym(_))) {
                     return frames;
                 }
                 frames
@@ -149,7 +136,7 @@ impl NativeSymbolizer {
             let offset = addr - m.start + m.offset;
             // Read through the descriptor checked above, never the path again.
             let source = Source::Elf(Elf::new(files::through(opened)));
-            let frame = match self.symbolizer.symbolize_single(&source, Input::FileOffset(offset)) {
+            let frame = match self.remembered.symbolize_single(&source, Input::FileOffset(offset)) {
                 Ok(symbolized) => {
                     // The file was read through /proc/self/fd/N: the module is the path mapped.
                     let mut f = frame_of(&symbolized, ip);
