@@ -176,14 +176,22 @@ fn cargo_release(verb: &str) -> Command {
 
 fn test_steps() -> Result<()> {
     toolchain::setup()?;
-    let overflow_checked = OverflowCheckedBuild::start()?;
     run(&mut cargo_release("build"))?;
     let gputrace = root().join("target/release/gputrace");
     // Lints first: every crate inherits the workspace lints, and warnings fail the run.
     run(cargo_release("clippy").args(["--all-targets", "--", "-D", "warnings"]))?;
-    // Unit tests: the libraries' and binaries' own (there are no doc tests).
-    run(cargo_release("test").env("GPUTRACE_BIN", &gputrace).args(["--lib", "--bins"]))?;
-    overflow_checked.run_fuzz_corpus()?;
+    // Unit tests, of the libraries (the binaries and the integration-test crate's library
+    // have none; clippy checks them). gputrace's own are built with overflow checks and debug
+    // assertions on: the fuzz corpus and its mutations run as the fuzzer runs them (a release
+    // build would wrap an overflow silently), without a second, debug build of every crate.
+    // The option changes gputrace alone, so no dependency is rebuilt; the eBPF object is
+    // not needed by unit tests (the stub spares its second build).
+    run(cargo_release("test")
+        .env("GPUTRACE_BIN", &gputrace)
+        .env("GPUTRACE_EBPF_STUB", "1")
+        .args(["--exclude", "gputrace-tests", "--lib"])
+        .args(["--config", "profile.release.package.gputrace.overflow-checks=true"])
+        .args(["--config", "profile.release.package.gputrace.debug-assertions=true"]))?;
     // The release artifacts, which `tests/tests/dist.rs` installs and runs without cargo.
     let packing = std::time::Instant::now();
     dist::dist(&root(), &gputrace)?;
@@ -191,68 +199,6 @@ fn test_steps() -> Result<()> {
     eprintln!("+ took {:.1} s: dist and the browser", packing.elapsed().as_secs_f64());
     // The privileged tests load eBPF into the one kernel: one at a time.
     run(cargo_release("test").env("GPUTRACE_BIN", &gputrace).args(["--test", "*", "--", "--test-threads=1"]))
-}
-
-/// The fuzz corpus and its mutations run again in a debug build: overflow checks on, as the
-/// fuzzer runs them (a release build would wrap silently and hide an overflow). That build
-/// compiles every crate a second time, so it starts first, in a target directory of its own,
-/// at idle priority (`chrt --idle`): it takes only the cycles the release steps leave on the
-/// table (links, the single-crate tails of each build) and delays none of them.
-struct OverflowCheckedBuild {
-    compile: std::process::Child,
-    target_dir: PathBuf,
-    log: PathBuf,
-    started: std::time::Instant,
-}
-
-impl OverflowCheckedBuild {
-    fn start() -> Result<Self> {
-        let target_dir = root().join("target/overflow-checks");
-        std::fs::create_dir_all(&target_dir)?;
-        let log = target_dir.join("compile.log");
-        let output = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        let cargo = ["cargo", "test", "--package", "gputrace", "--lib", "--no-run"];
-        let idle = Self::command("chrt", &target_dir).args(["--idle", "0"]).args(cargo).stdout(output.try_clone()?).stderr(output.try_clone()?).spawn();
-        // Without util-linux's chrt, lowest nice instead: still behind the release steps.
-        let compile = match idle {
-            Ok(child) => child,
-            Err(_) => Self::command("nice", &target_dir).args(["-n", "19"]).args(cargo).stdout(output.try_clone()?).stderr(output).spawn().context("starting the overflow-checked build")?,
-        };
-        eprintln!("+ started in the background at idle priority: {} (log: {})", cargo.join(" "), log.display());
-        Ok(Self { compile, target_dir, log, started: std::time::Instant::now() })
-    }
-
-    fn command(program: &str, target_dir: &Path) -> Command {
-        let mut cmd = Command::new(program);
-        cmd.current_dir(root()).env("CARGO_TARGET_DIR", target_dir).env("GPUTRACE_EBPF_STUB", "1");
-        cmd
-    }
-
-    /// Wait for the build, then run the fuzz tests in it.
-    fn run_fuzz_corpus(mut self) -> Result<()> {
-        let waiting = std::time::Instant::now();
-        let status = self.compile.wait().context("waiting for the overflow-checked build")?;
-        eprintln!(
-            "+ the overflow-checked build: {:.1} s since its start, {:.1} s of them waited for here",
-            self.started.elapsed().as_secs_f64(),
-            waiting.elapsed().as_secs_f64()
-        );
-        if !status.success() {
-            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            bail!("the overflow-checked build failed ({status}):\n{log}");
-        }
-        run(Self::command("cargo", &self.target_dir).args(["test", "--package", "gputrace", "--lib", "fuzzing::"]))
-    }
-}
-
-/// A run that fails before the fuzz corpus leaves no compile behind it.
-impl Drop for OverflowCheckedBuild {
-    fn drop(&mut self) {
-        if matches!(self.compile.try_wait(), Ok(None)) {
-            let _ = self.compile.kill();
-            let _ = self.compile.wait();
-        }
-    }
 }
 
 fn main() -> Result<()> {
