@@ -207,3 +207,32 @@ fn computing_between_launches_with_the_gpu_idle_is_host_bound() {
     let sync = ds.iter().find(|d| d["id"] == "host-sync");
     assert!(sync.is_none_or(|d| d["impact"].as_f64().expect("impact") < 0.03), "the sync hides nothing here: {sync:?}");
 }
+
+#[test]
+fn short_lived_children_are_not_counted_on_the_cpu_after_they_exit() {
+    require_root();
+    // A launcher script whose helpers each run for a moment (as a pyenv shim's or a
+    // wrapper's do) before the job itself: each exits long before the window ends. Their
+    // exit used to untrace them before their final switch, and their clocks then ran on
+    // as "on the CPU" to the end of the window, many cores' worth on a 2-core machine.
+    let job = gputrace_tests::fakejob();
+    let script = format!("/bin/true; /bin/true; /bin/true; sleep 0.3; exec {} --steps 300 --driver-launches 2 --kernel-us 250 --sync", job.display());
+    let out = Command::new(gputrace_tests::gputrace())
+        .env("LD_LIBRARY_PATH", gputrace_tests::fake_cuda_dir())
+        .args(["run", "--json", "--", "sh", "-c", &script])
+        .output()
+        .expect("gputrace runs");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let r = gputrace_tests::report_json(&out.stdout);
+    let window = r["window"]["duration_s"].as_f64().expect("duration");
+    let threads = r["cpu"]["threads"].as_array().expect("threads");
+    let on_cpu: f64 = threads.iter().filter_map(|t| t["on_cpu_s"].as_f64()).sum();
+    let cores = std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64);
+    assert!(on_cpu <= window * cores, "{on_cpu:.2} s on the CPU in a {window:.2} s window on {cores} cores: {threads:#?}");
+    // The helpers are processes of their own (the job is the shell's pid, exec'd).
+    let helpers: Vec<&serde_json::Value> = threads.iter().filter(|t| t["pid"] != r["target"]["pid"]).collect();
+    assert!(helpers.len() >= 3, "{threads:#?}");
+    for h in helpers {
+        assert!(h["on_cpu_s"].as_f64().is_some_and(|s| s < 0.1), "a helper that ran for a moment: {h:#}");
+    }
+}

@@ -123,6 +123,9 @@ pub struct ProbeSet {
     /// Held while the kernel keeps our programs' run time (`BPF_ENABLE_STATS`; the
     /// accounting stops when the last holder closes it). None where it was refused.
     run_stats: Option<OwnedFd>,
+    /// Processes whose leader reported its exit, and when: they stay in `TRACED` until the
+    /// leader's final switch (`untrace_exited`).
+    exiting: Vec<(u32, std::time::Instant)>,
     /// Copied user stacks, unwound (`stacks::copied`): samples, spells and allocations count
     /// under their interned ids.
     copied: CopiedStacks,
@@ -330,6 +333,7 @@ impl ProbeSet {
                 user_stacks,
                 alloc_stacks,
                 run_stats,
+                exiting: Vec::new(),
                 copied: CopiedStacks::default(),
                 attached: BTreeMap::new(),
                 library_files: Vec::new(),
@@ -368,6 +372,29 @@ impl ProbeSet {
     /// Stop counting a process that has exited.
     pub fn untrace_process(&mut self, tgid: u32) {
         let _ = self.traced.remove(&tgid);
+    }
+
+    /// A process's leader has run its exit: it leaves `TRACED` at its final switch, not now.
+    /// The exit tracepoint fires before the task has finished exiting (freeing its memory
+    /// and files can block and be switched again); untraced at once, its last switches go
+    /// unseen, and its scheduler clock would run on as "on the CPU" until the window ends.
+    pub fn process_exiting(&mut self, tgid: u32) {
+        self.exiting.push((tgid, std::time::Instant::now()));
+    }
+
+    /// Untrace the exiting processes whose leader's final switch was seen (`final_of`, the
+    /// leader whose totals just arrived), and any that have been exiting for over a second
+    /// (a final switch lost to a full ring buffer must not keep a reusable pid traced).
+    pub fn untrace_exited(&mut self, final_of: Option<u32>) {
+        const GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+        if self.exiting.is_empty() {
+            return;
+        }
+        let gone: Vec<u32> = self.exiting.iter().filter(|(tgid, since)| Some(*tgid) == final_of || since.elapsed() > GRACE).map(|(tgid, _)| *tgid).collect();
+        self.exiting.retain(|(tgid, _)| !gone.contains(tgid));
+        for tgid in gone {
+            self.untrace_process(tgid);
+        }
     }
 
     /// Processes in the traced set (including children added by the kernel).

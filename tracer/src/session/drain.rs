@@ -88,11 +88,13 @@ pub(super) fn drain_ring(
                     }
                 }
                 if e.header.tid == e.header.tgid {
-                    kernel.untrace_process(e.header.tgid);
+                    kernel.process_exiting(e.header.tgid);
                     // Its copied stacks all came before this record: its modules can go.
                     kernel.forget_unwinding(e.header.tgid);
                 }
             }
+            // The leader's final switch, after its exit: the process is gone.
+            Event::SchedFinal(e) if e.header.tid == e.header.tgid => kernel.untrace_exited(Some(e.header.tgid)),
             Event::TaskExec(e) => {
                 // The new image has not loaded its libraries yet: probe the driver it would
                 // load now (its first CUDA calls are seen), then anything already mapped.
@@ -103,6 +105,7 @@ pub(super) fn drain_ring(
             _ => {}
         }
     });
+    kernel.untrace_exited(None);
     execs
 }
 
