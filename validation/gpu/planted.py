@@ -24,6 +24,8 @@
 Fixed twins (the same job with the diagnosed fix applied; their steps/s, measured, stand
 beside the planted job's predicted steps/s after the fix in docs/validation.md):
   item_fixed    item, reading the loss every 50 steps instead of every step
+  item_nohost   item without its 5 ms of host work (the .item() stays): host work's fix,
+                the competing one
   sleepy_fixed  sleepy without the sleep (the synchronize stays)
   pageable_fixed  pageable, its batch in pinned memory, copied with non_blocking=True
   alloc_churn_fixed  alloc_churn without emptying the cache (the caching allocator reuses)
@@ -113,7 +115,7 @@ elif args.mode in ("pageable", "pageable_fixed"):
     def step(i):
         xb = host.to(dev, non_blocking=args.mode == "pageable_fixed")
         model(xb[:512]).sum()
-elif args.mode in ("item", "item_fixed"):
+elif args.mode in ("item", "item_fixed", "item_nohost"):
     # ~10 ms of GPU work per step, then .item() and 5 ms of host work (logging, data prep)
     # during which the GPU has nothing queued.
     model = mlp(8192, 4, torch.bfloat16)
@@ -125,8 +127,10 @@ elif args.mode in ("item", "item_fixed"):
         loss = model(x).float().square().mean()
         loss.backward()
         opt.step()
-        if args.mode == "item" or i % 50 == 0:
+        if args.mode != "item_fixed" or i % 50 == 0:
             loss.item()
+        if args.mode == "item_nohost":
+            return
         t = time.perf_counter() + 0.005
         while time.perf_counter() < t:
             pass

@@ -73,6 +73,18 @@ MODES
                                  truth: input-starved (host-sync may also show)
                        fixed: 8 workers only; the .item() stays.
 
+    Competing-fix twins (issue 32): the planted cause stays and the OTHER fix of a job
+    with two diagnoses is made, so that both fixes are measured:
+
+    metrics_sync_graph, nan_guard_graph, timer_sync_graph, tokenize_inline_graph,
+    mixed_loader_item_graph
+                       the step (forward, backward, optimizer) captured once as
+                       a CUDA graph and replayed; the sync, the bookkeeping and
+                       the inline tokenizing stay.         fix of: launch-bound
+    mixed_loader_item_nosync
+                       mixed_loader_item without the per-step loss.item();
+                       the 2-worker loader stays.            fix of: host-sync
+
     Healthy (no twin, no planted cause):
 
     healthy_big        6-block transformer LM (d_model 1024), 16x1024 tokens,
@@ -628,6 +640,37 @@ def forever(loader):
     return iter(loader)
 
 
+class CapturedStep:
+    """A competing fix's twin (MODE_graph): one training step, forward, backward and the
+    optimizer, captured once as a CUDA graph and replayed, so its launches collapse into
+    one replay; whatever the job does around the step (its sync, its host work) stays.
+
+    `step(*inputs)` runs forward, backward and the optimizer step and returns what the job
+    reads afterwards (tensors). Gradients are set to None before capture, so the captured
+    backward writes them afresh on every replay (PyTorch's whole-network capture recipe);
+    optimizers must keep their state on the GPU (Adam/AdamW with capturable=True)."""
+
+    def __init__(self, optimizer, step, *examples):
+        self.inputs = [example.clone() for example in examples]
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):      # autograd and optimizer state made off the capture
+                optimizer.zero_grad(set_to_none=True)
+                step(*self.inputs)
+        torch.cuda.current_stream().wait_stream(side)
+        optimizer.zero_grad(set_to_none=True)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.outputs = step(*self.inputs)
+
+    def __call__(self, *inputs):
+        for static, value in zip(self.inputs, inputs):
+            static.copy_(value, non_blocking=True)
+        self.graph.replay()
+        return self.outputs
+
+
 # --- metrics_sync ---------------------------------------------------------------
 
 class TrainingHistory:
@@ -674,24 +717,33 @@ class MetricsSyncJob(Job):
     # outlast their launches and the GPU never starves.)
     BATCH = 256
 
-    def __init__(self, fixed):
+    def __init__(self, fixed, graph=False):
         super().__init__(fixed)
         self.model = ConvNet(num_classes=10, width=64).to(DEVICE)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.05, momentum=0.9,
                                          weight_decay=5e-4, nesterov=True)
         self.batches = synthetic_image_batches(16, self.BATCH, 32, 10, DEVICE)
         self.history = GpuMetrics(every=100) if fixed else TrainingHistory()
+        self.model.train()
+        self.captured = CapturedStep(self.optimizer, self.forward_backward, *self.batches[0]) if graph else None
+
+    def forward_backward(self, x, y):
+        logits = self.model(x)
+        loss = F.cross_entropy(logits, y)
+        loss.backward()
+        self.optimizer.step()
+        return loss, logits
 
     def train(self, seconds):
         self.model.train()
         completed = 0
         for _ in steps_for(seconds):
             x, y = self.batches[self.step % len(self.batches)]
-            logits = self.model(x)
-            loss = F.cross_entropy(logits, y)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
+            if self.captured:
+                loss, logits = self.captured(x, y)
+            else:
+                self.optimizer.zero_grad(set_to_none=True)
+                loss, logits = self.forward_backward(x, y)
             self.history.log_metrics(self.step, loss, logits, y)
             self.step += 1
             completed += 1
@@ -704,10 +756,11 @@ class NanGuardJob(Job):
     BATCH, SEQ, VOCAB = 96, 256, 4096
     BOOKKEEPING_GAUGES = 6300          # ~3 ms of Python a step on the H200 host
 
-    def __init__(self, fixed):
+    def __init__(self, fixed, graph=False):
         super().__init__(fixed)
         self.model = CausalLM(self.VOCAB, 512, 4, 8, 2048, max_len=self.SEQ).to(DEVICE)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=3e-4, weight_decay=0.1)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=3e-4, weight_decay=0.1,
+                                           capturable=graph)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / 500))
         self.tokens = synthetic_token_stream(8, self.BATCH, self.SEQ + 1, self.VOCAB, DEVICE)
@@ -715,8 +768,22 @@ class NanGuardJob(Job):
         self.bookkeeper = HostBookkeeper(self.BOOKKEEPING_GAUGES)
         self.skipped = 0
         self.last_time = time.perf_counter()
+        # The graph twin replays the whole step, clipping and update included, then makes
+        # the same check on its loss: the per-step sync stays, the launches collapse. (The
+        # scheduler's learning rate is fixed at capture: the same work a step.)
+        self.model.train()
+        self.captured = CapturedStep(self.optimizer, self.whole_step, self.tokens[0]) if graph else None
+
+    def whole_step(self, tokens):
+        loss = lm_loss(self.model, tokens)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        return loss
 
     def train(self, seconds):
+        if self.captured:
+            return self.train_captured(seconds)
         self.model.train()
         completed = 0
         for _ in steps_for(seconds):
@@ -741,19 +808,39 @@ class NanGuardJob(Job):
             completed += 1
         return completed
 
+    def train_captured(self, seconds):
+        completed = 0
+        for _ in steps_for(seconds):
+            self.step += 1
+            loss = self.captured(self.tokens[self.step % len(self.tokens)])
+            if self.step % self.nan_check_every == 0 and not torch.isfinite(loss):
+                self.skipped += 1
+            self.scheduler.step()
+            now = time.perf_counter()
+            self.bookkeeper.record(self.step, step_time=now - self.last_time,
+                                   lr=self.scheduler.get_last_lr()[0],
+                                   tokens=self.BATCH * self.SEQ, skipped=self.skipped)
+            self.last_time = now
+            completed += 1
+        return completed
+
 
 # --- tokenize_inline ------------------------------------------------------------
 
 class TokenizeJob(Job):
     BATCH, MAX_LEN = 64, 128
 
-    def __init__(self, fixed):
+    def __init__(self, fixed, graph=False):
         super().__init__(fixed)
         self.corpus = TextCorpus(n_sentences=4096, batch_size=self.BATCH)
         self.tokenizer = WordPieceTokenizer(self.corpus.syllables)
         self.model = TextClassifier(len(self.tokenizer), 256, 2, 4, 1024, num_classes=4,
                                     max_len=self.MAX_LEN).to(DEVICE)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=5e-4)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=5e-4, capturable=graph)
+        self.captured = None
+        if graph:       # the tokenizing stays on the training thread; the step is replayed
+            self.model.train()
+            self.captured = CapturedStep(self.optimizer, self.forward_backward, *self.next_batch())
         self.loader = None
         if fixed:
             dataset = TokenizedBatches(self.corpus, self.tokenizer, self.MAX_LEN)
@@ -769,15 +856,22 @@ class TokenizeJob(Job):
         ids, labels = make_text_batch(self.tokenizer, texts, labels, self.MAX_LEN)
         return ids.cuda(), labels.cuda()
 
+    def forward_backward(self, ids, labels):
+        loss = F.cross_entropy(self.model(ids), labels)
+        loss.backward()
+        self.optimizer.step()
+        return loss
+
     def train(self, seconds):
         self.model.train()
         completed = 0
         for _ in steps_for(seconds):
             ids, labels = self.next_batch()
-            loss = F.cross_entropy(self.model(ids), labels)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
+            if self.captured:
+                loss = self.captured(ids, labels)
+            else:
+                self.optimizer.zero_grad(set_to_none=True)
+                loss = self.forward_backward(ids, labels)
             if self.step % 200 == 0:
                 log(f"step {self.step} loss {loss.item():.4f}")
             self.step += 1
@@ -794,13 +888,19 @@ class TokenizeJob(Job):
 class AugmentedLoaderJob(Job):
     BATCH = 32
 
-    def __init__(self, fixed, workers, loss_item_every_step):
+    def __init__(self, fixed, workers, loss_item_every_step, graph=False):
         super().__init__(fixed)
         self.model = SmallResNet(num_classes=10, width=96).to(DEVICE)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1, momentum=0.9,
                                          weight_decay=1e-4)
         self.loss_item_every_step = loss_item_every_step
         self.losses = []
+        self.captured = None
+        if graph:
+            self.model.train()
+            example = (torch.randn(self.BATCH, 3, 128, 128, device=DEVICE),
+                       torch.randint(0, 10, (self.BATCH,), device=DEVICE))
+            self.captured = CapturedStep(self.optimizer, self.forward_backward, *example)
         dataset = AugmentedPhotos(n_images=512, source_size=144, crop=128)
         if fixed:
             self.loader = DataLoader(dataset, batch_size=self.BATCH, shuffle=True, drop_last=True,
@@ -818,10 +918,11 @@ class AugmentedLoaderJob(Job):
             images, labels = next(self.batches)
             images = images.to(DEVICE, non_blocking=True)
             labels = labels.to(DEVICE, non_blocking=True)
-            loss = F.cross_entropy(self.model(images), labels)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
+            if self.captured:
+                loss = self.captured(images, labels)
+            else:
+                self.optimizer.zero_grad(set_to_none=True)
+                loss = self.forward_backward(images, labels)
             if self.loss_item_every_step:
                 self.losses.append(loss.item())
             if self.step % 100 == 0:
@@ -829,6 +930,12 @@ class AugmentedLoaderJob(Job):
             self.step += 1
             completed += 1
         return completed
+
+    def forward_backward(self, images, labels):
+        loss = F.cross_entropy(self.model(images), labels)
+        loss.backward()
+        self.optimizer.step()
+        return loss
 
     def close(self):
         self.batches = None
@@ -990,7 +1097,7 @@ class TimerSyncJob(Job):
     BATCH, FEATURES, HIDDEN, CLASSES = 8192, 1024, 4096, 10
     REPORT_GAUGES = 4300         # ~2 ms of Python a step on the H200 host
 
-    def __init__(self, fixed):
+    def __init__(self, fixed, graph=False):
         super().__init__(fixed)
         self.model = nn.Sequential(
             nn.Linear(self.FEATURES, self.HIDDEN), nn.LayerNorm(self.HIDDEN), nn.GELU(),
@@ -998,19 +1105,26 @@ class TimerSyncJob(Job):
             nn.Linear(self.HIDDEN, self.HIDDEN), nn.LayerNorm(self.HIDDEN), nn.GELU(),
             nn.Linear(self.HIDDEN, self.CLASSES),
         ).to(DEVICE)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3, capturable=graph)
         teacher = torch.randn(self.FEATURES, self.CLASSES, device=DEVICE)
         self.inputs = [torch.randn(self.BATCH, self.FEATURES, device=DEVICE) for _ in range(8)]
         self.targets = [(x @ teacher).argmax(dim=1) for x in self.inputs]
         self.timer = CudaEventTimer(every=100) if fixed else StepTimer()
         self.reporter = HostBookkeeper(self.REPORT_GAUGES)
+        self.model.train()
+        self.captured = CapturedStep(self.optimizer, self.forward_backward, self.inputs[0], self.targets[0]) if graph else None
 
-    def train_step(self, x, y):
+    def forward_backward(self, x, y):
         loss = F.cross_entropy(self.model(x), y)
-        self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
         return loss
+
+    def train_step(self, x, y):
+        if self.captured:
+            return self.captured(x, y)
+        self.optimizer.zero_grad(set_to_none=True)
+        return self.forward_backward(x, y)
 
     def train(self, seconds):
         self.model.train()
@@ -1149,7 +1263,19 @@ JOBS = {
 }
 HEALTHY = ("healthy_big", "healthy_loader")
 PLANTED = tuple(mode for mode in JOBS if mode not in HEALTHY)
-ALL_MODES = [m for p in PLANTED for m in (p, p + "_fixed")] + list(HEALTHY)
+# Twins for the competing fix (issue 32): the planted cause stays and the OTHER fix is made,
+# so that both fixes of a job with two diagnoses are measured. MODE_graph captures the step
+# in a CUDA graph (the launch fix, for the sync and host-work jobs); MODE_nosync drops the
+# per-step sync (the sync fix, for a loader-bound job that also syncs).
+COMPETING = {
+    "metrics_sync_graph": lambda: MetricsSyncJob(False, graph=True),
+    "nan_guard_graph": lambda: NanGuardJob(False, graph=True),
+    "tokenize_inline_graph": lambda: TokenizeJob(False, graph=True),
+    "timer_sync_graph": lambda: TimerSyncJob(False, graph=True),
+    "mixed_loader_item_nosync": lambda: AugmentedLoaderJob(False, workers=2, loss_item_every_step=False),
+    "mixed_loader_item_graph": lambda: AugmentedLoaderJob(False, workers=2, loss_item_every_step=True, graph=True),
+}
+ALL_MODES = [m for p in PLANTED for m in (p, p + "_fixed")] + list(HEALTHY) + list(COMPETING)
 
 
 def parse_mode(mode):
@@ -1162,19 +1288,26 @@ def parse_mode(mode):
     return base, fixed
 
 
+def make_job(mode):
+    """The job of MODE: a planted job, its fixed twin, a healthy job or a competing twin."""
+    if mode in COMPETING:
+        return COMPETING[mode]()
+    base, fixed = parse_mode(mode)
+    return JOBS[base](fixed)
+
+
 def main():
     parser = argparse.ArgumentParser(description="training jobs with planted GPU-idleness causes")
     parser.add_argument("mode", help=" | ".join(ALL_MODES))
     parser.add_argument("--seconds", type=float, default=7.0, help="timed loop length (s)")
     args = parser.parse_args()
-    base, fixed = parse_mode(args.mode)
 
     set_seed(0)
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
 
-    job = JOBS[base](fixed)
+    job = make_job(args.mode)
     t0 = time.perf_counter()
     warm = job.train(WARMUP_SECONDS)
     torch.cuda.synchronize()

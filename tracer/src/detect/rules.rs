@@ -30,9 +30,20 @@ const SYNCS_PER_S: f64 = 10.0;
 /// that pair up count: allocations never freed are growth (`detect::memory`), not churn.
 const ALLOCS_PER_S: f64 = 20.0;
 
-pub(super) fn launch_bound(_: &Evidence, a: &Account) -> Option<Diagnosis> {
+pub(super) fn launch_bound(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     let blocked = a.share(|t| t.waiting_on_gpu_ns + t.in_copies_ns);
-    if a.launch_rate < LAUNCH_BOUND_RATE || blocked >= HOST_WAIT_LOW || a.gpu_busy() == Some(true) {
+    if blocked >= HOST_WAIT_LOW || a.gpu_busy() == Some(true) {
+        return None;
+    }
+    // Launch overhead is launches times their cost: many cheap ones (eager PyTorch), or few
+    // that each cost a framework's whole dispatch (a jitted JAX call: argument checks, cache
+    // lookup, the executable's launch). The stacks tell the second from the program's own
+    // host work; without them only a rate that tiny kernels alone sustain says it.
+    let threads = a.time.as_ref().map(|t| t.threads.clone()).unwrap_or_default();
+    let all_host = a.share(|t| t.launching_and_host_ns);
+    let dispatch = super::whatif::dispatch::share(ev, &threads, all_host * a.window_s, a.launch_rate * a.window_s);
+    let dispatch_heavy = dispatch.source == super::whatif::dispatch::Source::Stacks && dispatch.share.point * all_host >= MEDIUM;
+    if a.launch_rate < LAUNCH_BOUND_RATE && !dispatch_heavy {
         return None;
     }
     // The critical path's host work, less the part after a sync that host-sync is charged
@@ -43,12 +54,20 @@ pub(super) fn launch_bound(_: &Evidence, a: &Account) -> Option<Diagnosis> {
         format!("{:.0} kernel launches/s over {:.2} s", a.launch_rate, a.window_s),
         format!("the launching threads ran host code {} of the time and were blocked on the GPU {}", pct(host_share), pct(blocked)),
     ];
+    if dispatch.source == super::whatif::dispatch::Source::Stacks {
+        evidence.push(format!("the stacks put {} of that host time in launching and the framework's dispatch", pct(dispatch.share.point)));
+    }
     evidence.extend(gpu_line(a));
+    let summary = if a.launch_rate >= LAUNCH_BOUND_RATE {
+        format!("the host launches {:.0} small kernels per second and the GPU waits for it", a.launch_rate)
+    } else {
+        format!("each launch costs the host {:.2} ms of the framework's dispatch and the GPU waits for it", dispatch.share.point * all_host * a.window_s * 1e3 / (a.launch_rate * a.window_s).max(1.0))
+    };
     Some(diagnosis(
         DiagnosisId::LaunchBound,
         TimeBucket::LaunchingAndHost,
         impact,
-        format!("the host launches {:.0} small kernels per second and the GPU waits for it", a.launch_rate),
+        summary,
         evidence,
         "launch fewer, larger kernels: a larger batch, CUDA graphs (torch.compile(mode=\"reduce-overhead\") or torch.cuda.graphs), or fused ops",
     ))

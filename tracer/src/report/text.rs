@@ -204,6 +204,10 @@ fn diagnoses_section(out: &mut String, st: &Style, r: &Report) {
         for site in &d.sites {
             let weight = site.bytes.map_or_else(|| format!("{:.2} s", site.seconds), bytes);
             wrap(out, "  at ", &format!("{} — {weight}, {:.0}%", site.frame, site.share * 100.0));
+            if let Some(inside) = &site.inside {
+                let parts: Vec<String> = inside.parts.iter().map(|p| format!("{:.0}% {}", p.share * 100.0, p.frame)).collect();
+                wrap(out, "     ", &format!("inside {}: {}", inside.package, parts.join("; ")));
+            }
         }
         wrap(out, "  fix: ", &d.fix);
         if let Some(s) = &d.saving {

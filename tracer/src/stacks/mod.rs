@@ -18,7 +18,7 @@ use gputrace_common::{host::stacks::HOST, Family, PROBES};
 use serde::{Deserialize, Serialize};
 
 /// One frame of a stack, innermost first in [`StackTime::frames`].
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Frame {
     /// The function (demangled), or the address in hex where it is unknown.
     pub function: String,

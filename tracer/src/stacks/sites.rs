@@ -27,7 +27,42 @@ pub struct Site {
     /// before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stacks: Option<u64>,
+    /// Where the time goes inside a framework, when the site is a call into one (`fit(...)`,
+    /// `trainer.train()`, a jitted step): the user's only frame says nothing of which of the
+    /// framework's own parts (its loop, logging, progress bar, collate) to turn. Absent
+    /// where the site calls no framework.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inside: Option<Inside>,
 }
+
+/// The second level of a site that calls into a framework ([`Site::inside`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Inside {
+    /// The framework's package, as its files are installed (`lightning`, `transformers`).
+    pub package: String,
+    /// Its parts, costliest first, at most [`INSIDE_PARTS`].
+    pub parts: Vec<InsidePart>,
+}
+
+/// One part of a framework beneath a site: the innermost frame still in the framework, and
+/// the package it called into where that is another (`torch/utils`, `tqdm`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct InsidePart {
+    /// `progress/tqdm_progress.py:280 in on_train_batch_end → tqdm`.
+    pub frame: String,
+    /// Of the site's time (or bytes).
+    pub share: f64,
+    pub stacks: u64,
+}
+
+/// How many of a framework's parts a site lists.
+pub const INSIDE_PARTS: usize = 3;
+
+/// Python packages whose entry calls hide the user's knobs: a training loop, a trainer, a
+/// compiler's dispatch. PyTorch itself is not one: beneath `loss.backward()` are its
+/// kernels, which the diagnosis already names.
+const FRAMEWORKS: [&str; 13] =
+    ["lightning", "pytorch_lightning", "lightning_fabric", "transformers", "accelerate", "deepspeed", "jax", "flax", "optax", "keras", "tensorflow", "vllm", "sglang"];
 
 /// Below this many stacks a site's share is a guess (at 99 Hz, 10 samples are 0.1 s).
 pub const FEW_STACKS: u64 = 10;
@@ -70,37 +105,103 @@ pub enum Unit {
 /// weight is charged to its site frame (`site_frame`), heaviest first; `share` is of all the
 /// weight given.
 pub fn rank<'a>(weighted: impl Iterator<Item = (&'a [Frame], u64, u64)>, unit: Unit, n: usize) -> Vec<Site> {
-    let mut by_site: BTreeMap<String, (Frame, u64, u64)> = BTreeMap::new();
+    let mut by_site: BTreeMap<String, Charged> = BTreeMap::new();
     let mut total = 0u64;
     for (frames, weight, count) in weighted {
         total = total.saturating_add(weight);
-        let Some(frame) = site_frame(frames) else { continue };
-        let at = by_site.entry(frame.location()).or_insert_with(|| (frame.clone(), 0, 0));
-        at.1 = at.1.saturating_add(weight);
-        at.2 = at.2.saturating_add(count);
+        let Some(at) = site_index(frames) else { continue };
+        let frame = &frames[at];
+        let charged = by_site.entry(frame.location()).or_insert_with(|| Charged { frame: frame.clone(), ..Charged::default() });
+        charged.weight = charged.weight.saturating_add(weight);
+        charged.count = charged.count.saturating_add(count);
+        if let Some((package, part)) = framework_part(&frames[..at]) {
+            let inside = charged.inside.entry(package).or_default().entry(part).or_default();
+            inside.0 = inside.0.saturating_add(weight);
+            inside.1 = inside.1.saturating_add(count);
+        }
     }
     if total == 0 {
         return Vec::new();
     }
     let mut sites: Vec<(u64, Site)> = by_site
         .into_iter()
-        .filter(|(_, (_, w, _))| *w > 0)
-        .map(|(location, (frame, w, count))| {
+        .filter(|(_, c)| c.weight > 0)
+        .map(|(location, c)| {
             let site = Site {
                 frame: location,
-                file: frame.file.clone(),
-                line: frame.line,
-                function: frame.function.clone(),
-                seconds: if unit == Unit::Nanoseconds { w as f64 / 1e9 } else { 0.0 },
-                share: w as f64 / total as f64,
-                bytes: (unit == Unit::Bytes).then_some(w),
-                stacks: Some(count),
+                file: c.frame.file.clone(),
+                line: c.frame.line,
+                function: c.frame.function.clone(),
+                seconds: if unit == Unit::Nanoseconds { c.weight as f64 / 1e9 } else { 0.0 },
+                share: c.weight as f64 / total as f64,
+                bytes: (unit == Unit::Bytes).then_some(c.weight),
+                stacks: Some(c.count),
+                inside: c.inside(),
             };
-            (w, site)
+            (c.weight, site)
         })
         .collect();
     sites.sort_by(|(wa, a), (wb, b)| wb.cmp(wa).then_with(|| a.frame.cmp(&b.frame)));
     sites.into_iter().take(n).map(|(_, s)| s).collect()
+}
+
+/// What is charged to one site while ranking.
+#[derive(Default)]
+struct Charged {
+    frame: Frame,
+    weight: u64,
+    count: u64,
+    /// Framework package -> part -> (weight, stacks).
+    inside: BTreeMap<String, BTreeMap<String, (u64, u64)>>,
+}
+
+impl Charged {
+    /// The split inside the framework that holds most of the site's weight, where a
+    /// framework holds at least half of it (else the site is mostly the user's own work).
+    fn inside(&self) -> Option<Inside> {
+        let (package, parts) = self.inside.iter().max_by_key(|(_, parts)| parts.values().map(|p| p.0).sum::<u64>())?;
+        let in_framework: u64 = parts.values().map(|p| p.0).sum();
+        if self.weight == 0 || in_framework * 2 < self.weight {
+            return None;
+        }
+        let mut parts: Vec<InsidePart> = parts
+            .iter()
+            .map(|(frame, (weight, stacks))| InsidePart { frame: frame.clone(), share: *weight as f64 / self.weight as f64, stacks: *stacks })
+            .collect();
+        parts.sort_by(|a, b| b.share.total_cmp(&a.share).then_with(|| a.frame.cmp(&b.frame)));
+        parts.truncate(INSIDE_PARTS);
+        Some(Inside { package: package.clone(), parts })
+    }
+}
+
+/// The Python package an installed file belongs to: the path's component after
+/// `site-packages/` or `dist-packages/` (`lightning` for `…/site-packages/lightning/pytorch/trainer/trainer.py`).
+fn package_of(f: &Frame) -> Option<&str> {
+    let file = f.file.as_deref()?;
+    let (_, rest) = file.split_once("/site-packages/").or_else(|| file.split_once("/dist-packages/"))?;
+    let package = rest.split('/').next()?;
+    Some(package.strip_suffix(".py").unwrap_or(package))
+}
+
+/// The framework part a stack spends its time in, given the frames beneath its site
+/// (innermost first): when the site called straight into a framework ([`FRAMEWORKS`]), its
+/// innermost frame still in that framework, and the package that frame called into where it
+/// is another. None where the site called no framework.
+fn framework_part(beneath: &[Frame]) -> Option<(String, String)> {
+    let package = package_of(beneath.last()?).filter(|p| FRAMEWORKS.contains(p))?;
+    let innermost = beneath.iter().position(|f| package_of(f) == Some(package))?;
+    let mut part = beneath[innermost].location();
+    let callee = beneath[..innermost].iter().rev().find_map(|f| package_of(f).map(|p| (p, f)));
+    match callee {
+        Some((other, f)) if other != package => {
+            // `torch/utils` says more than `torch`: the callee's first directory beneath it.
+            let file = f.file.as_deref().unwrap_or_default();
+            let sub = file.split_once(&format!("/{other}/")).and_then(|(_, rest)| rest.split('/').next()).filter(|d| std::path::Path::new(d).extension().is_none());
+            part.push_str(&sub.map_or_else(|| format!(" → {other}"), |d| format!(" → {other}/{d}")));
+        }
+        _ => {}
+    }
+    Some((package.to_owned(), part))
 }
 
 /// The stacks that speak for their process: its Python ones where it has any (the
@@ -116,15 +217,20 @@ pub fn preferred(stacks: &[StackTime]) -> impl Iterator<Item = &StackTime> {
 /// the innermost named one.
 #[must_use]
 pub fn site_frame(frames: &[Frame]) -> Option<&Frame> {
-    let named = |f: &&Frame| !f.function.starts_with("0x");
+    site_index(frames).map(|at| &frames[at])
+}
+
+/// Where in `frames` the site frame ([`site_frame`]) is.
+fn site_index(frames: &[Frame]) -> Option<usize> {
+    let named = |f: &Frame| !f.function.starts_with("0x");
     frames
         .iter()
-        .find(|f| !is_library(f))
+        .position(|f| !is_library(f))
         // A stack all in libraries (a framework's own thread): the innermost frame that is
         // not the system's or the CUDA driver's or runtime's says what the framework was doing.
-        .or_else(|| frames.iter().filter(named).find(|f| !is_system_or_cuda(f)))
-        .or_else(|| frames.iter().filter(named).find(|f| !is_cuda_library(f)))
-        .or_else(|| frames.iter().find(named))
+        .or_else(|| frames.iter().position(|f| named(f) && !is_system_or_cuda(f)))
+        .or_else(|| frames.iter().position(|f| named(f) && !is_cuda_library(f)))
+        .or_else(|| frames.iter().position(named))
 }
 
 /// The object file a native frame is in (`libc.so.6`), empty for others.
@@ -319,6 +425,34 @@ mod tests {
         assert_eq!(sites.len(), 1);
         assert!((sites[0].share - 1.0).abs() < 1e-9, "{sites:?}");
         assert_eq!(sites[0].stacks, Some(1));
+    }
+
+    #[test]
+    fn a_site_that_calls_a_framework_shows_where_inside_it_the_time_goes() {
+        let lightning = "/venv/lib/python3.12/site-packages/lightning/pytorch";
+        let fit = py("/w/train.py", 70, "<module>");
+        let under_fit = |inner: Vec<Frame>| [inner, vec![py(&format!("{lightning}/trainer/trainer.py"), 538, "fit"), fit.clone()]].concat();
+        let progress = under_fit(vec![
+            py("/venv/lib/python3.12/site-packages/tqdm/std.py", 1195, "refresh"),
+            py(&format!("{lightning}/callbacks/progress/tqdm_progress.py"), 280, "on_train_batch_end"),
+            py(&format!("{lightning}/loops/training_epoch_loop.py"), 250, "advance"),
+        ]);
+        let collate = under_fit(vec![
+            py("/venv/lib/python3.12/site-packages/torch/utils/data/_utils/collate.py", 150, "collate"),
+            py("/venv/lib/python3.12/site-packages/torch/utils/data/dataloader.py", 700, "__next__"),
+            py(&format!("{lightning}/loops/fetchers.py"), 134, "_fetch_next_batch"),
+        ]);
+        let stacks = vec![stack(1, Activity::Host, progress, 400), stack(1, Activity::Host, collate, 200), stack(1, Activity::Host, vec![fit.clone()], 100)];
+        let sites = top(&stacks, &Wanted { activities: &[Activity::Host], on_cpu: Some(true), tids: &[] }, 3);
+        assert_eq!(sites.len(), 1);
+        let inside = sites[0].inside.as_ref().expect("a split inside lightning");
+        assert_eq!(inside.package, "lightning");
+        let parts: Vec<(&str, u64)> = inside.parts.iter().map(|p| (p.frame.as_str(), (p.share * 700.0).round() as u64)).collect();
+        assert_eq!(parts, [("progress/tqdm_progress.py:280 in on_train_batch_end → tqdm", 400), ("loops/fetchers.py:134 in _fetch_next_batch → torch/utils", 200)]);
+        // A site whose time is its own code, or PyTorch's kernels, gets no split.
+        let backward = vec![py("/venv/lib/python3.12/site-packages/torch/_tensor.py", 600, "backward"), py("/w/train.py", 50, "step")];
+        let own = top(&[stack(1, Activity::Host, backward, 100)], &Wanted { activities: &[Activity::Host], on_cpu: Some(true), tids: &[] }, 3);
+        assert_eq!(own[0].inside, None);
     }
 
     #[test]

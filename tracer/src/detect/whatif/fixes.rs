@@ -8,6 +8,11 @@ use crate::model::{Diagnosis, DiagnosisId, TimeBucket};
 /// replayed as one launch.
 const LAUNCHES_PER_GRAPH_WITHOUT_STEPS: f64 = 50.0;
 
+/// What one replay of a captured graph costs the host, at most: an eager PyTorch launch's
+/// cost with its dispatch on the H200 (`dispatch::LAUNCH_COST_S`'s point; a bare
+/// `cudaGraphLaunch` costs less).
+const REPLAY_HOST_S: f64 = 20e-6;
+
 /// The fix of diagnosis `d` as a transformation, with the sentence that says what it does;
 /// None for diagnoses that are no host-side problem (the GPU-bound verdict, memory, the
 /// verdicts that are no diagnosis).
@@ -36,9 +41,17 @@ pub fn of(d: &Diagnosis, m: &StepModel, sm_over_util: Option<f64>) -> Option<(Fi
         }
         DiagnosisId::LaunchBound => {
             let per_step = m.launches_per_step.unwrap_or(LAUNCHES_PER_GRAPH_WITHOUT_STEPS).max(1.0);
+            // One replay costs the host what one cheap launch does, not what a framework's
+            // whole dispatch does: a jitted call of milliseconds scanned over many steps
+            // (jax.lax.scan) or captured shrinks to it too.
+            let per_launch = m.launch_host_s.unwrap_or(REPLAY_HOST_S);
+            let replay = if per_launch > REPLAY_HOST_S { REPLAY_HOST_S / per_launch } else { 1.0 };
             (
-                Fix { launch_scale: 1.0 / per_step, ..n },
-                format!("captured as one CUDA graph, the step's {per_step:.0} launches and their dispatch become one replay; the program's own host work and its syncs stay"),
+                Fix { launch_scale: replay / per_step, ..n },
+                format!(
+                    "captured as one CUDA graph (or several steps in one compiled call), the step's {per_step:.0} launches and their dispatch ({:.0} µs a launch now) become one replay; the program's own host work and its syncs stay",
+                    per_launch * 1e6
+                ),
             )
         }
         DiagnosisId::HostBound => (Fix { offload_user: 1.0, ..n }, "the program's host work moved off the training thread (to loader workers or another thread) runs on the free cores".into()),

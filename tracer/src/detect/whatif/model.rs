@@ -168,6 +168,9 @@ pub struct StepModel {
     pub workers: usize,
     /// Kernel and graph launches per step, where steps were found.
     pub launches_per_step: Option<f64>,
+    /// The host's launching and dispatch time per launch, in seconds (none without launches):
+    /// ~20 µs for an eager PyTorch op, milliseconds for a jitted call's whole dispatch.
+    pub launch_host_s: Option<f64>,
     /// Of the main threads' host time, the share in data loading (stacks).
     pub loading_share: f64,
     /// The share of the window the copies need on the bus at pinned speed.
@@ -192,6 +195,7 @@ impl StepModel {
         let host_idle = share(t.host_while_queue_empty_ns).min(host);
         m.dispatch = dispatch::share(ev, &t.threads, host * a.window_s, a.launch_rate * a.window_s);
         let launch = m.dispatch.share.point * host;
+        m.launch_host_s = (a.launch_rate > 0.0).then(|| launch / a.launch_rate);
         let user = host - launch;
         // After a drain the program's own code runs first (bookkeeping, the next batch);
         // the first launch ends the spell.

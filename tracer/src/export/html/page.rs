@@ -143,6 +143,9 @@ fn diagnoses(h: &mut String, sections: &[Section<'_>], window_s: f64) {
             for site in &d.sites {
                 let amount = site.bytes.map_or_else(|| format!("{} s", fmt_s(site.seconds)), |b| human(b as f64, "B"));
                 let _ = write!(h, "<tr><td><code>{}</code></td><td>{amount}</td><td>{}</td></tr>", esc(&site.frame), pct(site.share));
+                for part in site.inside.iter().flat_map(|inside| inside.parts.iter().map(move |p| (&inside.package, p))) {
+                    let _ = write!(h, "<tr class=\"inside\"><td>&nbsp;&nbsp;in {}: <code>{}</code></td><td></td><td>{} of it</td></tr>", esc(part.0), esc(&part.1.frame), pct(part.1.share));
+                }
             }
             h.push_str("</table>");
         }
