@@ -13,6 +13,13 @@ class Classifier:
         fakegpu.launch(50)
 
 
+def prepare_dataset():
+    """Set-up before any GPU work (as imports and dataset building are): no site of a
+    diagnosis about the training may name it."""
+    fakegpu.busy(400.0)
+
+
 fakegpu.load(sys.argv[1])
+prepare_dataset()
 lightning.Trainer(max_steps=int(sys.argv[2])).fit(Classifier())
 print("done", os.getpid())

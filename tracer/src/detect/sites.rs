@@ -96,7 +96,15 @@ fn fold_into_checkpoint(found: &mut Vec<Diagnosis>) {
 /// the training thread's own waiting line stays beside them.
 fn name_the_workers_code(d: &mut Diagnosis, ev: &Evidence, threads: &[u32]) {
     let launching: std::collections::BTreeSet<u32> = ev.stacks.iter().filter(|s| threads.contains(&s.tid)).map(|s| s.pid).collect();
-    let mut workers: Vec<u32> = ev.stacks.iter().filter(|s| !launching.contains(&s.pid) && s.on_cpu).map(|s| s.tid).collect();
+    // A loader worker is a process that woke the training thread with its input, or whose
+    // stacks show it loading (a DataLoader worker's loop, a `__getitem__`, a decoder): not
+    // any other process of the tree (a compiler's worker pool, a library probing the
+    // machine at import).
+    let woke: std::collections::BTreeSet<u32> =
+        ev.wakes.iter().filter(|w| threads.contains(&w.tid) && w.kind == crate::evidence::waits::WaitKind::InputWorker).map(|w| w.waker_pid).collect();
+    let loaders: std::collections::BTreeSet<u32> =
+        ev.stacks.iter().filter(|s| !launching.contains(&s.pid) && (woke.contains(&s.pid) || is_data_loading(&s.frames))).map(|s| s.pid).collect();
+    let mut workers: Vec<u32> = ev.stacks.iter().filter(|s| loaders.contains(&s.pid) && s.on_cpu).map(|s| s.tid).collect();
     workers.sort_unstable();
     workers.dedup();
     if launching.is_empty() || workers.is_empty() {

@@ -19,7 +19,7 @@ use std::{
 };
 
 use aya::maps::{HashMap as BpfHashMap, Map, MapData};
-use gputrace_common::ThreadCounters;
+use gputrace_common::{Family, ThreadCounters, PROBES};
 use py_spy::{config::LockingStrategy, Config, PythonSpy};
 
 use super::{alloc::AllocStack, Activity, Frame, Origin, StackTime, MAX_FRAMES};
@@ -141,11 +141,16 @@ fn run(shared: &Mutex<Shared>, stop: &AtomicBool, asked: &mpsc::Receiver<Ask>, t
     let period = Duration::from_nanos(1_000_000_000 / TARGET_HZ);
     let mut last = Instant::now();
     let mut alloc_reads = (Instant::now(), 0u32, 0u32);
+    // Until the traced tree first gives the GPU work, frames are not kept: the job is still importing
+    // and setting up (seconds under `run`, `import torch` alone), and those frames would
+    // take the shares of the sites of a diagnosis about the training.
+    let mut launched = threads.is_none();
     while !stop.load(Ordering::Relaxed) {
         let began = Instant::now();
         let weight = began.duration_since(last);
         last = began;
-        spied.retain_mut(|s| read(s, weight, threads.as_ref(), shared));
+        launched = launched || threads.as_ref().is_some_and(any_launch);
+        spied.retain_mut(|s| if launched { read(s, weight, threads.as_ref(), shared) } else { std::path::Path::new(&format!("/proc/{}", s.pid)).exists() });
         let took = began.elapsed();
         if let Ok(mut sh) = shared.lock() {
             sh.reads += 1;
@@ -192,6 +197,15 @@ fn run(shared: &Mutex<Shared>, stop: &AtomicBool, asked: &mpsc::Receiver<Ask>, t
             }
         }
     }
+}
+
+/// Whether any traced thread has given the GPU work: launched a kernel or a graph, copied,
+/// set memory or waited for it (a job of copies alone launches nothing). Setting up a
+/// context and allocating are the setup's.
+fn any_launch(threads: &BpfHashMap<MapData, u32, ThreadCounters>) -> bool {
+    let work = |f: Family| matches!(f, Family::Launch | Family::GraphLaunch | Family::Copy | Family::Memset | Family::Sync);
+    let launch = |c: &ThreadCounters| PROBES.iter().filter(|p| work(p.family)).any(|p| c.hits.get(p.id as usize).is_some_and(|&h| h > 0));
+    threads.iter().filter_map(Result::ok).any(|(_, c)| launch(&c))
 }
 
 /// Read the Python frames of thread `tid` now and charge an allocation to them.

@@ -177,10 +177,15 @@ impl Charged {
 /// The Python package an installed file belongs to: the path's component after
 /// `site-packages/` or `dist-packages/` (`lightning` for `…/site-packages/lightning/pytorch/trainer/trainer.py`).
 fn package_of(f: &Frame) -> Option<&str> {
-    let file = f.file.as_deref()?;
-    let (_, rest) = file.split_once("/site-packages/").or_else(|| file.split_once("/dist-packages/"))?;
-    let package = rest.split('/').next()?;
+    let package = installed_path(f)?.split('/').next()?;
     Some(package.strip_suffix(".py").unwrap_or(package))
+}
+
+/// An installed file's path beneath its `site-packages/` (or `dist-packages/`) folder, the
+/// last such folder in the path.
+fn installed_path(f: &Frame) -> Option<&str> {
+    let file = f.file.as_deref()?;
+    file.rsplit_once("/site-packages/").or_else(|| file.rsplit_once("/dist-packages/")).map(|(_, rest)| rest)
 }
 
 /// The framework part a stack spends its time in, given the frames beneath its site
@@ -194,9 +199,9 @@ fn framework_part(beneath: &[Frame]) -> Option<(String, String)> {
     let callee = beneath[..innermost].iter().rev().find_map(|f| package_of(f).map(|p| (p, f)));
     match callee {
         Some((other, f)) if other != package => {
-            // `torch/utils` says more than `torch`: the callee's first directory beneath it.
-            let file = f.file.as_deref().unwrap_or_default();
-            let sub = file.split_once(&format!("/{other}/")).and_then(|(_, rest)| rest.split('/').next()).filter(|d| std::path::Path::new(d).extension().is_none());
+            // `torch/utils` says more than `torch`: the callee's first directory beneath its
+            // package (read past `site-packages/`: the path above may hold the same name).
+            let sub = installed_path(f).and_then(|rest| rest.split('/').nth(1)).filter(|d| std::path::Path::new(d).extension().is_none());
             part.push_str(&sub.map_or_else(|| format!(" → {other}"), |d| format!(" → {other}/{d}")));
         }
         _ => {}
@@ -449,6 +454,10 @@ mod tests {
         assert_eq!(inside.package, "lightning");
         let parts: Vec<(&str, u64)> = inside.parts.iter().map(|p| (p.frame.as_str(), (p.share * 700.0).round() as u64)).collect();
         assert_eq!(parts, [("progress/tqdm_progress.py:280 in on_train_batch_end → tqdm", 400), ("loops/fetchers.py:134 in _fetch_next_batch → torch/utils", 200)]);
+        // A virtual environment inside a folder named like a package names the package's own
+        // folder, not the environment's (seen on the H200: `→ torch/.venv`).
+        let nested = [py("/root/torch/.venv/lib/python3.12/site-packages/torch/autograd/graph.py", 9, "_engine_run_backward"), py(&format!("{lightning}/core/module.py"), 1137, "backward")];
+        assert_eq!(framework_part(&nested).map(|p| p.1), Some("core/module.py:1137 in backward → torch/autograd".into()));
         // A site whose time is its own code, or PyTorch's kernels, gets no split.
         let backward = vec![py("/venv/lib/python3.12/site-packages/torch/_tensor.py", 600, "backward"), py("/w/train.py", 50, "step")];
         let own = top(&[stack(1, Activity::Host, backward, 100)], &Wanted { activities: &[Activity::Host], on_cpu: Some(true), tids: &[] }, 3);

@@ -54,13 +54,13 @@ pub fn of(d: &Diagnosis, m: &StepModel, sm_over_util: Option<f64>) -> Option<(Fi
                 ),
             )
         }
-        DiagnosisId::HostBound => (Fix { offload_user: 1.0, ..n }, "the program's host work moved off the training thread (to loader workers or another thread) runs on the free cores".into()),
+        DiagnosisId::HostBound => (Fix { offload_user: 1.0, ..n }, format!("the program's host work moved off the training thread (to loader workers or another thread) runs on {}", free_cores(m))),
         DiagnosisId::InputStarved if d.bucket == Some(TimeBucket::LaunchingAndHost) => {
             // The training thread loads its own input (`sites::relabel_as_input`).
             let user = m.idle.user + m.overlap.user;
             let host = user + m.idle.launch + m.overlap.launch;
             let share = if user > 0.0 { (m.loading_share * host / user).clamp(0.0, 1.0) } else { 0.0 };
-            (Fix { offload_user: share, ..n }, "loading moved into DataLoader workers runs on the free cores".into())
+            (Fix { offload_user: share, ..n }, format!("loading moved into DataLoader workers runs on {}", free_cores(m)))
         }
         DiagnosisId::InputStarved => (
             Fix { refill_input: true, ..n },
@@ -83,6 +83,15 @@ pub fn of(d: &Diagnosis, m: &StepModel, sm_over_util: Option<f64>) -> Option<(Fi
         | DiagnosisId::NoCudaWork
         | DiagnosisId::NoBottleneckFound => return None,
     })
+}
+
+/// The cores a fix that moves work off the training thread spreads it over, in words: the
+/// promise holds for as many workers as there are free cores, not for fewer.
+fn free_cores(m: &StepModel) -> String {
+    match (m.cores_free(), m.cpus) {
+        (Some(free), Some(all)) => format!("the {:.0} free cores of {all:.0} (as many workers; fewer buy less)", free.max(1.0)),
+        _ => "the free cores".into(),
+    }
 }
 
 /// Segment multipliers that keep everything but what `change` sets.
