@@ -60,6 +60,28 @@ pub const fn entry(id: DiagnosisId) -> Entry {
     Entry { source, stacks }
 }
 
+/// How much a diagnosis's fix asks of the user, the least first: where two fixes buy the
+/// same (both meet the same bound: the GPU's busy time, the free cores), the simpler one is
+/// ranked first. 0: drop or thin out a call (an `empty_cache()`, a per-step `.item()`, a
+/// sleep, an in-loop save); 1: change a setting (loader workers, pinned memory,
+/// `non_blocking`, the CPUs given); 2: restructure the code (CUDA graphs or fusion, moving
+/// host work off the step, a larger batch). Diagnoses without a host-side fix: 3.
+#[must_use]
+pub const fn effort(id: DiagnosisId) -> u8 {
+    match id {
+        DiagnosisId::AllocChurn | DiagnosisId::HostSync | DiagnosisId::HostSleep | DiagnosisId::CheckpointStall => 0,
+        DiagnosisId::InputStarved | DiagnosisId::PageableCopy | DiagnosisId::BlockingCopy | DiagnosisId::CpuStarved | DiagnosisId::IoStall => 1,
+        DiagnosisId::LaunchBound | DiagnosisId::HostBound | DiagnosisId::SmallKernels => 2,
+        DiagnosisId::GpuBound
+        | DiagnosisId::Oom
+        | DiagnosisId::Fragmentation
+        | DiagnosisId::MemoryGrowth
+        | DiagnosisId::MemoryReserved
+        | DiagnosisId::NoCudaWork
+        | DiagnosisId::NoBottleneckFound => 3,
+    }
+}
+
 /// The time rules and the diagnosis each finds, in `DiagnosisId::ALL`'s order (ties in
 /// impact keep it).
 pub fn time_rules() -> impl Iterator<Item = (DiagnosisId, Rule)> {

@@ -80,7 +80,8 @@ pub fn apply(found: &mut [Diagnosis], m: &StepModel, steps_per_s: Option<f64>, w
         });
         fixes.push((d.id, fix));
     }
-    found.sort_by(|a, b| b.impact.total_cmp(&a.impact));
+    // Equal gains (two fixes that meet the same bound): the simpler fix first.
+    found.sort_by(|a, b| b.impact.total_cmp(&a.impact).then_with(|| crate::detect::catalog::effort(a.id).cmp(&crate::detect::catalog::effort(b.id))));
     let mut best: Option<BestPair> = None;
     for (i, (a, fa)) in fixes.iter().enumerate() {
         for (b, fb) in &fixes[i + 1..] {
@@ -103,5 +104,39 @@ pub const fn describe(b: Bound) -> &'static str {
         Bound::Input => "the workers producing the input",
         Bound::Host => "the host's remaining work",
         Bound::Bus => "the copies on the bus",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{
+        model::{Range, Segments},
+        *,
+    };
+    use crate::{model::Diagnosis, severity::Severity};
+
+    fn diagnosis(id: DiagnosisId) -> Diagnosis {
+        Diagnosis { id, severity: Severity::Medium, impact: 0.2, summary: String::new(), evidence: Vec::new(), fix: String::new(), bucket: None, saving: None, sites: Vec::new() }
+    }
+
+    #[test]
+    fn two_fixes_that_meet_the_same_bound_rank_the_simpler_first() {
+        // Launching and allocating each hold half the host's step, and the GPU is busy 75 %
+        // of it: either fix alone leaves the GPU's time, so both buy the same (cache_flush on
+        // the H200, docs/validation.md). Dropping the empty_cache() comes before graphs.
+        let m = StepModel {
+            overlap: Segments { launch: 0.5, alloc: 0.45, ..Segments::default() },
+            gpu: Range::exact(0.75),
+            dispatch: dispatch::Dispatch { share: Range::exact(1.0), ..Default::default() },
+            launches_per_step: Some(100.0),
+            launch_host_s: Some(20e-6),
+            cpus: Some(8.0),
+            job_cpu: 1.0,
+            ..StepModel::default()
+        };
+        let mut found = vec![diagnosis(DiagnosisId::LaunchBound), diagnosis(DiagnosisId::AllocChurn)];
+        let _ = apply(&mut found, &m, None, 1.0, None);
+        assert!((found[0].impact - found[1].impact).abs() < 1e-9, "{found:#?}");
+        assert_eq!(found[0].id, DiagnosisId::AllocChurn, "{found:#?}");
     }
 }
