@@ -389,3 +389,13 @@ pub fn hits(report: &Value, symbol: &str) -> u64 {
         .map(|p| p["hits"].as_u64().expect("hits"))
         .sum()
 }
+
+/// An empty scratch folder for one test, `gputrace-SUITE-NAME-PID` under the temporary
+/// folder (emptied if a previous run left it).
+#[must_use]
+pub fn scratch(suite: &str, name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("gputrace-{suite}-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}

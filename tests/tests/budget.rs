@@ -29,7 +29,7 @@ fn a_launch_heavy_job_is_duty_cycled_to_its_budget_and_its_launches_estimated() 
     // The window's estimated cost: at the budget, give or take a few tenths of a point. A
     // window of 4 s pays back its first 0.2 s (every probe on) over the periods that follow,
     // and the kernel takes a shed probe out over a grace period or two, whose traps the
-    // next on phase is shortened by (`budget::Budget::lingering_ns`). Of 24 runs on the
+    // next on phase is shortened by (`budget_controller::Budget::lingering_ns`). Of 24 runs on the
     // build machine (12 of 4,000 steps, 12 of 6,000), 22 windows kept 1 %, two ended at
     // 1.20 and 1.12 %. `met` says which.
     let window = r["tracer"]["overhead"]["fraction_of_window"].as_f64().expect("fraction_of_window") * 100.0;

@@ -27,10 +27,7 @@ fn one_with_suffix(dir: &Path, suffix: &str) -> PathBuf {
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gputrace-dist-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch");
-    dir
+    gputrace_tests::scratch("dist", name)
 }
 
 #[test]

@@ -19,10 +19,7 @@ use gputrace_tests::{fake_cuda_dir, fakejob, gputrace, num, require_root, Gated,
 use serde_json::Value;
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gputrace-hostile-{name}-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir).expect("scratch dir");
-    dir
+    gputrace_tests::scratch("hostile", name)
 }
 
 /// Exit code, stdout and stderr.

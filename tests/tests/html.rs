@@ -15,10 +15,7 @@ use std::{
 use gputrace_tests::{gputrace, record_fakejob, report_json, require_root};
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gputrace-html-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
+    gputrace_tests::scratch("html", name)
 }
 
 fn chromium() -> PathBuf {

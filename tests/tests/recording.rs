@@ -20,10 +20,7 @@ use serde_json::Value;
 const JOB: &[&str] = &["--steps", "120", "--driver-launches", "50", "--kernel-us", "20", "--pageable-h2d", "65536", "--sync", "--hold-ms", "1000"];
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gputrace-recording-{name}-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir).expect("scratch dir");
-    dir
+    gputrace_tests::scratch("recording", name)
 }
 
 fn record(file: &Path, extra: &[&str], job: &[&str]) -> Output {

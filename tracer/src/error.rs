@@ -69,7 +69,7 @@ pub enum TraceError {
         symbol: String,
         library: PathBuf,
         #[source]
-        source: Box<crate::probes::uprobes::AttachError>,
+        source: Box<AttachError>,
     },
 
     #[error("attaching tracepoint {category}:{name}: {source}")]
@@ -189,4 +189,15 @@ mod tests {
         // Errors that name no file are left as they are.
         assert_eq!(TraceError::NoEbpfObject.naming("x").to_string(), TraceError::NoEbpfObject.to_string());
     }
+}
+
+/// Why a uprobe attachment failed: the kernel refused the perf-event link, or the
+/// multi-uprobe link's `bpf()` call (here, not in `probes`, so that the error type imports
+/// nothing of the stages that raise it).
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    #[error(transparent)]
+    PerfEvent(#[from] aya::programs::ProgramError),
+    #[error("{0}")]
+    Multi(#[from] std::io::Error),
 }

@@ -32,3 +32,18 @@ pub mod severity;
 pub mod stacks;
 pub mod sweep;
 pub mod usage;
+
+/// What the unit tests of several modules share.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use std::path::PathBuf;
+
+    /// An empty scratch folder for one test, `gputrace-PREFIX-PID-NAME` under the temporary
+    /// folder (emptied if a previous run left it).
+    pub(crate) fn scratch(prefix: &str, name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("gputrace-{prefix}-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        dir
+    }
+}

@@ -1,6 +1,8 @@
 //! The report's JSON shape, `gputrace.report/1` (docs/report.md). Field names are a contract
 //! (docs/contract.md): add freely, rename nothing.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 pub const SCHEMA: &str = "gputrace.report/1";
@@ -152,7 +154,7 @@ pub struct TimeAccount {
     /// `input_worker`, `thread`, `timer`, `disk`, `network`, `gpu`, `other`
     /// (docs/report.md). Empty without waker evidence.
     #[serde(default)]
-    pub waits: std::collections::BTreeMap<String, f64>,
+    pub waits: BTreeMap<String, f64>,
     /// The wakeups behind `waits`, most time first (at most 8).
     #[serde(default)]
     pub wakers: Vec<Waker>,
@@ -320,7 +322,7 @@ pub struct Target {
     /// `deepspeed`, `vllm`, `sglang`, `jax`, `tensorflow`); absent where they show none
     /// (no stacks, or plain native code). The fixes are said in its terms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub framework: Option<crate::detect::framework::Framework>,
+    pub framework: Option<Framework>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
@@ -802,7 +804,7 @@ pub struct Diagnosis {
     pub saving: Option<Saving>,
     /// The code that causes it, costliest first; empty where unknown (no stacks).
     #[serde(default)]
-    pub sites: Vec<crate::stacks::sites::Site>,
+    pub sites: Vec<Site>,
 }
 
 /// An estimate of what a diagnosis's fix, applied alone, would save over the window.
@@ -855,11 +857,11 @@ pub struct Tracer {
     /// together, in about one grace period) or `perf-event` (one perf event per probe, each
     /// detach waiting its turn). Absent in reports made before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub uprobe_links: Option<crate::probes::uprobes::LinkKind>,
+    pub uprobe_links: Option<LinkKind>,
     /// Where `attach_ms` went: loading the object, the verifier, the return-probe check,
     /// the tracepoints, the uprobes, and the total.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub startup_ms: Option<crate::probes::Startup>,
+    pub startup_ms: Option<Startup>,
     /// Times a process memory map was read to classify copies.
     pub maps_reads: u64,
     pub notes: Vec<String>,
@@ -878,7 +880,7 @@ pub struct Tracer {
     pub call_events_delivered: u64,
     /// Present when the report was made from a recording (`gputrace report FILE`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub recording: Option<crate::outcome::RecordingNote>,
+    pub recording: Option<RecordingNote>,
     /// What `--max-overhead` did (absent without it): which probes were taken off part of
     /// the time, for what share of the window, and whether the budget was met.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -909,7 +911,7 @@ pub struct Overhead {
     pub basis: String,
     /// The measured cost of a trap by the instruction it sits on, and of a return probe.
     #[serde(default)]
-    pub measured: Option<crate::probes::trap_cost::TrapCosts>,
+    pub measured: Option<TrapCosts>,
     /// Every probe that fired, costliest first.
     #[serde(default)]
     pub per_probe: Vec<ProbeCost>,
@@ -920,7 +922,7 @@ pub struct Overhead {
 pub struct ProbeCost {
     pub symbol: String,
     /// The instruction the probe sits on (null where unknown: an old recording).
-    pub entry: Option<crate::probes::trap_cost::EntryKind>,
+    pub entry: Option<EntryKind>,
     /// Per call: the entry trap and what our entry program did in it.
     pub entry_ns: f64,
     /// Per call: the return trap and our return program; 0 where the probe has no return probe.
@@ -1054,4 +1056,157 @@ mod tests {
         }
         assert_eq!(TimeBucket::LaunchingAndHost.label(), "launching and host");
     }
+}
+
+/// Where a report's evidence came from when it was read from a recording.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct RecordingNote {
+    pub file: String,
+    /// `file` or `flight`.
+    pub mode: String,
+    pub segment: u32,
+    pub from_session_start: bool,
+    pub frames: u64,
+    /// Frames the recorder could not write (a full disk).
+    pub frames_dropped: u64,
+    /// Where reading stopped early, and why.
+    pub damage: Option<String>,
+    /// Whether the file was closed properly (an end record, or a flight recorder's dump):
+    /// a file without one ends at the recorder's last flush.
+    pub closed: bool,
+}
+
+// The types below are defined here, where the report is, and re-exported by the stage that
+// fills them in: the model imports nothing of the stages (no import cycle; tests/tests/house.rs).
+
+/// The frameworks told apart. The PyTorch family is named by its outermost layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Framework {
+    Pytorch,
+    Lightning,
+    HfTrainer,
+    Accelerate,
+    Deepspeed,
+    Vllm,
+    Sglang,
+    Jax,
+    Tensorflow,
+}
+
+/// One code location and the time charged to it (`diagnoses[].sites`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Site {
+    /// `train.py:42 in train_step`.
+    pub frame: String,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    pub function: String,
+    pub seconds: f64,
+    /// Of the time of the stacks considered (the diagnosis's activity), this site's part; for
+    /// a memory diagnosis, of the bytes.
+    pub share: f64,
+    /// Memory diagnoses: the bytes this site allocated (or asked for, where they failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// Stacks (samples, off-CPU spells or allocations) charged to this site; a site resting
+    /// on fewer than `stacks::sites::FEW_STACKS` is noted as such in its diagnosis. Absent in reports made
+    /// before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stacks: Option<u64>,
+    /// Where the time goes inside a framework, when the site is a call into one (`fit(...)`,
+    /// `trainer.train()`, a jitted step): the user's only frame says nothing of which of the
+    /// framework's own parts (its loop, logging, progress bar, collate) to turn. Absent
+    /// where the site calls no framework.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inside: Option<Inside>,
+}
+
+/// The second level of a site that calls into a framework ([`Site::inside`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Inside {
+    /// The framework's package, as its files are installed (`lightning`, `transformers`).
+    pub package: String,
+    /// Its parts, costliest first, at most `stacks::sites::INSIDE_PARTS`.
+    pub parts: Vec<InsidePart>,
+}
+
+/// One part of a framework beneath a site: the innermost frame still in the framework, and
+/// the package it called into where that is another (`torch/utils`, `tqdm`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct InsidePart {
+    /// `progress/tqdm_progress.py:280 in on_train_batch_end → tqdm`.
+    pub frame: String,
+    /// Of the site's time (or bytes).
+    pub share: f64,
+    pub stacks: u64,
+}
+
+/// How the uprobes are attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum LinkKind {
+    /// `BPF_TRACE_UPROBE_MULTI` links: detached together in about one grace period.
+    Multi,
+    /// One perf event per probe: each detach waits for its own grace period, in turn.
+    PerfEvent,
+}
+
+/// Where the start-up time went, in milliseconds (`tracer.startup_ms`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct Startup {
+    /// Reading the object and creating its maps.
+    pub load_ms: f64,
+    /// Loading the uprobe programs: mostly the verifier's time.
+    pub verifier_ms: f64,
+    /// The return-probe safety check (a forked child under seccomp, `return_safety`).
+    pub return_check_ms: f64,
+    /// Loading and attaching the task, scheduler and block tracepoints and the CPU sampler.
+    pub tracepoints_ms: f64,
+    /// Finding the target's CUDA libraries and attaching the uprobes to them.
+    pub uprobes_ms: f64,
+    /// From gputrace's start to armed (the report's `attach_ms`).
+    pub total_ms: f64,
+}
+
+/// The kind of instruction a probe sits on, as far as its trap cost goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum EntryKind {
+    /// `push reg` (emulated by x86-64 kernels since 5.x).
+    Push,
+    /// A NOP (`nop`, `nopl …`).
+    Nop,
+    /// `endbr64` (CET builds).
+    Endbr,
+    /// A relative jump, call or conditional branch (emulated).
+    Branch,
+    /// Anything else: executed out of line by single-stepping.
+    Stepped,
+}
+
+/// Measured cost per trap, ns, by what the probe sits on.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TrapCosts {
+    pub push_ns: f64,
+    pub nop_ns: f64,
+    pub endbr_ns: f64,
+    pub branch_ns: f64,
+    pub stepped_ns: f64,
+    /// A return probe's own cost (its entry excluded).
+    pub return_ns: f64,
+    /// What our own programs took per run on top of the trap, by probe id, as the kernel
+    /// accounted it over the session (`BPF_ENABLE_STATS`). Empty where that was off, and in
+    /// recordings made before it existed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub program_ns: BTreeMap<u32, ProgramNs>,
+}
+
+/// One probe's programs' mean run time, ns, and how many times its entry program ran.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ProgramNs {
+    pub entry_ns: f64,
+    /// 0 where the probe has no return program.
+    pub return_ns: f64,
+    pub runs: u64,
 }

@@ -53,23 +53,7 @@ impl StopReason {
     }
 }
 
-/// Where a report's evidence came from when it was read from a recording.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
-pub struct RecordingNote {
-    pub file: String,
-    /// `file` or `flight`.
-    pub mode: String,
-    pub segment: u32,
-    pub from_session_start: bool,
-    pub frames: u64,
-    /// Frames the recorder could not write (a full disk).
-    pub frames_dropped: u64,
-    /// Where reading stopped early, and why.
-    pub damage: Option<String>,
-    /// Whether the file was closed properly (an end record, or a flight recorder's dump):
-    /// a file without one ends at the recorder's last flush.
-    pub closed: bool,
-}
+pub use crate::model::RecordingNote;
 
 /// Everything a report needs from a finished session.
 #[derive(Debug)]

@@ -1,14 +1,14 @@
 //! What the detectors share: the job's time account (one partition of the window over the
-//! threads on its critical path, `evidence::account`), rates, the loader workers, and what
+//! threads on its critical path, `evidence::time_account`), rates, the loader workers, and what
 //! the GPU said about itself.
 //!
 //! Every problem's impact is a disjoint part of that one partition, so the impacts of the
-//! problems found add up to at most 1 (unit test: `impacts_add_up_to_at_most_one`). Earlier
-//! each figure came from the thread where it was largest, and a PyTorch job split across the
-//! Python and autograd threads could be charged twice for one second.
+//! problems found add up to at most 1 (unit test: `impacts_add_up_to_at_most_one`). Figures
+//! taken each from the thread where they are largest would charge a PyTorch job, split
+//! across the Python and autograd threads, twice for one second.
 
 use crate::{
-    evidence::{account::TimeAccount, Evidence},
+    evidence::{time_account::TimeAccount, Evidence},
     model::GpuDevice,
 };
 

@@ -36,7 +36,7 @@ const HOST_ON_CPU: Option<Stacks> = Some((&[Activity::Host], Some(true)));
 /// The entry of `id`.
 #[must_use]
 pub const fn entry(id: DiagnosisId) -> Entry {
-    use super::{checkpoint, host_rules, rules};
+    use super::{checkpoint_stall, host_rules, rules};
     use Source::{Memory, Time, VerdictOnly};
     let (source, stacks): (Source, Option<Stacks>) = match id {
         DiagnosisId::LaunchBound => (Time(rules::launch_bound), HOST_ON_CPU),
@@ -52,7 +52,7 @@ pub const fn entry(id: DiagnosisId) -> Entry {
         DiagnosisId::InputStarved => (Time(host_rules::input_starved), Some((&[Activity::Host], None))),
         DiagnosisId::HostSleep => (Time(host_rules::host_sleep), Some((&[Activity::Host], Some(false)))),
         DiagnosisId::SmallKernels => (Time(rules::small_kernels), HOST_ON_CPU),
-        DiagnosisId::CheckpointStall => (Time(checkpoint::checkpoint_stall), Some((&[Activity::Copy], None))),
+        DiagnosisId::CheckpointStall => (Time(checkpoint_stall::checkpoint_stall), Some((&[Activity::Copy], None))),
         DiagnosisId::GpuBound => (Time(rules::gpu_bound), None),
         DiagnosisId::Oom | DiagnosisId::Fragmentation | DiagnosisId::MemoryGrowth | DiagnosisId::MemoryReserved => (Memory, None),
         DiagnosisId::NoCudaWork | DiagnosisId::NoBottleneckFound => (VerdictOnly, None),

@@ -3,27 +3,12 @@
 //! terms: its knobs, flags and environment variables (issue 35). From the stacks alone, so a
 //! recording's offline report names it as the live one does; without stacks it is unknown.
 
-use serde::{Deserialize, Serialize};
-
 use crate::{
     model::{Diagnosis, DiagnosisId},
     stacks::StackTime,
 };
 
-/// The frameworks told apart. The PyTorch family is named by its outermost layer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum Framework {
-    Pytorch,
-    Lightning,
-    HfTrainer,
-    Accelerate,
-    Deepspeed,
-    Vllm,
-    Sglang,
-    Jax,
-    Tensorflow,
-}
+pub use crate::model::Framework;
 
 impl Framework {
     #[must_use]

@@ -97,10 +97,10 @@ pub(super) fn io_stall(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
 
 /// The `sleeping` bucket split by what woke the threads (`evidence::waits`): the share of
 /// the window asleep on a timer, and the share asleep waiting for something else. Without
-/// waker evidence (an older kernel or recording) all of it is the latter, as before.
+/// waker evidence (an older kernel or recording) all of it is the latter.
 fn sleep_shares(a: &Account) -> (f64, f64) {
     let sleeping = a.share(|t| t.sleeping_ns);
-    let timer = a.time.as_ref().and_then(crate::evidence::account::TimeAccount::sleep_split).map_or(0.0, |s| s[TIMER]);
+    let timer = a.time.as_ref().and_then(crate::evidence::time_account::TimeAccount::sleep_split).map_or(0.0, |s| s[TIMER]);
     (sleeping * timer, sleeping * (1.0 - timer))
 }
 
@@ -119,7 +119,7 @@ fn top_waker(a: &Account) -> Option<(WaitKind, String, String)> {
 pub(super) fn input_starved(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     let h = a.host.as_ref()?;
     // Sleeping in the time account is time when none of the threads on the critical path
-    // was doing anything (threads that take turns are added up, `evidence::account`), so it
+    // was doing anything (threads that take turns are added up, `evidence::time_account`), so it
     // is unambiguous: nobody was launching, the GPU was not being fed. A sleep that a timer
     // ended is the program's own pause, not a wait for input (`host_sleep`).
     let (_, sleeping) = sleep_shares(a);

@@ -17,7 +17,7 @@
 //! These are not parts of the time account: their impact is 0 except `fragmentation`'s
 //! (the time from a failed request to its successful retry).
 
-use super::{diagnosis::pct, severity};
+use super::{diagnosis::pct, severity, sites::SITES};
 use crate::severity::Severity;
 use crate::{
     evidence::{Evidence, Failure, RETRY_WITHIN_NS},
@@ -43,8 +43,6 @@ const GROWTH_MIN_STEPS_WINDOW_NS: u64 = 4 * crate::evidence::TIMELINE_BUCKET_NS;
 const RESERVED_SHARE: f64 = 0.25;
 /// At most this many timeline points (one a second; longer windows are thinned).
 const TIMELINE_POINTS: u64 = 3600;
-/// Sites shown per diagnosis.
-const SITES: usize = 3;
 
 /// A sum that stops at the largest value rather than overflow (recordings are untrusted).
 fn total(values: impl Iterator<Item = u64>) -> u64 {

@@ -7,7 +7,7 @@
 mod account;
 pub mod catalog;
 pub mod framework;
-mod checkpoint;
+mod checkpoint_stall;
 mod diagnosis;
 mod gpu_idle;
 mod host_rules;
@@ -21,7 +21,7 @@ pub use account::Account;
 
 use crate::severity::Severity;
 use crate::{
-    evidence::{account::TimeAccount, Evidence},
+    evidence::{time_account::TimeAccount, Evidence},
     model::{Diagnosis, DiagnosisId, GpuDevice, GpuIdle, Steps},
 };
 
@@ -89,7 +89,7 @@ pub fn analyze(inputs: &Inputs<'_>) -> Findings {
         .collect();
     found.sort_by(|a, b| b.impact.total_cmp(&a.impact));
     let threads = account.time.as_ref().map(|t| t.threads.clone()).unwrap_or_default();
-    checkpoint::drop_pageable_of_checkpoints(&mut found, inputs.evidence);
+    checkpoint_stall::drop_pageable_of_checkpoints(&mut found, inputs.evidence);
     sites::attach(&mut found, inputs.evidence, &threads);
     let steps = account.time.as_ref().and_then(|t| steps::find(inputs.evidence, t));
     let model = whatif::StepModel::build(inputs.evidence, &account, steps.as_ref().map(|s| s.per_step.launches), inputs.cpus);

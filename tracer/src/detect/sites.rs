@@ -16,7 +16,7 @@ use crate::{
 };
 
 /// Sites shown per diagnosis.
-const SITES: usize = 3;
+pub(super) const SITES: usize = 3;
 /// `host-bound` becomes `input-starved` when at least this share of the host samples is in
 /// data loading.
 const LOADING_SHARE: f64 = 0.5;

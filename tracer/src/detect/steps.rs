@@ -8,7 +8,7 @@ use gputrace_common::spec_of;
 
 use crate::{
     evidence::{
-        account::TimeAccount,
+        time_account::TimeAccount,
         steps::{rhythm, MarkerKind, Rhythm},
         Evidence,
     },

@@ -2,7 +2,7 @@
 //! Pure over decoded events plus a [`HostMemory`] lookup (so tests can give synthetic memory
 //! maps); no I/O happens here.
 
-pub mod account;
+pub mod time_account;
 pub mod bursts;
 mod copies;
 pub mod cost;

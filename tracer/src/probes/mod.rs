@@ -160,22 +160,7 @@ pub struct ProbeSet {
     pub entry_only: bool,
 }
 
-/// Where the start-up time went, in milliseconds (`tracer.startup_ms`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
-pub struct Startup {
-    /// Reading the object and creating its maps.
-    pub load_ms: f64,
-    /// Loading the uprobe programs: mostly the verifier's time.
-    pub verifier_ms: f64,
-    /// The return-probe safety check (a forked child under seccomp, `return_safety`).
-    pub return_check_ms: f64,
-    /// Loading and attaching the task, scheduler and block tracepoints and the CPU sampler.
-    pub tracepoints_ms: f64,
-    /// Finding the target's CUDA libraries and attaching the uprobes to them.
-    pub uprobes_ms: f64,
-    /// From gputrace's start to armed (the report's `attach_ms`).
-    pub total_ms: f64,
-}
+pub use crate::model::Startup;
 
 fn ms_since(t: std::time::Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3

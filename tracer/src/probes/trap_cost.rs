@@ -21,25 +21,9 @@ use aya::{
     Ebpf,
 };
 use gputrace_common::{spec_of, Family, PROBES};
-use serde::{Deserialize, Serialize};
-
 use super::{uprobes::Uprobes, AttachedLibrary};
 
-/// The kind of instruction a probe sits on, as far as its trap cost goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum EntryKind {
-    /// `push reg` (emulated by x86-64 kernels since 5.x).
-    Push,
-    /// A NOP (`nop`, `nopl …`).
-    Nop,
-    /// `endbr64` (CET builds).
-    Endbr,
-    /// A relative jump, call or conditional branch (emulated).
-    Branch,
-    /// Anything else: executed out of line by single-stepping.
-    Stepped,
-}
+pub use crate::model::{EntryKind, ProgramNs, TrapCosts};
 
 /// The kind of the instruction that starts `code` (x86-64 encodings; other architectures
 /// single-step everything as far as this model goes).
@@ -63,32 +47,6 @@ pub fn entry_kind_at(path: &Path, offset: u64) -> EntryKind {
         // Unknown code is charged as the costly kind: the estimate errs high.
         Err(_) => EntryKind::Stepped,
     }
-}
-
-/// Measured cost per trap, ns, by what the probe sits on.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct TrapCosts {
-    pub push_ns: f64,
-    pub nop_ns: f64,
-    pub endbr_ns: f64,
-    pub branch_ns: f64,
-    pub stepped_ns: f64,
-    /// A return probe's own cost (its entry excluded).
-    pub return_ns: f64,
-    /// What our own programs took per run on top of the trap, by probe id, as the kernel
-    /// accounted it over the session (`BPF_ENABLE_STATS`). Empty where that was off, and in
-    /// recordings made before it existed.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub program_ns: BTreeMap<u32, ProgramNs>,
-}
-
-/// One probe's programs' mean run time, ns, and how many times its entry program ran.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct ProgramNs {
-    pub entry_ns: f64,
-    /// 0 where the probe has no return program.
-    pub return_ns: f64,
-    pub runs: u64,
 }
 
 impl TrapCosts {

@@ -18,24 +18,8 @@ use super::multi_link;
 /// multi-uprobe links (tests compare the two; a user can rule the links out).
 pub const LINKS_ENV: &str = "GPUTRACE_UPROBE_LINKS";
 
-/// How the uprobes are attached.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum LinkKind {
-    /// `BPF_TRACE_UPROBE_MULTI` links: detached together in about one grace period.
-    Multi,
-    /// One perf event per probe: each detach waits for its own grace period, in turn.
-    PerfEvent,
-}
-
-/// Why an attachment failed.
-#[derive(Debug, thiserror::Error)]
-pub enum AttachError {
-    #[error(transparent)]
-    PerfEvent(#[from] ProgramError),
-    #[error("{0}")]
-    Multi(#[from] std::io::Error),
-}
+pub use crate::model::LinkKind;
+pub use crate::error::AttachError;
 
 enum Attachment {
     Multi { program: String, link: multi_link::Link },
@@ -157,7 +141,7 @@ impl Uprobes {
     }
 
     /// The attachments of the programs `shed` names, owned, for the caller to close: the
-    /// overhead budget takes the launch probes off for a while (`session::budget`). Marks
+    /// overhead budget takes the launch probes off for a while (`session::budget_controller`). Marks
     /// taken before are void after this.
     pub fn take_programs(&mut self, ebpf: &mut Ebpf, shed: impl Fn(&str) -> bool) -> Vec<Detached> {
         let (taken, kept) = std::mem::take(&mut self.links).into_iter().partition(|a| shed(a.program()));

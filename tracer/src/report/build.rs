@@ -16,8 +16,6 @@ fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
 
-/// Assemble the report for `outcome`, with the GPU view if NVML answered.
-#[must_use]
 /// The loss counters by name.
 fn loss_of(losses: &[u64; loss::COUNT as usize], undecodable: u64) -> Loss {
     Loss {
@@ -60,6 +58,8 @@ fn memory(outcome: &Outcome, traced: &[u32], findings: &mut detect::Findings) ->
     view
 }
 
+/// Assemble the report for `outcome`, with the GPU view if NVML answered.
+#[must_use]
 pub fn build(outcome: &Outcome) -> Report {
     let ev = &outcome.evidence;
     let window_ns = outcome.end_ns.saturating_sub(outcome.start_ns);
@@ -394,7 +394,7 @@ fn phases(pauses: &[(u64, u64)], span: (u64, u64), start_ns: u64, end_ns: u64) -
     out
 }
 
-fn time_account(account: &crate::evidence::account::TimeAccount) -> crate::model::TimeAccount {
+fn time_account(account: &crate::evidence::time_account::TimeAccount) -> crate::model::TimeAccount {
     let window_ns = account.window_ns;
     let fraction = |ns: u64| if window_ns == 0 { 0.0 } else { ns as f64 / window_ns as f64 };
     crate::model::TimeAccount {

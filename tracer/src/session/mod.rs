@@ -2,9 +2,9 @@
 //! collect until a stop condition, and hand the evidence to the report. This is the only
 //! place that sequences the stages; each stage lives in its own module.
 
-pub mod budget;
-mod budgeting;
-mod checkpoint;
+pub mod budget_controller;
+mod budget_loop;
+mod snapshots;
 mod drain;
 mod mapped;
 mod nvml;
@@ -12,7 +12,7 @@ pub mod progress;
 mod recording;
 mod target;
 
-use budgeting::Budgeting;
+use budget_loop::Budgeting;
 use mapped::{reap_gone, rescan_libraries};
 use nvml::{finish_sampler, start_sampler};
 use recording::Tape;
@@ -39,7 +39,7 @@ use crate::{
     },
 };
 
-use checkpoint::SnapshotReader;
+use snapshots::SnapshotReader;
 use target::{forward_signal, wait_child, Exit};
 pub use target::{gate_then_exec, Target, GATE_ARG};
 
@@ -297,7 +297,7 @@ impl Live {
                 gpu_holders: gpu.as_ref().map(|(g, _)| g.holders.clone()).unwrap_or_default(),
                 peak_rss_bytes,
                 cpu_s,
-                checkpoint: checkpoint::checkpoint(last, &self.kernel, &self.evidence, &self.notes, self.host.reads),
+                checkpoint: snapshots::checkpoint(last, &self.kernel, &self.evidence, &self.notes, self.host.reads),
             };
             t.recorder.end(&end)
         });

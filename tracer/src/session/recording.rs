@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use super::{checkpoint, host_and_kernel, unix_now_s, Live};
+use super::{host_and_kernel, snapshots, unix_now_s, Live};
 use crate::{
     clock,
     evidence::Evidence,
@@ -90,7 +90,7 @@ impl Live {
         r.publish().map_err(|source| crate::error::TraceError::OutputTaken { path: r.path().to_owned(), source })?;
         // The first checkpoint: a baseline for files that do not start with the session.
         let first = self.snapshots.read(&self.kernel, self.start_ns, &self.evidence.allocs);
-        r.checkpoint(checkpoint::checkpoint(first, &self.kernel, &self.evidence, &self.notes, 0), &[]);
+        r.checkpoint(snapshots::checkpoint(first, &self.kernel, &self.evidence, &self.notes, 0), &[]);
         self.tape = Some(Tape { recorder: r, samples: Vec::new(), diagnosis_fired: false });
         Ok(())
     }
@@ -103,7 +103,7 @@ impl Live {
         let snapshot = self.snapshots.read(&self.kernel, clock::monotonic_ns(), &self.evidence.allocs);
         let fresh = self.sampler.as_ref().map(Sampler::take_samples).unwrap_or_default();
         t.samples.extend(fresh.iter().cloned());
-        let cp = checkpoint::checkpoint(snapshot, &self.kernel, &self.evidence, &self.notes, self.host.reads);
+        let cp = snapshots::checkpoint(snapshot, &self.kernel, &self.evidence, &self.notes, self.host.reads);
         // The checkpoint goes first: a dump that follows must hold the counters up to now.
         t.recorder.checkpoint(cp.clone(), &fresh);
         if diagnose && !t.diagnosis_fired {

@@ -3,57 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
 use super::{Activity, Frame, Origin, StackTime};
 
-/// One code location and the time charged to it (`diagnoses[].sites`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Site {
-    /// `train.py:42 in train_step`.
-    pub frame: String,
-    pub file: Option<String>,
-    pub line: Option<u32>,
-    pub function: String,
-    pub seconds: f64,
-    /// Of the time of the stacks considered (the diagnosis's activity), this site's part; for
-    /// a memory diagnosis, of the bytes.
-    pub share: f64,
-    /// Memory diagnoses: the bytes this site allocated (or asked for, where they failed).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bytes: Option<u64>,
-    /// Stacks (samples, off-CPU spells or allocations) charged to this site; a site resting
-    /// on fewer than [`FEW_STACKS`] is noted as such in its diagnosis. Absent in reports made
-    /// before it existed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stacks: Option<u64>,
-    /// Where the time goes inside a framework, when the site is a call into one (`fit(...)`,
-    /// `trainer.train()`, a jitted step): the user's only frame says nothing of which of the
-    /// framework's own parts (its loop, logging, progress bar, collate) to turn. Absent
-    /// where the site calls no framework.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub inside: Option<Inside>,
-}
-
-/// The second level of a site that calls into a framework ([`Site::inside`]).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Inside {
-    /// The framework's package, as its files are installed (`lightning`, `transformers`).
-    pub package: String,
-    /// Its parts, costliest first, at most [`INSIDE_PARTS`].
-    pub parts: Vec<InsidePart>,
-}
-
-/// One part of a framework beneath a site: the innermost frame still in the framework, and
-/// the package it called into where that is another (`torch/utils`, `tqdm`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct InsidePart {
-    /// `progress/tqdm_progress.py:280 in on_train_batch_end → tqdm`.
-    pub frame: String,
-    /// Of the site's time (or bytes).
-    pub share: f64,
-    pub stacks: u64,
-}
+pub use crate::model::{Inside, InsidePart, Site};
 
 /// How many of a framework's parts a site lists.
 pub const INSIDE_PARTS: usize = 3;

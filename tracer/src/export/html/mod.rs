@@ -17,7 +17,7 @@ use std::{io, io::Write as _, path::Path};
 
 use crate::{
     detect::steps::best_marker,
-    evidence::account::TimeAccount,
+    evidence::time_account::TimeAccount,
     output::{self, Destination},
     record::Replayed,
     report::Report,

@@ -176,7 +176,8 @@ impl SnapshotReader {
             let on_cpu = key.off_cpu == 0;
             let activity = Activity::of_probe(key.probe);
             let ns = if on_cpu { stats.count * crate::probes::sampler::PERIOD_NS } else { stats.ns };
-            // Stack ids that symbolize alike (or not at all) are one stack.
+            // One entry per thread, activity, state and stack id: the samples of a stack id
+            // add up, each id symbolized once.
             let slot = *index.entry((key.tid, activity, on_cpu, key.stack_id)).or_insert_with(|| {
                 let frames = self.native.frames(key.tgid, key.stack_id, || kernel.user_stack(key.stack_id)).to_vec();
                 merged.push(StackTime { tid: key.tid, pid: key.tgid, activity, on_cpu, origin: Origin::Native, frames, count: 0, ns: 0 });

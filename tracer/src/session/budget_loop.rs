@@ -1,10 +1,10 @@
 //! `--max-overhead` inside the live loop: measure the trap costs at the start, step the
-//! controller (`budget`) on its schedule, take the launch probes off and put them back, and
+//! controller (`budget_controller`) on its schedule, take the launch probes off and put them back, and
 //! say at the end what the budget did.
 
 use std::time::Duration;
 
-use super::{budget, Live};
+use super::{budget_controller, Live};
 use gputrace_common::Family;
 
 use crate::clock;
@@ -16,7 +16,7 @@ fn percent_of(limit: f64) -> f64 {
 }
 
 /// The report's view of what the budget did.
-pub(super) fn budget_report(controller: &budget::Budget, libraries: &[crate::probes::AttachedLibrary], on_fraction: f64, spells_unseen: u64) -> crate::model::Sampling {
+pub(super) fn budget_report(controller: &budget_controller::Budget, libraries: &[crate::probes::AttachedLibrary], on_fraction: f64, spells_unseen: u64) -> crate::model::Sampling {
     let probed = |symbol: &str| libraries.iter().any(|l| l.symbols.contains(&symbol));
     crate::model::Sampling {
         max_overhead_pct: percent_of(controller.limit()),
@@ -37,7 +37,7 @@ pub(super) fn budget_report(controller: &budget::Budget, libraries: &[crate::pro
 
 /// The overhead budget while it runs.
 pub(super) struct Budgeting {
-    pub(super) controller: budget::Budget,
+    pub(super) controller: budget_controller::Budget,
     /// Trap costs measured at the start (reused for the report's estimate).
     pub(super) costs: Option<crate::probes::trap_cost::TrapCosts>,
     /// Threads closing launch links taken off (a grace period each, off the loop).
@@ -62,7 +62,7 @@ impl Live {
             return;
         }
         let costs = self.kernel.measure_trap_costs().map_err(|why| log::warn!("trap costs for the budget: {why}; 1 µs a trap assumed")).ok();
-        let controller = budget::Budget::new(limit, clock::monotonic_ns(), &self.kernel.thread_counters());
+        let controller = budget_controller::Budget::new(limit, clock::monotonic_ns(), &self.kernel.thread_counters());
         self.budget = Some(Budgeting { controller, costs, closing: Vec::new(), programs_read_ns: 0 });
     }
 
@@ -85,13 +85,13 @@ impl Live {
         let costs = crate::probes::trap_cost::hit_ns(&self.kernel.attached_libraries(), b.costs.as_ref(), self.kernel.entry_only);
         let counters = self.kernel.thread_counters();
         match b.controller.step(now, &counters, &costs) {
-            budget::Action::None => {}
-            budget::Action::Shed => {
+            budget_controller::Action::None => {}
+            budget_controller::Action::Shed => {
                 let links = self.kernel.shed_launches();
                 self.evidence.launch_probes_off(now, &counters);
                 b.closing.push(std::thread::spawn(move || crate::probes::uprobes::drop_all(links)));
             }
-            budget::Action::Restore => {
+            budget_controller::Action::Restore => {
                 // The links taken off are closed first: an old link still closing beside its
                 // new one would count the same launches twice.
                 for t in b.closing.drain(..) {
