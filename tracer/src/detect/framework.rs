@@ -91,6 +91,15 @@ fn fix_in(fw: Framework, d: &Diagnosis) -> Option<&'static str> {
              LightningDataModule); log less per step (self.log(..., on_step=False, on_epoch=True), Trainer(log_every_n_steps=50)); \
              a progress bar refresh every step costs host time too (Trainer(enable_progress_bar=False) or a larger refresh_rate)"
         }
+        (Framework::Lightning, LaunchBound) => {
+            "in Lightning: launch fewer, larger kernels — a larger batch_size in the DataLoader (with accumulate_grad_batches to keep the \
+             effective batch), the module compiled (torch.compile(model) before trainer.fit, mode=\"reduce-overhead\" for CUDA graphs), \
+             Trainer(precision=\"bf16-mixed\") for fewer, fused kernels; self.log(..., on_step=False) keeps logging off the step"
+        }
+        (Framework::HfTrainer, LaunchBound) => {
+            "in the HF Trainer: launch fewer, larger kernels — TrainingArguments(torch_compile=True, torch_compile_mode=\"reduce-overhead\"), \
+             a larger per_device_train_batch_size (gradient_accumulation_steps to keep the effective batch), bf16=True"
+        }
         (Framework::HfTrainer, InputStarved | HostBound) => {
             "in the HF Trainer: TrainingArguments(dataloader_num_workers > 0, dataloader_pin_memory=True, \
              dataloader_persistent_workers=True); log less often (logging_steps); tokenize ahead (dataset.map(..., batched=True))"
@@ -147,8 +156,12 @@ mod tests {
         assert!(found[0].fix.contains("jax.lax.scan") && !found[0].fix.contains("DataLoader"), "{}", found[0].fix);
         assert!(found[1].fix.contains("XLA_PYTHON_CLIENT_PREALLOCATE"), "{}", found[1].fix);
         assert_eq!(found[2].fix, "load in DataLoader workers", "a fix with no JAX wording of its own is kept");
-        let mut lightning = vec![d(DiagnosisId::InputStarved)];
+        let mut lightning = vec![d(DiagnosisId::InputStarved), d(DiagnosisId::LaunchBound)];
         speak(&mut lightning, Some(Framework::Lightning));
         assert!(lightning[0].fix.contains("log_every_n_steps"), "{}", lightning[0].fix);
+        assert!(lightning[1].fix.contains("trainer.fit") && lightning[1].fix.contains("torch.compile"), "{}", lightning[1].fix);
+        let mut hf = vec![d(DiagnosisId::LaunchBound)];
+        speak(&mut hf, Some(Framework::HfTrainer));
+        assert!(hf[0].fix.contains("TrainingArguments(torch_compile=True"), "{}", hf[0].fix);
     }
 }

@@ -370,3 +370,18 @@ fn one_bulk_copy_burst_is_no_checkpoint_stall() {
     let (_, found) = diagnose(&Inputs { start_ns: 0, window_ns: 6 * S, evidence: &ev, gpu: None, cpus: None });
     assert!(!found.iter().any(|d| d.id == DiagnosisId::CheckpointStall), "{found:?}");
 }
+
+#[test]
+fn gpm_sm_activity_below_utilization_lowers_the_gpu_floors_range_not_its_point() {
+    let ev = evidence(100_000, 0, 0, 0);
+    let busy = |gpu: &[GpuDevice]| {
+        let f = analyze(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &ev, gpu: Some(gpu), cpus: None });
+        let m = f.step_model.expect("a step model");
+        (m.gpu_busy, m.notes.iter().any(|n| n.contains("SM activity")))
+    };
+    let (util_only, noted) = busy(&gpu(60.0));
+    assert!((util_only[0] - 0.55).abs() < 0.02 && !noted, "{util_only:?}");
+    let (with_sm, noted) = busy(&gpu_with_sm(60.0, Some(30.0)));
+    assert!((with_sm[0] - 0.30).abs() < 0.02 && noted, "SM activity is the floor's low end: {with_sm:?}");
+    assert!((with_sm[1] - util_only[1]).abs() < 1e-9, "the point stays utilization's: {with_sm:?} {util_only:?}");
+}

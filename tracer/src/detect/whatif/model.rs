@@ -314,7 +314,21 @@ fn gpu_range(a: &Account, m: &StepModel) -> (Range, GpuSource, Vec<String>) {
             ));
         }
         let point = u.clamp(lo_s, hi_s);
-        let range = Range { lo: (u - NVML_SLACK).clamp(lo_s, point), point, hi: (u + NVML_SLACK).clamp(point, hi_s) };
+        // GPM's SM activity is a floor of the kernels' time (a kernel counts in it only for
+        // the SMs it keeps busy), and utilization its ceiling: where they part, the busy time
+        // could be as low as SM activity. On the H200 an allocator emptied every step read
+        // 75 % utilization against 45 % SM activity, and its fixed twin ran at 1.74x; SM
+        // activity had scaled with the work (x1.78), utilization had not (docs/validation.md).
+        let mut lo = u - NVML_SLACK;
+        if let Some(sm) = a.sm_active.map(|sm| (sm * whole).clamp(0.0, 1.0)).filter(|sm| *sm < lo) {
+            notes.push(format!(
+                "GPM's SM activity ({:.0}%) is well below NVML's utilization ({:.0}%): small kernels, or device work that is no kernel (an allocator releasing memory); the GPU's floor may lie that low, and the ranges allow it",
+                sm * 100.0,
+                u * 100.0
+            ));
+            lo = sm;
+        }
+        let range = Range { lo: lo.clamp(lo_s, point), point, hi: (u + NVML_SLACK).clamp(point, hi_s) };
         return (range, GpuSource::Nvml, notes);
     }
     notes.push(format!(
