@@ -15,6 +15,7 @@
  *   --pinned-h2d B         per step: B bytes async H2D from cudaHostAlloc'ed memory
  *   --pin-after-gate       allocate that pinned buffer after the gate (default: before)
  *   --item N               per step: N × (4-byte D2H async + cudaStreamSynchronize) (.item())
+ *   --item-sync N          per step: N × a synchronous 4-byte D2H cudaMemcpy (a native scalar read)
  *   --blocking-d2h B       per step, after the launches: B bytes async D2H into cudaHostAlloc'ed
  *                          (pinned) memory, then cudaStreamSynchronize: the host waits for the
  *                          kernels queued before and for the transfer (B ≤ 64 MiB)
@@ -99,6 +100,7 @@ enum { H2D = 1, D2H = 2 };
 static int (*rt_launch)(const void *, dim3, dim3, void **, size_t, void *);
 static int (*rt_graph)(void *, void *);
 static int (*rt_memcpy_async)(void *, const void *, size_t, int, void *);
+static int (*rt_memcpy)(void *, const void *, size_t, int);
 static int (*rt_stream_sync)(void *);
 static int (*rt_device_sync)(void);
 static int (*rt_malloc)(void **, size_t);
@@ -116,7 +118,7 @@ static int (*drv_launch)(void *, unsigned, unsigned, unsigned, unsigned, unsigne
 static int (*drv_launch_ex)(const launch_config *, void *, void **, void **);
 
 static struct {
-    int gate, threads, steps, runtime_launches, driver_launches, ex_launches, graphs, item, sync, alloc_churn, fork, vmm;
+    int gate, threads, steps, runtime_launches, driver_launches, ex_launches, graphs, item, item_sync, sync, alloc_churn, fork, vmm;
     int load_after_gate, pin_after_gate, print_time, pipe_worker_us, checkpoint_every, cache_pct, idle_children;
     size_t leak, oom_at_end;
     long kernel_us, host_us, settle_ms, sleep_ms, device_memory_mib, hold_ms;
@@ -157,6 +159,7 @@ static void load_cuda(void) {
     rt_launch = sym(rt, "cudaLaunchKernel");
     rt_graph = sym(rt, "cudaGraphLaunch");
     rt_memcpy_async = sym(rt, "cudaMemcpyAsync");
+    rt_memcpy = sym(rt, "cudaMemcpy");
     rt_stream_sync = sym(rt, "cudaStreamSynchronize");
     rt_device_sync = sym(rt, "cudaDeviceSynchronize");
     rt_malloc = sym(rt, "cudaMalloc");
@@ -244,6 +247,13 @@ NOINLINE_JOB void read_scalar(int *scalar) {
     rt_stream_sync(0);
 }
 
+/* A native scalar read (--item-sync): one synchronous 4-byte D2H cudaMemcpy, which waits for
+ * the queue as .item()'s copy and sync do. */
+NOINLINE_JOB void read_scalar_sync(int *scalar) {
+    /* Its result used after the call: no tail call, so this function keeps its frame. */
+    if (rt_memcpy(scalar, device_buf, sizeof *scalar, 2)) die("cudaMemcpy failed");
+}
+
 /* Activations kept alive across steps (--leak): a loss list that keeps every step's graph. */
 NOINLINE_JOB void keep_activations(size_t bytes) {
     void *p;
@@ -327,6 +337,7 @@ static void *worker(void *arg) {
             rt_stream_sync(0);
         }
         for (int i = 0; i < opt.item; i++) read_scalar(&scalar);
+        for (int i = 0; i < opt.item_sync; i++) read_scalar_sync(&scalar);
         for (int i = 0; i < opt.alloc_churn; i++) {
             void *p;
             if (rt_malloc(&p, 1 << 20) == 0) rt_free(p);
@@ -434,7 +445,7 @@ int main(int argc, char **argv) {
         NUM("--threads", threads) NUM("--steps", steps) NUM("--runtime-launches", runtime_launches)
         NUM("--driver-launches", driver_launches) NUM("--ex-launches", ex_launches) NUM("--graphs", graphs)
         NUM("--kernel-us", kernel_us) NUM("--host-us", host_us) NUM("--pageable-h2d", pageable_h2d)
-        NUM("--pinned-h2d", pinned_h2d) NUM("--item", item) NUM("--alloc-churn", alloc_churn)
+        NUM("--pinned-h2d", pinned_h2d) NUM("--item", item) NUM("--item-sync", item_sync) NUM("--alloc-churn", alloc_churn)
         NUM("--settle-ms", settle_ms) NUM("--hold-ms", hold_ms) NUM("--device-memory-mib", device_memory_mib) NUM("--sleep-ms", sleep_ms) NUM("--read-bytes", read_bytes) NUM("--read-per-step", read_per_step)
         NUM("--copy2d", copy2d) NUM("--copy3d", copy3d) NUM("--vmm", vmm) NUM("--blocking-d2h", blocking_d2h) NUM("--pipe-worker-us", pipe_worker_us)
         NUM("--checkpoint-every", checkpoint_every) NUM("--leak", leak) NUM("--cache-pct", cache_pct) NUM("--oom-at-end", oom_at_end) NUM("--idle-children", idle_children)

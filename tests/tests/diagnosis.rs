@@ -1,5 +1,5 @@
 //! Planted bottlenecks get the right verdict; healthy jobs get no high or medium problem.
-use gputrace_tests::{require_root, run_fakejob};
+use gputrace_tests::{num, require_root, run_fakejob};
 
 /// The report of `fakejob ARGS`, checked for what holds of every report: the problems'
 /// impacts are parts of one time account (they add up to at most 1), each saving is at most
@@ -35,7 +35,9 @@ fn problems(r: &serde_json::Value) -> Vec<String> {
 
 #[test]
 fn tiny_kernels_launched_one_by_one_are_launch_bound() {
-    let r = verdict(&["--steps", "200", "--driver-launches", "200", "--kernel-us", "1", "--sync"]);
+    // 1 000 steps (~0.5 s): at 200 the job ran 0.1 s, and one 83 ms wait for a CPU on the
+    // 2-core CI machine made it cpu-starved (a fresh-clone run, 2026-12-02).
+    let r = verdict(&["--steps", "1000", "--driver-launches", "200", "--kernel-us", "1", "--sync"]);
     assert_eq!(r["verdict"], "launch-bound", "{r:#}");
 }
 
@@ -125,6 +127,18 @@ fn a_scalar_read_every_step_is_host_sync() {
     let idle = r["gpu_idle"]["lower_bound_fraction"].as_f64().expect("gpu idle");
     assert!(idle > 0.25, "{:#}", r["gpu_idle"]);
     assert!(r["diagnoses"][0]["impact"].as_f64().is_some_and(|i| i > 0.5 * idle), "{r:#}");
+}
+
+#[test]
+fn a_synchronous_scalar_read_every_step_is_host_sync_not_a_pageable_copy() {
+    // A native job's per-step read of its loss: one synchronous 4-byte cudaMemcpy into stack
+    // memory (the nvcc job on the H200 read `pageable-copy`, whose fix, pinning, is no fix
+    // for 4 bytes). It drains the queue as `.item()` does.
+    let r = verdict(&["--steps", "200", "--driver-launches", "20", "--kernel-us", "150", "--item-sync", "1", "--host-us", "2000"]);
+    assert_eq!(r["verdict"], "host-sync", "{r:#}");
+    assert_eq!(num(&r, "/cuda/copies/d2h/scalar_reads"), 200, "{:#}", r["cuda"]["copies"]);
+    let sync = r["diagnoses"].as_array().and_then(|ds| ds.iter().find(|d| d["id"] == "host-sync")).expect("host-sync");
+    assert_eq!(sync["sites"][0]["function"], "read_scalar_sync", "{sync:#}");
 }
 
 #[test]

@@ -265,6 +265,17 @@ impl Evidence {
         Some(1.0 - off_ns as f64 / window_ns as f64)
     }
 
+    /// A synchronous scalar read (a native `cudaMemcpy` of a loss to the host) drains the
+    /// queue as `.item()`'s async copy and sync do: a sync, and host-sync's, whatever memory
+    /// it lands in (pinning 4 bytes is no fix). Its time stays the copy's in the account;
+    /// only the count is the sync's.
+    fn synchronous_scalar_read(&mut self, tid: u32, pid: u32, duration: u64) {
+        self.thread(tid, pid).syncs += 1;
+        let d = self.copies.dir_mut(Direction::DeviceToHost);
+        d.scalar_reads += 1;
+        d.scalar_read_wait_ns += duration;
+    }
+
     fn thread(&mut self, tid: u32, pid: u32) -> &mut ThreadStats {
         self.threads.entry(tid).or_insert_with(|| ThreadStats::new(pid))
     }
@@ -303,7 +314,8 @@ impl Evidence {
                 }
                 // A copy that drained the queue needs no later sync to be waited for. Async
                 // copies in one direction before a sync add up (a batch and its labels).
-                t.last_async_copy = if drains_queue_after(spec.id, &call.args) {
+                let drained = drains_queue_after(spec.id, &call.args);
+                t.last_async_copy = if drained {
                     None
                 } else {
                     match t.last_async_copy {
@@ -312,6 +324,9 @@ impl Evidence {
                     }
                 };
                 t.markers.record(steps::MarkerKind { probe: spec.id, class: bytes.max(1).ilog2() }, call.header.ts_ns);
+                if drained && dir == Direction::DeviceToHost && bytes <= SCALAR_READ_BYTES {
+                    self.synchronous_scalar_read(tid, pid, duration);
+                }
             }
             Family::Memset => {
                 self.memsets.count += 1;
