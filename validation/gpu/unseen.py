@@ -799,12 +799,7 @@ class NanGuardJob(Job):
                 continue
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
             self.optimizer.step()
-            self.scheduler.step()
-            now = time.perf_counter()
-            self.bookkeeper.record(self.step, step_time=now - self.last_time,
-                                   lr=self.scheduler.get_last_lr()[0],
-                                   tokens=self.BATCH * self.SEQ, skipped=self.skipped)
-            self.last_time = now
+            self.after_update()
             completed += 1
         return completed
 
@@ -815,14 +810,18 @@ class NanGuardJob(Job):
             loss = self.captured(self.tokens[self.step % len(self.tokens)])
             if self.step % self.nan_check_every == 0 and not torch.isfinite(loss):
                 self.skipped += 1
-            self.scheduler.step()
-            now = time.perf_counter()
-            self.bookkeeper.record(self.step, step_time=now - self.last_time,
-                                   lr=self.scheduler.get_last_lr()[0],
-                                   tokens=self.BATCH * self.SEQ, skipped=self.skipped)
-            self.last_time = now
+            self.after_update()
             completed += 1
         return completed
+
+    def after_update(self):
+        """The scheduler's step and the host bookkeeping, after each update."""
+        self.scheduler.step()
+        now = time.perf_counter()
+        self.bookkeeper.record(self.step, step_time=now - self.last_time,
+                               lr=self.scheduler.get_last_lr()[0],
+                               tokens=self.BATCH * self.SEQ, skipped=self.skipped)
+        self.last_time = now
 
 
 # --- tokenize_inline ------------------------------------------------------------
