@@ -654,6 +654,11 @@ pub struct GpuDevice {
     /// Whether the target's `CUDA_VISIBLE_DEVICES` shows it this device (null: cannot be told).
     #[serde(default)]
     pub visible_to_target: Option<bool>,
+    /// The PCIe link's best generation and width (NVML's maximum for this GPU in this system).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_max_gen: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_max_width: Option<u32>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -830,6 +835,11 @@ pub struct Saving {
     /// `bus`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bound: Option<String>,
+    /// For a fix that moves work to other processes (DataLoader workers): the workers the
+    /// speed-up is simulated with, the fewest that reach the step's next bound, at most one
+    /// per free core.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers: Option<u32>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]

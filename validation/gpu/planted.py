@@ -17,6 +17,9 @@
   sleepy        a GEMM step, then time.sleep(5 ms) every step: the loop's own sleep
   graph_tiny    the launch-bound MLP's forward and backward captured in a CUDA graph and
                 replayed: the launches are cheap, the kernels still tiny
+  launch_bound_graph  launch_bound's whole step (zero_grad, forward, backward, SGD step)
+                captured once as a CUDA graph and replayed: launch-bound's fix, the same
+                work as launch_bound (graph_tiny has no optimizer step)
   contention    the launch-bound loop pinned to one core shared with 3 busy processes
   checkpoint    a ~2.5 ms bf16 training step that saves model + AdamW state (~384 MiB)
                 with torch.save every 20 steps, in the loop
@@ -29,7 +32,8 @@ beside the planted job's predicted steps/s after the fix in docs/validation.md):
   sleepy_fixed  sleepy without the sleep (the synchronize stays)
   pageable_fixed  pageable, its batch in pinned memory, copied with non_blocking=True
   alloc_churn_fixed  alloc_churn without emptying the cache (the caching allocator reuses)
-  loader_inline_fixed  loader_inline with num_workers=8 (persistent, prefetching)
+  loader_inline_fixed  loader_inline with num_workers=$TWIN_WORKERS (default 8; persistent,
+                prefetching): planted.sh sets it to the workers the report recommends
   checkpoint_fixed  checkpoint without the in-loop saves (the limit of an asynchronous,
                 rarer checkpoint)
                 (planted.sh starts the busy processes and pins the job)
@@ -91,6 +95,31 @@ elif args.mode == "launch_bound":
         opt.zero_grad(set_to_none=True)
         model(x).square().mean().backward()
         opt.step()
+elif args.mode == "launch_bound_graph":
+    model = mlp(64, 40)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(8, 64, device=dev)
+
+    def whole_step():
+        model(x).square().mean().backward()
+        opt.step()
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):  # autograd and optimizer state made off the capture
+            opt.zero_grad(set_to_none=True)
+            whole_step()
+    torch.cuda.current_stream().wait_stream(s)
+    # Gradients set to None before capture: the captured backward writes them afresh on every
+    # replay (PyTorch's whole-network capture recipe), which is what zero_grad did.
+    opt.zero_grad(set_to_none=True)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        whole_step()
+
+    def step(i):
+        g.replay()
 elif args.mode == "graph_tiny":
     model = mlp(64, 40)
     x = torch.randn(8, 64, device=dev)
@@ -246,7 +275,8 @@ elif args.mode in ("loader_disk", "loader_cpu", "loader_cpu4", "loader_inline", 
             return torch.full((4096,), acc)
 
     ds = DiskSamples(64) if args.mode == "loader_disk" else CpuSamples()
-    workers = {"loader_disk": 1, "loader_cpu": 2, "loader_cpu4": 4, "loader_inline": 0, "loader_inline_fixed": 8}[args.mode]
+    twin_workers = int(os.environ.get("TWIN_WORKERS", "8"))
+    workers = {"loader_disk": 1, "loader_cpu": 2, "loader_cpu4": 4, "loader_inline": 0, "loader_inline_fixed": twin_workers}[args.mode]
     extra = {"prefetch_factor": 2, "persistent_workers": True} if workers else {}
     if args.mode == "loader_cpu4":
         # As most training scripts do: CUDA is initialised (the model moved to the GPU) before

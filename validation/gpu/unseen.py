@@ -77,13 +77,19 @@ MODES
     with two diagnoses is made, so that both fixes are measured:
 
     metrics_sync_graph, nan_guard_graph, timer_sync_graph, tokenize_inline_graph,
-    mixed_loader_item_graph
+    mixed_loader_item_graph, numpy_augment_graph
                        the step (forward, backward, optimizer) captured once as
                        a CUDA graph and replayed; the sync, the bookkeeping and
                        the inline tokenizing stay.         fix of: launch-bound
     mixed_loader_item_nosync
                        mixed_loader_item without the per-step loss.item();
                        the 2-worker loader stays.            fix of: host-sync
+    pageable_inputs_pinned
+                       pageable_inputs with its feature matrix pinned once at
+                       start, blocks copied with non_blocking=True: nothing is
+                       staged on the training thread (the _fixed twin fills
+                       pinned buffers there, a host copy of 64 MiB a step).
+                                                         fix of: pageable-copy
 
     Healthy (no twin, no planted cause):
 
@@ -116,6 +122,7 @@ EXAMPLE
 
 import argparse
 import collections
+import os
 import random
 import string
 import sys
@@ -635,6 +642,12 @@ class Job:
         pass
 
 
+def twin_workers(default):
+    """A fixed twin's DataLoader workers: $TWIN_WORKERS (unseen.sh sets it to the workers the
+    planted job's report simulated its fix with, saving.workers), else `default`."""
+    return int(os.environ.get("TWIN_WORKERS") or default)
+
+
 def forever(loader):
     """An iterator over a loader whose (virtual) epoch outlasts the run."""
     return iter(loader)
@@ -843,7 +856,7 @@ class TokenizeJob(Job):
         self.loader = None
         if fixed:
             dataset = TokenizedBatches(self.corpus, self.tokenizer, self.MAX_LEN)
-            self.loader = DataLoader(dataset, batch_size=None, num_workers=6,
+            self.loader = DataLoader(dataset, batch_size=None, num_workers=twin_workers(6),
                                      persistent_workers=True, pin_memory=True, prefetch_factor=4)
             self.batches = forever(self.loader)
 
@@ -903,8 +916,8 @@ class AugmentedLoaderJob(Job):
         dataset = AugmentedPhotos(n_images=512, source_size=144, crop=128)
         if fixed:
             self.loader = DataLoader(dataset, batch_size=self.BATCH, shuffle=True, drop_last=True,
-                                     num_workers=8, persistent_workers=True, prefetch_factor=4,
-                                     pin_memory=True)
+                                     num_workers=twin_workers(8), persistent_workers=True,
+                                     prefetch_factor=4, pin_memory=True)
         else:
             self.loader = DataLoader(dataset, batch_size=self.BATCH, shuffle=True, drop_last=True,
                                      num_workers=workers)
@@ -946,10 +959,12 @@ class AugmentedLoaderJob(Job):
 class PageableInputsJob(Job):
     ROWS, FEATURES, CLASSES = 4096, 4096, 10      # one batch = 64 MiB of float32
 
-    def __init__(self, fixed):
+    def __init__(self, fixed, pinned_source=False):
         super().__init__(fixed)
         self.shard = FeatureShard(n_blocks=4, rows_per_block=self.ROWS,
                                   n_features=self.FEATURES, num_classes=self.CLASSES)
+        # The whole matrix (256 MiB) pinned once: each block is then a pinned view.
+        self.pinned = torch.from_numpy(self.shard.data).pin_memory() if pinned_source else None
         self.model = nn.Sequential(
             nn.Linear(self.FEATURES, 1024), nn.GELU(),
             nn.Linear(1024, 1024), nn.GELU(),
@@ -959,6 +974,9 @@ class PageableInputsJob(Job):
         self.stager = PinnedStager((self.ROWS, self.FEATURES)) if fixed else None
 
     def to_device(self, features):
+        if self.pinned is not None:
+            start = (self.step % self.shard.n_blocks) * self.ROWS
+            return self.pinned[start:start + self.ROWS].to(DEVICE, non_blocking=True)
         if self.fixed:
             return self.stager.upload(features)
         return torch.from_numpy(features).to(DEVICE)  # CAUSE pageable_inputs
@@ -1273,6 +1291,8 @@ COMPETING = {
     "timer_sync_graph": lambda: TimerSyncJob(False, graph=True),
     "mixed_loader_item_nosync": lambda: AugmentedLoaderJob(False, workers=2, loss_item_every_step=False),
     "mixed_loader_item_graph": lambda: AugmentedLoaderJob(False, workers=2, loss_item_every_step=True, graph=True),
+    "pageable_inputs_pinned": lambda: PageableInputsJob(False, pinned_source=True),
+    "numpy_augment_graph": lambda: AugmentedLoaderJob(False, workers=1, loss_item_every_step=False, graph=True),
 }
 ALL_MODES = [m for p in PLANTED for m in (p, p + "_fixed")] + list(HEALTHY) + list(COMPETING)
 

@@ -21,7 +21,11 @@
 # Environment (defaults in brackets): UNSEEN_JOB [unseen.py] (another job script with the
 # same protocol, e.g. competing.py), PYTHON [python3], UNSEEN_SECONDS [7]
 # (timed loop), UNSEEN_TRACE_SECONDS [6] (gputrace --duration),
-# UNSEEN_READY_TIMEOUT [180] (seconds to wait for "ready").
+# UNSEEN_READY_TIMEOUT [180] (seconds to wait for "ready"), UNSEEN_RECORD [""] (modes, space
+# separated, traced with `record` instead of `attach`: OUT/MODE.gtr then holds the session,
+# and `gputrace report OUT/MODE.gtr --json` gives the same report offline; "all" records
+# every mode). A recording keeps every launch: skip the launch-heavy jobs, whose files run
+# to hundreds of MB.
 
 set -u
 
@@ -71,7 +75,16 @@ run_mode() {
     local pid from_job to_job line tracer trace_rc job_rc i done_line=""
 
     rm -f "$OUT/$mode.json" "$OUT/$mode.err"
-    coproc JOB { PYTHONUNBUFFERED=1 exec "$PYTHON" "$JOB_PY" "$mode" --seconds "$JOB_SECONDS" 2>"$OUT/$mode.py.err"; }
+    # A fixed twin that loads in workers takes as many as its planted job's report simulated
+    # the fix with (saving.workers), where that report ran first and says.
+    local workers=""
+    if [[ $mode == *_fixed ]] && [ -z "${TWIN_WORKERS:-}" ]; then
+        workers=$("$PYTHON" -c "import json,sys
+r=json.load(open(sys.argv[1]))
+print(next((d['saving']['workers'] for d in r['diagnoses'] if (d.get('saving') or {}).get('workers')), ''))" "$OUT/${mode%_fixed}.json" 2>/dev/null)
+        [ -n "$workers" ] && say "$mode: $workers workers (the planted job's report)"
+    fi
+    coproc JOB { TWIN_WORKERS=${TWIN_WORKERS:-$workers}  PYTHONUNBUFFERED=1 exec "$PYTHON" "$JOB_PY" "$mode" --seconds "$JOB_SECONDS" 2>"$OUT/$mode.py.err"; }
     pid=${JOB_PID:-}
     # Keep our own copies of the pipe ends: bash unsets JOB[] (and closes its
     # fds) when the coprocess exits, which may happen before we are done.
@@ -94,7 +107,12 @@ run_mode() {
     fi
 
     # gputrace must not inherit the job's pipes
-    "$GPUTRACE" -v attach --pid "$pid" --duration "$TRACE_SECONDS" --json \
+    local how=(attach)
+    if [ "${UNSEEN_RECORD:-}" = all ] || [[ " ${UNSEEN_RECORD:-} " == *" $mode "* ]]; then
+        rm -f "$OUT/$mode.gtr"
+        how=(record -o "$OUT/$mode.gtr")
+    fi
+    "$GPUTRACE" -v "${how[@]}" --pid "$pid" --duration "$TRACE_SECONDS" --json \
         > "$OUT/$mode.json" 2> "$OUT/$mode.err" \
         {from_job}<&- {to_job}>&- {job_out}<&- {job_in}>&- &
     tracer=$!

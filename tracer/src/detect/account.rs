@@ -27,6 +27,9 @@ pub struct Account {
     /// device the job uses; None without NVML.
     pub gpu_util: Option<f64>,
     pub sm_active: Option<f64>,
+    /// What a pinned copy moves per second over that device's PCIe link (NVML); None
+    /// without NVML or where it did not describe the link.
+    pub bus_bytes_per_s: Option<f64>,
 }
 
 /// A process of the tree that ran, blocked or waited for a CPU less than this fraction of the
@@ -126,6 +129,7 @@ impl Account {
             host: HostTime::new(ev, window_ns),
             gpu_util: device.and_then(|d| d.utilization.as_ref()).map(|u| u.mean / 100.0),
             sm_active: device.and_then(|d| d.sm_activity_pct.as_ref()).map(|u| u.mean / 100.0),
+            bus_bytes_per_s: device.and_then(|d| crate::evidence::cost::pcie_bytes_per_s(d.pcie_max_gen?, d.pcie_max_width?)),
         }
     }
 

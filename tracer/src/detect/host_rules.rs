@@ -128,9 +128,9 @@ pub(super) fn input_starved(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     }
     let waker = top_waker(a);
     let (cause, fix) = if h.workers_blocked >= WORKER_BLOCKED && h.workers > 0 {
-        ("its data-loading workers wait on the disk".to_owned(), "read faster: keep the data in memory or on local SSD, use a packed format (WebDataset, TFRecord-like shards), more workers to overlap reads")
+        ("its data-loading workers wait on the disk".to_owned(), "read faster: keep the data in memory or on local SSD, use a packed format (WebDataset, TFRecord-like shards), more workers to overlap reads, pin_memory=True")
     } else if h.workers_on_cpu >= WORKER_BUSY && h.workers > 0 {
-        ("its data-loading workers are busy on the CPU (decoding, augmenting) and cannot keep up".to_owned(), "raise num_workers (up to the free cores), prefetch_factor, persistent_workers=True; make decoding cheaper or move augmentation to the GPU")
+        ("its data-loading workers are busy on the CPU (decoding, augmenting) and cannot keep up".to_owned(), "raise num_workers (up to the free cores), prefetch_factor, persistent_workers=True, pin_memory=True; make decoding cheaper or move augmentation to the GPU")
     } else if h.workers_runqueue >= RUNQUEUE_STARVED && h.workers > 0 {
         ("its data-loading workers wait for a CPU".to_owned(), "free CPUs for the workers, or lower their number to the cores available")
     } else {

@@ -9,6 +9,20 @@
 /// 25 GB/s in practice; the H200's gen5 link moved 4 MiB pinned in 0.08 ms (52 GB/s,
 /// docs/facts.md). Estimating at the slower rate blames the copy generously, never too little.
 pub const PINNED_BYTES_PER_S: f64 = 25e9;
+/// Bytes per second one PCIe lane carries after line coding, by generation (1 to 6).
+const PCIE_LANE_BYTES_PER_S: [f64; 6] = [0.25e9, 0.5e9, 0.985e9, 1.969e9, 3.938e9, 7.563e9];
+/// The share of a link's rate a pinned DMA copy reaches: 52 GB/s for 4 MiB on the H200's
+/// gen5 x16 link (63 GB/s), docs/facts.md.
+const PCIE_DMA_EFFICIENCY: f64 = 0.83;
+
+/// What a pinned copy moves per second over a PCIe link of generation `gen` and `width`
+/// lanes; None for a link NVML did not describe.
+#[must_use]
+pub fn pcie_bytes_per_s(gen: u32, width: u32) -> Option<f64> {
+    let lane = *PCIE_LANE_BYTES_PER_S.get(usize::try_from(gen).ok()?.checked_sub(1)?)?;
+    (width > 0 && width <= 32).then(|| lane * f64::from(width) * PCIE_DMA_EFFICIENCY)
+}
+
 /// Pageable transfer rate for the estimate, bytes per second: the host stages the data
 /// through a pinned buffer. The slowest staging measured on the GPU machine: pageable D2H of
 /// 4 MiB in 3.0 ms, 1.4 GB/s (docs/facts.md; pageable H2D was 12 GB/s).
@@ -26,6 +40,15 @@ pub fn transfer_ns(bytes: u64, bytes_per_s: f64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gen5_x16_link_moves_what_the_h200_measured() {
+        let gen5 = pcie_bytes_per_s(5, 16).expect("gen5 x16");
+        assert!((gen5 / 1e9 - 52.3).abs() < 0.5, "{gen5}");
+        assert_eq!(pcie_bytes_per_s(0, 16), None);
+        assert_eq!(pcie_bytes_per_s(7, 16), None);
+        assert_eq!(pcie_bytes_per_s(4, 0), None);
+    }
 
     #[test]
     fn four_mib_pinned_and_pageable() {

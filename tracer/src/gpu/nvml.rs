@@ -68,6 +68,8 @@ impl Source for NvmlSource<'_> {
                 memory_total_bytes: dev.memory_info().map_or(0, |m| m.total),
                 target_memory_bytes: None,
                 pci_bus_id: dev.pci_info().map(|p| p.bus_id).unwrap_or_default(),
+                pcie_max_gen: dev.max_pcie_link_gen().ok(),
+                pcie_max_width: dev.max_pcie_link_width().ok(),
             })
             .collect()
     }

@@ -66,6 +66,10 @@ pub struct DeviceInfo {
     /// GPU memory the traced processes hold here (None where NVML could not say).
     pub target_memory_bytes: Option<u64>,
     pub pci_bus_id: String,
+    /// The PCIe link's best generation and width with this GPU in this system (NVML's
+    /// maximum; the current link drops when idle): the bus a pinned copy can use.
+    pub pcie_max_gen: Option<u32>,
+    pub pcie_max_width: Option<u32>,
 }
 
 /// NVML's throttle reason bits and their names (nvml.h, `nvmlClocksEventReason*`).
@@ -122,6 +126,8 @@ pub fn summarize(devices: &[DeviceInfo], samples: &[Sample], cx: &Context<'_>) -
                 uuid: d.uuid.clone(),
                 name: d.name.clone(),
                 pci_bus_id: d.pci_bus_id.clone(),
+                pcie_max_gen: d.pcie_max_gen,
+                pcie_max_width: d.pcie_max_width,
                 memory_used_bytes: mine.iter().filter_map(|s| s.mem_used_bytes).max().unwrap_or(0),
                 memory_total_bytes: d.memory_total_bytes,
                 utilization_gpu_pct: utilization.as_ref().map(|u| u.mean.round() as u32),

@@ -31,14 +31,7 @@ pub fn of(d: &Diagnosis, m: &StepModel, sm_over_util: Option<f64>) -> Option<(Fi
                 "copies made asynchronous into pinned memory overlap the step; they still take their time on the bus".into(),
             )
         }
-        DiagnosisId::PageableCopy => {
-            let pageable = m.drains.pageable_copies;
-            let share = m.drains.share(pageable + pageable.min(m.drains.after_bulk_copy));
-            (
-                Fix { drop_drains: share, keep: Segments0::with(|s| s.staging = 0.0), bus_floor: true, ..n },
-                "pinned, non-blocking copies are neither staged by the host nor waited for; they still take their time on the bus".into(),
-            )
-        }
+        DiagnosisId::PageableCopy => (pinned_copies(m), "pinned, non-blocking copies are neither staged by the host nor waited for; they still take their time on the bus".into()),
         DiagnosisId::LaunchBound => {
             let per_step = m.launches_per_step.unwrap_or(LAUNCHES_PER_GRAPH_WITHOUT_STEPS).max(1.0);
             // One replay costs the host what one cheap launch does, not what a framework's
@@ -60,11 +53,11 @@ pub fn of(d: &Diagnosis, m: &StepModel, sm_over_util: Option<f64>) -> Option<(Fi
             let user = m.idle.user + m.overlap.user;
             let host = user + m.idle.launch + m.overlap.launch;
             let share = if user > 0.0 { (m.loading_share * host / user).clamp(0.0, 1.0) } else { 0.0 };
-            (Fix { offload_user: share, ..n }, format!("loading moved into DataLoader workers runs on {}", free_cores(m)))
+            (Fix { offload_user: share, ..n }.and(&pinned_input(m)), format!("loading moved into DataLoader workers runs on {}{}", free_cores(m), pinned_words(m)))
         }
         DiagnosisId::InputStarved => (
-            Fix { refill_input: true, ..n },
-            "workers that keep up leave no wait for input; they need the cores for it".into(),
+            Fix { refill_input: true, ..n }.and(&pinned_input(m)),
+            format!("workers that keep up leave no wait for input; they need the cores for it{}", pinned_words(m)),
         ),
         DiagnosisId::AllocChurn => (Fix { keep: Segments0::with(|s| s.alloc = 0.0), ..n }, "a caching allocator left warm makes allocation calls nearly free".into()),
         DiagnosisId::CpuStarved => (Fix { keep: Segments0::with(|s| s.cpu_wait = 0.0), ..n }, "with its CPUs the training thread runs when it is ready".into()),
@@ -85,11 +78,37 @@ pub fn of(d: &Diagnosis, m: &StepModel, sm_over_util: Option<f64>) -> Option<(Fi
     })
 }
 
-/// The cores a fix that moves work off the training thread spreads it over, in words: the
-/// promise holds for as many workers as there are free cores, not for fewer.
+/// Pageable copies made pinned and non-blocking: the drains they caused and their staging
+/// go; the bus time stays.
+fn pinned_copies(m: &StepModel) -> Fix {
+    let pageable = m.drains.pageable_copies;
+    let share = m.drains.share(pageable + pageable.min(m.drains.after_bulk_copy));
+    Fix { drop_drains: share, keep: Segments0::with(|s| s.staging = 0.0), bus_floor: true, ..Fix::NONE }
+}
+
+/// The loader's fix sets `pin_memory=True` (its text says so): batches come pinned, so their
+/// pageable copies' staging and drains go with the wait. Nothing where no copy is pageable.
+fn pinned_input(m: &StepModel) -> Fix {
+    if m.drains.pageable_copies > 0.0 || m.serial.staging + m.overlap.staging + m.idle.staging > 0.0 {
+        pinned_copies(m)
+    } else {
+        Fix::NONE
+    }
+}
+
+fn pinned_words(m: &StepModel) -> &'static str {
+    if pinned_input(m) == Fix::NONE {
+        ""
+    } else {
+        "; with pin_memory=True the batches' copies are no longer staged by the training thread or waited for"
+    }
+}
+
+/// The cores a fix that moves work off the training thread spreads it over, in words (the
+/// workers it takes are added once simulated: `whatif::apply`).
 fn free_cores(m: &StepModel) -> String {
     match (m.cores_free(), m.cpus) {
-        (Some(free), Some(all)) => format!("the {:.0} free cores of {all:.0} (as many workers; fewer buy less)", free.max(1.0)),
+        (Some(free), Some(all)) => format!("the {:.0} free cores of {all:.0}", free.max(1.0)),
         _ => "the free cores".into(),
     }
 }

@@ -26,6 +26,8 @@ pub struct Speedup {
     pub lo: f64,
     pub hi: f64,
     pub bound: Bound,
+    /// The workers the fix takes at the point estimate, for a fix that moves work to them.
+    pub workers: Option<u32>,
 }
 
 /// The speed-up of `fix` on `m`.
@@ -33,12 +35,12 @@ pub struct Speedup {
 pub fn speedup(m: &StepModel, fix: &Fix) -> Speedup {
     let at = |g: f64, d: f64| {
         let base = simulate::step_time(m, &Fix::NONE, g, d).0;
-        let (after, bound) = simulate::step_time(m, fix, g, d);
+        let after = simulate::simulate(m, fix, g, d);
         // A fix never makes the step slower; an empty model changes nothing.
-        let x = if after > 0.0 && base > 0.0 { (base / after).max(1.0) } else { 1.0 };
-        (x, bound)
+        let x = if after.t > 0.0 && base > 0.0 { (base / after.t).max(1.0) } else { 1.0 };
+        (x, after)
     };
-    let (point, bound) = at(m.gpu.point, m.dispatch.share.point);
+    let (point, after) = at(m.gpu.point, m.dispatch.share.point);
     let (mut lo, mut hi) = (point, point);
     for g in m.gpu.values() {
         for d in m.dispatch.share.values() {
@@ -47,7 +49,7 @@ pub fn speedup(m: &StepModel, fix: &Fix) -> Speedup {
             hi = hi.max(x);
         }
     }
-    Speedup { point, lo, hi, bound }
+    Speedup { point, lo, hi, bound: after.bound, workers: after.workers }
 }
 
 /// Two fixes together, the pair that buys the most.
@@ -69,6 +71,14 @@ pub fn apply(found: &mut [Diagnosis], m: &StepModel, steps_per_s: Option<f64>, w
         let fraction = 1.0 - 1.0 / s.point;
         d.impact = fraction;
         d.severity = severity(fraction);
+        let why = match s.workers {
+            // The promise is for this many workers: fewer buy less, more buy nothing.
+            Some(w) => {
+                d.fix = format!("{} (num_workers={w})", d.fix.trim_end_matches('.'));
+                format!("{why}, with num_workers={w} (the fewest that reach the next bound, at most one per free core; fewer buy less)")
+            }
+            None => why,
+        };
         d.saving = Some(Saving {
             fraction,
             seconds: fraction * window_s,
@@ -77,6 +87,7 @@ pub fn apply(found: &mut [Diagnosis], m: &StepModel, steps_per_s: Option<f64>, w
             speedup: Some(s.point),
             range: Some([s.lo, s.hi]),
             bound: Some(s.bound.as_str().to_owned()),
+            workers: s.workers,
         });
         fixes.push((d.id, fix));
     }
@@ -117,6 +128,34 @@ mod tests {
 
     fn diagnosis(id: DiagnosisId) -> Diagnosis {
         Diagnosis { id, severity: Severity::Medium, impact: 0.2, summary: String::new(), evidence: Vec::new(), fix: String::new(), bucket: None, saving: None, sites: Vec::new() }
+    }
+
+    #[test]
+    fn the_loaders_fix_pins_its_batches_too() {
+        // A starved loader whose batches are pageable: its fix (more workers, pin_memory=True)
+        // also removes the copies' staging and the drain each pageable copy makes, and says so.
+        let m = StepModel {
+            idle: Segments { user: 0.1, input_wait: 0.4, ..Segments::default() },
+            overlap: Segments { launch: 0.1, ..Segments::default() },
+            serial: Segments { staging: 0.1, ..Segments::default() },
+            drains: model::Drains { syncs: 1.0, pageable_copies: 1.0, ..model::Drains::default() },
+            gpu: Range::exact(0.2),
+            dispatch: dispatch::Dispatch { share: Range::exact(0.5), ..Default::default() },
+            cpus: Some(16.0),
+            job_cpu: 3.0,
+            workers: 2,
+            workers_cpu: 2.0,
+            residual: 0.1,
+            ..StepModel::default()
+        };
+        let mut found = vec![diagnosis(DiagnosisId::InputStarved)];
+        let _ = apply(&mut found, &m, Some(10.0), 1.0, None);
+        let s = found[0].saving.clone().expect("a saving");
+        let refill_alone = speedup(&m, &Fix { refill_input: true, ..Fix::NONE }).point;
+        assert!(s.speedup.expect("a speed-up") > refill_alone * 1.1, "{s:?} against {refill_alone}");
+        assert!(s.basis.contains("pin_memory=True"), "{}", s.basis);
+        assert!(s.workers.is_some_and(|w| w > 2), "{s:?}");
+        assert!(found[0].fix.contains("num_workers="), "{}", found[0].fix);
     }
 
     #[test]

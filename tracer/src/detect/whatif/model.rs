@@ -239,10 +239,13 @@ impl StepModel {
             m.workers_cpu = h.workers_on_cpu * h.workers as f64;
         }
         m.loading_share = crate::detect::sites::loading_share(ev, &t.threads);
-        // The bus time of the copies: the transfers the host waited for, or their bytes at
-        // pinned speed, whichever says more.
+        // The bus time of the copies: their bytes at the link's pinned speed (NVML's link;
+        // without it a gen4 x16 link's), or the transfers the host waited for where those say
+        // more. A floor no host fix can beat, so the faster link where known: the slow
+        // default would promise too little on a gen5 link (x0.73 on the H200).
         let bytes = ev.copies.h2d.bytes + ev.copies.d2h.bytes;
-        let by_bytes = if a.window_s > 0.0 { cost::transfer_ns(bytes, cost::PINNED_BYTES_PER_S) as f64 / 1e9 / a.window_s } else { 0.0 };
+        let rate = a.bus_bytes_per_s.unwrap_or(cost::PINNED_BYTES_PER_S);
+        let by_bytes = if a.window_s > 0.0 { cost::transfer_ns(bytes, rate) as f64 / 1e9 / a.window_s } else { 0.0 };
         m.bus = by_bytes.max(m.serial.transfer + m.overlap.transfer);
         if cpus.is_none() {
             m.notes.push("the cores the job may use are unknown: work moved to other cores is not bounded by them".into());

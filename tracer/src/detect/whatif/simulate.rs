@@ -111,8 +111,34 @@ const MIN_FREE_CORES: f64 = 0.1;
 /// The step time after `fix`, as a share of the window, with the GPU busy `gpu` and the
 /// launching share of host time `dispatch` (both from the model's ranges).
 #[must_use]
-#[expect(clippy::many_single_char_names, reason = "the step formula's terms: idle, overlap, copies, gpu, drains, time")]
 pub fn step_time(m: &StepModel, fix: &Fix, gpu: f64, dispatch: f64) -> (f64, Bound) {
+    let s = simulate(m, fix, gpu, dispatch);
+    (s.t, s.bound)
+}
+
+/// A simulated step: its time (a share of today's window), what bounds it, and for a fix
+/// that moves work to other processes, the workers it takes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Simulated {
+    pub t: f64,
+    pub bound: Bound,
+    /// The fewest workers that reach the step's other bound, or as many as there are free
+    /// cores where none do (a fix that moves no work: None).
+    pub workers: Option<u32>,
+}
+
+/// The workers that do `work` (core-shares of the window) in a step of `t`, at most one per
+/// free core: `ceil(work / t)`, from 1 to `floor(cores)`.
+fn workers_for(work: f64, t: f64, cores: f64) -> u32 {
+    let most = cores.floor().max(1.0);
+    let needed = if t > 0.0 { (work / t * (1.0 - 1e-9)).ceil() } else { most };
+    needed.clamp(1.0, most) as u32
+}
+
+/// [`step_time`] with the workers a fix takes (see [`Simulated`]).
+#[must_use]
+#[expect(clippy::many_single_char_names, reason = "the step formula's terms: idle, overlap, copies, gpu, drains, time")]
+pub fn simulate(m: &StepModel, fix: &Fix, gpu: f64, dispatch: f64) -> Simulated {
     let apply = |s: &Segments, host_total: f64| -> Segments {
         // Re-split this phase's host time at `dispatch` where it differs from the model's
         // point (the idle phase keeps its user-first split: `StepModel::build`).
@@ -151,10 +177,16 @@ pub fn step_time(m: &StepModel, fix: &Fix, gpu: f64, dispatch: f64) -> (f64, Bou
     } else {
         Bound::Host
     };
+    if fix.bus_floor && m.bus > t {
+        t = m.bus;
+        bound = Bound::Bus;
+    }
+    let mut workers = None;
     let free = m.cores_free().map(|c| c.max(MIN_FREE_CORES));
     let offloaded = (m.idle.user + m.overlap.user) * fix.offload_user;
     if let (Some(free), true) = (free, offloaded > 0.0) {
         // The moved work's time over the free cores, each as fast as the thread it left.
+        workers = Some(workers_for(offloaded, t, free));
         if offloaded / free > t {
             t = offloaded / free;
             bound = Bound::Cores;
@@ -164,17 +196,15 @@ pub fn step_time(m: &StepModel, fix: &Fix, gpu: f64, dispatch: f64) -> (f64, Bou
         // The workers' work of a step spread over the cores left to them.
         let for_workers = m.cpus.map(|c| (c - (m.job_cpu - m.workers_cpu)).max(MIN_FREE_CORES));
         if let Some(cores) = for_workers {
+            // More workers than there are now: the ones there are do not keep up.
+            workers = Some(workers_for(m.workers_cpu, t, cores).max(u32::try_from(m.workers + 1).unwrap_or(u32::MAX)).min(cores.floor().max(1.0) as u32));
             if m.workers_cpu / cores > t {
                 t = m.workers_cpu / cores;
                 bound = Bound::Input;
             }
         }
     }
-    if fix.bus_floor && m.bus > t {
-        t = m.bus;
-        bound = Bound::Bus;
-    }
-    (t, bound)
+    Simulated { t, bound, workers }
 }
 
 #[cfg(test)]
@@ -230,6 +260,40 @@ mod tests {
         let (t, bound) = step_time(&m, &Fix { offload_user: 1.0, ..Fix::NONE }, 0.7, 0.4);
         assert!((t - 6.0).abs() < 1e-9, "3.0 of work on half a free core: {t}");
         assert_eq!(bound, Bound::Cores);
+    }
+
+    #[test]
+    fn work_moved_to_workers_takes_the_fewest_that_reach_the_next_bound() {
+        // 3.0 of loading moved off a thread whose step would otherwise be bound by the GPU's
+        // 0.7: five workers (3.0 / 5 = 0.6 fits), though eight cores are free.
+        let mut m = synced();
+        m.idle.user = 3.0;
+        m.cpus = Some(9.0);
+        let s = simulate(&m, &Fix { offload_user: 1.0, drop_drains: 1.0, ..Fix::NONE }, 0.7, 0.4);
+        assert_eq!((s.workers, s.bound), (Some(5), Bound::Gpu), "{s:?}");
+        // With three free cores the cores bound it, and all three are taken.
+        m.cpus = Some(4.0);
+        let s = simulate(&m, &Fix { offload_user: 1.0, drop_drains: 1.0, ..Fix::NONE }, 0.7, 0.4);
+        assert_eq!((s.workers, s.bound), (Some(3), Bound::Cores), "{s:?}");
+        assert!((s.t - 1.0).abs() < 1e-9, "3.0 over 3 cores: {s:?}");
+    }
+
+    #[test]
+    fn a_starved_loader_gets_more_workers_than_it_has() {
+        // Two workers busy the whole window: the step after is the GPU's 0.7, so the loading
+        // needs 2.0 / 0.7 -> 3 workers.
+        let mut m = synced();
+        m.overlap.input_wait = 0.5;
+        m.workers = 2;
+        m.workers_cpu = 2.0;
+        m.job_cpu = 3.0;
+        m.cpus = Some(16.0);
+        let s = simulate(&m, &Fix { refill_input: true, drop_drains: 1.0, ..Fix::NONE }, 0.7, 0.4);
+        assert_eq!(s.workers, Some(3), "{s:?}");
+        assert_eq!(s.bound, Bound::Gpu, "{s:?}");
+        // Idle workers that still starve the loop (a disk): at least one more than now.
+        m.workers_cpu = 0.1;
+        assert_eq!(simulate(&m, &Fix { refill_input: true, ..Fix::NONE }, 0.7, 0.4).workers, Some(3));
     }
 
     #[test]
