@@ -3,6 +3,8 @@
 # the framework gputrace named, the verdict, the first site with its split inside the
 # framework, the fix, and the memory notes. A framework not installed is skipped.
 # Usage: frameworks.sh GPUTRACE OUT_DIR [MODE...]     (modes: lightning jax hf pytorch)
+# FRAMEWORKS_RECORD [""]: modes (space separated) traced with `record -o OUT/MODE.gtr` instead
+# of `run` (the same report; `gputrace report FILE` redoes it offline).
 set -u
 BIN=$1
 OUT=$2
@@ -13,7 +15,9 @@ SECS=${SECS:-6}
 mkdir -p "$OUT"
 for mode in $MODES; do
   # With --json the job's own output goes to stderr, beside gputrace's.
-  "$BIN" run --json -- python3 "$HERE/frameworks.py" "$mode" --seconds "$SECS" >"$OUT/$mode.json" 2>"$OUT/$mode.err"
+  how=(run)
+  [[ " ${FRAMEWORKS_RECORD:-} " == *" $mode "* ]] && how=(record -o "$OUT/$mode.gtr")
+  "$BIN" "${how[@]}" --json -- python3 "$HERE/frameworks.py" "$mode" --seconds "$SECS" >"$OUT/$mode.json" 2>"$OUT/$mode.err"
   rc=$?
   if grep -q "is not installed here" "$OUT/$mode.err"; then
     echo "== $mode: skipped ($(grep -m1 'not installed' "$OUT/$mode.err"))" | tee -a "$OUT/frameworks.txt"

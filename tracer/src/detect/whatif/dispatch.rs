@@ -88,7 +88,8 @@ pub fn share(ev: &Evidence, threads: &[u32], host_s: f64, launches: f64) -> Disp
 /// The dispatch share of one view's stacks and the samples it rests on; None with too few.
 fn view<'a>(stacks: impl Iterator<Item = &'a StackTime>, origin: Origin) -> Option<(f64, u64)> {
     let (mut dispatch, mut all, mut samples) = (0u64, 0u64, 0u64);
-    for s in stacks {
+    // Importing a module is neither: a one-time cost (`sites::is_importing`).
+    for s in stacks.filter(|s| !crate::stacks::sites::is_importing(&s.frames)) {
         let Some(is_dispatch) = (match origin {
             Origin::Native => native_is_dispatch(&s.frames),
             Origin::Python => Some(python_is_dispatch(&s.frames)),

@@ -247,6 +247,13 @@ impl StepModel {
         let rate = a.bus_bytes_per_s.unwrap_or(cost::PINNED_BYTES_PER_S);
         let by_bytes = if a.window_s > 0.0 { cost::transfer_ns(bytes, rate) as f64 / 1e9 / a.window_s } else { 0.0 };
         m.bus = by_bytes.max(m.serial.transfer + m.overlap.transfer);
+        let importing = importing_share(ev, &t.threads);
+        if importing >= IMPORTING_NOTE {
+            m.notes.push(format!(
+                "{:.0}% of the launching threads' host time was spent importing modules (a one-time cost, such as a library imported at the first optimizer step): it names no site and counts as neither launching nor the program's work; a longer trace dilutes it",
+                importing * 100.0
+            ));
+        }
         if cpus.is_none() {
             m.notes.push("the cores the job may use are unknown: work moved to other cores is not bounded by them".into());
         }
@@ -357,6 +364,25 @@ fn drains(ev: &Evidence, threads: &[u32]) -> Drains {
         // A scalar read (`.item()`) from pageable memory drains the queue inside its copy call;
         // it is the sync's (`host-sync`): pinning four bytes is no fix.
         pageable_copies: (c.h2d.pageable + c.d2h.pageable.saturating_sub(c.d2h.scalar_reads)) as f64,
+    }
+}
+
+/// A share of host time spent importing modules worth a note.
+const IMPORTING_NOTE: f64 = 0.05;
+
+/// Of the `threads`' on-CPU Python stack time, the share that was importing modules.
+fn importing_share(ev: &Evidence, threads: &[u32]) -> f64 {
+    let (mut importing, mut all) = (0u64, 0u64);
+    for s in ev.stacks.iter().filter(|s| s.on_cpu && s.origin == crate::stacks::Origin::Python && threads.contains(&s.tid)) {
+        all += s.ns;
+        if crate::stacks::sites::is_importing(&s.frames) {
+            importing += s.ns;
+        }
+    }
+    if all == 0 {
+        0.0
+    } else {
+        importing as f64 / all as f64
     }
 }
 
