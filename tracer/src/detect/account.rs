@@ -65,8 +65,11 @@ impl HostTime {
             e.1 = e.1.max(s.blocked_ns as f64 / w);
             e.2 = e.2.max(s.runqueue_ns as f64 / w);
         }
-        // An idle child (a helper process that did nothing) is no loader worker.
-        per_worker.retain(|_, (on_cpu, blocked, runqueue)| *on_cpu + *blocked + *runqueue >= ACTIVE_WORKER);
+        // An idle child (a helper process that did nothing) is no loader worker; nor is one
+        // whose stacks show no data loading and that never woke a CUDA thread with input (a
+        // compiler's worker pool, a library probing the machine at import: on the H200 such a
+        // process, busy on CPU while Lightning started, was taken for a starved loader).
+        per_worker.retain(|pid, (on_cpu, blocked, runqueue)| *on_cpu + *blocked + *runqueue >= ACTIVE_WORKER && may_load_input(ev, *pid, &cuda_pids));
         h.workers = per_worker.len();
         if h.workers > 0 {
             h.workers_on_cpu = per_worker.values().map(|v| v.0).sum::<f64>() / h.workers as f64;
@@ -75,6 +78,15 @@ impl HostTime {
         }
         Some(h)
     }
+}
+
+/// Whether process `pid` may be a loader worker: it woke a thread of a CUDA process through a
+/// pipe or socket often enough (`waits::input_wakers`), or its stacks show data loading, or it has no
+/// stacks to say otherwise (`--no-stacks`).
+fn may_load_input(ev: &Evidence, pid: u32, cuda_pids: &std::collections::BTreeSet<u32>) -> bool {
+    let woke = crate::evidence::waits::input_wakers(&ev.wakes, |w| cuda_pids.contains(&w.pid)).contains(&pid);
+    let mut stacks = ev.stacks.iter().filter(|s| s.pid == pid).peekable();
+    woke || stacks.peek().is_none() || stacks.any(|s| crate::stacks::sites::is_data_loading(&s.frames))
 }
 
 /// `utilization.gpu` at or above which the GPU counts as busy when GPM is not available.

@@ -100,8 +100,7 @@ fn name_the_workers_code(d: &mut Diagnosis, ev: &Evidence, threads: &[u32]) {
     // stacks show it loading (a DataLoader worker's loop, a `__getitem__`, a decoder): not
     // any other process of the tree (a compiler's worker pool, a library probing the
     // machine at import).
-    let woke: std::collections::BTreeSet<u32> =
-        ev.wakes.iter().filter(|w| threads.contains(&w.tid) && w.kind == crate::evidence::waits::WaitKind::InputWorker).map(|w| w.waker_pid).collect();
+    let woke = crate::evidence::waits::input_wakers(&ev.wakes, |w| threads.contains(&w.tid));
     let loaders: std::collections::BTreeSet<u32> =
         ev.stacks.iter().filter(|s| !launching.contains(&s.pid) && (woke.contains(&s.pid) || is_data_loading(&s.frames))).map(|s| s.pid).collect();
     let mut workers: Vec<u32> = ev.stacks.iter().filter(|s| loaders.contains(&s.pid) && s.on_cpu).map(|s| s.tid).collect();

@@ -162,6 +162,21 @@ pub fn classify(frames: &[&str], relation: Relation, in_cuda: bool) -> (WaitKind
     }
 }
 
+/// Wakeups a process must have handed a thread through a pipe or socket to count as feeding
+/// it input: a loader worker does once a batch; a library's helper process (MPI's launcher
+/// answering `MPI_Init` as Lightning starts, on the H200) does once or twice.
+pub const MIN_INPUT_WAKES: u64 = 10;
+
+/// The processes that woke the threads `woken` admits with their input, often enough to be
+/// loader workers ([`MIN_INPUT_WAKES`]).
+pub fn input_wakers(wakes: &[Wake], woken: impl Fn(&Wake) -> bool) -> std::collections::BTreeSet<u32> {
+    let mut counts: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
+    for w in wakes.iter().filter(|w| w.kind == WaitKind::InputWorker && woken(w)) {
+        *counts.entry(w.waker_pid).or_default() += w.count;
+    }
+    counts.into_iter().filter(|(_, n)| *n >= MIN_INPUT_WAKES).map(|(pid, _)| pid).collect()
+}
+
 /// An off-CPU spell of at least `gputrace_common::host::LONG_SLEEP_NS`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LongSleep {

@@ -290,14 +290,16 @@ pub fn is_importing(frames: &[Frame]) -> bool {
 }
 
 /// Whether a stack is in data loading: a PyTorch loader, a dataset's `__getitem__`, a
-/// collate function, or an image or audio decoding library.
+/// collate function, or an image or audio decoding library — not importing one (every
+/// process that imports torch passes through `torch/utils/data/`).
 #[must_use]
 pub fn is_data_loading(frames: &[Frame]) -> bool {
     const MARKS: [&str; 7] = ["torch/utils/data/", "__getitem__", "collate", "PIL/", "torchvision/io", "torchaudio/", "cv2"];
-    frames.iter().any(|f| {
-        let file = f.file.as_deref().unwrap_or_default();
-        MARKS.iter().any(|m| file.contains(m) || f.function.contains(m))
-    })
+    !is_importing(frames)
+        && frames.iter().any(|f| {
+            let file = f.file.as_deref().unwrap_or_default();
+            MARKS.iter().any(|m| file.contains(m) || f.function.contains(m))
+        })
 }
 
 #[cfg(test)]
@@ -436,6 +438,16 @@ mod tests {
         let backward = vec![py("/venv/lib/python3.12/site-packages/torch/_tensor.py", 600, "backward"), py("/w/train.py", 50, "step")];
         let own = top(&[stack(1, Activity::Host, backward, 100)], &Wanted { activities: &[Activity::Host], on_cpu: Some(true), tids: &[] }, 3);
         assert_eq!(own[0].inside, None);
+    }
+
+    #[test]
+    fn a_process_importing_torch_is_not_loading_data() {
+        let import = vec![
+            py("/venv/lib/python3.12/site-packages/torch/utils/data/__init__.py", 1, "<module>"),
+            py("<frozen importlib._bootstrap>", 488, "_call_with_frames_removed"),
+            py("/venv/lib/python3.12/site-packages/torch/__init__.py", 2000, "<module>"),
+        ];
+        assert!(!is_data_loading(&import));
     }
 
     #[test]
