@@ -14,27 +14,31 @@ fn heavy_job() -> Vec<String> {
 
 #[test]
 fn a_launch_heavy_job_is_duty_cycled_to_its_budget_and_its_launches_estimated() {
+    // A budget of 2 %: the job's 4,000 synchronizes alone cost 0.6 % of its window on the CI
+    // machine of 2026-12-02 (5-6 µs a sync, our program's stack copy included), and its
+    // launches at the shortest duty cycle 0.4 % more, so 1 % could not be kept there
+    // (`achievable` false); on the machine before it could, with cheaper traps.
+    const BUDGET: f64 = 2.0;
     require_root();
     let args = heavy_job();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (r, code, stderr) = run_fakejob_opts(&["--max-overhead", "1"], &args);
+    let (r, code, stderr) = run_fakejob_opts(&["--max-overhead", "2"], &args);
     assert_eq!(code, 0, "{stderr}");
     let s = &r["tracer"]["sampling"];
-    assert_eq!(s["max_overhead_pct"], 1.0, "{s:#}");
+    assert_eq!(s["max_overhead_pct"], BUDGET, "{s:#}");
     assert!(s["probes"].as_array().expect("a list").iter().any(|p| p == "cuLaunchKernel"), "{s:#}");
     let on = s["on_fraction"].as_f64().expect("on_fraction");
     assert!(on > 0.0 && on < 0.6, "the launch probes were off most of the time: on {on}; {s:#}");
     assert!(num(&r, "/tracer/sampling/cycles") >= 2, "{s:#}");
     assert_eq!(s["achievable"], true, "{s:#}");
     // The window's estimated cost: at the budget, give or take a few tenths of a point. A
-    // window of 4 s pays back its first 0.2 s (every probe on) over the periods that follow,
+    // window of 4 s pays back its first 50 ms (every probe on) over the periods that follow,
     // and the kernel takes a shed probe out over a grace period or two, whose traps the
-    // next on phase is shortened by (`budget_controller::Budget::lingering_ns`). Of 24 runs on the
-    // build machine (12 of 4,000 steps, 12 of 6,000), 22 windows kept 1 %, two ended at
-    // 1.20 and 1.12 %. `met` says which.
+    // next on phase is shortened by (`budget_controller::Budget::lingering_ns`). `met` says
+    // whether it kept the budget.
     let window = r["tracer"]["overhead"]["fraction_of_window"].as_f64().expect("fraction_of_window") * 100.0;
-    assert!(window <= 1.5, "the window's estimated cost {window:.2}% for a budget of 1%: {s:#}");
-    assert_eq!(s["met"], window <= 1.0 * 1.001, "met says whether the window kept the budget: {window:.3}%; {s:#}");
+    assert!(window <= BUDGET + 0.5, "the window's estimated cost {window:.2}% for a budget of {BUDGET}%: {s:#}");
+    assert_eq!(s["met"], window <= BUDGET * 1.001, "met says whether the window kept the budget: {window:.3}%; {s:#}");
 
     // Launches: an estimate close to the truth; what fired is fewer.
     let truth = STEPS * LAUNCHES_PER_STEP;
@@ -47,12 +51,9 @@ fn a_launch_heavy_job_is_duty_cycled_to_its_budget_and_its_launches_estimated() 
     assert_eq!(num(&r, "/cuda/syncs/count"), STEPS);
     assert_eq!(hits(&r, "cuCtxSynchronize_v2"), STEPS);
 
-    // What tracing cost the job over the window: the budget (the first 0.2 s, paid in full,
-    // are paid back), far below the cost of every launch trapped (~8 % here).
-    let cost = r["tracer"]["overhead"]["fraction_of_window"].as_f64().expect("fraction");
-    assert!(cost < 0.015, "estimated overhead {:.2}% with a 1% budget", cost * 100.0);
+    // Far below the cost of every launch trapped (~20 % of the thread here).
     let notes = r["tracer"]["notes"].as_array().expect("notes");
-    assert!(notes.iter().any(|n| n.as_str().is_some_and(|n| n.contains("--max-overhead 1") && n.contains("estimates"))), "{notes:#?}");
+    assert!(notes.iter().any(|n| n.as_str().is_some_and(|n| n.contains("--max-overhead 2") && n.contains("estimates"))), "{notes:#?}");
 }
 
 #[test]
