@@ -69,7 +69,8 @@ impl HostTime {
         // whose stacks show no data loading and that never woke a CUDA thread with input (a
         // compiler's worker pool, a library probing the machine at import: on the H200 such a
         // process, busy on CPU while Lightning started, was taken for a starved loader).
-        per_worker.retain(|pid, (on_cpu, blocked, runqueue)| *on_cpu + *blocked + *runqueue >= ACTIVE_WORKER && may_load_input(ev, *pid, &cuda_pids));
+        let input_wakers = crate::evidence::waits::input_wakers(&ev.wakes, |w| cuda_pids.contains(&w.pid));
+        per_worker.retain(|pid, (on_cpu, blocked, runqueue)| *on_cpu + *blocked + *runqueue >= ACTIVE_WORKER && may_load_input(ev, *pid, &input_wakers));
         h.workers = per_worker.len();
         if h.workers > 0 {
             h.workers_on_cpu = per_worker.values().map(|v| v.0).sum::<f64>() / h.workers as f64;
@@ -80,13 +81,12 @@ impl HostTime {
     }
 }
 
-/// Whether process `pid` may be a loader worker: it woke a thread of a CUDA process through a
-/// pipe or socket often enough (`waits::input_wakers`), or its stacks show data loading, or it has no
-/// stacks to say otherwise (`--no-stacks`).
-fn may_load_input(ev: &Evidence, pid: u32, cuda_pids: &std::collections::BTreeSet<u32>) -> bool {
-    let woke = crate::evidence::waits::input_wakers(&ev.wakes, |w| cuda_pids.contains(&w.pid)).contains(&pid);
+/// Whether process `pid` may be a loader worker: it is one of `input_wakers` (it woke a CUDA
+/// process's thread through a pipe or socket often enough, `waits::input_wakers`), or its
+/// stacks show data loading, or it has no stacks to say otherwise (`--no-stacks`).
+fn may_load_input(ev: &Evidence, pid: u32, input_wakers: &std::collections::BTreeSet<u32>) -> bool {
     let mut stacks = ev.stacks.iter().filter(|s| s.pid == pid).peekable();
-    woke || stacks.peek().is_none() || stacks.any(|s| crate::stacks::sites::is_data_loading(&s.frames))
+    input_wakers.contains(&pid) || stacks.peek().is_none() || stacks.any(|s| crate::stacks::sites::is_data_loading(&s.frames))
 }
 
 /// `utilization.gpu` at or above which the GPU counts as busy when GPM is not available.

@@ -53,12 +53,13 @@ pub fn of(d: &Diagnosis, m: &StepModel, sm_over_util: Option<f64>) -> Option<(Fi
             let user = m.idle.user + m.overlap.user;
             let host = user + m.idle.launch + m.overlap.launch;
             let share = if user > 0.0 { (m.loading_share * host / user).clamp(0.0, 1.0) } else { 0.0 };
-            (Fix { offload_user: share, ..n }.and(&pinned_input(m)), format!("loading moved into DataLoader workers runs on {}{}", free_cores(m), pinned_words(m)))
+            let (pinned, words) = pinned_input(m);
+            (Fix { offload_user: share, ..n }.and(&pinned), format!("loading moved into DataLoader workers runs on {}{words}", free_cores(m)))
         }
-        DiagnosisId::InputStarved => (
-            Fix { refill_input: true, ..n }.and(&pinned_input(m)),
-            format!("workers that keep up leave no wait for input; they need the cores for it{}", pinned_words(m)),
-        ),
+        DiagnosisId::InputStarved => {
+            let (pinned, words) = pinned_input(m);
+            (Fix { refill_input: true, ..n }.and(&pinned), format!("workers that keep up leave no wait for input; they need the cores for it{words}"))
+        }
         DiagnosisId::AllocChurn => (Fix { keep: Segments0::with(|s| s.alloc = 0.0), ..n }, "a caching allocator left warm makes allocation calls nearly free".into()),
         DiagnosisId::CpuStarved => (Fix { keep: Segments0::with(|s| s.cpu_wait = 0.0), ..n }, "with its CPUs the training thread runs when it is ready".into()),
         DiagnosisId::IoStall => (Fix { keep: Segments0::with(|s| s.io_wait = 0.0), ..n }, "I/O moved off the training thread overlaps the step".into()),
@@ -87,20 +88,13 @@ fn pinned_copies(m: &StepModel) -> Fix {
 }
 
 /// The loader's fix sets `pin_memory=True` (its text says so): batches come pinned, so their
-/// pageable copies' staging and drains go with the wait. Nothing where no copy is pageable.
-fn pinned_input(m: &StepModel) -> Fix {
+/// pageable copies' staging and drains go with the wait, and the words that say so. Nothing
+/// where no copy is pageable.
+fn pinned_input(m: &StepModel) -> (Fix, &'static str) {
     if m.drains.pageable_copies > 0.0 || m.serial.staging + m.overlap.staging + m.idle.staging > 0.0 {
-        pinned_copies(m)
+        (pinned_copies(m), "; with pin_memory=True the batches' copies are no longer staged by the training thread or waited for")
     } else {
-        Fix::NONE
-    }
-}
-
-fn pinned_words(m: &StepModel) -> &'static str {
-    if pinned_input(m) == Fix::NONE {
-        ""
-    } else {
-        "; with pin_memory=True the batches' copies are no longer staged by the training thread or waited for"
+        (Fix::NONE, "")
     }
 }
 
