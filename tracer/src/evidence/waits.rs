@@ -263,6 +263,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_process_feeds_input_only_if_it_wakes_the_thread_again_and_again() {
+        let wake = |waker_pid: u32, kind: WaitKind, count: u64| Wake { tid: 1, pid: 1, waker_pid, kind, count, ..Wake::default() };
+        // A DataLoader worker, once a batch (two stacks of it add up); an MPI helper that
+        // answered once as the job started; a thread of the job's own.
+        let wakes = [
+            wake(20, WaitKind::InputWorker, 6),
+            wake(20, WaitKind::InputWorker, 6),
+            wake(30, WaitKind::InputWorker, 1),
+            wake(40, WaitKind::Thread, 500),
+        ];
+        assert_eq!(input_wakers(&wakes, |_| true).into_iter().collect::<Vec<_>>(), vec![20]);
+        assert!(input_wakers(&wakes, |w| w.tid != 1).is_empty(), "only the threads asked about");
+    }
+
+    #[test]
     fn the_stack_says_what_woke_the_thread() {
         let timer = ["bpf_trace_run2", "__traceiter_sched_waking", "try_to_wake_up", "hrtimer_wakeup", "__hrtimer_run_queues", "hrtimer_interrupt"];
         // Whichever task the timer interrupted, the sleep ended on a timer.
