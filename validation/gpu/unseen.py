@@ -81,6 +81,10 @@ MODES
                        the step (forward, backward, optimizer) captured once as
                        a CUDA graph and replayed; the sync, the bookkeeping and
                        the inline tokenizing stay.         fix of: launch-bound
+    cache_flush_graph  cache_flush's lengths padded up to multiples of 64 (the
+                       padding's targets ignored), one graph a length replays
+                       the whole step; the empty_cache() stays.
+                                                          fix of: launch-bound
     mixed_loader_item_nosync
                        mixed_loader_item without the per-step loss.item();
                        the 2-worker loader stays.            fix of: host-sync
@@ -1164,16 +1168,59 @@ def release_cached_memory():
     torch.cuda.empty_cache()  # CAUSE cache_flush
 
 
+class BucketedGraphs:
+    """cache_flush's launch fix (MODE_graph): a length varies every step, so no one graph
+    fits; each batch is padded up to the next multiple of BUCKET tokens (the padding's
+    targets ignored: a causal model's real positions never see it, so the loss is the
+    same) and one CUDA graph a bucket replays the whole step. Each graph keeps its own
+    memory pool, since buckets replay in any order."""
+
+    BUCKET = 64
+
+    def __init__(self, model, optimizer, batch, max_seq):
+        self.model, self.optimizer, self.graphs = model, optimizer, {}
+        for length in range(max_seq, 0, -self.BUCKET):    # largest first
+            inputs = torch.zeros(batch, length, dtype=torch.long, device=DEVICE)
+            # every target real while the step is warmed up and captured (all ignored
+            # would make the loss 0/0); each replay sets them
+            targets = torch.zeros(batch, length, dtype=torch.long, device=DEVICE)
+            captured = CapturedStep(optimizer, self._step, inputs, targets)
+            self.graphs[length] = captured
+
+    def _step(self, inputs, targets):
+        logits = self.model(inputs)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
+        loss.backward()
+        self.optimizer.step()
+        return loss
+
+    def __call__(self, tokens):
+        seq = tokens.shape[1] - 1
+        length = -(-seq // self.BUCKET) * self.BUCKET
+        captured = self.graphs[length]
+        inputs, targets = captured.inputs
+        inputs[:, :seq].copy_(tokens[:, :-1])
+        inputs[:, seq:].zero_()
+        targets[:, :seq].copy_(tokens[:, 1:])
+        targets[:, seq:].fill_(-100)
+        captured.graph.replay()
+        return captured.outputs
+
+
 class CacheFlushJob(Job):
     BATCH, MAX_SEQ, VOCAB = 48, 512, 4096
 
-    def __init__(self, fixed):
+    def __init__(self, fixed, graph=False):
         super().__init__(fixed)
         self.model = CausalLM(self.VOCAB, 512, 4, 8, 2048, max_len=self.MAX_SEQ).to(DEVICE)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=3e-4)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=3e-4, capturable=graph)
         self.tokens = synthetic_token_stream(8, self.BATCH, self.MAX_SEQ + 1, self.VOCAB, DEVICE)
         self.lengths = random.Random(1234)    # same length sequence in both twins
         self.free_memory_every_step = not fixed
+        self.graphs = None
+        if graph:       # the empty_cache() stays; the step is replayed
+            self.model.train()
+            self.graphs = BucketedGraphs(self.model, self.optimizer, self.BATCH, self.MAX_SEQ)
 
     def train(self, seconds):
         self.model.train()
@@ -1181,10 +1228,13 @@ class CacheFlushJob(Job):
         for _ in steps_for(seconds):
             seq = self.lengths.randint(64, self.MAX_SEQ)
             tokens = self.tokens[self.step % len(self.tokens), :, : seq + 1]
-            loss = lm_loss(self.model, tokens)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
+            if self.graphs:
+                loss = self.graphs(tokens)
+            else:
+                loss = lm_loss(self.model, tokens)
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                self.optimizer.step()
             if self.step % 100 == 0:
                 log(f"step {self.step} seq {seq} loss {loss.item():.4f}")
             del loss
@@ -1293,6 +1343,7 @@ COMPETING = {
     "mixed_loader_item_graph": lambda: AugmentedLoaderJob(False, workers=2, loss_item_every_step=True, graph=True),
     "pageable_inputs_pinned": lambda: PageableInputsJob(False, pinned_source=True),
     "numpy_augment_graph": lambda: AugmentedLoaderJob(False, workers=1, loss_item_every_step=False, graph=True),
+    "cache_flush_graph": lambda: CacheFlushJob(False, graph=True),
 }
 ALL_MODES = [m for p in PLANTED for m in (p, p + "_fixed")] + list(HEALTHY) + list(COMPETING)
 

@@ -28,7 +28,7 @@ const HOST_WAIT_NONE: f64 = 0.05;
 const SYNCS_PER_S: f64 = 10.0;
 /// Alloc + free calls per second that mean the caching allocator is not caching. Only calls
 /// that pair up count: allocations never freed are growth (`detect::memory`), not churn.
-const ALLOCS_PER_S: f64 = 20.0;
+pub(crate) const ALLOCS_PER_S: f64 = 20.0;
 
 pub(super) fn launch_bound(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     let blocked = a.share(|t| t.waiting_on_gpu_ns + t.in_copies_ns);

@@ -132,6 +132,51 @@ fn native_is_dispatch(frames: &[Frame]) -> Option<bool> {
     known.then_some(false)
 }
 
+/// Functions of a caching allocator's slow path: asking the driver for memory, giving it
+/// back, emptying the cache. With the cache left warm they no longer run; its fast path (a
+/// free block found in the pool) stays and is dispatch.
+const ALLOCATOR_SLOW_PATH: [&str; 9] = [
+    "alloc_block",
+    "release_block",
+    "release_cached_blocks",
+    "release_available_cached_blocks",
+    "emptyCache",
+    "garbage_collect_cached_blocks",
+    "synchronize_and_free_events",
+    "map_block",
+    "release_expandable_segment",
+];
+/// The driver's own allocation calls: their time is measured by the probes (the `alloc`
+/// segment), so a stack inside one is no host time.
+const DRIVER_ALLOC_CALLS: [&str; 6] = ["cudaMalloc", "cudaFree", "cuMemAlloc", "cuMemFree", "cuMemMap", "cuMemUnmap"];
+
+/// Of the `threads`' on-CPU native host time outside the driver's allocation calls, the
+/// share in a caching allocator's slow path (PyTorch's `CUDACachingAllocator` walking and
+/// splitting its pools after an `empty_cache()`): host time that allocation churn costs
+/// beyond the driver's calls, counted as dispatch by [`share`] because it lives in `libc10`.
+/// 0 with too few samples.
+#[must_use]
+pub fn allocator_share(ev: &Evidence, threads: &[u32]) -> f64 {
+    let (mut slow, mut all, mut samples) = (0u64, 0u64, 0u64);
+    let native_host = ev.stacks.iter().filter(|s| s.activity == Activity::Host && s.on_cpu && s.origin == Origin::Native && threads.contains(&s.tid));
+    for s in native_host {
+        let named = |names: &[&str]| s.frames.iter().any(|f| names.iter().any(|n| f.function.contains(n)));
+        if named(&DRIVER_ALLOC_CALLS) {
+            continue;
+        }
+        all += s.ns;
+        samples += s.count;
+        if s.frames.iter().any(|f| f.function.contains("CachingAllocator") && ALLOCATOR_SLOW_PATH.iter().any(|n| f.function.contains(n))) {
+            slow += s.ns;
+        }
+    }
+    if samples < MIN_SAMPLES || all == 0 {
+        0.0
+    } else {
+        slow as f64 / all as f64
+    }
+}
+
 /// Python packages whose frames below the user's code produce launches.
 const FRAMEWORK_DIRS: [&str; 8] = ["/torch/", "/jax/", "/jaxlib/", "/flax/", "/optax/", "/triton/", "/tensorflow/", "/keras/"];
 /// Parts of those packages that launch processes or load data, not kernels.
@@ -170,6 +215,32 @@ mod tests {
         assert!(!python_is_dispatch(&[py("/w/bookkeeping.py"), py("/w/train.py")]));
         assert!(!python_is_dispatch(&[py("/w/data.py"), py("/venv/torch/utils/data/dataloader.py"), py("/w/train.py")]));
         assert!(!python_is_dispatch(&[py("/w/train.py"), py("/venv/torch/distributed/run.py")]), "a launcher below the loop");
+    }
+
+    fn host_stack(tid: u32, functions: &[&str], count: u64) -> StackTime {
+        let frames = functions.iter().map(|f| Frame { function: (*f).into(), file: None, line: None, module: Some("/venv/torch/lib/libc10_cuda.so".into()) }).collect();
+        StackTime { tid, frames, ns: count * 10_000_000, count, on_cpu: true, origin: Origin::Native, activity: Activity::Host, pid: tid }
+    }
+
+    #[test]
+    fn the_allocators_slow_path_outside_the_drivers_calls_is_its_share() {
+        let slow = "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::release_block(Block*)";
+        let fast = "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(unsigned long, CUstream_st*)";
+        let mut ev = Evidence {
+            stacks: vec![
+                host_stack(1, &["free", slow], 2),
+                // inside the driver's call: timed by the probes, neither side of the share
+                host_stack(1, &["cudaFree", slow], 5),
+                host_stack(1, &["get_free_block", fast], 3),
+                host_stack(1, &["at::native::add"], 5),
+                // another process's thread
+                host_stack(9, &["free", slow], 50),
+            ],
+            ..Evidence::default()
+        };
+        assert!((allocator_share(&ev, &[1]) - 0.2).abs() < 1e-9, "2 of 10 samples: {}", allocator_share(&ev, &[1]));
+        ev.stacks.truncate(2);
+        assert!(allocator_share(&ev, &[1]).abs() < 1e-9, "two samples say nothing");
     }
 
     #[test]

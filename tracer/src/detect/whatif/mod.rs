@@ -159,6 +159,36 @@ mod tests {
     }
 
     #[test]
+    fn a_churning_allocators_fixes_take_its_device_work_with_it() {
+        // Launching holds half the step, allocation calls 0.45; NVML says the GPU is busy
+        // 0.8 of it, GPM's SM activity 0.45 (0.5625 of the utilization): the geometric middle
+        // of the two, 0.6, is the floor once the allocator stops churning (the 0.05 the model
+        // does not explain stays). A graph's replay allocates nothing, so its fix removes the
+        // calls and their device work too.
+        let m = StepModel {
+            overlap: Segments { launch: 0.5, alloc: 0.45, ..Segments::default() },
+            gpu: Range { lo: 0.45, point: 0.8, hi: 0.85 },
+            dispatch: dispatch::Dispatch { share: Range::exact(1.0), ..Default::default() },
+            launches_per_step: Some(100.0),
+            launch_host_s: Some(20e-6),
+            alloc_calls_per_s: 1000.0,
+            cpus: Some(8.0),
+            job_cpu: 1.0,
+            residual: 0.05,
+            ..StepModel::default()
+        };
+        let mut found = vec![diagnosis(DiagnosisId::AllocChurn), diagnosis(DiagnosisId::LaunchBound)];
+        let _ = apply(&mut found, &m, None, 1.0, Some(0.5625));
+        let speedup = |id| found.iter().find(|d| d.id == id).and_then(|d| d.saving.as_ref()?.speedup).expect("a speed-up");
+        assert!((speedup(DiagnosisId::AllocChurn) - 1.0 / 0.65).abs() < 1e-9, "{found:#?}");
+        assert!((speedup(DiagnosisId::LaunchBound) - 1.0 / 0.65).abs() < 1e-9, "{found:#?}");
+        // Without GPM the device work cannot be told apart: the floor stays NVML's.
+        let mut found = vec![diagnosis(DiagnosisId::AllocChurn)];
+        let _ = apply(&mut found, &m, None, 1.0, None);
+        assert!((found[0].saving.as_ref().and_then(|s| s.speedup).expect("a speed-up") - 1.0 / 0.85).abs() < 1e-9, "{found:#?}");
+    }
+
+    #[test]
     fn two_fixes_that_meet_the_same_bound_rank_the_simpler_first() {
         // Launching and allocating each hold half the host's step, and the GPU is busy 75 %
         // of it: either fix alone leaves the GPU's time, so both buy the same (cache_flush on

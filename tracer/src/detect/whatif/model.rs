@@ -175,6 +175,8 @@ pub struct StepModel {
     pub loading_share: f64,
     /// The share of the window the copies need on the bus at pinned speed.
     pub bus: f64,
+    /// Device allocations and frees a second, those that pair up (as `alloc-churn` counts).
+    pub alloc_calls_per_s: f64,
     /// What makes the model uncertain, in sentences.
     pub notes: Vec<String>,
 }
@@ -194,7 +196,13 @@ impl StepModel {
         let host = share(t.launching_and_host_ns);
         let host_idle = share(t.host_while_queue_empty_ns).min(host);
         m.dispatch = dispatch::share(ev, &t.threads, host * a.window_s, a.launch_rate * a.window_s);
-        let launch = m.dispatch.share.point * host;
+        // The caching allocator's slow path is churn's host time, not dispatch: it joins the
+        // allocation calls (`dispatch::allocator_share`). The program's own share stays.
+        let allocator_cpu = (dispatch::allocator_share(ev, &t.threads) * host).min(m.dispatch.share.point * host);
+        let launch = m.dispatch.share.point * host - allocator_cpu;
+        let host = host - allocator_cpu;
+        let host_idle = host_idle.min(host);
+        m.alloc_calls_per_s = if a.window_s > 0.0 { 2.0 * ev.allocs.count.min(ev.allocs.frees) as f64 / a.window_s } else { 0.0 };
         m.launch_host_s = (a.launch_rate > 0.0).then(|| launch / a.launch_rate);
         let user = host - launch;
         // After a drain the program's own code runs first (bookkeeping, the next batch);
@@ -211,7 +219,7 @@ impl StepModel {
         m.gpu_wait += sleeping * gpu_woken;
         m.serial = Segments { staging: share(t.pageable_staging_ns), transfer: share(t.copy_transfer_waits_ns + t.sync_copy_transfer_ns), ..Segments::default() };
         let others = Segments {
-            alloc: share(t.allocating_ns),
+            alloc: share(t.allocating_ns) + allocator_cpu,
             cpu_wait: share(t.waiting_for_cpu_ns),
             io_wait: share(t.io_wait_ns),
             input_wait: sleeping * (1.0 - timer - gpu_woken).max(0.0),
