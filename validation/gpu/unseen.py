@@ -1016,13 +1016,13 @@ def classifier_step(model, optimizer, x, y):
 class TinyBatchJob(Job):
     BATCH, SEQ, FEATURES, CLASSES = 2, 32, 64, 8
 
-    def __init__(self, fixed):
+    def __init__(self, fixed, capturable=False):
         super().__init__(fixed)
         self.model = SequenceClassifier(self.FEATURES, 256, 6, 4, 1024, self.CLASSES,
                                         max_len=self.SEQ).to(DEVICE)
         # capturable=True keeps Adam's step counters on the GPU so that the
         # update can live inside a CUDA graph; the arithmetic is the same.
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=3e-4, capturable=fixed)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=3e-4, capturable=fixed or capturable)
         n = 64
         self.inputs = torch.randn(n, self.BATCH, self.SEQ, self.FEATURES, device=DEVICE)
         self.targets = torch.randint(0, self.CLASSES, (n, self.BATCH), device=DEVICE)
@@ -1345,7 +1345,13 @@ COMPETING = {
     "numpy_augment_graph": lambda: AugmentedLoaderJob(False, workers=1, loss_item_every_step=False, graph=True),
     "cache_flush_graph": lambda: CacheFlushJob(False, graph=True),
 }
-ALL_MODES = [m for p in PLANTED for m in (p, p + "_fixed")] + list(HEALTHY) + list(COMPETING)
+# Probes, no twins: what a twin's own change costs apart from its fix.
+PROBES = {
+    # tiny_batch eager with the capturable Adam its graph twin needs: the GPU time that
+    # optimizer adds, apart from the graph.
+    "tiny_batch_capturable": lambda: TinyBatchJob(False, capturable=True),
+}
+ALL_MODES = [m for p in PLANTED for m in (p, p + "_fixed")] + list(HEALTHY) + list(COMPETING) + list(PROBES)
 
 
 def parse_mode(mode):
@@ -1362,6 +1368,8 @@ def make_job(mode):
     """The job of MODE: a planted job, its fixed twin, a healthy job or a competing twin."""
     if mode in COMPETING:
         return COMPETING[mode]()
+    if mode in PROBES:
+        return PROBES[mode]()
     base, fixed = parse_mode(mode)
     return JOBS[base](fixed)
 

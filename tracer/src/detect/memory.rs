@@ -32,6 +32,8 @@ const GROWTH_MIN_BYTES: u64 = 64 << 20;
 /// Each quarter of the second half must carry at least this share of its growth: steady,
 /// not one jump (an evaluation phase, a new batch shape).
 const GROWTH_STEADY_SHARE: f64 = 0.2;
+/// A leak's lowest level rises by at least this share of its peak's rise, quarter to quarter.
+const FLOOR_RISE_SHARE: f64 = 0.5;
 /// Windows shorter than this say nothing about growth per second...
 const GROWTH_MIN_WINDOW_NS: u64 = 2_000_000_000;
 /// ...unless they hold this many steps: growth is then judged per step (a leak of every
@@ -234,6 +236,15 @@ fn growth(points: &[(u64, u64)], start_ns: u64, end_ns: u64, steps_per_s: Option
     let total = g1 + g2;
     if total < GROWTH_MIN_BYTES || (g1.min(g2) as f64) < GROWTH_STEADY_SHARE * total as f64 {
         return None;
+    }
+    // A leak lifts the level it falls back to with its peak; a level that swings (a cache
+    // emptied every step, lengths that vary) sets new highs now and then while its lows stay.
+    // The third quarter is compared with the second: the last may hold the teardown's frees.
+    let low = |q: u64| points.iter().filter(|p| p.0 > start_ns + window / 4 * (q - 1) && p.0 <= start_ns + window / 4 * q).map(|p| p.1).min();
+    if let (Some(before), Some(after)) = (low(2), low(3)) {
+        if (after.saturating_sub(before) as f64) < FLOOR_RISE_SHARE * g1 as f64 {
+            return None;
+        }
     }
     Some(Growth { rate: total as f64 / ((window / 2) as f64 / 1e9), per_step: None, at: [mid, three, end] })
 }
@@ -475,6 +486,10 @@ mod tests {
         // One jump at three quarters (an evaluation phase) is not steady growth.
         let jump = vec![(S, 100 * MIB), (15 * S, 400 * MIB)];
         assert_eq!(growth(&jump, 0, 20 * S, None), None);
+        // New highs of a level that swings back down every step are no growth: lengths that
+        // vary, the cache emptied after each (cache_flush on the H200 read 3.9, 4.0, 4.0 GiB).
+        let swings: Vec<(u64, u64)> = (1..=200).map(|i| (i * S / 10, if i % 2 == 0 { 100 * MIB } else { (300 + i) * MIB })).collect();
+        assert_eq!(growth(&swings, 0, 20 * S, None), None);
         // A trickle under the floor is noise.
         let trickle: Vec<(u64, u64)> = (1..=20).map(|i| (i * S, i * MIB)).collect();
         assert_eq!(growth(&trickle, 0, 20 * S, None), None);

@@ -17,6 +17,8 @@
 //!
 //! The larger of the two is taken.
 
+use std::collections::HashSet;
+
 use super::model::Range;
 use crate::{
     evidence::Evidence,
@@ -89,10 +91,12 @@ pub fn share(ev: &Evidence, threads: &[u32], host_s: f64, launches: f64) -> Disp
 fn view<'a>(stacks: impl Iterator<Item = &'a StackTime>, origin: Origin) -> Option<(f64, u64)> {
     let (mut dispatch, mut all, mut samples) = (0u64, 0u64, 0u64);
     // Importing a module is neither: a one-time cost (`sites::is_importing`).
-    for s in stacks.filter(|s| !crate::stacks::sites::is_importing(&s.frames)) {
+    let stacks: Vec<&StackTime> = stacks.filter(|s| !crate::stacks::sites::is_importing(&s.frames)).collect();
+    let calling = if origin == Origin::Python { launching_lines(&stacks) } else { HashSet::new() };
+    for s in stacks {
         let Some(is_dispatch) = (match origin {
             Origin::Native => native_is_dispatch(&s.frames),
-            Origin::Python => Some(python_is_dispatch(&s.frames)),
+            Origin::Python => Some(python_is_dispatch(&s.frames) || s.frames.first().is_some_and(|f| calling.contains(&line_of(f)))),
         }) else {
             continue;
         };
@@ -177,16 +181,41 @@ pub fn allocator_share(ev: &Evidence, threads: &[u32]) -> f64 {
     }
 }
 
+/// A Python frame's place: its file and line.
+fn line_of(f: &Frame) -> (&str, Option<u32>) {
+    (f.file.as_deref().unwrap_or_default(), f.line)
+}
+
+/// The program's lines that call into the framework's launching code: in some sample the
+/// frame just inside theirs is the framework's. Their own time, the interpreter running
+/// `model(x).square().mean().backward()`, produces launches as the framework's does, and a
+/// graph's replay runs none of it (on the H200, 7 % of `launch_bound`'s host time, ~2 µs
+/// an op, that the Python view had counted as the program's work). A line that loops over
+/// text calls no framework and stays the program's.
+fn launching_lines<'a>(stacks: &[&'a StackTime]) -> HashSet<(&'a str, Option<u32>)> {
+    let mut lines = HashSet::new();
+    for s in stacks {
+        for pair in s.frames.windows(2) {
+            if is_framework_frame(&pair[0]) && !is_framework_frame(&pair[1]) {
+                lines.insert(line_of(&pair[1]));
+            }
+        }
+    }
+    lines
+}
+
+fn is_framework_frame(f: &Frame) -> bool {
+    let file = f.file.as_deref().unwrap_or_default();
+    FRAMEWORK_DIRS.iter().any(|d| file.contains(d)) && !NOT_DISPATCH.iter().any(|d| file.contains(d))
+}
+
 /// Python packages whose frames below the user's code produce launches.
 const FRAMEWORK_DIRS: [&str; 8] = ["/torch/", "/jax/", "/jaxlib/", "/flax/", "/optax/", "/triton/", "/tensorflow/", "/keras/"];
 /// Parts of those packages that launch processes or load data, not kernels.
 const NOT_DISPATCH: [&str; 4] = ["/torch/utils/data/", "/torch/distributed/", "/torch/multiprocessing/", "/torch/utils/tensorboard/"];
 
 fn python_is_dispatch(frames: &[Frame]) -> bool {
-    frames.iter().any(|f| {
-        let file = f.file.as_deref().unwrap_or_default();
-        FRAMEWORK_DIRS.iter().any(|d| file.contains(d)) && !NOT_DISPATCH.iter().any(|d| file.contains(d))
-    })
+    frames.iter().any(is_framework_frame)
 }
 
 #[cfg(test)]
@@ -241,6 +270,27 @@ mod tests {
         assert!((allocator_share(&ev, &[1]) - 0.2).abs() < 1e-9, "2 of 10 samples: {}", allocator_share(&ev, &[1]));
         ev.stacks.truncate(2);
         assert!(allocator_share(&ev, &[1]).abs() < 1e-9, "two samples say nothing");
+    }
+
+    fn python_stack(frames: &[(&str, u32)], count: u64) -> StackTime {
+        let frames = frames.iter().map(|&(file, line)| Frame { function: "f".into(), file: Some(file.into()), line: Some(line), module: None }).collect();
+        StackTime { tid: 1, pid: 1, frames, ns: count * 10_000_000, count, on_cpu: true, origin: Origin::Python, activity: Activity::Host }
+    }
+
+    #[test]
+    fn a_line_that_calls_the_framework_is_launching_even_when_the_interpreter_is_on_it() {
+        let module = "/venv/torch/nn/modules/module.py";
+        let stacks = [
+            // inside the model's forward, called from train.py:10
+            python_stack(&[(module, 1), ("/w/train.py", 10), ("/w/train.py", 20)], 6),
+            // the interpreter on line 10 itself (the op calls that have no Python frame)
+            python_stack(&[("/w/train.py", 10), ("/w/train.py", 20)], 2),
+            // a tokenizer's loop: it calls no framework
+            python_stack(&[("/w/tokens.py", 5), ("/w/train.py", 12), ("/w/train.py", 20)], 2),
+        ];
+        let (share, samples) = view(stacks.iter(), Origin::Python).expect("ten samples");
+        assert_eq!(samples, 10);
+        assert!((share - 0.8).abs() < 1e-9, "the model's 6 and line 10's 2 of 10: {share}");
     }
 
     #[test]

@@ -41,7 +41,7 @@ pub fn of(d: &Diagnosis, m: &StepModel, sm_over_util: Option<f64>) -> Option<(Fi
             let replay = if per_launch > REPLAY_HOST_S { REPLAY_HOST_S / per_launch } else { 1.0 };
             // A replay allocates nothing: the captured step's memory is the graph's own pool.
             (
-                Fix { launch_scale: replay / per_step, keep: Segments0::with(|s| s.alloc = 0.0), gpu_scale: churn_device_work(m, sm_over_util), ..n },
+                Fix { launch_scale: replay / per_step, keep: Segments0::with(|s| s.alloc = 0.0), gpu_scale: churn_device_work(m, sm_over_util) * back_to_back(m), ..n },
                 format!(
                     "captured as one CUDA graph (or several steps in one compiled call), the step's {per_step:.0} launches and their dispatch ({:.0} µs a launch now) become one replay, which allocates nothing; the program's own host work and its syncs stay",
                     per_launch * 1e6
@@ -81,6 +81,25 @@ pub fn of(d: &Diagnosis, m: &StepModel, sm_over_util: Option<f64>) -> Option<(Fi
         | DiagnosisId::NoCudaWork
         | DiagnosisId::NoBottleneckFound => return None,
     })
+}
+
+/// What a kernel that finds the GPU idle costs it beyond running back to back, the time a
+/// graph's replay saves on each: on the H200 an isolated small op kept the GPU busy 1.1-1.2
+/// µs longer (NVML) than the same op replayed in a graph (1.9 µs for a 64x256x1024 matmul),
+/// the median of five ops (`validation/gpu/graph_floor.py`, docs/validation.md).
+const ISOLATED_LAUNCH_DEVICE_S: f64 = 1.15e-6;
+
+/// The GPU's busy time left once the step's kernels run back to back in a graph, as a
+/// multiplier. A launch finds the GPU idle as often as the GPU is idle (launches arrive
+/// independently of its work, and arrivals see the time average); each of those pays the
+/// device [`ISOLATED_LAUNCH_DEVICE_S`] that a replay does not.
+fn back_to_back(m: &StepModel) -> f64 {
+    let busy = m.gpu.point;
+    if busy <= 0.0 {
+        return 1.0;
+    }
+    let saved = m.launches_per_s * ISOLATED_LAUNCH_DEVICE_S * (1.0 - busy).max(0.0);
+    (1.0 - saved / busy).clamp(0.0, 1.0)
 }
 
 /// The GPU's busy time left once the allocator stops churning, as a multiplier. The driver's
