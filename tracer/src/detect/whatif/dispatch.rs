@@ -154,6 +154,15 @@ const ALLOCATOR_SLOW_PATH: [&str; 9] = [
 /// segment), so a stack inside one is no host time.
 const DRIVER_ALLOC_CALLS: [&str; 6] = ["cudaMalloc", "cudaFree", "cuMemAlloc", "cuMemFree", "cuMemMap", "cuMemUnmap"];
 
+/// Whether a caching allocator (PyTorch's) made the device allocations: a native frame of
+/// it in the allocations' stacks or the host's samples. A graph's replay then allocates
+/// nothing (its memory is the graph's own pool); plain allocation calls cannot be captured.
+#[must_use]
+pub fn caching_allocator(ev: &Evidence) -> bool {
+    let named = |frames: &[Frame]| frames.iter().any(|f| f.function.contains("CachingAllocator"));
+    ev.alloc_stacks.iter().any(|s| named(&s.frames)) || ev.stacks.iter().any(|s| s.origin == Origin::Native && named(&s.frames))
+}
+
 /// Of the `threads`' on-CPU native host time outside the driver's allocation calls, the
 /// share in a caching allocator's slow path (PyTorch's `CUDACachingAllocator` walking and
 /// splitting its pools after an `empty_cache()`): host time that allocation churn costs

@@ -39,12 +39,15 @@ pub fn of(d: &Diagnosis, m: &StepModel, sm_over_util: Option<f64>) -> Option<(Fi
             // (jax.lax.scan) or captured shrinks to it too.
             let per_launch = m.launch_host_s.unwrap_or(REPLAY_HOST_S);
             let replay = if per_launch > REPLAY_HOST_S { REPLAY_HOST_S / per_launch } else { 1.0 };
-            // A replay allocates nothing: the captured step's memory is the graph's own pool.
+            // A replay allocates nothing where a caching allocator serves the step: its memory
+            // is the graph's own pool. Plain allocation calls cannot be captured: they stay.
+            let (keep, churn) = if m.caching_allocator { (Segments0::with(|s| s.alloc = 0.0), churn_device_work(m, sm_over_util)) } else { (Fix::NONE.keep, 1.0) };
             (
-                Fix { launch_scale: replay / per_step, keep: Segments0::with(|s| s.alloc = 0.0), gpu_scale: churn_device_work(m, sm_over_util) * back_to_back(m), ..n },
+                Fix { launch_scale: replay / per_step, keep, gpu_scale: churn * back_to_back(m), ..n },
                 format!(
-                    "captured as one CUDA graph (or several steps in one compiled call), the step's {per_step:.0} launches and their dispatch ({:.0} µs a launch now) become one replay, which allocates nothing; the program's own host work and its syncs stay",
-                    per_launch * 1e6
+                    "captured as one CUDA graph (or several steps in one compiled call), the step's {per_step:.0} launches and their dispatch ({:.0} µs a launch now) become one replay{}; the program's own host work and its syncs stay",
+                    per_launch * 1e6,
+                    if m.caching_allocator { ", which allocates nothing" } else { "" }
                 ),
             )
         }
@@ -90,15 +93,18 @@ pub fn of(d: &Diagnosis, m: &StepModel, sm_over_util: Option<f64>) -> Option<(Fi
 const ISOLATED_LAUNCH_DEVICE_S: f64 = 1.15e-6;
 
 /// The GPU's busy time left once the step's kernels run back to back in a graph, as a
-/// multiplier. A launch finds the GPU idle as often as the GPU is idle (launches arrive
-/// independently of its work, and arrivals see the time average); each of those pays the
-/// device [`ISOLATED_LAUNCH_DEVICE_S`] that a replay does not.
+/// multiplier. A kernel finds the GPU idle when the host takes longer to launch the next
+/// than the kernel takes to run: each of those pays the device [`ISOLATED_LAUNCH_DEVICE_S`]
+/// that a replay does not. The host's time a launch (its launching share over the launches)
+/// against the GPU's busy time a launch says how many; partly where they are within that
+/// cost of each other.
 fn back_to_back(m: &StepModel) -> f64 {
     let busy = m.gpu.point;
-    if busy <= 0.0 {
-        return 1.0;
-    }
-    let saved = m.launches_per_s * ISOLATED_LAUNCH_DEVICE_S * (1.0 - busy).max(0.0);
+    let (Some(host_per_launch), true) = (m.launch_host_s, busy > 0.0 && m.launches_per_s > 0.0) else { return 1.0 };
+    let device_per_launch = busy / m.launches_per_s;
+    let running = device_per_launch - ISOLATED_LAUNCH_DEVICE_S;
+    let isolated = ((host_per_launch - running) / ISOLATED_LAUNCH_DEVICE_S).clamp(0.0, 1.0);
+    let saved = m.launches_per_s * ISOLATED_LAUNCH_DEVICE_S * isolated;
     (1.0 - saved / busy).clamp(0.0, 1.0)
 }
 

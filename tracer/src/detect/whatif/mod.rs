@@ -189,6 +189,7 @@ mod tests {
             launches_per_step: Some(100.0),
             launch_host_s: Some(20e-6),
             alloc_calls_per_s: 1000.0,
+            caching_allocator: true,
             cpus: Some(8.0),
             job_cpu: 1.0,
             residual: 0.05,
@@ -199,6 +200,12 @@ mod tests {
         let speedup = |id| found.iter().find(|d| d.id == id).and_then(|d| d.saving.as_ref()?.speedup).expect("a speed-up");
         assert!((speedup(DiagnosisId::AllocChurn) - 1.0 / 0.65).abs() < 1e-9, "{found:#?}");
         assert!((speedup(DiagnosisId::LaunchBound) - 1.0 / 0.65).abs() < 1e-9, "{found:#?}");
+        // Plain allocation calls (no caching allocator in the stacks) cannot be captured:
+        // the graph leaves them and their device work.
+        let plain = StepModel { caching_allocator: false, ..m.clone() };
+        let mut found = vec![diagnosis(DiagnosisId::LaunchBound)];
+        let _ = apply(&mut found, &plain, None, 1.0, Some(0.5625));
+        assert!((found[0].saving.as_ref().and_then(|s| s.speedup).expect("a speed-up") - 1.0 / 0.85).abs() < 1e-9, "the GPU's 0.8 and the residual: {found:#?}");
         // Without GPM the device work cannot be told apart: the floor stays NVML's.
         let mut found = vec![diagnosis(DiagnosisId::AllocChurn)];
         let _ = apply(&mut found, &m, None, 1.0, None);

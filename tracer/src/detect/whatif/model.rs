@@ -175,6 +175,8 @@ pub struct StepModel {
     pub loading_share: f64,
     /// The share of the window the copies need on the bus at pinned speed.
     pub bus: f64,
+    /// A caching allocator made the allocations (`dispatch::caching_allocator`).
+    pub caching_allocator: bool,
     /// Kernel launches a second on the critical path's threads.
     pub launches_per_s: f64,
     /// Device allocations and frees a second, those that pair up (as `alloc-churn` counts).
@@ -207,6 +209,7 @@ impl StepModel {
         m.alloc_calls_per_s = if a.window_s > 0.0 { 2.0 * ev.allocs.count.min(ev.allocs.frees) as f64 / a.window_s } else { 0.0 };
         m.launch_host_s = (a.launch_rate > 0.0).then(|| launch / a.launch_rate);
         m.launches_per_s = a.launch_rate;
+        m.caching_allocator = dispatch::caching_allocator(ev);
         let user = host - launch;
         // After a drain the program's own code runs first (bookkeeping, the next batch);
         // the first launch ends the spell.
