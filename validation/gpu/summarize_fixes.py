@@ -10,7 +10,9 @@ alike), where such a twin ran. Then per job: is the verdict the fix that measure
 is every competing (MEDIUM+) fix covered by a twin.
 
 The last lines count, over the twins: predictions within ±20 % of the measured speed-up,
-predictions above their own bound's speed-up (none may be), and jobs ranked right.
+predictions above their own bound's speed-up (none may be), and jobs ranked right. Each DIR
+is one sample; where a twin was measured in more than one, a table gives its ratio in each
+and their median, and how many twins' medians are within ±20 %.
 """
 import json
 import os
@@ -82,8 +84,17 @@ def report(directory, job):
         return None
 
 
+def median(values):
+    v = sorted(values)
+    mid = len(v) // 2
+    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
+
+
 def main(directories):
     within = over_bound = predicted_twins = 0
+    # (job, diagnosis, twin) -> pred/meas of each directory: a directory is one sample (one
+    # run; runs in different leases may land on different hosts, docs/validation.md).
+    samples = {}
     ranked_right = ranked = uncovered = 0
     print("| job | diagnosis | severity | rank | predicted | range | bound | twin | measured | pred/meas |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -116,6 +127,7 @@ def main(directories):
                     predicted_twins += 1
                     ratio = f"{pred / measured:.2f}"
                     within += abs(pred / measured - 1.0) <= 0.20
+                    samples.setdefault((job, d["id"], twin), []).append(pred / measured)
                 # No fix makes the step shorter than the GPU's busy time: at most 1 / the
                 # lowest busy share the evidence allows.
                 busy = ((r.get("step_model") or {}).get("gpu_busy") or [None])[0]
@@ -140,6 +152,15 @@ def main(directories):
             print(f"| {job} | **verdict {verdict}** | | | | | | best measured: {best and best[0]} "
                   f"({best and f'{best[1][1]:.2f}×'}) | {('right (a tie)' if tie and verdict != best[0] else 'right') if right else 'WRONG'}"
                   f"{'; no twin for ' + ', '.join(missing) if len(severe) >= 2 and missing else ''} | |")
+    if any(len(v) > 1 for v in samples.values()):
+        print()
+        print("| job | diagnosis | twin | pred/meas per directory | median |")
+        print("|---|---|---|---|---|")
+        for (job, diagnosis, twin), ratios in sorted(samples.items()):
+            print(f"| {job} | {diagnosis} | {twin} | {', '.join(f'{x:.2f}' for x in ratios)} | {median(ratios):.2f} |")
+        by_median = sum(abs(median(v) - 1.0) <= 0.20 for v in samples.values())
+        print()
+        print(f"twins whose median prediction is within ±20 %: {by_median} of {len(samples)}")
     print()
     print(f"predictions within ±20 % of the twin: {within} of {predicted_twins}")
     print(f"predictions above their range's top or the GPU floor: {over_bound}")

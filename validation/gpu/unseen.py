@@ -95,6 +95,12 @@ MODES
                        pinned buffers there, a host copy of 64 MiB a step).
                                                          fix of: pageable-copy
 
+    Probes (no twin, no fix: what a twin's own change costs apart from its fix):
+
+    tiny_batch_capturable
+                       tiny_batch eager with Adam(capturable=True), the optimizer
+                       its graph twin needs: the GPU time that optimizer adds.
+
     Healthy (no twin, no planted cause):
 
     healthy_big        6-block transformer LM (d_model 1024), 16x1024 tokens,
