@@ -36,14 +36,37 @@ pub mod usage;
 /// What the unit tests of several modules share.
 #[cfg(test)]
 pub(crate) mod test_support {
-    use std::path::PathBuf;
+    use std::path::{Path, PathBuf};
 
-    /// An empty scratch folder for one test, `gputrace-PREFIX-PID-NAME` under the temporary
-    /// folder (emptied if a previous run left it).
-    pub(crate) fn scratch(prefix: &str, name: &str) -> PathBuf {
+    /// An empty scratch folder for one test, removed when the test is done with it.
+    pub(crate) struct Scratch(PathBuf);
+
+    impl std::ops::Deref for Scratch {
+        type Target = Path;
+
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl AsRef<Path> for Scratch {
+        fn as_ref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// `gputrace-PREFIX-PID-NAME` under the temporary folder, emptied if a previous run left
+    /// it, and removed again when dropped.
+    pub(crate) fn scratch(prefix: &str, name: &str) -> Scratch {
         let dir = std::env::temp_dir().join(format!("gputrace-{prefix}-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("scratch dir");
-        dir
+        Scratch(dir)
     }
 }

@@ -137,7 +137,7 @@ mod tests {
 
     use super::*;
 
-    fn scratch(name: &str) -> PathBuf {
+    fn scratch(name: &str) -> crate::test_support::Scratch {
         crate::test_support::scratch("dest", name)
     }
 

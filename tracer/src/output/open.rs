@@ -231,7 +231,7 @@ mod tests {
 
     use super::*;
 
-    fn scratch(name: &str) -> PathBuf {
+    fn scratch(name: &str) -> crate::test_support::Scratch {
         crate::test_support::scratch("open", name)
     }
 

@@ -905,9 +905,7 @@ mod tests {
 
     #[test]
     fn a_library_is_opened_only_while_its_path_names_the_file_found() {
-        let dir = std::env::temp_dir().join(format!("gputrace-open-library-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("mkdir");
+        let dir = crate::test_support::scratch("open", "library");
         let path = dir.join("libcuda.so.1");
         std::fs::write(&path, b"\x7fELF").expect("write");
         let md = std::fs::metadata(&path).expect("stat");

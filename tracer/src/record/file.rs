@@ -184,7 +184,7 @@ mod tests {
 
     use super::*;
 
-    fn scratch(name: &str) -> PathBuf {
+    fn scratch(name: &str) -> crate::test_support::Scratch {
         crate::test_support::scratch("file-test", name)
     }
 
