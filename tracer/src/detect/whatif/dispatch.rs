@@ -64,11 +64,7 @@ pub struct Dispatch {
 /// The launching share of the `threads`' host time (`host_s` seconds, `launches` launches).
 #[must_use]
 pub fn share(ev: &Evidence, threads: &[u32], host_s: f64, launches: f64) -> Dispatch {
-    let host = |s: &&StackTime| s.activity == Activity::Host && s.on_cpu && threads.contains(&s.tid);
-    let views: Vec<(f64, u64)> = [Origin::Native, Origin::Python]
-        .into_iter()
-        .filter_map(|origin| view(ev.stacks.iter().filter(host).filter(|s| s.origin == origin), origin))
-        .collect();
+    let views: Vec<(f64, u64)> = [Origin::Native, Origin::Python].into_iter().filter_map(|origin| view(on_cpu_host(ev, threads, origin), origin)).collect();
     if let Some(&(point, samples)) = views.iter().max_by(|a, b| a.0.total_cmp(&b.0)) {
         // Two standard errors of a sampled share.
         let spread = 2.0 * (point * (1.0 - point) / samples.max(1) as f64).sqrt();
@@ -85,6 +81,11 @@ pub fn share(ev: &Evidence, threads: &[u32], host_s: f64, launches: f64) -> Disp
         source: Source::LaunchCost,
         samples: 0,
     }
+}
+
+/// The `threads`' on-CPU samples of host work, of one origin.
+fn on_cpu_host<'a>(ev: &'a Evidence, threads: &'a [u32], origin: Origin) -> impl Iterator<Item = &'a StackTime> {
+    ev.stacks.iter().filter(move |s| s.activity == Activity::Host && s.on_cpu && s.origin == origin && threads.contains(&s.tid))
 }
 
 /// The dispatch share of one view's stacks and the samples it rests on; None with too few.
@@ -136,6 +137,9 @@ fn native_is_dispatch(frames: &[Frame]) -> Option<bool> {
     known.then_some(false)
 }
 
+/// What PyTorch's caching allocator's functions are named with (`c10::cuda::
+/// CUDACachingAllocator::…`).
+const CACHING_ALLOCATOR: &str = "CachingAllocator";
 /// Functions of a caching allocator's slow path: asking the driver for memory, giving it
 /// back, emptying the cache. With the cache left warm they no longer run; its fast path (a
 /// free block found in the pool) stays and is dispatch.
@@ -159,7 +163,7 @@ const DRIVER_ALLOC_CALLS: [&str; 6] = ["cudaMalloc", "cudaFree", "cuMemAlloc", "
 /// nothing (its memory is the graph's own pool); plain allocation calls cannot be captured.
 #[must_use]
 pub fn caching_allocator(ev: &Evidence) -> bool {
-    let named = |frames: &[Frame]| frames.iter().any(|f| f.function.contains("CachingAllocator"));
+    let named = |frames: &[Frame]| frames.iter().any(|f| f.function.contains(CACHING_ALLOCATOR));
     ev.alloc_stacks.iter().any(|s| named(&s.frames)) || ev.stacks.iter().any(|s| s.origin == Origin::Native && named(&s.frames))
 }
 
@@ -171,15 +175,14 @@ pub fn caching_allocator(ev: &Evidence) -> bool {
 #[must_use]
 pub fn allocator_share(ev: &Evidence, threads: &[u32]) -> f64 {
     let (mut slow, mut all, mut samples) = (0u64, 0u64, 0u64);
-    let native_host = ev.stacks.iter().filter(|s| s.activity == Activity::Host && s.on_cpu && s.origin == Origin::Native && threads.contains(&s.tid));
-    for s in native_host {
+    for s in on_cpu_host(ev, threads, Origin::Native) {
         let named = |names: &[&str]| s.frames.iter().any(|f| names.iter().any(|n| f.function.contains(n)));
         if named(&DRIVER_ALLOC_CALLS) {
             continue;
         }
         all += s.ns;
         samples += s.count;
-        if s.frames.iter().any(|f| f.function.contains("CachingAllocator") && ALLOCATOR_SLOW_PATH.iter().any(|n| f.function.contains(n))) {
+        if s.frames.iter().any(|f| f.function.contains(CACHING_ALLOCATOR) && ALLOCATOR_SLOW_PATH.iter().any(|n| f.function.contains(n))) {
             slow += s.ns;
         }
     }
