@@ -189,11 +189,9 @@ pub fn simulate(m: &StepModel, fix: &Fix, gpu: f64, dispatch: f64) -> Simulated 
     let (i, o, c) = (idle.total(), overlap.total(), serial.total());
     // What the model leaves unexplained in a synced step is mostly the GPU's work trailing
     // the last launch: where launching paces the GPU its kernels wait on their launches, and
-    // the sync waits for the ones still queued. It shrinks with the overlap phase's host
-    // time: a graph's replay hands the GPU the whole step at once.
-    let before = m.overlap.total();
-    let trailing = if before > 0.0 { (o / before).min(1.0) } else { 1.0 };
-    let synced = i + o.max(g) + c + m.residual * trailing;
+    // the sync waits for the ones still queued. It shrinks with the overlap phase's
+    // launching: a graph's replay hands the GPU the whole step at once.
+    let synced = i + o.max(g) + c + m.residual * fix.launch_scale.min(1.0);
     let ahead = (i + o + c).max(g);
     let d = fix.drop_drains.clamp(0.0, 1.0);
     // A cut is a share of today's step.
