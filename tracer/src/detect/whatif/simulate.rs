@@ -209,6 +209,16 @@ pub fn simulate(m: &StepModel, fix: &Fix, gpu: f64, dispatch: f64) -> Simulated 
         t = m.bus;
         bound = Bound::Bus;
     }
+    if !fix.refill_input && m.workers > 0 {
+        // The loader's workers produce the batches: a step cannot come sooner than they make
+        // its batch. Each is busy its share of the window now; where the loop waits for input
+        // they are already the pace, and a faster loop waits longer instead.
+        let loader = m.workers_cpu / m.workers as f64;
+        if loader > t {
+            t = loader;
+            bound = Bound::Input;
+        }
+    }
     let mut workers = None;
     let free = m.cores_free().map(|c| c.max(MIN_FREE_CORES));
     let offloaded = (m.idle.user + m.overlap.user) * fix.offload_user;
@@ -356,6 +366,27 @@ mod tests {
         // Idle workers that still starve the loop (a disk): at least one more than now.
         m.workers_cpu = 0.1;
         assert_eq!(simulate(&m, &Fix { refill_input: true, ..Fix::NONE }, 0.7, 0.4).workers, Some(3));
+    }
+
+    #[test]
+    fn the_loaders_pace_bounds_every_fix_but_its_own() {
+        // Two workers busy 0.94 of the window each feed a loop that waits 0.5 for them: a
+        // fix of the loop's own time (its sync) makes it wait longer for its batches instead.
+        let mut m = synced();
+        m.overlap.input_wait = 0.5;
+        m.idle.user = 0.0;
+        m.residual = 0.3;
+        m.workers = 2;
+        m.workers_cpu = 1.88;
+        m.job_cpu = 2.88;
+        m.cpus = Some(16.0);
+        assert!((time(&m, &Fix::NONE) - 1.0).abs() < 1e-9);
+        let (t, bound) = step_time(&m, &Fix { drop_drains: 1.0, ..Fix::NONE }, 0.7, 0.4);
+        assert!((t - 0.94).abs() < 1e-9, "the workers' 0.94, not the host's 0.7: {t}");
+        assert_eq!(bound, Bound::Input);
+        // More workers lift it.
+        let s = simulate(&m, &Fix { refill_input: true, drop_drains: 1.0, ..Fix::NONE }, 0.7, 0.4);
+        assert!(s.t < 0.94 && s.bound != Bound::Input, "{s:?}");
     }
 
     #[test]
