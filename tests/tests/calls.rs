@@ -182,6 +182,24 @@ fn return_probes_are_on_where_the_kernel_is_safe_and_off_when_asked() {
     assert!(r["tracer"]["notes"].as_array().expect("notes").iter().any(|n| n.as_str().is_some_and(|s| s.contains("entry-only"))));
 }
 
+#[test]
+fn without_return_probes_a_thread_is_not_taken_to_stay_inside_its_first_call() {
+    require_root();
+    // A sleep between synchronizes, outside any CUDA call. With no return probe to say a
+    // call ended, a thread once inside one read as inside CUDA for good: the timer's
+    // wakeups were taken for waits inside the driver, and the job read as input-starved.
+    let out = std::process::Command::new(gputrace_tests::gputrace())
+        .env("LD_LIBRARY_PATH", gputrace_tests::fake_cuda_dir())
+        .args(["run", "--json", "--entry-only", "--"])
+        .arg(gputrace_tests::fakejob())
+        .args(["--steps", "40", "--driver-launches", "5", "--sync", "--sleep-ms", "5"])
+        .output()
+        .expect("gputrace runs");
+    let r = gputrace_tests::report_json(&out.stdout);
+    assert_eq!(r["tracer"]["entry_only"], true);
+    assert_eq!(r["verdict"], "host-sleep", "{:#}", r["diagnoses"]);
+}
+
 /// The overhead estimate charges each call its traps and what our programs did in them, as the
 /// kernel accounted it (issue 34): a copy and a sync a step, each with a return probe.
 #[test]

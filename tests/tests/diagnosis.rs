@@ -66,7 +66,11 @@ fn waiting_for_large_copies_every_step_is_blocking_copy() {
     assert!(d["impact"].as_f64() > Some(0.05), "{d:#}");
     assert_eq!(d["saving"]["bound"], "bus", "{d:#}");
     let x = d["saving"]["speedup"].as_f64().expect("a speed-up");
-    assert!(x < 3.2 / 2.6, "no more than the bus allows: {d:#}");
+    // The step as traced (3.2 ms and up, with the machine's noise) over the bus time: 64 MiB
+    // at 25 GB/s, 2.68 ms.
+    let step_s = 1.0 / r["steps"]["per_second"].as_f64().expect("steps found");
+    assert!(x <= step_s / (67_108_864.0 / 25e9) * 1.001, "no more than the bus allows: {d:#}");
+    assert!(x > 1.05, "the rest of the step is given back: {d:#}");
 }
 
 /// The GPU-bound counterpart: each step runs 10 ms of kernels and ends with a 1 MiB `.cpu()`

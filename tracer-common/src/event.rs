@@ -139,7 +139,7 @@ pub mod stack_source {
     /// The entry of a device allocation: `id` is in the call's `slot::ALLOC_STACK`.
     pub const ALLOC: u32 = 3;
     /// The entry of a sync or a device-to-host copy (`takes_call_stack`): CPU samples and
-    /// off-CPU spells inside the call count under `id` (`CALL_STACKS`).
+    /// off-CPU spells inside the call count under `id` (`ThreadCounters::call_stack`).
     pub const CALL: u32 = 4;
 }
 
@@ -177,7 +177,8 @@ const _: () = assert!(core::mem::size_of::<UserStackHead>() == 24 + 8 * 5 + 8 + 
 /// Where the return addresses of a thread's two latest probed calls were on its stack, and
 /// what they were: a return probe swaps each for the address of the kernel's trampoline
 /// (`[uprobes]`) until the call returns, so a stack copied inside the call must have them put
-/// back to be unwound past it. Kept per thread (`RETURN_ADDRS`); slot 0 is the latest call's.
+/// back to be unwound past it. Kept per thread (`ThreadCounters::returns`); slot 0 is the latest
+/// call's.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReturnAddrs {

@@ -125,8 +125,8 @@ const _: () = assert!(core::mem::size_of::<OffCpuStart>() == 24);
 /// The stack a traced thread entered its latest sync or device-to-host copy with
 /// (`probe::takes_call_stack`): while it is inside that call, its CPU samples and off-CPU
 /// spells are counted under it, so that the wait is named at the caller's line whether or
-/// not the driver's own frames can be unwound. Kept per thread (`CALL_STACKS`, `probe` the
-/// call's) and per call site (`CALL_SITES`, `taken_ns` when copied): a site's stack is
+/// not the driver's own frames can be unwound. Kept per thread (`ThreadCounters::call_stack`,
+/// `probe` the call's) and per call site (`CALL_SITES`, `taken_ns` when copied): a site's stack is
 /// retaken at most every [`stacks::OFF_CPU_RETAKE_NS`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -19,7 +19,7 @@ pub use probe::*;
 pub const MAX_THREADS: u32 = 16_384;
 /// Capacity of the traced-process set.
 pub const MAX_PROCESSES: u32 = 8_192;
-/// Capacity of the in-flight call table (one entry per thread inside a probed call).
+/// Capacity of the in-flight block request table.
 pub const MAX_INFLIGHT: u32 = 16_384;
 /// Ring buffer size in bytes (a power of two, as the kernel requires).
 pub const RING_BYTES: u32 = 4 << 20;
@@ -31,7 +31,8 @@ pub mod loss {
     pub const RING_FULL: u32 = 0;
     /// A thread could not get a counter slot (the thread map was full): its hits are lost.
     pub const THREAD_MAP_FULL: u32 = 1;
-    /// A call's entry could not be remembered, so its return produced no event.
+    /// A call's entry could not be remembered (its thread was inside more probed calls than
+    /// it has slots for, or had no counters), so its return produced no event.
     pub const INFLIGHT_FULL: u32 = 2;
     /// A return probe fired without a matching entry (attached mid-call, or evicted).
     pub const UNMATCHED_RETURN: u32 = 3;
@@ -56,16 +57,36 @@ pub mod loss {
     pub const COUNT: u32 = 11;
 }
 
-/// Per-thread counters kept in the kernel: one hit count per probe, plus the state the launch
-/// probe needs to notice the first launch after the GPU queue was drained.
+/// Calls a thread can be inside at once and still have each timed: a probed call that calls
+/// another probed entry point, as the driver's own entry points sometimes do.
+pub const INFLIGHT_SLOTS: usize = 2;
+
+/// One call between its entry and its return, in its thread's counters (probe 0: free).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct InflightSlot {
+    pub probe: u32,
+    #[expect(clippy::pub_underscore_fields, reason = "explicit padding: wire types have no implicit padding")]
+    pub _reserved: u32,
+    pub call: InflightCall,
+}
+const _: () = assert!(core::mem::size_of::<InflightSlot>() == 8 + core::mem::size_of::<InflightCall>());
+
+/// Per-thread state kept in the kernel: one hit count per probe, the state the launch probe
+/// needs to notice the first launch after the GPU queue was drained, and what a call's
+/// entry leaves for its return and for the stacks taken inside it. One entry a thread, so a
+/// probed call pays one map lookup at its entry and one at its return, where separate maps
+/// cost it four more (an LRU insert, lookup and delete for the call, an insert each for its
+/// stack and return address: docs/benchmarks.md).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ThreadCounters {
     /// Process (thread group) the thread belongs to.
     pub tgid: u32,
-    /// Probed calls the thread has entered and not returned from (its return probe
-    /// decrements it): nonzero while the thread waits inside a copy or synchronize. Stays 0
-    /// in entry-only mode, where nothing decrements it, so nothing increments it either.
+    /// Probed calls the thread has entered and not returned from (the `inflight` slots
+    /// taken; its return probe frees one): nonzero while the thread waits inside a copy or
+    /// synchronize. Stays 0 in entry-only mode, where no return would free a slot, so no
+    /// entry takes one.
     pub in_call: u16,
     /// The probe id of the call entered last: which call the thread is in while `in_call`
     /// is nonzero (the stack sampler tags its samples with it).
@@ -73,16 +94,39 @@ pub struct ThreadCounters {
     /// Monotonic time a queue-draining call (synchronize, synchronous D→H copy) returned;
     /// 0 when a launch has happened since.
     pub drained_at_ns: u64,
+    /// The calls the thread is inside, for their returns.
+    pub inflight: [InflightSlot; INFLIGHT_SLOTS],
+    /// The stack the thread entered its latest sync or device-to-host copy with.
+    pub call_stack: CallStack,
+    /// Where its latest probed calls' return addresses are (stacks copied inside them).
+    pub returns: ReturnAddrs,
     /// Hits per probe id.
     pub hits: [u64; probe::PROBE_SLOTS],
 }
-const _: () = assert!(core::mem::size_of::<ThreadCounters>() == 16 + 8 * probe::PROBE_SLOTS);
+const _: () = assert!(
+    core::mem::size_of::<ThreadCounters>()
+        == 16 + INFLIGHT_SLOTS * core::mem::size_of::<InflightSlot>() + core::mem::size_of::<CallStack>() + core::mem::size_of::<ReturnAddrs>() + 8 * probe::PROBE_SLOTS
+);
+
+impl ThreadCounters {
+    /// A thread's counters before anything happened (the struct is too large for `Default`).
+    pub const ZERO: Self = Self {
+        tgid: 0,
+        in_call: 0,
+        call_probe: 0,
+        drained_at_ns: 0,
+        inflight: [InflightSlot { probe: 0, _reserved: 0, call: InflightCall { start_ns: 0, args: [0; CALL_ARGS] } }; INFLIGHT_SLOTS],
+        call_stack: CallStack { stack_id: 0, probe: 0, _reserved: 0, taken_ns: 0 },
+        returns: ReturnAddrs { slots: [0; 2], values: [0; 2] },
+        hits: [0; probe::PROBE_SLOTS],
+    };
+}
 
 /// What the kernel remembers between a call's entry and its return. `args` are the raw
 /// integer arguments, except for 2D/3D copies, whose entry stores the fields it read from
 /// their parameter struct ([`cuda::slot`]).
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct InflightCall {
     pub start_ns: u64,
     pub args: [u64; CALL_ARGS],
@@ -109,7 +153,6 @@ mod pod {
     // SAFETY: plain `#[repr(C)]` integers with no padding (sizes asserted above).
     unsafe impl aya::Pod for super::ThreadCounters {}
     // SAFETY: as above.
-    unsafe impl aya::Pod for super::InflightCall {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::ThreadSched {}
     // SAFETY: as above.

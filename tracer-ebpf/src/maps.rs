@@ -6,7 +6,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf, StackTrace},
 };
 use gputrace_common::{
-    host::stacks, loss, InflightCall, IoKey, IoStart, OffCpuStart, SampleKey, SampleStats, ThreadCounters, ThreadSched, WakeKey,
+    host::stacks, loss, IoKey, IoStart, OffCpuStart, SampleKey, SampleStats, ThreadCounters, ThreadSched, WakeKey,
     WakeStats, MAX_INFLIGHT, MAX_PROCESSES, MAX_THREADS, RING_BYTES,
 };
 
@@ -23,11 +23,6 @@ pub static THREADS: HashMap<u32, ThreadCounters> = HashMap::with_max_entries(MAX
 /// 512-byte eBPF stack, so it cannot be built there.
 #[map]
 static ZERO_COUNTERS: Array<ThreadCounters> = Array::with_max_entries(1, 0);
-
-/// Calls between entry and return, keyed by `tid << 32 | probe id`. LRU so that calls that
-/// never return (a thread killed inside one) cannot fill it.
-#[map]
-pub static INFLIGHT: LruHashMap<u64, InflightCall> = LruHashMap::with_max_entries(MAX_INFLIGHT, 0);
 
 /// Records for user space.
 #[map]
@@ -54,6 +49,18 @@ pub fn batched_submit() -> u64 {
     } else {
         BPF_RB_NO_WAKEUP
     }
+}
+
+/// Nonzero (set by user space once it has decided, before any probe is attached): return
+/// probes are off (`--entry-only`), so a call's entry takes no slot in its thread's counters,
+/// which only a return frees: the thread would read as inside CUDA from its first call on.
+#[map]
+static ENTRY_ONLY: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Whether calls' returns are probed (see `ENTRY_ONLY`).
+#[inline(always)]
+pub fn returns_probed() -> bool {
+    ENTRY_ONLY.get(0).is_none_or(|v| *v == 0)
 }
 
 /// Loss counters, indexed by `gputrace_common::loss`.
@@ -212,13 +219,17 @@ pub static OFF_CPU: LruHashMap<u32, OffCpuStart> = LruHashMap::with_max_entries(
 /// `bpf_get_stackid` flag: the user-space stack (include/uapi/linux/bpf.h).
 pub const BPF_F_USER_STACK: u64 = 1 << 8;
 
-/// The probe id of the CUDA call the thread is inside, or `stacks::HOST`.
+/// The probe id of the CUDA call the thread is inside (or `stacks::HOST`), and the stack it
+/// entered that call with, if the call took one (`stack_copy::take_call_stack`).
 #[inline(always)]
-pub fn current_call(tid: u32) -> u32 {
-    // SAFETY: a field read of the thread's counters.
+pub fn current_call(tid: u32) -> (u32, Option<i64>) {
+    // SAFETY: field reads of the thread's counters.
     match unsafe { THREADS.get(&tid) } {
-        Some(c) if c.in_call > 0 => u32::from(c.call_probe),
-        _ => stacks::HOST,
+        Some(c) if c.in_call > 0 => {
+            let probe = u32::from(c.call_probe);
+            (probe, (c.call_stack.probe == probe).then_some(c.call_stack.stack_id))
+        }
+        _ => (stacks::HOST, None),
     }
 }
 

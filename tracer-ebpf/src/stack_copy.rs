@@ -14,49 +14,34 @@ use aya_ebpf::{
     maps::{LruHashMap, PerCpuArray},
 };
 use gputrace_common::{
-    host::stacks::OFF_CPU_RETAKE_NS, loss, stack_source, CallSite, CallStack, EventHeader, ReturnAddrs, UserStackEvent, COPIED_STACK_BIT,
+    host::stacks::OFF_CPU_RETAKE_NS, loss, stack_source, CallSite, CallStack, EventHeader, ThreadCounters, UserStackEvent, COPIED_STACK_BIT,
     KIND_USER_STACK, MAX_THREADS, RING_BYTES, STACK_COPY_BYTES,
 };
 
-use crate::maps::{count_loss, Current, BPF_RB_AVAIL_DATA, EVENTS};
+use crate::maps::{count_loss, Current, BPF_RB_AVAIL_DATA, EVENTS, THREADS};
 
 /// Stacks copied so far on each CPU: with the CPU number, a copy's unique id.
 #[map]
 static COPIES: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
-/// Each thread's latest probed calls' return addresses (`ReturnAddrs`), recorded at their
-/// entries: inside such a call its stack holds the kernel's trampoline instead. LRU: exited
-/// threads age out.
-#[map]
-static RETURN_ADDRS: LruHashMap<u32, ReturnAddrs> = LruHashMap::with_max_entries(MAX_THREADS, 0);
-
 /// At the entry of a call with a return probe (`sp`: the entry's stack pointer, which points
-/// at the return address), remember where its return address is and what it is, before the
-/// return probe replaces it.
+/// at the return address), remember in the thread's counters `c` where its return address is
+/// and what it is, before the return probe replaces it (`ThreadCounters::returns`).
 /// Returns the return address (0 where it could not be read).
 #[inline(always)]
-pub fn remember_return(tid: u32, sp: u64) -> u64 {
+pub fn remember_return(c: *mut ThreadCounters, sp: u64) -> u64 {
     // SAFETY: bpf_probe_read_user checks the address; a bad pointer just fails.
     let Ok(value) = (unsafe { bpf_probe_read_user(sp as *const u64) }) else { return 0 };
-    let latest = match RETURN_ADDRS.get_ptr_mut(&tid) {
-        // SAFETY: map value pointer; only this thread's entries write it.
-        Some(r) => unsafe {
-            (*r).slots[1] = (*r).slots[0];
-            (*r).values[1] = (*r).values[0];
-            (*r).slots[0] = sp;
-            (*r).values[0] = value;
-            return value;
-        },
-        None => ReturnAddrs { slots: [sp, 0], values: [value, 0] },
-    };
-    let _ = RETURN_ADDRS.insert(&tid, &latest, 0);
+    // SAFETY: the thread's own map entry; only its own probes write it.
+    unsafe {
+        let r = &mut (*c).returns;
+        r.slots[1] = r.slots[0];
+        r.values[1] = r.values[0];
+        r.slots[0] = sp;
+        r.values[0] = value;
+    }
     value
 }
-
-/// Each thread's stack at the entry of its latest sync or device-to-host copy (`CallStack`).
-/// LRU: exited threads age out.
-#[map]
-static CALL_STACKS: LruHashMap<u32, CallStack> = LruHashMap::with_max_entries(MAX_THREADS, 0);
 
 /// The stack last copied at each call site (`CallSite`): a loop that alternates a copy and a
 /// sync reuses each one's for `OFF_CPU_RETAKE_NS`. LRU: sites not called again age out.
@@ -64,11 +49,11 @@ static CALL_STACKS: LruHashMap<u32, CallStack> = LruHashMap::with_max_entries(MA
 static CALL_SITES: LruHashMap<CallSite, CallStack> = LruHashMap::with_max_entries(4 * MAX_THREADS, 0);
 
 /// At the entry of a sync or a device-to-host copy: the caller's stack (frame-pointer id
-/// `fp_stack_id`, and a copy), unless this call site's was copied less than
-/// `OFF_CPU_RETAKE_NS` ago (a loop that syncs 100,000 times a second copies 100 stacks a
-/// second per site).
+/// `fp_stack_id`, and a copy) into the thread's counters `c` (`ThreadCounters::call_stack`),
+/// unless this call site's was copied less than `OFF_CPU_RETAKE_NS` ago (a loop that syncs
+/// 100,000 times a second copies 100 stacks a second per site).
 #[inline(always)]
-pub fn take_call_stack(cur: &Current, probe: u32, sp: u64, ret: u64, fp_stack_id: impl FnOnce() -> i64) {
+pub fn take_call_stack(cur: &Current, c: *mut ThreadCounters, probe: u32, sp: u64, ret: u64, fp_stack_id: impl FnOnce() -> i64) {
     // SAFETY: reading the monotonic clock has no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     let site = CallSite { tid: cur.tid, _reserved: 0, sp, ret };
@@ -82,15 +67,8 @@ pub fn take_call_stack(cur: &Current, probe: u32, sp: u64, ret: u64, fp_stack_id
             stack_id
         }
     };
-    let _ = CALL_STACKS.insert(&cur.tid, &CallStack { stack_id, probe, _reserved: 0, taken_ns: now }, 0);
-}
-
-/// The stack the thread entered call `probe` with, if it is inside one that took one.
-#[inline(always)]
-pub fn call_stack(tid: u32, probe: u32) -> Option<i64> {
-    // SAFETY: a copy of two fields of the thread's entry.
-    let c = unsafe { CALL_STACKS.get(&tid) }?;
-    (c.probe == probe).then_some(c.stack_id)
+    // SAFETY: the thread's own map entry; only its own probes write it.
+    unsafe { (*c).call_stack = CallStack { stack_id, probe, _reserved: 0, taken_ns: now } };
 }
 
 /// Word offsets of `ip`, `sp` and `bp` in x86-64's `struct pt_regs` (the ptrace ABI,
@@ -158,7 +136,7 @@ pub fn copy_user_stack(cur: &Current, source: u32, probe: u32, fp_stack_id: i64)
         (*record).head.sp = sp;
         (*record).head.bp = user_reg(regs, PT_REGS_BP);
         (*record).head.source = source;
-        (*record).head.returns = RETURN_ADDRS.get(&cur.tid).copied().unwrap_or_default();
+        (*record).head.returns = THREADS.get(&cur.tid).map(|c| c.returns).unwrap_or_default();
     }
     // The rest of the stack pointer's page, then the next page if it is mapped: two reads of
     // at most a page each, so that a stack whose top is near needs no size search.

@@ -5,7 +5,8 @@
 // Protocol: prints "ready PID"; each stdin line "measure KIND SECONDS" runs KIND and prints
 // "KIND NS_PER_CALL CALLS"; "quit" ends. Kinds:
 //   launch     an empty kernel <<<1,1>>>; a stream sync every 256 launches keeps the queue
-//              from filling (its cost, 1/256 of a sync, is in the figure)
+//              from filling, and is not timed: the figure is the launch calls' own time, so
+//              that a GPU slower than the host does not hide what the host pays
 //   item       what `.item()` does: a 4-byte cudaMemcpyAsync device-to-host into pageable
 //              memory, then cudaStreamSynchronize (the queue is empty: no GPU wait)
 //   d2h        one synchronous 4-byte cudaMemcpy device-to-host into pageable memory
@@ -34,11 +35,16 @@ struct Buffers {
     cudaEvent_t event = nullptr;
 };
 
+// Time spent in calls that are not the measured kind (launch's syncs), in ns.
+static double untimed_ns = 0;
+
 // One call of KIND; returns how many calls it made (launch makes 256 per round).
 static long one_round(const std::string &kind, Buffers &b) {
     if (kind == "launch") {
         for (int i = 0; i < 256; i++) empty_kernel<<<1, 1, 0, b.stream>>>();
+        auto before = std::chrono::steady_clock::now();
         CHECK(cudaStreamSynchronize(b.stream));
+        untimed_ns += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - before).count();
         return 256;
     }
     if (kind == "item") {
@@ -80,6 +86,7 @@ int main() {
         double seconds = 0;
         if (std::sscanf(line, "%31s %31s %lf", verb, kind, &seconds) != 3 || std::strcmp(verb, "measure") != 0) break;
         long calls = 0;
+        untimed_ns = 0;
         auto start = std::chrono::steady_clock::now();
         auto until = start + std::chrono::duration<double>(seconds);
         while (std::chrono::steady_clock::now() < until) {
@@ -87,7 +94,7 @@ int main() {
             if (n < 0) { std::printf("%s unknown 0\n", kind); break; }
             calls += n;
         }
-        double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
+        double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() - untimed_ns;
         std::printf("%s %.1f %ld\n", kind, calls ? ns / calls : 0.0, calls);
         std::fflush(stdout);
     }

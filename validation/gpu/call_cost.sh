@@ -11,6 +11,11 @@
 #     default   gputrace attach as shipped
 #     nostacks  with --no-stacks
 #     everycopy every copy record wakes the reader (GPUTRACE_PROMPT_EVERY_COPY=1: the old way)
+#     nonvml    with --nvml-hz 0 (no NVML sampling thread)
+#     perflinks per-probe perf-event uprobes, as the floor uses (GPUTRACE_UPROBE_LINKS=perf-event)
+#     nostats   the kernel's run-time accounting of BPF programs off (GPUTRACE_BPF_STATS=off)
+#     entryonly with --entry-only (no return probes)
+#     alt       the build at $ALT_BIN instead of GPUTRACE (another build, A/B in one process)
 set -u
 BIN=$1
 FLOOR=$2
@@ -39,12 +44,17 @@ measure() { # KIND PHASE
   echo "$kind $2 $ns $calls" | tee -a call_cost.txt
 }
 traced() { # KIND VARIANT REP
-  local args=() envs=()
+  local args=() envs=() bin=$BIN
   case $2 in
     nostacks) args=(--no-stacks) ;;
     everycopy) envs=(GPUTRACE_PROMPT_EVERY_COPY=1) ;;
+    nonvml) args=(--nvml-hz 0) ;;
+    perflinks) envs=(GPUTRACE_UPROBE_LINKS=perf-event) ;;
+    nostats) envs=(GPUTRACE_BPF_STATS=off) ;;
+    entryonly) args=(--entry-only) ;;
+    alt) bin=$ALT_BIN ;;
   esac
-  env "${envs[@]}" "$BIN" -v attach --pid "$pid" --json "${args[@]}" >"$1.$2.$3.json" 2>"$1.$2.$3.err" &
+  env "${envs[@]}" "$bin" -v attach --pid "$pid" --json "${args[@]}" >"$1.$2.$3.json" 2>"$1.$2.$3.err" &
   local gp=$!
   for _ in $(seq 1 400); do grep -q "armed: tracing" "$1.$2.$3.err" && break; sleep 0.05; done
   measure "$1" "$2"

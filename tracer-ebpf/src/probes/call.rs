@@ -16,42 +16,76 @@ use aya_ebpf::{
 use gputrace_common::{
     copy_layout,
     cuda::{memory_type, slot, CopyLayout},
-    drains_queue_after, is_probe, loss, out_arg, stack_source, takes_call_stack, CallEvent, EventHeader, InflightCall, CALL_ARGS, KIND_CALL,
+    drains_queue_after, is_probe, loss, out_arg, stack_source, takes_call_stack, CallEvent, EventHeader, InflightCall, ThreadCounters, CALL_ARGS,
+    KIND_CALL,
 };
 
 use crate::{
-    maps::{copy_region_is_new, count_loss, cuda_caller, stacks_on, thread_counters, Current, ALLOC_STACKS, BPF_F_USER_STACK, EVENTS, INFLIGHT, THREADS, USER_STACKS},
+    maps::{copy_region_is_new, count_loss, cuda_caller, returns_probed, stacks_on, thread_counters, Current, ALLOC_STACKS, BPF_F_USER_STACK, EVENTS, THREADS, USER_STACKS},
     stack_copy::{copy_user_stack, remember_return, take_call_stack},
 };
 
+/// Count the hit and remember the call for its return, in the thread's counters `c`: in the
+/// slot this probe's last call left (a call whose return never came), else a free one, else
+/// over the older of the two (counted as lost).
 #[inline(always)]
-fn inflight_key(tid: u32, probe: u32) -> u64 {
-    (u64::from(tid) << 32) | u64::from(probe)
+fn remember(c: Option<*mut ThreadCounters>, probe: u32, args: [u64; CALL_ARGS]) {
+    let Some(c) = c else {
+        count_loss(loss::INFLIGHT_FULL);
+        return;
+    };
+    // SAFETY: this thread's own entry; no other CPU writes it.
+    unsafe { (*c).hits[probe as usize] += 1 };
+    if !returns_probed() {
+        return;
+    }
+    // SAFETY: reading the monotonic clock has no preconditions.
+    let call = InflightCall { start_ns: unsafe { bpf_ktime_get_ns() }, args };
+    // SAFETY: this thread's own entry; no other CPU writes it.
+    unsafe {
+        let [a, b] = &mut (*c).inflight;
+        let slot = if a.probe == probe {
+            a
+        } else if b.probe == probe {
+            b
+        } else if a.probe == 0 {
+            a
+        } else if b.probe == 0 {
+            b
+        } else {
+            count_loss(loss::INFLIGHT_FULL);
+            if a.call.start_ns <= b.call.start_ns { a } else { b }
+        };
+        // Inside a call until its return frees the slot (the scheduler side reads it to tell
+        // a wait inside CUDA from one outside). A slot taken over from a call whose return
+        // never came (a detach mid-call) was counted already: `in_call` stays the number of
+        // slots taken, so a lost return heals at the probe's next call.
+        if slot.probe == 0 {
+            (*c).in_call = (*c).in_call.saturating_add(1);
+        }
+        slot.probe = probe;
+        slot.call = call;
+        (*c).call_probe = probe as u16;
+    }
 }
 
-/// Count the hit and remember the call for its return.
+/// The call `probe` the thread `c` is returning from, its slot freed; None where its entry
+/// was not seen (attached mid-call) or was overwritten.
 #[inline(always)]
-fn remember(cur: &Current, probe: u32, args: [u64; CALL_ARGS]) {
-    let counters = thread_counters(cur);
-    if let Some(c) = counters {
-        // SAFETY: this thread's own entry; no other CPU writes it.
-        unsafe { (*c).hits[probe as usize] += 1 };
-    }
-    let call = InflightCall {
-        // SAFETY: reading the monotonic clock has no preconditions.
-        start_ns: unsafe { bpf_ktime_get_ns() },
-        args,
-    };
-    if INFLIGHT.insert(&inflight_key(cur.tid, probe), &call, 0).is_err() {
-        count_loss(loss::INFLIGHT_FULL);
-    } else if let Some(c) = counters {
-        // Inside a call until its return finds this entry (the scheduler side reads it to
-        // tell a wait inside CUDA from one outside).
-        // SAFETY: this thread's own entry.
-        unsafe {
-            (*c).in_call = (*c).in_call.saturating_add(1);
-            (*c).call_probe = probe as u16;
+fn recall(c: *mut ThreadCounters, probe: u32) -> Option<InflightCall> {
+    // SAFETY: this thread's own entry; no other CPU writes it.
+    unsafe {
+        let [a, b] = &mut (*c).inflight;
+        let slot = if a.probe == probe {
+            a
+        } else if b.probe == probe {
+            b
+        } else {
+            return None;
         };
+        slot.probe = 0;
+        (*c).in_call = (*c).in_call.saturating_sub(1);
+        Some(slot.call)
     }
 }
 
@@ -60,13 +94,14 @@ fn remember(cur: &Current, probe: u32, args: [u64; CALL_ARGS]) {
 #[inline(always)]
 fn on_enter(ctx: &ProbeContext, probe: u32, alloc_stack: bool) -> u32 {
     let Some(cur) = cuda_caller() else { return 0 };
+    let counters = thread_counters(&cur);
     let mut args = [0; CALL_ARGS];
     let mut i = 0;
     while i < CALL_ARGS {
         args[i] = ctx.arg::<u64>(i).unwrap_or(0);
         i += 1;
     }
-    note_entry(ctx, &cur, probe, &args);
+    note_entry(ctx, &cur, counters, probe, &args);
     if alloc_stack {
         args[slot::ALLOC_STACK] = if stacks_on() {
             // SAFETY: the helper walks the user stack with its own checked reads.
@@ -78,7 +113,7 @@ fn on_enter(ctx: &ProbeContext, probe: u32, alloc_stack: bool) -> u32 {
             u64::MAX
         };
     }
-    remember(&cur, probe, args);
+    remember(counters, probe, args);
     0
 }
 
@@ -86,17 +121,15 @@ fn on_enter(ctx: &ProbeContext, probe: u32, alloc_stack: bool) -> u32 {
 /// and for a sync or a device-to-host copy, the caller's stack (`take_call_stack`); only
 /// when stacks are taken.
 #[inline(always)]
-fn note_entry(ctx: &ProbeContext, cur: &Current, probe: u32, args: &[u64; CALL_ARGS]) {
-    if !stacks_on() {
-        return;
-    }
+fn note_entry(ctx: &ProbeContext, cur: &Current, counters: Option<*mut ThreadCounters>, probe: u32, args: &[u64; CALL_ARGS]) {
+    let Some(c) = counters.filter(|_| stacks_on()) else { return };
     // SAFETY: the probe context's registers are the traced thread's at the call's entry.
     let sp = unsafe { (*ctx.regs).rsp };
-    let ret = remember_return(cur.tid, sp);
+    let ret = remember_return(c, sp);
     if takes_call_stack(probe, args) {
         // SAFETY: the map is a stack-trace map; the helper walks the user stack with its own
         // checked reads.
-        take_call_stack(cur, probe, sp, ret, || unsafe { USER_STACKS.get_stackid(ctx, BPF_F_USER_STACK) }.unwrap_or(-1));
+        take_call_stack(cur, c, probe, sp, ret, || unsafe { USER_STACKS.get_stackid(ctx, BPF_F_USER_STACK) }.unwrap_or(-1));
     }
 }
 
@@ -131,8 +164,9 @@ fn on_enter_struct_copy(ctx: &ProbeContext, probe: u32, layout: &CopyLayout) -> 
     args[slot::DST_TYPE] = dst_type;
     args[slot::DST_PTR] = user_field::<u64>(base, dst_at);
     args[slot::BYTES] = bytes;
-    note_entry(ctx, &cur, probe, &args);
-    remember(&cur, probe, args);
+    let counters = thread_counters(&cur);
+    note_entry(ctx, &cur, counters, probe, &args);
+    remember(counters, probe, args);
     0
 }
 
@@ -142,24 +176,17 @@ fn on_enter_struct_copy(ctx: &ProbeContext, probe: u32, layout: &CopyLayout) -> 
 fn on_return(ctx: &RetProbeContext, probe: u32, prompt: bool, first_sight: bool) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
-    let key = inflight_key(tid, probe);
-    // Only calls whose entry passed the traced-process filter have an entry here.
-    // SAFETY: the value is copied out before the entry is removed.
-    let Some(call) = (unsafe { INFLIGHT.get(&key) }).copied() else {
+    // Only threads whose calls passed the traced-process filter have counters.
+    let counters = THREADS.get_ptr_mut(&tid);
+    let Some(call) = counters.and_then(|c| recall(c, probe)) else {
         // Untraced processes also land here; only count it for traced ones.
         if cuda_caller().is_some() {
             count_loss(loss::UNMATCHED_RETURN);
         }
         return 0;
     };
-    let _ = INFLIGHT.remove(&key);
     // SAFETY: reading the monotonic clock has no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    let counters = THREADS.get_ptr_mut(&tid);
-    if let Some(c) = counters {
-        // SAFETY: this thread's own entry.
-        unsafe { (*c).in_call = (*c).in_call.saturating_sub(1) };
-    }
 
     let out_index = out_arg(probe);
     let out = if (out_index as usize) < CALL_ARGS {

@@ -9,7 +9,7 @@ use gputrace_common::{stack_source, SampleKey};
 
 use crate::{
     maps::{count_sample, current_call, stacks_on, traced_current, BPF_F_USER_STACK, USER_STACKS},
-    stack_copy::{call_stack, copy_user_stack},
+    stack_copy::copy_user_stack,
 };
 
 #[perf_event]
@@ -26,9 +26,9 @@ fn try_sample_cpu(ctx: &PerfEventContext) {
         return;
     }
     let Some(cur) = traced_current() else { return };
-    let probe = current_call(cur.tid);
+    let (probe, call_stack) = current_call(cur.tid);
     // Inside a sync or blocking copy: the stack the call was entered with.
-    if let Some(stack_id) = call_stack(cur.tid, probe) {
+    if let Some(stack_id) = call_stack {
         count_sample(&SampleKey { tgid: cur.tgid, tid: cur.tid, stack_id, probe, off_cpu: 0 }, 0);
         return;
     }

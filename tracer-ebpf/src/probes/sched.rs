@@ -19,7 +19,7 @@ use crate::{
         count_loss, count_sample, current_call, stacks_on, Current, BPF_F_USER_STACK, EVENTS, OFF_CPU, PREEMPTED_BY, SCHED, THREADS,
         TRACED, USER_STACKS, WAKES, WAKE_STACKS,
     },
-    stack_copy::{call_stack, copy_user_stack},
+    stack_copy::copy_user_stack,
 };
 
 /// Close the interval of the thread's current state at `now`.
@@ -56,10 +56,10 @@ pub fn sched_switch(ctx: TracePointContext) -> u32 {
         switch_out(tgid, tid, prev, next, now);
         if stacks_on() && prev & prev_state::PREEMPTED == 0 && prev & (prev_state::EXIT_DEAD | prev_state::EXIT_ZOMBIE) == 0 && prev != 0 {
             // Going to sleep or to block: remember where, for the wakeup to charge the spell to.
-            let probe = current_call(tid);
+            let (probe, call_stack) = current_call(tid);
             // Inside a sync or blocking copy: the stack the call was entered with, always
             // (a stack taken just before, in host code, says nothing about the wait).
-            if let Some(stack_id) = call_stack(tid, probe) {
+            if let Some(stack_id) = call_stack {
                 // Taken at 0: the next switch out of host code takes a stack of its own.
                 let _ = OFF_CPU.insert(&tid, &OffCpuStart { stack_id, probe, _reserved: 0, taken_ns: 0 }, 0);
             } else {

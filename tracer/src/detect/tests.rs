@@ -10,7 +10,7 @@ const S: u64 = 1_000_000_000;
 /// Evidence with one thread that launched `kernels` and waited `wait_ns` in syncs.
 fn evidence(kernels: u64, syncs: u64, wait_ns: u64, idle_ns: u64) -> Evidence {
     let mut ev = Evidence::default();
-    let mut c = ThreadCounters { tgid: 1, in_call: 0, call_probe: 0, drained_at_ns: 0, hits: [0; gputrace_common::PROBE_SLOTS] };
+    let mut c = ThreadCounters { tgid: 1, drained_at_ns: 0, ..ThreadCounters::ZERO };
     c.hits[1] = kernels;
     ev.add_counters(1, &c);
     let t = ev.threads.get_mut(&1).expect("thread");
@@ -132,7 +132,7 @@ fn sched(ev: &mut Evidence, tid: u32, pid: u32, t: [u64; 4]) {
 #[test]
 fn threads_taking_turns_are_not_input_starved() {
     let mut ev = evidence(300_000, 0, 0, 0);
-    let mut c = ThreadCounters { tgid: 1, in_call: 0, call_probe: 0, drained_at_ns: 0, hits: [0; gputrace_common::PROBE_SLOTS] };
+    let mut c = ThreadCounters { tgid: 1, drained_at_ns: 0, ..ThreadCounters::ZERO };
     c.hits[1] = 150_000;
     ev.add_counters(2, &c);
     sched(&mut ev, 1, 1, [6 * S, 0, 0, 4 * S]);
@@ -170,7 +170,7 @@ fn waiting_for_a_cpu_is_cpu_starved() {
 }
 
 fn launcher(ev: &mut Evidence, tid: u32, pid: u32, kernels: u64) -> &mut crate::evidence::ThreadStats {
-    let mut c = ThreadCounters { tgid: pid, in_call: 0, call_probe: 0, drained_at_ns: 0, hits: [0; gputrace_common::PROBE_SLOTS] };
+    let mut c = ThreadCounters { tgid: pid, drained_at_ns: 0, ..ThreadCounters::ZERO };
     c.hits[1] = kernels;
     ev.add_counters(tid, &c);
     ev.threads.get_mut(&tid).expect("thread")

@@ -31,7 +31,7 @@ impl ThreadHits {
 
     /// The counters, less what `baseline` (an earlier reading of the same thread) had.
     fn counters_since(&self, baseline: Option<&Self>) -> ThreadCounters {
-        let mut c = ThreadCounters { tgid: self.tgid, in_call: 0, call_probe: 0, drained_at_ns: 0, hits: [0; gputrace_common::probe::PROBE_SLOTS] };
+        let mut c = ThreadCounters { tgid: self.tgid, drained_at_ns: 0, ..ThreadCounters::ZERO };
         for &(id, n) in &self.hits {
             if let Some(slot) = c.hits.get_mut(id as usize) {
                 *slot = n;

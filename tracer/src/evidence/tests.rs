@@ -212,7 +212,7 @@ fn with_launch_probes_off_part_of_the_time_spells_across_it_are_left_out_and_lau
     assert_eq!(ev.launches_off, vec![(S, 3 * S)]);
     assert_eq!(ev.spells_unseen, 1);
     let launch = PROBES.iter().find(|p| p.symbol == "cuLaunchKernel").expect("probed").id as usize;
-    let mut counters = gputrace_common::ThreadCounters { tgid: PID, in_call: 0, call_probe: 0, drained_at_ns: 0, hits: [0; gputrace_common::PROBE_SLOTS] };
+    let mut counters = gputrace_common::ThreadCounters { tgid: PID, drained_at_ns: 0, ..gputrace_common::ThreadCounters::ZERO };
     counters.hits[launch] = 1_000;
     ev.add_counters(TID, &counters);
     let t = &ev.threads[&TID];
@@ -237,7 +237,7 @@ fn launches_before_the_first_shedding_are_kept_as_counted_and_calls_made_then_do
         t.sync(1_000);
     }
     let launch = PROBES.iter().find(|p| p.symbol == "cuLaunchKernel").expect("probed").id as usize;
-    let mut counters = gputrace_common::ThreadCounters { tgid: PID, in_call: 0, call_probe: 0, drained_at_ns: 0, hits: [0; gputrace_common::PROBE_SLOTS] };
+    let mut counters = gputrace_common::ThreadCounters { tgid: PID, drained_at_ns: 0, ..gputrace_common::ThreadCounters::ZERO };
     counters.hits[launch] = 500;
     let start = 0;
     t.ev.launch_probes_off(2_000_000, &[(TID, counters)]);
@@ -275,7 +275,7 @@ fn a_thread_that_calls_the_driver_each_step_is_scaled_by_its_calls_not_by_time()
         t.sync(1);
     }
     let launch = PROBES.iter().find(|p| p.symbol == "cuLaunchKernel").expect("probed").id as usize;
-    let mut counters = gputrace_common::ThreadCounters { tgid: PID, in_call: 0, call_probe: 0, drained_at_ns: 0, hits: [0; gputrace_common::PROBE_SLOTS] };
+    let mut counters = gputrace_common::ThreadCounters { tgid: PID, drained_at_ns: 0, ..gputrace_common::ThreadCounters::ZERO };
     counters.hits[launch] = 400;
     t.ev.add_counters(TID, &counters);
     assert!((t.ev.scale_sampled_launches(0, 10_000_000).expect("sampled") - 0.5).abs() < 1e-12);
@@ -291,7 +291,7 @@ fn launches_counted_while_the_probes_were_being_taken_out_are_not_scaled_again()
     // made with launches off, so the 350 of the on phase alone are scaled.
     let mut t = Trace::new();
     let launch = PROBES.iter().find(|p| p.symbol == "cuLaunchKernel").expect("probed").id as usize;
-    let mut counters = gputrace_common::ThreadCounters { tgid: PID, in_call: 0, call_probe: 0, drained_at_ns: 0, hits: [0; gputrace_common::PROBE_SLOTS] };
+    let mut counters = gputrace_common::ThreadCounters { tgid: PID, drained_at_ns: 0, ..gputrace_common::ThreadCounters::ZERO };
     t.ev.launch_probes_off(1_000_000, &[(TID, counters)]);
     counters.hits[launch] = 50;
     t.ev.launch_probes_on(6_000_000, &[(TID, counters)]);

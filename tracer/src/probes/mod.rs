@@ -273,13 +273,23 @@ impl ProbeSet {
         startup.verifier_ms = ms_since(phase);
         let phase = std::time::Instant::now();
         let entry_only = entry_only_decision(&mut ebpf, &mut notes, &mut uprobes);
+        if entry_only {
+            // No return will free a call's slot: the entries must not take one (maps.rs).
+            let mut flag = aya::maps::Array::<_, u32>::try_from(ebpf.map_mut("ENTRY_ONLY").ok_or_else(|| map_error("ENTRY_ONLY"))?)
+                .map_err(|_| map_error("ENTRY_ONLY"))?;
+            flag.set(0, 1, 0).map_err(|_| map_error("ENTRY_ONLY"))?;
+        }
         startup.return_check_ms = ms_since(phase);
         let phase = std::time::Instant::now();
         // Before any probe can fire: the programs' own run time per call, for the overhead
         // estimate (`program_costs`). Costs two clock reads a program run while held.
-        let run_stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
-            .map_err(|e| log::info!("the programs' run time is not measured: {e}"))
-            .ok();
+        // `GPUTRACE_BPF_STATS=off`: the per-call cost benchmark's switch, to measure what the
+        // accounting itself costs (docs/benchmarks.md); not a user setting.
+        let run_stats = if std::env::var_os("GPUTRACE_BPF_STATS").is_some_and(|v| v == "off") {
+            None
+        } else {
+            aya::sys::enable_stats(aya::sys::Stats::RunTime).map_err(|e| log::info!("the programs' run time is not measured: {e}")).ok()
+        };
         let mut tracepoint_links = Vec::new();
         let groups: &[(Tracepoints, &str)] = if scope == Scope::Tree { &TRACEPOINT_GROUPS } else { &[] };
         let attached = attach_tracepoint_groups(&mut ebpf, groups, tracefs.as_ref().map(|_| ()), &mut tracepoint_links, &mut notes);

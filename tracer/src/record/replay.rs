@@ -394,7 +394,7 @@ pub fn thread_exit(p: &[u8]) -> Option<(u32, ThreadCounters)> {
     }
     let u32_at = |i: usize| u32::from_le_bytes([p[i], p[i + 1], p[i + 2], p[i + 3]]);
     let u64_at = |i: usize| p.get(i..i + 8).and_then(|b| b.try_into().ok()).map_or(0, u64::from_le_bytes);
-    let mut c = ThreadCounters { tgid: u32_at(8), in_call: 0, call_probe: 0, drained_at_ns: u64_at(16), hits: [0; PROBE_SLOTS] };
+    let mut c = ThreadCounters { tgid: u32_at(8), drained_at_ns: u64_at(16), ..ThreadCounters::ZERO };
     for (i, h) in c.hits.iter_mut().enumerate() {
         *h = u64_at(24 + 8 * i);
     }

@@ -66,7 +66,7 @@ mod tests {
         let launch = gputrace_common::PROBES.iter().find(|p| p.family == Family::Launch).expect("a launch probe").id;
         let sync = gputrace_common::PROBES.iter().find(|p| p.family == Family::Sync).expect("a sync probe").id;
         let mut ev = Evidence::default();
-        let mut a = gputrace_common::ThreadCounters { tgid: 1, in_call: 0, call_probe: 0, drained_at_ns: 0, hits: [0; gputrace_common::probe::PROBE_SLOTS] };
+        let mut a = gputrace_common::ThreadCounters { tgid: 1, drained_at_ns: 0, ..gputrace_common::ThreadCounters::ZERO };
         a.hits[launch as usize] = 100_000;
         a.hits[sync as usize] = 1_000;
         ev.add_counters(10, &a);
@@ -91,7 +91,7 @@ mod tests {
         let launch = gputrace_common::PROBES.iter().find(|p| p.family == Family::Launch).expect("a launch probe");
         let sync = gputrace_common::PROBES.iter().find(|p| p.family == Family::Sync).expect("a sync probe");
         let mut ev = Evidence::default();
-        let mut a = gputrace_common::ThreadCounters { tgid: 1, in_call: 0, call_probe: 0, drained_at_ns: 0, hits: [0; gputrace_common::probe::PROBE_SLOTS] };
+        let mut a = gputrace_common::ThreadCounters { tgid: 1, drained_at_ns: 0, ..gputrace_common::ThreadCounters::ZERO };
         a.hits[launch.id as usize] = 1_000;
         a.hits[sync.id as usize] = 1_000;
         ev.add_counters(10, &a);

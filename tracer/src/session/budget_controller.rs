@@ -245,7 +245,7 @@ mod tests {
     }
 
     fn counters(launches: u64, others: u64) -> Vec<(u32, ThreadCounters)> {
-        let mut c = ThreadCounters { tgid: 1, in_call: 0, call_probe: 0, drained_at_ns: 0, hits: [0; PROBE_SLOTS] };
+        let mut c = ThreadCounters { tgid: 1, drained_at_ns: 0, ..ThreadCounters::ZERO };
         c.hits[launch_id()] = launches;
         c.hits[other_id()] = others;
         vec![(10, c)]

@@ -186,7 +186,7 @@ mod tests {
     }
 
     fn thread(tgid: u32, hits: &[(&str, u64)]) -> ThreadCounters {
-        let mut c = ThreadCounters { tgid, in_call: 0, call_probe: 0, drained_at_ns: 0, hits: [0; PROBE_SLOTS] };
+        let mut c = ThreadCounters { tgid, ..ThreadCounters::ZERO };
         for (symbol, n) in hits {
             c.hits[id(symbol) as usize] = *n;
         }

@@ -272,7 +272,7 @@ pub fn gpu(view: &GpuView) -> Gpu {
 
 #[cfg(test)]
 mod tests {
-    use gputrace_common::{ThreadCounters, PROBES, PROBE_SLOTS};
+    use gputrace_common::{ThreadCounters, PROBES};
 
     use super::*;
     use crate::sweep::nvml::{DeviceView, ProcessUse};
@@ -294,7 +294,7 @@ mod tests {
     }
 
     fn launches(tgid: u32, n: u64) -> (u32, ThreadCounters) {
-        let mut c = ThreadCounters { tgid, in_call: 0, call_probe: 0, drained_at_ns: 0, hits: [0; PROBE_SLOTS] };
+        let mut c = ThreadCounters { tgid, ..ThreadCounters::ZERO };
         let id = PROBES.iter().find(|p| p.symbol == "cuLaunchKernel").map(|p| p.id).expect("probe");
         c.hits[id as usize] = n;
         (tgid, c)
