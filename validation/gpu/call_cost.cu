@@ -3,7 +3,9 @@
 // gputrace phases alternate in the same process (call_cost.sh drives it).
 // Build: nvcc -O2 -o call_cost call_cost.cu
 // Protocol: prints "ready PID"; each stdin line "measure KIND SECONDS" runs KIND and prints
-// "KIND NS_PER_CALL CALLS"; "quit" ends. Kinds:
+// "KIND NS_PER_CALL CALLS CPU_NS_PER_CALL" (wall time, and the thread's own CPU time: a trap
+// is CPU time of the thread that hits it, while a guest's stolen time is not, so the second
+// is steadier on a VM); "quit" ends. Kinds:
 //   launch     an empty kernel <<<1,1>>>; a stream sync every 256 launches keeps the queue
 //              from filling, and is not timed: the figure is the launch calls' own time, so
 //              that a GPU slower than the host does not hide what the host pays
@@ -15,6 +17,7 @@
 //   event      cudaEventRecord + cudaEventSynchronize on an idle stream
 //   alloc      cudaMalloc 1 MiB + cudaFree
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -35,15 +38,25 @@ struct Buffers {
     cudaEvent_t event = nullptr;
 };
 
-// Time spent in calls that are not the measured kind (launch's syncs), in ns.
+// Time spent in calls that are not the measured kind (launch's syncs), in ns: wall, CPU.
 static double untimed_ns = 0;
+static double untimed_cpu_ns = 0;
+
+// The calling thread's CPU time, in ns.
+static double thread_cpu_ns() {
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return double(t.tv_sec) * 1e9 + double(t.tv_nsec);
+}
 
 // One call of KIND; returns how many calls it made (launch makes 256 per round).
 static long one_round(const std::string &kind, Buffers &b) {
     if (kind == "launch") {
         for (int i = 0; i < 256; i++) empty_kernel<<<1, 1, 0, b.stream>>>();
         auto before = std::chrono::steady_clock::now();
+        double cpu_before = thread_cpu_ns();
         CHECK(cudaStreamSynchronize(b.stream));
+        untimed_cpu_ns += thread_cpu_ns() - cpu_before;
         untimed_ns += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - before).count();
         return 256;
     }
@@ -87,6 +100,8 @@ int main() {
         if (std::sscanf(line, "%31s %31s %lf", verb, kind, &seconds) != 3 || std::strcmp(verb, "measure") != 0) break;
         long calls = 0;
         untimed_ns = 0;
+        untimed_cpu_ns = 0;
+        double cpu_start = thread_cpu_ns();
         auto start = std::chrono::steady_clock::now();
         auto until = start + std::chrono::duration<double>(seconds);
         while (std::chrono::steady_clock::now() < until) {
@@ -95,7 +110,8 @@ int main() {
             calls += n;
         }
         double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() - untimed_ns;
-        std::printf("%s %.1f %ld\n", kind, calls ? ns / calls : 0.0, calls);
+        double cpu = thread_cpu_ns() - cpu_start - untimed_cpu_ns;
+        std::printf("%s %.1f %ld %.1f\n", kind, calls ? ns / calls : 0.0, calls, calls ? cpu / calls : 0.0);
         std::fflush(stdout);
     }
     return 0;

@@ -40,8 +40,8 @@ lib=$(grep -m1 -o '/[^ ]*libcuda\.so[^ ]*' "/proc/$pid/maps")
 echo "# libcuda: $lib" | tee call_cost.txt
 measure() { # KIND PHASE
   echo "measure $1 $SECS" >&"$to"
-  read -r -u "$from" kind ns calls
-  echo "$kind $2 $ns $calls" | tee -a call_cost.txt
+  read -r -u "$from" kind ns calls cpu
+  echo "$kind $2 $ns $calls ${cpu:-}" | tee -a call_cost.txt
 }
 traced() { # KIND VARIANT REP
   local args=() envs=() bin=$BIN

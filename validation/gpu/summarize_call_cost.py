@@ -2,7 +2,9 @@
 floor and under each gputrace variant; what each adds over untraced; gputrace's added cost
 over the floor's (the issue's bar: at most 1.5x); and gputrace's own estimate per call
 (tracer.overhead.estimated_s over the calls of that phase) against the measured addition
-(the bar: within +-30 %). Usage: summarize_call_cost.py OUT_DIR"""
+(the bar: within +-30 %). Usage: summarize_call_cost.py OUT_DIR [--cpu]
+--cpu: the same from the thread's own CPU time per call (call_cost.cu's fourth field, where the
+run has it), which a VM's stolen time does not inflate."""
 import glob
 import json
 import os
@@ -11,16 +13,17 @@ import sys
 from collections import defaultdict
 
 out = sys.argv[1]
+use_cpu = "--cpu" in sys.argv[2:]
 ns = defaultdict(list)     # (kind, phase) -> [ns per call]
 calls = defaultdict(list)  # (kind, phase) -> [calls]
 for line in open(os.path.join(out, "call_cost.txt")):
     if line.startswith("#"):
         continue
     parts = line.split()
-    if len(parts) != 4:
+    if len(parts) not in (4, 5) or (use_cpu and len(parts) != 5):
         continue
-    kind, phase, v, n = parts
-    ns[(kind, phase)].append(float(v))
+    kind, phase, v, n = parts[:4]
+    ns[(kind, phase)].append(float(parts[4] if use_cpu else v))
     calls[(kind, phase)].append(int(n))
 
 # gputrace's estimate per call, per traced report (files KIND.VARIANT.REP.json), in phase order.

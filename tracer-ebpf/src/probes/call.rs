@@ -30,10 +30,8 @@ use crate::{
 /// over the older of the two (counted as lost).
 #[inline(always)]
 fn remember(c: Option<*mut ThreadCounters>, probe: u32, args: [u64; CALL_ARGS]) {
-    let Some(c) = c else {
-        count_loss(loss::INFLIGHT_FULL);
-        return;
-    };
+    // No counters: the thread map was full, counted as such (`thread_counters`).
+    let Some(c) = c else { return };
     // SAFETY: this thread's own entry; no other CPU writes it.
     unsafe { (*c).hits[probe as usize] += 1 };
     if !returns_probed() {
@@ -60,12 +58,13 @@ fn remember(c: Option<*mut ThreadCounters>, probe: u32, args: [u64; CALL_ARGS]) 
         // a wait inside CUDA from one outside). A slot taken over from a call whose return
         // never came (a detach mid-call) was counted already: `in_call` stays the number of
         // slots taken, so a lost return heals at the probe's next call.
+        // The probe first: a CPU sample between the two stores tags the call it is in.
+        (*c).call_probe = probe as u16;
         if slot.probe == 0 {
             (*c).in_call = (*c).in_call.saturating_add(1);
         }
         slot.probe = probe;
         slot.call = call;
-        (*c).call_probe = probe as u16;
     }
 }
 

@@ -431,9 +431,12 @@ impl ProbeSet {
                     continue;
                 }
             }
-            let mut both = self.attach_one(spec.symbol, offset, library);
-            if both.is_ok() && has_return(spec) && !self.entry_only {
-                both = self.attach_one(&return_program(spec.symbol), offset, library);
+            // The return first: a call entered between the two would take a slot that no
+            // return frees, and its thread would read as inside that call from then on. A
+            // return whose entry was not seen is only counted as unmatched.
+            let mut both = if has_return(spec) && !self.entry_only { self.attach_one(&return_program(spec.symbol), offset, library) } else { Ok(()) };
+            if both.is_ok() {
+                both = self.attach_one(spec.symbol, offset, library);
             }
             match both {
                 Ok(()) => {

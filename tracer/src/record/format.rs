@@ -34,7 +34,8 @@ pub mod kind {
     pub const EVENT: u16 = 2;
     /// How a host address was classified while the next event was folded in (binary, 24 bytes).
     pub const HOST_CLASS: u16 = 3;
-    /// An exited thread's counters: tid (u32), 4 zero bytes, `ThreadCounters`.
+    /// An exited thread's counters: tid (u32), 4 zero bytes, tgid (u32), 4 zero bytes,
+    /// `drained_at_ns` (u64), then one u64 hit count per probe slot (`recorder::thread_exit`).
     pub const THREAD_EXIT: u16 = 4;
     /// JSON [`super::Checkpoint`], about once a second.
     pub const CHECKPOINT: u16 = 10;

@@ -13,7 +13,7 @@
 //! - an allocation carries the copy's id in its call record, swapped for the interned id
 //!   before the call is counted ([`CopiedStacks::alloc_stack`]);
 //! - the copy taken at the entry of a sync or device-to-host copy is what the kernel counts
-//!   that call's CPU samples and off-CPU spells under (`CALL_STACKS`), folded as off-CPU
+//!   that call's CPU samples and off-CPU spells under (`ThreadCounters::call_stack`), folded as off-CPU
 //!   ones are once the thread has a newer such copy (a key folded while its site still
 //!   reuses the copy comes back, and is folded again).
 //!

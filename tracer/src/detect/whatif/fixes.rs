@@ -58,7 +58,7 @@ pub fn of(d: &Diagnosis, m: &StepModel, sm_over_util: Option<f64>) -> Option<(Fi
             let host = user + m.idle.launch + m.overlap.launch;
             let share = if user > 0.0 { (m.loading_share * host / user).clamp(0.0, 1.0) } else { 0.0 };
             let (pinned, words) = pinned_input(m);
-            (Fix { offload_user: share, ..n }.and(&pinned), format!("loading moved into DataLoader workers runs on {}{words}", free_cores(m)))
+            (Fix { offload_user: share, loader_paces: false, ..n }.and(&pinned), format!("loading moved into DataLoader workers runs on {}{words}", free_cores(m)))
         }
         DiagnosisId::InputStarved => {
             let (pinned, words) = pinned_input(m);

@@ -27,6 +27,9 @@ pub struct Fix {
     pub gpu_scale: f64,
     /// The input waits go because more workers produce batches in time, on the free cores.
     pub refill_input: bool,
+    /// Today's loader workers still make the batches, at today's pace: a floor (every fix
+    /// but the loader's own, `refill_input`, or moving the loading into workers).
+    pub loader_paces: bool,
     /// Copies moved off the host's path still need the bus: its time is a floor.
     pub bus_floor: bool,
     /// Serial time removed outright (a checkpoint made asynchronous), as a share.
@@ -41,6 +44,7 @@ impl Fix {
         keep: Segments { launch: 1.0, user: 1.0, staging: 1.0, transfer: 1.0, alloc: 1.0, cpu_wait: 1.0, io_wait: 1.0, input_wait: 1.0, timer: 1.0 },
         gpu_scale: 1.0,
         refill_input: false,
+        loader_paces: true,
         bus_floor: false,
         cut: 0.0,
     };
@@ -67,6 +71,7 @@ impl Fix {
             },
             gpu_scale: self.gpu_scale * o.gpu_scale,
             refill_input: self.refill_input || o.refill_input,
+            loader_paces: self.loader_paces && o.loader_paces,
             bus_floor: self.bus_floor || o.bus_floor,
             cut: self.cut + o.cut,
         }
@@ -209,10 +214,13 @@ pub fn simulate(m: &StepModel, fix: &Fix, gpu: f64, dispatch: f64) -> Simulated 
         t = m.bus;
         bound = Bound::Bus;
     }
-    if !fix.refill_input && m.workers > 0 {
+    let waits_for_input = m.idle.input_wait + m.overlap.input_wait + m.serial.input_wait > 0.0;
+    if fix.loader_paces && !fix.refill_input && m.workers > 0 && waits_for_input {
         // The loader's workers produce the batches: a step cannot come sooner than they make
         // its batch. Each is busy its share of the window now; where the loop waits for input
-        // they are already the pace, and a faster loop waits longer instead.
+        // they are already the pace, and a faster loop waits longer instead. Only where the
+        // loop does wait for input: a busy process of the tree that feeds no loop (a
+        // compiler's pool, taken for a worker without stacks to say otherwise) bounds nothing.
         let loader = m.workers_cpu / m.workers as f64;
         if loader > t {
             t = loader;
@@ -387,6 +395,10 @@ mod tests {
         // More workers lift it.
         let s = simulate(&m, &Fix { refill_input: true, drop_drains: 1.0, ..Fix::NONE }, 0.7, 0.4);
         assert!(s.t < 0.94 && s.bound != Bound::Input, "{s:?}");
+        // A loop that never waits for input is not paced by busy processes beside it.
+        m.overlap.input_wait = 0.0;
+        assert!((time(&m, &Fix::NONE) - 1.0).abs() < 1e-9);
+        assert_eq!(step_time(&m, &Fix { drop_drains: 1.0, ..Fix::NONE }, 0.7, 0.4).1, Bound::Gpu);
     }
 
     #[test]
