@@ -149,8 +149,12 @@ def main(directories):
             if best is not None and len(measured_of) >= 2:
                 ranked += 1
                 ranked_right += right
+            # One twin only, not the verdict's: nothing to rank against.
+            judged = ('right (a tie)' if tie and verdict != best[0] else 'right') if right else 'WRONG'
+            if len(measured_of) < 2 and not right and verdict not in measured_of:
+                judged = "not ranked (one twin, not the verdict's)"
             print(f"| {job} | **verdict {verdict}** | | | | | | best measured: {best and best[0]} "
-                  f"({best and f'{best[1][1]:.2f}×'}) | {('right (a tie)' if tie and verdict != best[0] else 'right') if right else 'WRONG'}"
+                  f"({best and f'{best[1][1]:.2f}×'}) | {judged}"
                   f"{'; no twin for ' + ', '.join(missing) if len(severe) >= 2 and missing else ''} | |")
     if any(len(v) > 1 for v in samples.values()):
         print()
