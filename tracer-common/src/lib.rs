@@ -83,13 +83,13 @@ const _: () = assert!(core::mem::size_of::<InflightSlot>() == 8 + core::mem::siz
 pub struct ThreadCounters {
     /// Process (thread group) the thread belongs to.
     pub tgid: u32,
-    /// Probed calls the thread has entered and not returned from (the `inflight` slots
-    /// taken; its return probe frees one): nonzero while the thread waits inside a copy or
-    /// synchronize. Stays 0 in entry-only mode, where no return would free a slot, so no
-    /// entry takes one.
-    pub in_call: u16,
-    /// The probe id of the call entered last: which call the thread is in while `in_call`
-    /// is nonzero (the stack sampler tags its samples with it).
+    /// The call epoch (`CALL_EPOCH`, set by user space) the `inflight` slots were taken in.
+    /// User space moves the epoch on when it puts call probes back after the overhead budget
+    /// took them off: a call in flight then never saw its return, and its slot must not keep
+    /// the thread "inside CUDA". Slots of another epoch are free ([`Self::in_call`]).
+    pub call_epoch: u16,
+    /// The probe id of the call entered last: which call the thread is in while
+    /// [`Self::in_call`] (the stack sampler tags its samples with it).
     pub call_probe: u16,
     /// Monotonic time a queue-draining call (synchronize, synchronous D→H copy) returned;
     /// 0 when a launch has happened since.
@@ -112,7 +112,7 @@ impl ThreadCounters {
     /// A thread's counters before anything happened (the struct is too large for `Default`).
     pub const ZERO: Self = Self {
         tgid: 0,
-        in_call: 0,
+        call_epoch: 0,
         call_probe: 0,
         drained_at_ns: 0,
         inflight: [InflightSlot { probe: 0, _reserved: 0, call: InflightCall { start_ns: 0, args: [0; CALL_ARGS] } }; INFLIGHT_SLOTS],
@@ -120,6 +120,14 @@ impl ThreadCounters {
         returns: ReturnAddrs { slots: [0; 2], values: [0; 2] },
         hits: [0; probe::PROBE_SLOTS],
     };
+
+    /// Whether the thread is inside a probed call (a slot taken in the current `epoch` and
+    /// not yet freed by its return): while it waits inside a copy or synchronize. False in
+    /// entry-only mode, where no return would free a slot, so no entry takes one.
+    #[must_use]
+    pub const fn in_call(&self, epoch: u16) -> bool {
+        self.call_epoch == epoch && (self.inflight[0].probe != 0 || self.inflight[1].probe != 0)
+    }
 }
 
 /// What the kernel remembers between a call's entry and its return. `args` are the raw

@@ -467,3 +467,36 @@ const fn ids_fit() -> bool {
     true
 }
 const _: () = assert!(ids_fit(), "probe ids must be unique and below PROBE_SLOTS");
+
+/// What the overhead budget takes off in its off phases (`--max-overhead`).
+///
+/// Launch probes go first: they are the hottest, entry only, and what they count scales to
+/// the window from the calls around them. Where calls alone cost more than the budget (a
+/// loop of `.item()`: a copy and a sync, four traps a step), copies, memsets and
+/// synchronizes go too. Allocation, pinning and context probes never do: a free unseen
+/// would read as a leak, a pin unseen as pageable memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Shed {
+    /// Kernel and graph launches.
+    Launches,
+    /// Launches, and copies, memsets and synchronizes.
+    LaunchesAndCalls,
+}
+
+impl Shed {
+    /// Whether this level takes `spec` off.
+    #[must_use]
+    pub const fn takes(self, spec: &ProbeSpec) -> bool {
+        match spec.family {
+            Family::Launch | Family::GraphLaunch => true,
+            Family::Copy | Family::Memset | Family::Sync => matches!(self, Self::LaunchesAndCalls),
+            _ => false,
+        }
+    }
+
+    /// Whether some level takes `spec` off.
+    #[must_use]
+    pub const fn may_take(spec: &ProbeSpec) -> bool {
+        Self::LaunchesAndCalls.takes(spec)
+    }
+}

@@ -63,6 +63,17 @@ pub fn returns_probed() -> bool {
     ENTRY_ONLY.get(0).is_none_or(|v| *v == 0)
 }
 
+/// The call epoch (`ThreadCounters::call_epoch`): user space moves it on each time it puts
+/// the call probes back after the overhead budget took them off.
+#[map]
+static CALL_EPOCH: Array<u32> = Array::with_max_entries(1, 0);
+
+/// The current call epoch (see `CALL_EPOCH`).
+#[inline(always)]
+pub fn call_epoch() -> u16 {
+    CALL_EPOCH.get(0).map_or(0, |v| *v as u16)
+}
+
 /// Loss counters, indexed by `gputrace_common::loss`.
 #[map]
 static LOSS: PerCpuArray<u64> = PerCpuArray::with_max_entries(loss::COUNT, 0);
@@ -225,7 +236,7 @@ pub const BPF_F_USER_STACK: u64 = 1 << 8;
 pub fn current_call(tid: u32) -> (u32, Option<i64>) {
     // SAFETY: field reads of the thread's counters.
     match unsafe { THREADS.get(&tid) } {
-        Some(c) if c.in_call > 0 => {
+        Some(c) if c.in_call(call_epoch()) => {
             let probe = u32::from(c.call_probe);
             (probe, (c.call_stack.probe == probe).then_some(c.call_stack.stack_id))
         }

@@ -1016,10 +1016,12 @@ pub struct LibraryEntry {
 pub struct Sampling {
     /// The budget asked for (`--max-overhead`), percent of the busiest traced thread's time.
     pub max_overhead_pct: f64,
-    /// The probes that were taken off part of the time: the launch probes.
+    /// The probes that were taken off part of the time: the launch probes, and where they
+    /// alone could not keep the budget, the copy, memset and sync probes too.
     pub probes: Vec<String>,
-    /// The share of the window they were on (1: never taken off). Launch counts, launch
-    /// rates and empty-queue spells are scaled from it; every other count is exact.
+    /// The share of the window they were on (1: never taken off). What they counted (and
+    /// with the calls, their bytes and times and the wakeups) is scaled by time from it
+    /// (`tracer.notes` says how); allocation and scheduler figures are exact.
     pub on_fraction: f64,
     /// Off phases, one per period of shedding.
     pub cycles: u64,
@@ -1029,8 +1031,9 @@ pub struct Sampling {
     /// Whether the window's estimated cost (`tracer.overhead.fraction_of_window`) kept the
     /// budget.
     pub met: bool,
-    /// Whether the budget can be kept by shedding launches at the rates last seen (false:
-    /// the other probes alone, or launches at the shortest duty cycle, cost more).
+    /// Whether the budget can be kept by taking probes off at the rates last seen (false:
+    /// the probes never taken off alone, or the others at the shortest duty cycle, cost
+    /// more).
     pub achievable: bool,
     /// Empty-queue spells left out because the launch probes were off during them.
     pub spells_unseen: u64,

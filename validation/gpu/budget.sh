@@ -55,8 +55,10 @@ for r in range(1, reps + 1):
         counted = sum(p["hits"] for p in t["probes"] if p["symbol"].startswith("cuLaunchKernel"))
         rate = next(float(l.split()[2]) for l in open("budget.txt") if l.split()[1] == name)
         per_step = rep["cuda"]["launches"]["kernels"] / (rate * rep["window"]["duration_s"])
+        syncs_per_step = rep["cuda"]["syncs"]["count"] / (rate * rep["window"]["duration_s"])
         print(f"{name}: window {rep['window']['duration_s']:.2f} s, launches {rep['cuda']['launches']['kernels']} "
-              f"(~{per_step:.1f} a step at the phase's steps/s) "
+              f"(~{per_step:.1f} a step at the phase's steps/s; syncs ~{syncs_per_step:.2f} a step) "
+              f"probes off {len(s.get('probes', []))}, "
               f"(trapped {counted}), est. overhead {t['overhead']['fraction_of_window']:.2%}, "
               f"on {s.get('on_fraction', 1):.3f}, cycles {s.get('cycles', 0)}, met {s.get('met')}, verdict {rep['verdict']}")
 PY

@@ -16,6 +16,7 @@
 #     nostats   the kernel's run-time accounting of BPF programs off (GPUTRACE_BPF_STATS=off)
 #     entryonly with --entry-only (no return probes)
 #     alt       the build at $ALT_BIN instead of GPUTRACE (another build, A/B in one process)
+#     budget1   with --max-overhead 1 (the overhead budget: probes taken off part of the time)
 set -u
 BIN=$1
 FLOOR=$2
@@ -53,6 +54,7 @@ traced() { # KIND VARIANT REP
     nostats) envs=(GPUTRACE_BPF_STATS=off) ;;
     entryonly) args=(--entry-only) ;;
     alt) bin=$ALT_BIN ;;
+    budget1) args=(--max-overhead 1) ;;
   esac
   env "${envs[@]}" "$bin" -v attach --pid "$pid" --json "${args[@]}" >"$1.$2.$3.json" 2>"$1.$2.$3.err" &
   local gp=$!

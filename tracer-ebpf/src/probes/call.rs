@@ -21,13 +21,14 @@ use gputrace_common::{
 };
 
 use crate::{
-    maps::{copy_region_is_new, count_loss, cuda_caller, returns_probed, stacks_on, thread_counters, Current, ALLOC_STACKS, BPF_F_USER_STACK, EVENTS, THREADS, USER_STACKS},
+    maps::{call_epoch, copy_region_is_new, count_loss, cuda_caller, returns_probed, stacks_on, thread_counters, Current, ALLOC_STACKS, BPF_F_USER_STACK, EVENTS, THREADS, USER_STACKS},
     stack_copy::{copy_user_stack, remember_return, take_call_stack},
 };
 
 /// Count the hit and remember the call for its return, in the thread's counters `c`: in the
 /// slot this probe's last call left (a call whose return never came), else a free one, else
-/// over the older of the two (counted as lost).
+/// over the older of the two (counted as lost). Slots of an earlier call epoch are free
+/// (their calls' returns went unprobed while the budget had the call probes off).
 #[inline(always)]
 fn remember(c: Option<*mut ThreadCounters>, probe: u32, args: [u64; CALL_ARGS]) {
     // No counters: the thread map was full, counted as such (`thread_counters`).
@@ -39,8 +40,14 @@ fn remember(c: Option<*mut ThreadCounters>, probe: u32, args: [u64; CALL_ARGS]) 
     }
     // SAFETY: reading the monotonic clock has no preconditions.
     let call = InflightCall { start_ns: unsafe { bpf_ktime_get_ns() }, args };
+    let epoch = call_epoch();
     // SAFETY: this thread's own entry; no other CPU writes it.
     unsafe {
+        if (*c).call_epoch != epoch {
+            (*c).inflight[0].probe = 0;
+            (*c).inflight[1].probe = 0;
+            (*c).call_epoch = epoch;
+        }
         let [a, b] = &mut (*c).inflight;
         let slot = if a.probe == probe {
             a
@@ -55,25 +62,23 @@ fn remember(c: Option<*mut ThreadCounters>, probe: u32, args: [u64; CALL_ARGS]) 
             if a.call.start_ns <= b.call.start_ns { a } else { b }
         };
         // Inside a call until its return frees the slot (the scheduler side reads it to tell
-        // a wait inside CUDA from one outside). A slot taken over from a call whose return
-        // never came (a detach mid-call) was counted already: `in_call` stays the number of
-        // slots taken, so a lost return heals at the probe's next call.
-        // The probe first: a CPU sample between the two stores tags the call it is in.
+        // a wait inside CUDA from one outside). The probe first: a CPU sample between the two
+        // stores tags the call it is in.
         (*c).call_probe = probe as u16;
-        if slot.probe == 0 {
-            (*c).in_call = (*c).in_call.saturating_add(1);
-        }
         slot.probe = probe;
         slot.call = call;
     }
 }
 
 /// The call `probe` the thread `c` is returning from, its slot freed; None where its entry
-/// was not seen (attached mid-call) or was overwritten.
+/// was not seen (attached mid-call, or in an earlier call epoch) or was overwritten.
 #[inline(always)]
 fn recall(c: *mut ThreadCounters, probe: u32) -> Option<InflightCall> {
     // SAFETY: this thread's own entry; no other CPU writes it.
     unsafe {
+        if (*c).call_epoch != call_epoch() {
+            return None;
+        }
         let [a, b] = &mut (*c).inflight;
         let slot = if a.probe == probe {
             a
@@ -83,7 +88,6 @@ fn recall(c: *mut ThreadCounters, probe: u32) -> Option<InflightCall> {
             return None;
         };
         slot.probe = 0;
-        (*c).in_call = (*c).in_call.saturating_sub(1);
         Some(slot.call)
     }
 }

@@ -16,7 +16,7 @@ use gputrace_common::{
 use super::layout::layout;
 use crate::{
     maps::{
-        count_loss, count_sample, current_call, stacks_on, Current, BPF_F_USER_STACK, EVENTS, OFF_CPU, PREEMPTED_BY, SCHED, THREADS,
+        call_epoch, count_loss, count_sample, current_call, stacks_on, Current, BPF_F_USER_STACK, EVENTS, OFF_CPU, PREEMPTED_BY, SCHED, THREADS,
         TRACED, USER_STACKS, WAKES, WAKE_STACKS,
     },
     stack_copy::copy_user_stack,
@@ -193,7 +193,7 @@ pub fn sched_waking(ctx: TracePointContext) -> u32 {
     // SAFETY: the map is a stack-trace map; a failure (map full) leaves a negative id.
     let stack_id = unsafe { WAKE_STACKS.get_stackid(&ctx, 0) }.unwrap_or(-1);
     // SAFETY: presence and a field read of the woken thread's counters.
-    let in_cuda = unsafe { THREADS.get(&tid) }.is_some_and(|c| c.in_call > 0);
+    let in_cuda = unsafe { THREADS.get(&tid) }.is_some_and(|c| c.in_call(call_epoch()));
     let key = WakeKey { tid, waker_tgid: (waker >> 32) as u32, stack_id, in_cuda: u32::from(in_cuda), _reserved: 0 };
     let spell = now.saturating_sub(start);
     // SAFETY: a copy of the value is taken; the entry stays for the next spell.

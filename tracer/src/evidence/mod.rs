@@ -8,6 +8,7 @@ mod copies;
 pub mod cost;
 pub mod host;
 mod memory;
+pub mod sampled_calls;
 pub mod snapshot;
 pub mod steps;
 pub mod waits;
@@ -100,6 +101,9 @@ pub struct Evidence {
     /// Spans with the launch probes off (`--max-overhead`), ns; the last ends at `u64::MAX`
     /// while they are still off.
     pub launches_off: Vec<(u64, u64)>,
+    /// Spans with the copy, memset and sync probes off as well (`sampled_calls`), ns; the
+    /// last ends at `u64::MAX` while they are still off.
+    pub calls_off: Vec<(u64, u64)>,
     /// Empty-queue spells left out because the launch probes were off during them (the
     /// launch that ended the spell may have gone unseen).
     pub spells_unseen: u64,
@@ -232,11 +236,11 @@ impl Evidence {
         }
         let since_ns = end_ns.saturating_sub(first_off).max(1);
         let on_since_ns = since_ns.saturating_sub(off_ns).max(1);
+        let calls_exact = self.calls_off.is_empty();
+        let level = if calls_exact { gputrace_common::Shed::Launches } else { gputrace_common::Shed::LaunchesAndCalls };
         let mut sampled = [false; gputrace_common::PROBE_SLOTS];
         for p in gputrace_common::PROBES {
-            if matches!(p.family, Family::Launch | Family::GraphLaunch) {
-                sampled[p.id as usize] = true;
-            }
+            sampled[p.id as usize] = level.takes(p);
         }
         // Threads that ended while the probes were off, and every thread when the window
         // ended so: their last hits since the shedding lingered too.
@@ -248,7 +252,10 @@ impl Evidence {
         }
         for (tid, t) in &mut self.threads {
             let calls_on = t.calls_seen.saturating_sub(t.calls_while_launches_off);
-            let (part, whole) = if calls_on >= MIN_ANCHOR_CALLS && t.calls_while_launches_off >= MIN_ANCHOR_CALLS {
+            // Calls anchor the scale only where they were all seen: with their probes off
+            // too, those of the off phases are the few the kernel had not taken out yet.
+            let anchored = calls_exact && calls_on >= MIN_ANCHOR_CALLS && t.calls_while_launches_off >= MIN_ANCHOR_CALLS;
+            let (part, whole) = if anchored {
                 (calls_on, t.calls_seen)
             } else {
                 (on_since_ns, since_ns)

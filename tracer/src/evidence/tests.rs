@@ -304,3 +304,55 @@ fn launches_counted_while_the_probes_were_being_taken_out_are_not_scaled_again()
     t.ev.scale_sampled_launches(0, 10_000_000).expect("sampled");
     assert_eq!(t.ev.threads[&TID].kernel_launches(), 875, "350 × 100/40, not 400 × 100/40");
 }
+
+#[test]
+fn with_call_probes_off_part_of_the_time_calls_and_the_wakes_of_on_phases_scale_to_the_window() {
+    use gputrace_common::{WakeKey, WakeStats};
+    // A 10 ms window with everything off from 2 ms to 7 ms: on half of it. 40 syncs of 1 µs
+    // seen in the on phases stand for 80.
+    let mut t = Trace::new();
+    t.ev.launch_probes_off(2_000_000, &[]);
+    t.ev.call_probes_off(2_000_000);
+    t.ev.call_probes_off(2_000_010); // already off: no second span
+    t.ev.call_probes_on(7_000_000);
+    t.ev.launch_probes_on(7_000_000, &[]);
+    for i in 0..40u64 {
+        t.now = if i < 20 { i * 50_000 } else { 7_000_000 + (i - 20) * 50_000 };
+        t.sync(1_000);
+    }
+    assert_eq!(t.ev.calls_off, vec![(2_000_000, 7_000_000)]);
+    // Wakeups: 3 ms asleep outside CUDA by one key, of it 1 ms in the off phase (read from the
+    // wakeup map around it); and one key woken only in the off phase.
+    let key = |stack_id: i64| WakeKey { tid: TID, waker_tgid: 99, stack_id, in_cuda: 0, _reserved: 0 };
+    let stats = |count: u64, ns: u64| WakeStats { count, ns, ..WakeStats::default() };
+    let mut off = sampled_calls::WakesOff::default();
+    off.off(vec![(key(1), stats(2, 2_000_000))]);
+    assert!(off.is_off());
+    off.on(&[(key(1), stats(3, 3_000_000)), (key(2), stats(1, 500_000))]);
+    assert!(!off.is_off());
+    let wake = |stack_id: i64, count: u64, ns: u64| waits::Wake { tid: TID, pid: PID, waker_pid: 99, stack_id, count, ns, ..waits::Wake::default() };
+    t.ev.wakes = vec![wake(1, 3, 3_000_000), wake(2, 1, 500_000)];
+    let on = t.ev.scale_sampled_calls(0, 10_000_000, &off).expect("sampled");
+    assert!((on - 0.5).abs() < 1e-12);
+    let th = &t.ev.threads[&TID];
+    assert_eq!((th.syncs, th.sync_wait_ns), (80, 80_000));
+    assert_eq!((t.ev.syncs.count, t.ev.syncs.wait_ns), (80, 80_000));
+    assert_eq!(t.ev.wakes.len(), 1, "a key woken only while the calls were off is left out");
+    assert_eq!((t.ev.wakes[0].count, t.ev.wakes[0].ns), (4, 4_000_000));
+    // The launch counts scale by time, the calls of the off phase being unseen.
+    let launch = PROBES.iter().find(|p| p.symbol == "cuLaunchKernel").expect("probed").id as usize;
+    let sync = PROBES.iter().find(|p| p.symbol == "cuStreamSynchronize").expect("probed").id as usize;
+    let mut counters = gputrace_common::ThreadCounters { tgid: PID, drained_at_ns: 0, ..gputrace_common::ThreadCounters::ZERO };
+    counters.hits[launch] = 400;
+    counters.hits[sync] = 40;
+    t.ev.add_counters(TID, &counters);
+    t.ev.scale_sampled_launches(0, 10_000_000).expect("sampled");
+    let th = &t.ev.threads[&TID];
+    // Since the first shedding (2 ms), 8 ms of which 3 ms on; the hits before it are not
+    // known apart here (no counters at the shedding), so all are scaled ×8/3.
+    assert_eq!(th.kernel_launches(), 1_067);
+    assert_eq!(th.hits_estimated(sync), 107, "the sync probe's hits scale with the launches'");
+    assert_eq!(th.hits[sync], 40, "the traps taken stay as counted (the overhead estimate's)");
+    // Calls on throughout: nothing to scale.
+    assert_eq!(Evidence::default().scale_sampled_calls(0, 10_000_000, &sampled_calls::WakesOff::default()), None);
+}

@@ -9,6 +9,7 @@ mod layout;
 mod multi_link;
 pub mod return_safety;
 pub mod sampler;
+mod shedding;
 pub mod tracefs;
 pub mod trap_cost;
 pub mod uprobes;
@@ -27,7 +28,7 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use gputrace_common::{
-    globals, host::LAYOUT_GLOBAL, loss, stack_source, ProbeSpec, SampleKey, SampleStats, ThreadCounters, ThreadSched, WakeKey, WakeStats, PROBES,
+    globals, host::LAYOUT_GLOBAL, loss, stack_source, ProbeSpec, Shed, SampleKey, SampleStats, ThreadCounters, ThreadSched, WakeKey, WakeStats, PROBES,
 };
 
 use crate::{
@@ -61,18 +62,6 @@ pub fn multi_uprobe_links_supported() -> bool {
     multi_link::supported()
 }
 
-/// Whether `program` is a launch probe's (its programs are named after their symbols).
-fn is_launch_program(program: &str) -> bool {
-    PROBES.iter().any(|p| is_launch(p) && p.symbol == program)
-}
-
-/// Where a launch probe goes, kept so that the overhead budget can put it back.
-#[derive(Clone, Debug)]
-struct LaunchSite {
-    symbol: &'static str,
-    offset: u64,
-    library: Library,
-}
 
 fn return_program(symbol: &str) -> String {
     format!("{symbol}_ret")
@@ -132,9 +121,12 @@ pub struct ProbeSet {
     attached: BTreeMap<(u64, u64), AttachedLibrary>,
     /// The attached libraries' files, open: their probes name them by descriptor.
     library_files: Vec<OwnedFd>,
-    /// Every launch probe's place, and whether they are off now (`shed_launches`).
-    launch_sites: Vec<LaunchSite>,
-    launches_shed: bool,
+    /// Every probe the overhead budget may take off, by place, and what it has off now
+    /// (`shedding`).
+    shed_sites: Vec<shedding::ShedSite>,
+    shed: Option<Shed>,
+    /// The call epoch written to `CALL_EPOCH` (`shedding`).
+    call_epoch: std::sync::Arc<std::sync::atomic::AtomicU32>,
     /// What could not be set up, in sentences for the report (degraded, not fatal).
     pub notes: Vec<String>,
     /// The same, found after the start (a symbol refused in a library probed later).
@@ -332,8 +324,9 @@ impl ProbeSet {
                 copied: CopiedStacks::default(),
                 attached: BTreeMap::new(),
                 library_files: Vec::new(),
-                launch_sites: Vec::new(),
-                launches_shed: false,
+                shed_sites: Vec::new(),
+                shed: None,
+                call_epoch: std::sync::Arc::default(),
                 notes,
                 later_notes: Vec::new(),
                 startup,
@@ -422,10 +415,10 @@ impl ProbeSet {
         for spec in PROBES {
             let Some(&offset) = offsets.get(spec.symbol) else { continue };
             let symbol_mark = self.uprobes.mark();
-            if is_launch(spec) {
-                self.launch_sites.push(LaunchSite { symbol: spec.symbol, offset, library: library.clone() });
-                if self.launches_shed {
-                    // The overhead budget has the launch probes off: this one goes on with them.
+            if Shed::may_take(spec) {
+                self.shed_sites.push(shedding::ShedSite { spec, offset, library: library.clone() });
+                if self.shed.is_some_and(|shed| shed.takes(spec)) {
+                    // The overhead budget has this probe's kind off: it goes on with them.
                     entry.insert(spec.symbol, trap_cost::entry_kind_at(&library.open_path, offset));
                     attached.push(spec.symbol);
                     continue;
@@ -445,12 +438,12 @@ impl ProbeSet {
                 }
                 Err(e) if e.file_gone() => {
                     self.uprobes.undo_to(&mut self.ebpf, library_mark);
-                    self.launch_sites.retain(|s| (s.library.dev, s.library.inode) != key);
+                    self.shed_sites.retain(|s| (s.library.dev, s.library.inode) != key);
                     return Err(e);
                 }
                 Err(e) => {
                     self.uprobes.undo_to(&mut self.ebpf, symbol_mark);
-                    self.launch_sites.retain(|s| (s.library.dev, s.library.inode, s.symbol) != (key.0, key.1, spec.symbol));
+                    self.shed_sites.retain(|s| (s.library.dev, s.library.inode, s.spec.symbol) != (key.0, key.1, spec.symbol));
                     log::warn!("{e}");
                     self.later_notes.push(format!("{} not probed in {} ({e}): its calls are not counted", spec.symbol, library.name));
                 }
@@ -483,75 +476,6 @@ impl ProbeSet {
             library: library.name.clone().into(),
             source: Box::new(source),
         })
-    }
-
-    /// Whether the launch probes can be taken off and put back cheaply: multi-uprobe links
-    /// detach in about a grace period, off the caller's thread; a perf-event uprobe's detach
-    /// holds the kernel's event mutex ~0.1 s each (docs/facts.md).
-    #[must_use]
-    pub fn can_shed_launches(&self) -> bool {
-        self.uprobes.kind() == uprobes::LinkKind::Multi
-    }
-
-    /// Take every launch probe off (the overhead budget's off phase). The links are handed
-    /// back for the caller to close on a thread of its own; none when already off.
-    pub fn shed_launches(&mut self) -> Vec<uprobes::Detached> {
-        if self.launches_shed {
-            return Vec::new();
-        }
-        self.launches_shed = true;
-        self.uprobes.take_programs(&mut self.ebpf, is_launch_program)
-    }
-
-    /// Put the launch probes back. A library's path names the process it was first found
-    /// in (`/proc/PID/map_files/…`): when that process is gone, the path is found again
-    /// through another traced process mapping the same file; a file no traced process maps
-    /// any more is left out, with a note. Returns how many went back.
-    pub fn restore_launches(&mut self) -> usize {
-        if !self.launches_shed {
-            return 0;
-        }
-        self.launches_shed = false;
-        let mut back = 0;
-        for mut site in std::mem::take(&mut self.launch_sites) {
-            let mut attached = self.attach_one(site.symbol, site.offset, &site.library);
-            if attached.as_ref().is_err_and(TraceError::file_gone) {
-                if let Some(library) = self.mapped_again(&site.library) {
-                    site.library = library;
-                    attached = self.attach_one(site.symbol, site.offset, &site.library);
-                }
-            }
-            match attached {
-                Ok(()) => back += 1,
-                Err(e) if e.file_gone() => {
-                    log::info!("{e}");
-                    self.later_notes.push(format!(
-                        "{} in {} was not put back after the overhead budget took it off: no traced process maps the file any more",
-                        site.symbol, site.library.name
-                    ));
-                    continue;
-                }
-                Err(e) => {
-                    log::warn!("{e}");
-                    self.later_notes.push(format!("{} in {} could not be put back after the overhead budget took it off ({e})", site.symbol, site.library.name));
-                }
-            }
-            self.launch_sites.push(site);
-        }
-        back
-    }
-
-    /// The same file as `library`, through a traced process that maps it now.
-    fn mapped_again(&self, library: &Library) -> Option<Library> {
-        let key = (library.dev, library.inode);
-        let pids = self.attached.get(&key)?.mapped_by.clone();
-        pids.into_iter().find_map(|pid| crate::discover::libraries::mapped_by(pid).into_iter().find(|l| (l.dev, l.inode) == key))
-    }
-
-    /// Whether some launch probe has a place to go back to.
-    #[must_use]
-    pub fn has_launch_sites(&self) -> bool {
-        !self.launch_sites.is_empty()
     }
 
     /// What a trap costs on this kernel, by the instruction it sits on (`trap_cost`).

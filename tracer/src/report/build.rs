@@ -439,14 +439,14 @@ fn budget_missed(s: &crate::model::Sampling) -> String {
     if s.achievable {
         format!(
             "--max-overhead {}: the window's estimated cost is above the budget (tracer.overhead): the budget is kept over whole periods, and the \
-             first 0.2 s, or launches resumed after a quiet spell (when every probe is back on), are paid back only over the seconds that \
+             first 50 ms, or launches resumed after a quiet spell (when every probe is back on), are paid back only over the seconds that \
              follow, which this window did not have",
             s.max_overhead_pct
         )
     } else {
         format!(
-            "--max-overhead {}: the budget cannot be kept by taking the launch probes off: the other probes alone, or launches at the shortest duty \
-             cycle, cost more (tracer.overhead.per_probe)",
+            "--max-overhead {}: the budget cannot be kept by taking probes off: those never taken off (allocations, pinning, contexts) alone, or \
+             the others at the shortest duty cycle, cost more (tracer.overhead.per_probe)",
             s.max_overhead_pct
         )
     }

@@ -1,25 +1,31 @@
-//! `--max-overhead PCT`: keep what tracing costs the job under a budget by taking the launch
-//! probes off part of the time, and scaling what they counted to the window.
+//! `--max-overhead PCT`: keep what tracing costs the job under a budget by taking probes off
+//! part of the time, and scaling what they counted to the window.
 //!
-//! Why launches: every other probe fires a few thousand times a second at most, but a
-//! launch-bound job launches 100,000 kernels a second, each paying a uprobe trap on the
+//! Why launches first: every other probe fires a few thousand times a second in most jobs,
+//! but a launch-bound job launches 100,000 kernels a second, each paying a uprobe trap on the
 //! launching thread (~1.4 µs on the H200: 14 % of that thread, docs/facts.md). A trap's cost
 //! cannot be lowered from inside the probe, so the probes come off: multi-uprobe links go in
 //! a millisecond and come off off the job's threads, so a period of a second can be split
 //! finely.
 //!
+//! Why calls next: a loop that reads a scalar every step (`.item()`: a copy and a sync, four
+//! traps) pays more for its calls than any budget of a percent or two holds, with launches
+//! off or on. Where launches alone cannot meet the budget, the copy, memset and sync probes
+//! go with them (`gputrace_common::Shed`); allocation and context probes never do.
+//!
 //! How: the busiest traced thread's trap time is measured from the kernel's per-thread hit
-//! counters and the trap costs measured at the start, first over 0.2 s with everything
-//! on; past the budget, each period of `PERIOD` has the launch probes on for a duty cycle
-//! `d = (budget − others) / launches` of it (launches: their share of the thread while on;
-//! others: the rest of the probes' share), re-measured at the end of every on phase, and
-//! shortened while the window so far has spent more than its budget. Counts of launches are
-//! then estimates (`Evidence::scale_sampled_launches`), and so are the spells of empty GPU
-//! queue (seen only while launches are); every other count is exact.
+//! counters and the trap costs measured at the start, first over `WATCH_NS` with everything
+//! on; past the budget, each period of `PERIOD_NS` has the probes on for a duty cycle
+//! `d = (budget − kept) / shed` of it (shed: the share of the thread the probes taken off
+//! cost while on; kept: the rest of the probes' share), re-measured at the end of every on
+//! phase, and shortened while the window so far has spent more than its budget. Counts of
+//! what was taken off are then estimates (`Evidence::scale_sampled_launches`,
+//! `Evidence::scale_sampled_calls`), and so are the spells of empty GPU queue (seen only
+//! while launches are); every other count is exact.
 
 use std::collections::BTreeMap;
 
-use gputrace_common::{ThreadCounters, PROBES, PROBE_SLOTS};
+use gputrace_common::{Shed, ThreadCounters, PROBES, PROBE_SLOTS};
 
 /// One on phase plus one off phase.
 pub const PERIOD_NS: u64 = 1_000_000_000;
@@ -40,8 +46,8 @@ pub const MAX_DUTY: f64 = 0.95;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
     None,
-    /// Take the launch probes off.
-    Shed,
+    /// Take these probes off.
+    Shed(Shed),
     /// Put them back.
     Restore,
 }
@@ -50,18 +56,34 @@ pub enum Action {
 enum Phase {
     /// Everything on, watching the cost.
     Watching,
-    /// Duty cycling: launch probes on, or off.
+    /// Duty cycling: the probes the budget takes off are on, or off.
     On,
     Off,
 }
 
 /// The cost split of the busiest thread over a phase, as fractions of the phase's time, and
-/// what its traps have cost it since the start, ns.
+/// what its traps have cost it since the start, ns: launches, the calls that may go with
+/// them (`gputrace_common::Shed::LaunchesAndCalls`), and the rest.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Split {
     pub launches: f64,
+    pub calls: f64,
     pub others: f64,
     pub spent_ns: f64,
+}
+
+impl Split {
+    fn total(&self) -> f64 {
+        self.launches + self.calls + self.others
+    }
+
+    /// The share `level` takes off, and the share it keeps.
+    fn at(&self, level: Shed) -> (f64, f64) {
+        match level {
+            Shed::Launches => (self.launches, self.calls + self.others),
+            Shed::LaunchesAndCalls => (self.launches + self.calls, self.others),
+        }
+    }
 }
 
 /// The budget's controller: pure over the counters and instants it is given.
@@ -76,27 +98,37 @@ pub struct Budget {
     at_phase_start: BTreeMap<u32, [u64; PROBE_SLOTS]>,
     /// The on share of a period.
     duty: f64,
+    /// What an off phase takes off: launches, and calls too once launches alone cannot meet
+    /// the budget (for the rest of the session: its calls' rate is the job's loop's).
+    pub level: Shed,
+    /// Whether calls may go (false: launches only, as where calls must stay exact).
+    calls_may_go: bool,
     /// Off phases begun.
     pub cycles: u64,
-    /// Whether the budget cannot be met by shedding launches (the other probes alone, or
-    /// launches at the shortest duty cycle, cost more).
+    /// Whether the budget cannot be met by taking probes off (the probes kept alone, or
+    /// the others at the shortest duty cycle, cost more).
     pub unmet: bool,
     /// The estimated cost with the present duty cycle, a fraction of the busiest thread.
     pub estimate: f64,
-    /// The launch share of the busiest thread while the launch probes were last on.
-    on_launches: f64,
-    /// How long the launch probes went on firing after the last shed, ns: closing a link
+    /// The share of the busiest thread the probes taken off cost while last on.
+    on_shed: f64,
+    /// The busiest thread's trap time and the time, over every phase with everything on
+    /// (what the traps slowed it by then: `on_share`, `evidence::sampled_calls`).
+    on_trap_ns: f64,
+    on_ns: f64,
+    /// How long the probes taken off went on firing after the last shed, ns: closing a link
     /// returns at once, but the kernel takes its probes out over a grace period or more,
     /// and the traps of that time cost the job as any other. Measured from the hits of the
-    /// off phase against the launch rate while on; the next on phase is shortened by it.
+    /// off phase against their rate while on; the next on phase is shortened by it.
     lingering_ns: f64,
 }
 
 impl Budget {
     /// A budget of `limit` (a fraction) from `now_ns`, when the threads' counters read
-    /// `counters` (hits before it are not the first measurement's).
+    /// `counters` (hits before it are not the first measurement's). `calls_may_go`: whether
+    /// the call probes may be taken off as well as the launch probes.
     #[must_use]
-    pub fn new(limit: f64, now_ns: u64, counters: &[(u32, ThreadCounters)]) -> Self {
+    pub fn new(limit: f64, now_ns: u64, counters: &[(u32, ThreadCounters)], calls_may_go: bool) -> Self {
         Self {
             limit,
             start_ns: now_ns,
@@ -104,10 +136,14 @@ impl Budget {
             phase_start_ns: now_ns,
             at_phase_start: counters.iter().map(|(tid, c)| (*tid, c.hits)).collect(),
             duty: 1.0,
+            level: Shed::Launches,
+            calls_may_go,
             cycles: 0,
             unmet: false,
             estimate: 0.0,
-            on_launches: 0.0,
+            on_shed: 0.0,
+            on_trap_ns: 0.0,
+            on_ns: 0.0,
             lingering_ns: 0.0,
         }
     }
@@ -115,6 +151,17 @@ impl Budget {
     #[must_use]
     pub fn limit(&self) -> f64 {
         self.limit
+    }
+
+    /// The share of the busiest thread's time the traps took while every probe was on,
+    /// over all such phases.
+    #[must_use]
+    pub fn on_share(&self) -> f64 {
+        if self.on_ns > 0.0 {
+            self.on_trap_ns / self.on_ns
+        } else {
+            0.0
+        }
     }
 
     /// When the next step is due.
@@ -132,7 +179,7 @@ impl Budget {
     /// `cost_ns[id]`: what one hit of probe `id` costs (entry and return traps).
     fn split(&self, now_ns: u64, counters: &[(u32, ThreadCounters)], cost_ns: &[f64; PROBE_SLOTS]) -> Split {
         let span = now_ns.saturating_sub(self.phase_start_ns).max(1) as f64;
-        let launch = launch_ids();
+        let kinds = probe_kinds();
         counters
             .iter()
             .map(|(tid, c)| {
@@ -141,15 +188,15 @@ impl Budget {
                 for (id, &n) in c.hits.iter().enumerate() {
                     split.spent_ns += n as f64 * cost_ns[id];
                     let delta = n.saturating_sub(before.map_or(0, |b| b[id])) as f64 * cost_ns[id] / span;
-                    if launch[id] {
-                        split.launches += delta;
-                    } else {
-                        split.others += delta;
+                    match kinds[id] {
+                        Kind::Launch => split.launches += delta,
+                        Kind::Call => split.calls += delta,
+                        Kind::Other => split.others += delta,
                     }
                 }
                 split
             })
-            .max_by(|a, b| (a.launches + a.others).total_cmp(&(b.launches + b.others)))
+            .max_by(|a, b| a.total().total_cmp(&b.total()))
             .unwrap_or_default()
     }
 
@@ -158,12 +205,13 @@ impl Budget {
     /// is paid in full), so that the whole window's cost comes back under the budget.
     fn duty_for(&mut self, on: Split, now_ns: u64) -> f64 {
         let steady = self.steady_duty(on);
-        if on.launches <= 0.0 {
+        let (shed, kept) = on.at(self.level);
+        if shed <= 0.0 {
             return steady;
         }
         let period = PERIOD_NS as f64;
         let allowance = self.limit * (now_ns.saturating_sub(self.start_ns) as f64 + period) - on.spent_ns;
-        let catch_up = ((allowance - on.others * period) / (on.launches * period)).clamp(MIN_DUTY, 1.0);
+        let catch_up = ((allowance - kept * period) / (shed * period)).clamp(MIN_DUTY, 1.0);
         let duty = steady.min(catch_up);
         if duty > MAX_DUTY {
             1.0
@@ -172,16 +220,26 @@ impl Budget {
         }
     }
 
-    /// The duty cycle that meets the budget at `on`'s rates (1: no shedding needed).
+    /// The duty cycle that meets the budget at `on`'s rates (1: no shedding needed). Where
+    /// launches alone cannot meet it, the calls go too, from here on.
     fn steady_duty(&mut self, on: Split) -> f64 {
-        if on.launches + on.others <= self.limit || on.launches <= 0.0 {
-            self.unmet = on.launches + on.others > self.limit;
+        let wanted_at = |level: Shed| {
+            let (shed, kept) = on.at(level);
+            (shed > 0.0).then(|| (self.limit - kept) / shed)
+        };
+        if on.total() <= self.limit {
+            self.unmet = false;
             return 1.0;
         }
-        let wanted = (self.limit - on.others) / on.launches;
-        let duty = wanted.clamp(MIN_DUTY, 1.0);
+        if self.level == Shed::Launches && self.calls_may_go && on.calls > 0.0 && wanted_at(Shed::Launches).is_none_or(|w| w < MIN_DUTY) {
+            self.level = Shed::LaunchesAndCalls;
+        }
+        let Some(wanted) = wanted_at(self.level) else {
+            self.unmet = true;
+            return 1.0;
+        };
         self.unmet = wanted < MIN_DUTY;
-        duty
+        wanted.clamp(MIN_DUTY, 1.0)
     }
 
     /// Advance at `now_ns` (at or after [`Self::next_step_ns`]) with the kernel's counters.
@@ -192,23 +250,28 @@ impl Budget {
         let split = self.split(now_ns, counters, cost_ns);
         let (phase, action) = match self.phase {
             Phase::Watching | Phase::On => {
-                if split.launches > 0.0 {
-                    self.on_launches = split.launches;
-                }
                 self.duty = self.duty_for(split, now_ns);
-                self.estimate = self.duty * split.launches + split.others;
+                let (shed, kept) = split.at(self.level);
+                if shed > 0.0 {
+                    self.on_shed = shed;
+                }
+                let span = now_ns.saturating_sub(self.phase_start_ns) as f64;
+                self.on_trap_ns += split.total() * span;
+                self.on_ns += span;
+                self.estimate = self.duty * shed + kept;
                 if self.duty < 1.0 {
                     self.cycles += 1;
-                    (Phase::Off, Action::Shed)
+                    (Phase::Off, Action::Shed(self.level))
                 } else {
                     (Phase::Watching, Action::None)
                 }
             }
-            // Off: launches were not counted, but for the probes the kernel had not taken out
-            // yet; what the others cost is seen again while on.
+            // Off: what was taken off was not counted, but for the probes the kernel had not
+            // taken out yet; what the others cost is seen again while on.
             Phase::Off => {
                 let off_ns = now_ns.saturating_sub(self.phase_start_ns) as f64;
-                let still_on = if self.on_launches > 0.0 { (split.launches / self.on_launches).clamp(0.0, 1.0) } else { 0.0 };
+                let (shed, _) = split.at(self.level);
+                let still_on = if self.on_shed > 0.0 { (shed / self.on_shed).clamp(0.0, 1.0) } else { 0.0 };
                 self.lingering_ns = still_on * off_ns;
                 (Phase::On, Action::Restore)
             }
@@ -220,13 +283,26 @@ impl Budget {
     }
 }
 
-/// Which probe ids are launch probes.
-fn launch_ids() -> [bool; PROBE_SLOTS] {
-    let mut out = [false; PROBE_SLOTS];
+/// What a probe is to the budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Launch,
+    /// A call the budget may take off with the launches.
+    Call,
+    Other,
+}
+
+/// Each probe id's kind.
+fn probe_kinds() -> [Kind; PROBE_SLOTS] {
+    let mut out = [Kind::Other; PROBE_SLOTS];
     for p in PROBES {
-        if matches!(p.family, gputrace_common::Family::Launch | gputrace_common::Family::GraphLaunch) {
-            out[p.id as usize] = true;
-        }
+        out[p.id as usize] = if Shed::Launches.takes(p) {
+            Kind::Launch
+        } else if Shed::LaunchesAndCalls.takes(p) {
+            Kind::Call
+        } else {
+            Kind::Other
+        };
     }
     out
 }
@@ -236,19 +312,21 @@ mod tests {
     use super::*;
 
 
-    fn launch_id() -> usize {
-        launch_ids().iter().position(|&l| l).expect("a launch probe")
+    fn id_of(kind: Kind) -> usize {
+        probe_kinds().iter().position(|&k| k == kind).expect("a probe of each kind")
     }
 
-    fn other_id() -> usize {
-        PROBES.iter().find(|p| !launch_ids()[p.id as usize]).expect("a non-launch probe").id as usize
+    /// A thread's counters: launches, calls the budget may take off, and other calls.
+    fn counters_of(launches: u64, calls: u64, others: u64) -> Vec<(u32, ThreadCounters)> {
+        let mut c = ThreadCounters { tgid: 1, drained_at_ns: 0, ..ThreadCounters::ZERO };
+        c.hits[id_of(Kind::Launch)] = launches;
+        c.hits[id_of(Kind::Call)] = calls;
+        c.hits[id_of(Kind::Other)] = others;
+        vec![(10, c)]
     }
 
     fn counters(launches: u64, others: u64) -> Vec<(u32, ThreadCounters)> {
-        let mut c = ThreadCounters { tgid: 1, drained_at_ns: 0, ..ThreadCounters::ZERO };
-        c.hits[launch_id()] = launches;
-        c.hits[other_id()] = others;
-        vec![(10, c)]
+        counters_of(launches, 0, others)
     }
 
     fn costs() -> [f64; PROBE_SLOTS] {
@@ -257,7 +335,7 @@ mod tests {
 
     #[test]
     fn a_cheap_job_is_never_shed() {
-        let mut b = Budget::new(0.01, 0, &[]);
+        let mut b = Budget::new(0.01, 0, &[], true);
         // 1,000 launches a second at 1 µs: 0.1 % of the thread.
         assert_eq!(b.next_step_ns(), WATCH_NS);
         assert_eq!(b.step(WATCH_NS, &counters(WATCH_NS / 1_000_000, 0), &costs()), Action::None);
@@ -268,7 +346,7 @@ mod tests {
 
     #[test]
     fn a_launch_bound_job_is_duty_cycled_to_the_budget_over_the_window() {
-        let mut b = Budget::new(0.01, 0, &[]);
+        let mut b = Budget::new(0.01, 0, &[], true);
         // 100,000 launches a second at 1 µs: 10 % of the thread; 1,000 other calls: 0.1 %.
         let (mut launches, mut others) = (0u64, 0u64);
         let mut now = 0;
@@ -283,13 +361,13 @@ mod tests {
         };
         // The watch, paid in full (5 ms of traps in 0.05 s), then shedding at once, on for
         // less than the steady duty cycle until the window is back under its budget.
-        assert_eq!(run(&mut b, WATCH_NS, true), Action::Shed);
+        assert_eq!(run(&mut b, WATCH_NS, true), Action::Shed(Shed::Launches));
         assert!(b.duty >= MIN_DUTY && b.duty < 0.09, "{}", b.duty);
         for _ in 0..20 {
             let off_end = b.next_step_ns();
             assert_eq!(run(&mut b, off_end, false), Action::Restore);
             let on_end = b.next_step_ns();
-            assert_eq!(run(&mut b, on_end, true), Action::Shed);
+            assert_eq!(run(&mut b, on_end, true), Action::Shed(Shed::Launches));
         }
         // Steady: (1 % − 0.1 %) / 10 % = 9 % of each period on, and the window's cost at the budget.
         assert!((b.duty - 0.09).abs() < 1e-3, "{}", b.duty);
@@ -305,7 +383,7 @@ mod tests {
         // As above, but the launch probes go on firing for the first 50 ms of each off
         // phase, as while the kernel takes them out.
         const LINGER_NS: u64 = 50_000_000;
-        let mut b = Budget::new(0.01, 0, &[]);
+        let mut b = Budget::new(0.01, 0, &[], true);
         let (mut launches, mut others, mut now) = (0u64, 0u64, 0u64);
         // Advance to `until`, the launch probes firing for the first `on_ns` of it.
         let mut advance = |b: &mut Budget, now: &mut u64, until: u64, on_ns: u64| {
@@ -314,7 +392,7 @@ mod tests {
             *now = until;
             (b.step(until, &counters(launches, others), &costs()), launches + others)
         };
-        assert_eq!(advance(&mut b, &mut now, WATCH_NS, WATCH_NS).0, Action::Shed);
+        assert_eq!(advance(&mut b, &mut now, WATCH_NS, WATCH_NS).0, Action::Shed(Shed::Launches));
         let mut on_lengths = Vec::new();
         for period in 0..30 {
             let off_end = b.next_step_ns();
@@ -326,7 +404,7 @@ mod tests {
             assert!(period < 12 || cost <= 0.0101, "period {period}: the window's cost {:.3}%: the lingering traps were not paid for", cost * 100.0);
             let on_end = b.next_step_ns();
             on_lengths.push(on_end - now);
-            assert_eq!(advance(&mut b, &mut now, on_end, u64::MAX).0, Action::Shed);
+            assert_eq!(advance(&mut b, &mut now, on_end, u64::MAX).0, Action::Shed(Shed::Launches));
         }
         // Steady: 9 % of a period's worth of launch traps, 5 % of it lingering: on ~40 ms.
         let last = *on_lengths.last().expect("on phases");
@@ -336,8 +414,8 @@ mod tests {
 
     #[test]
     fn a_job_that_calms_down_gets_its_probes_back_for_good_once_the_window_is_paid_for() {
-        let mut b = Budget::new(0.01, 0, &[]);
-        assert_eq!(b.step(WATCH_NS, &counters(100_000, 0), &costs()), Action::Shed);
+        let mut b = Budget::new(0.01, 0, &[], true);
+        assert_eq!(b.step(WATCH_NS, &counters(100_000, 0), &costs()), Action::Shed(Shed::Launches));
         // Quiet from here: one launch a phase. The burst's 100 ms of traps are paid back at
         // the shortest duty cycle first (10 s at 1 %), then everything stays on.
         let mut launches = 100_000;
@@ -359,16 +437,72 @@ mod tests {
 
     #[test]
     fn a_budget_the_other_probes_alone_exceed_is_said_to_be_unmet() {
-        let mut b = Budget::new(0.01, 0, &[]);
+        let mut b = Budget::new(0.01, 0, &[], true);
         // 20,000 other calls a second at 1 µs: 2 %, over the budget whatever launches do.
-        assert_eq!(b.step(WATCH_NS, &counters(100_000, 20_000), &costs()), Action::Shed);
+        assert_eq!(b.step(WATCH_NS, &counters(100_000, 20_000), &costs()), Action::Shed(Shed::Launches));
+        assert!((b.duty - MIN_DUTY).abs() < 1e-12);
+        assert!(b.unmet);
+    }
+
+    /// A loop of `.item()`: 100,000 launches and 100,000 copy-or-sync calls a second at
+    /// 1 µs a hit (10 % each), and 100 allocations (0.01 %), simulated for 20 periods.
+    /// Returns the controller, the last action of an on phase and the window's cost.
+    fn scalar_read_loop(calls_may_go: bool) -> (Budget, Action, f64) {
+        let mut b = Budget::new(0.01, 0, &[], calls_may_go);
+        let (mut launches, mut calls, mut others, mut now) = (0u64, 0u64, 0u64, 0u64);
+        // `off`: what is off until `until`.
+        let mut run = |b: &mut Budget, until: u64, off: Option<Shed>| {
+            let secs = (until - now) as f64 / 1e9;
+            let counted = |off: bool| if off { 0.0 } else { 100_000.0 * secs };
+            launches += counted(off.is_some()) as u64;
+            calls += counted(off == Some(Shed::LaunchesAndCalls)) as u64;
+            others += (100.0 * secs) as u64;
+            now = until;
+            b.step(now, &counters_of(launches, calls, others), &costs())
+        };
+        let mut last = run(&mut b, WATCH_NS, None);
+        for _ in 0..20 {
+            let Action::Shed(level) = last else { break };
+            let off_end = b.next_step_ns();
+            assert_eq!(run(&mut b, off_end, Some(level)), Action::Restore);
+            let on_end = b.next_step_ns();
+            last = run(&mut b, on_end, None);
+        }
+        let cost = (launches + calls + others) as f64 * 1e-6 / (now as f64 / 1e9);
+        (b, last, cost)
+    }
+
+    #[test]
+    fn a_loop_whose_calls_alone_exceed_the_budget_has_its_calls_taken_off_too() {
+        let (b, last, cost) = scalar_read_loop(true);
+        assert_eq!(last, Action::Shed(Shed::LaunchesAndCalls));
+        // Steady: 1 % / 20 % = 5 % of each period on.
+        assert!((b.duty - 0.05).abs() < 1e-3, "{}", b.duty);
+        assert!(cost <= 0.0102, "the window's cost {:.3}%", cost * 100.0);
+        assert!(!b.unmet);
+    }
+
+    #[test]
+    fn where_calls_may_not_go_the_budget_is_said_to_be_unmet() {
+        let (b, last, _) = scalar_read_loop(false);
+        assert_eq!(last, Action::Shed(Shed::Launches));
+        assert_eq!(b.level, Shed::Launches);
+        assert!(b.unmet);
+    }
+
+    #[test]
+    fn probes_that_never_go_over_the_budget_make_it_unmet_whatever_is_taken_off() {
+        let mut b = Budget::new(0.01, 0, &[], true);
+        // Over the watch: launches and calls 10 % each, allocations 2 %.
+        let action = b.step(WATCH_NS, &counters_of(5_000, 5_000, 1_000), &costs());
+        assert_eq!(action, Action::Shed(Shed::LaunchesAndCalls));
         assert!((b.duty - MIN_DUTY).abs() < 1e-12);
         assert!(b.unmet);
     }
 
     #[test]
     fn steps_before_their_time_do_nothing() {
-        let mut b = Budget::new(0.01, 0, &[]);
+        let mut b = Budget::new(0.01, 0, &[], true);
         assert_eq!(b.step(WATCH_NS / 2, &counters(1_000_000, 0), &costs()), Action::None);
         assert_eq!(b.cycles, 0);
     }

@@ -1,11 +1,11 @@
 //! `--max-overhead` inside the live loop: measure the trap costs at the start, step the
-//! controller (`budget_controller`) on its schedule, take the launch probes off and put them back, and
+//! controller (`budget_controller`) on its schedule, take probes off and put them back, and
 //! say at the end what the budget did.
 
 use std::time::Duration;
 
 use super::{budget_controller, Live};
-use gputrace_common::Family;
+use gputrace_common::Shed;
 
 use crate::clock;
 
@@ -20,11 +20,7 @@ pub(super) fn budget_report(controller: &budget_controller::Budget, libraries: &
     let probed = |symbol: &str| libraries.iter().any(|l| l.symbols.contains(&symbol));
     crate::model::Sampling {
         max_overhead_pct: percent_of(controller.limit()),
-        probes: gputrace_common::PROBES
-            .iter()
-            .filter(|p| matches!(p.family, Family::Launch | Family::GraphLaunch) && probed(p.symbol))
-            .map(|p| p.symbol.to_owned())
-            .collect(),
+        probes: gputrace_common::PROBES.iter().filter(|p| controller.level.takes(p) && probed(p.symbol)).map(|p| p.symbol.to_owned()).collect(),
         on_fraction,
         cycles: controller.cycles,
         estimated_overhead_pct: controller.estimate * 100.0,
@@ -44,6 +40,8 @@ pub(super) struct Budgeting {
     pub(super) closing: Vec<std::thread::JoinHandle<()>>,
     /// When `costs.program_ns` was last read from the kernel's accounting.
     programs_read_ns: u64,
+    /// The wakeups of the off phases where calls went off too (`evidence::sampled_calls`).
+    wakes_off: crate::evidence::sampled_calls::WakesOff,
 }
 
 /// How often the budget re-reads what our programs cost per run (a system call a program).
@@ -53,7 +51,7 @@ impl Live {
     /// Start the overhead budget: the trap costs are measured now (the controller needs
     /// them), where the launch probes can be taken off cheaply.
     pub(super) fn start_budget(&mut self, limit: f64) {
-        if !self.kernel.can_shed_launches() {
+        if !self.kernel.can_shed() {
             self.notes.push(format!(
                 "--max-overhead {}: not applied: taking the launch probes off and on needs multi-uprobe links (Linux ≥ 6.6), \
                  which this session does not use (tracer.uprobe_links)",
@@ -62,8 +60,12 @@ impl Live {
             return;
         }
         let costs = self.kernel.measure_trap_costs().map_err(|why| log::warn!("trap costs for the budget: {why}; 1 µs a trap assumed")).ok();
-        let controller = budget_controller::Budget::new(limit, clock::monotonic_ns(), &self.kernel.thread_counters());
-        self.budget = Some(Budgeting { controller, costs, closing: Vec::new(), programs_read_ns: 0 });
+        // Calls go only in entry-and-return mode: entry-only calls cost one trap each and
+        // their counts are all that mode reports, so they stay exact.
+        let calls_may_go = !self.kernel.entry_only;
+        let controller = budget_controller::Budget::new(limit, clock::monotonic_ns(), &self.kernel.thread_counters(), calls_may_go);
+        let wakes_off = crate::evidence::sampled_calls::WakesOff::default();
+        self.budget = Some(Budgeting { controller, costs, closing: Vec::new(), programs_read_ns: 0, wakes_off });
     }
 
     pub(super) fn budget_due(&self) -> Option<tokio::time::Instant> {
@@ -86,9 +88,13 @@ impl Live {
         let counters = self.kernel.thread_counters();
         match b.controller.step(now, &counters, &costs) {
             budget_controller::Action::None => {}
-            budget_controller::Action::Shed => {
-                let links = self.kernel.shed_launches();
+            budget_controller::Action::Shed(level) => {
+                let links = self.kernel.shed(level);
                 self.evidence.launch_probes_off(now, &counters);
+                if level == Shed::LaunchesAndCalls {
+                    self.evidence.call_probes_off(now);
+                    b.wakes_off.off(self.kernel.wakes());
+                }
                 b.closing.push(std::thread::spawn(move || crate::probes::uprobes::drop_all(links)));
             }
             budget_controller::Action::Restore => {
@@ -97,16 +103,22 @@ impl Live {
                 for t in b.closing.drain(..) {
                     let _ = t.join();
                 }
+                let level = self.kernel.shed_now();
                 // Nothing went back (every file gone): launches stay unseen, and the time
                 // stays off.
-                if self.kernel.restore_launches() > 0 || !self.kernel.has_launch_sites() {
+                if self.kernel.restore() > 0 || level.is_none_or(|l| !self.kernel.has_shed_sites(l)) {
                     // The on phase begins once the links are back, for the launches and the
                     // calls that anchor their scale alike: launches hit while the links went
                     // in were counted from the counters read before, while the syncs beside
                     // them fell in the off phase, which read 5–9 % too many launches on a
                     // machine where attaching takes a few milliseconds.
                     let back = self.kernel.thread_counters();
-                    self.evidence.launch_probes_on(clock::monotonic_ns(), &back);
+                    let at = clock::monotonic_ns();
+                    self.evidence.launch_probes_on(at, &back);
+                    if level == Some(Shed::LaunchesAndCalls) {
+                        self.evidence.call_probes_on(at);
+                        b.wakes_off.on(&self.kernel.wakes());
+                    }
                 }
             }
         }
@@ -118,9 +130,24 @@ impl Live {
         for t in b.closing.drain(..) {
             let _ = t.join();
         }
+        if b.wakes_off.is_off() {
+            b.wakes_off.on(&self.kernel.wakes());
+        }
+        let calls_on = self.evidence.scale_sampled_calls(self.start_ns, end_ns, &b.wakes_off);
         let on_fraction = self.evidence.scale_sampled_launches(self.start_ns, end_ns).unwrap_or(1.0);
         let s = budget_report(&b.controller, &self.kernel.attached_libraries(), on_fraction, self.evidence.spells_unseen);
-        if s.on_fraction < 1.0 {
+        if let Some(on) = calls_on {
+            self.notes.push(format!(
+                "--max-overhead {}: the launch, copy, memset and sync probes were on {:.1}% of the window ({} periods); their counts, \
+                 bytes and times, launch rates, empty-queue spells and wakeups are estimates scaled by time from then (a copy burst \
+                 that fell wholly in an off phase is not seen); allocation and scheduler figures are exact. The traps took an \
+                 estimated {:.0}% of the busiest thread while on, which slowed its loop: counts may read low by up to that share",
+                s.max_overhead_pct,
+                on * 100.0,
+                s.cycles,
+                b.controller.on_share() * 100.0
+            ));
+        } else if s.on_fraction < 1.0 {
             self.notes.push(format!(
                 "--max-overhead {}: the launch probes were on {:.1}% of the window ({} periods); launch counts, launch rates and \
                  empty-queue spells are estimates scaled from then, every other count is exact",

@@ -71,15 +71,16 @@ pub struct Work {
 
 impl PythonSampler {
     /// Start the reader thread. `threads_map` is the kernel's `THREADS` map id (the thread
-    /// opens its own handle, to read which call each thread is in).
+    /// opens its own handle, to read which call each thread is in), `call_epoch` the call
+    /// epoch its entries are read against (`ThreadCounters::in_call`).
     #[must_use]
-    pub fn start(threads_map: Option<u32>) -> Self {
+    pub fn start(threads_map: Option<u32>, call_epoch: Arc<std::sync::atomic::AtomicU32>) -> Self {
         let shared = Arc::new(Mutex::new(Shared::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let (add, added) = mpsc::channel();
         let handle = {
             let (shared, stop) = (Arc::clone(&shared), Arc::clone(&stop));
-            std::thread::Builder::new().name("gputrace-py".into()).spawn(move || run(&shared, &stop, &added, threads_map)).ok()
+            std::thread::Builder::new().name("gputrace-py".into()).spawn(move || run(&shared, &stop, &added, threads_map, &call_epoch)).ok()
         };
         Self { shared, stop, add, handle }
     }
@@ -134,7 +135,7 @@ struct Spied {
     spy: PythonSpy,
 }
 
-fn run(shared: &Mutex<Shared>, stop: &AtomicBool, asked: &mpsc::Receiver<Ask>, threads_map: Option<u32>) {
+fn run(shared: &Mutex<Shared>, stop: &AtomicBool, asked: &mpsc::Receiver<Ask>, threads_map: Option<u32>, call_epoch: &std::sync::atomic::AtomicU32) {
     let threads = threads_map.and_then(|id| MapData::from_id(id).ok()).and_then(|m| BpfHashMap::<MapData, u32, ThreadCounters>::try_from(Map::HashMap(m)).ok());
     let mut spied: Vec<Spied> = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
@@ -150,7 +151,7 @@ fn run(shared: &Mutex<Shared>, stop: &AtomicBool, asked: &mpsc::Receiver<Ask>, t
         let weight = began.duration_since(last);
         last = began;
         launched = launched || threads.as_ref().is_some_and(any_launch);
-        spied.retain_mut(|s| if launched { read(s, weight, threads.as_ref(), shared) } else { std::path::Path::new(&format!("/proc/{}", s.pid)).exists() });
+        spied.retain_mut(|s| if launched { read(s, weight, threads.as_ref(), call_epoch.load(Ordering::Relaxed) as u16, shared) } else { std::path::Path::new(&format!("/proc/{}", s.pid)).exists() });
         let took = began.elapsed();
         if let Ok(mut sh) = shared.lock() {
             sh.reads += 1;
@@ -269,7 +270,7 @@ fn looks_like_python(pid: u32) -> bool {
 }
 
 /// One read of a process; false once the process is gone.
-fn read(s: &mut Spied, weight: Duration, threads: Option<&BpfHashMap<MapData, u32, ThreadCounters>>, shared: &Mutex<Shared>) -> bool {
+fn read(s: &mut Spied, weight: Duration, threads: Option<&BpfHashMap<MapData, u32, ThreadCounters>>, epoch: u16, shared: &Mutex<Shared>) -> bool {
     // A torn read (the interpreter moved under us) is skipped; a process gone ends it.
     let Ok(traces) = s.spy.get_stack_traces() else { return std::path::Path::new(&format!("/proc/{}", s.pid)).exists() };
     let Ok(mut sh) = shared.lock() else { return false };
@@ -279,7 +280,7 @@ fn read(s: &mut Spied, weight: Duration, threads: Option<&BpfHashMap<MapData, u3
             continue;
         }
         let activity = threads.and_then(|m| m.get(&tid, 0).ok()).map_or(Activity::Host, |c| {
-            if c.in_call > 0 {
+            if c.in_call(epoch) {
                 Activity::of_probe(u32::from(c.call_probe))
             } else {
                 Activity::Host
