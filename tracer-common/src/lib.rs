@@ -66,9 +66,34 @@ pub const INFLIGHT_SLOTS: usize = 2;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct InflightSlot {
     pub probe: u32,
-    #[expect(clippy::pub_underscore_fields, reason = "explicit padding: wire types have no implicit padding")]
-    pub _reserved: u32,
+    /// The call epoch the call was entered in (`call_epoch`), or [`call_epoch::NEVER`] for
+    /// a probe the overhead budget never takes off.
+    pub epoch: u32,
     pub call: InflightCall,
+}
+
+impl InflightSlot {
+    /// Whether this slot holds a call still in flight in epoch `current`: a slot of an
+    /// earlier epoch held a call whose probes the overhead budget took off, so its return
+    /// was never seen.
+    #[must_use]
+    pub const fn live(&self, current: u32) -> bool {
+        self.probe != 0 && (self.epoch == call_epoch::NEVER || self.epoch == current)
+    }
+}
+
+/// The call epoch: a number user space writes to the kernel's `CALL_EPOCH` map and moves on
+/// each time the overhead budget takes the copy, memset and sync probes off and each time
+/// it puts them back (`Shed::LaunchesAndCalls`). A call of those probes takes its slot in
+/// the epoch it entered in; a slot of another epoch is free, its call's return having gone
+/// unprobed. While they are off (`OFF` set), no entry of theirs takes a slot: the kernel
+/// fires a closed link's probes for a grace period after, and nothing says which call a
+/// thread is in then.
+pub mod call_epoch {
+    /// Set while the calls are off.
+    pub const OFF: u32 = 1 << 31;
+    /// The epoch of a slot whose probe is never taken off.
+    pub const NEVER: u32 = u32::MAX;
 }
 const _: () = assert!(core::mem::size_of::<InflightSlot>() == 8 + core::mem::size_of::<InflightCall>());
 
@@ -83,11 +108,8 @@ const _: () = assert!(core::mem::size_of::<InflightSlot>() == 8 + core::mem::siz
 pub struct ThreadCounters {
     /// Process (thread group) the thread belongs to.
     pub tgid: u32,
-    /// The call epoch (`CALL_EPOCH`, set by user space) the `inflight` slots were taken in.
-    /// User space moves the epoch on when it puts call probes back after the overhead budget
-    /// took them off: a call in flight then never saw its return, and its slot must not keep
-    /// the thread "inside CUDA". Slots of another epoch are free ([`Self::in_call`]).
-    pub call_epoch: u16,
+    #[expect(clippy::pub_underscore_fields, reason = "explicit padding: wire types have no implicit padding")]
+    pub _reserved: u16,
     /// The probe id of the call entered last: which call the thread is in while
     /// [`Self::in_call`] (the stack sampler tags its samples with it).
     pub call_probe: u16,
@@ -112,21 +134,21 @@ impl ThreadCounters {
     /// A thread's counters before anything happened (the struct is too large for `Default`).
     pub const ZERO: Self = Self {
         tgid: 0,
-        call_epoch: 0,
+        _reserved: 0,
         call_probe: 0,
         drained_at_ns: 0,
-        inflight: [InflightSlot { probe: 0, _reserved: 0, call: InflightCall { start_ns: 0, args: [0; CALL_ARGS] } }; INFLIGHT_SLOTS],
+        inflight: [InflightSlot { probe: 0, epoch: 0, call: InflightCall { start_ns: 0, args: [0; CALL_ARGS] } }; INFLIGHT_SLOTS],
         call_stack: CallStack { stack_id: 0, probe: 0, _reserved: 0, taken_ns: 0 },
         returns: ReturnAddrs { slots: [0; 2], values: [0; 2] },
         hits: [0; probe::PROBE_SLOTS],
     };
 
-    /// Whether the thread is inside a probed call (a slot taken in the current `epoch` and
-    /// not yet freed by its return): while it waits inside a copy or synchronize. False in
+    /// Whether the thread is inside a probed call (a slot live in call epoch `epoch`, not
+    /// yet freed by its return): while it waits inside a copy or synchronize. False in
     /// entry-only mode, where no return would free a slot, so no entry takes one.
     #[must_use]
-    pub const fn in_call(&self, epoch: u16) -> bool {
-        self.call_epoch == epoch && (self.inflight[0].probe != 0 || self.inflight[1].probe != 0)
+    pub const fn in_call(&self, epoch: u32) -> bool {
+        self.inflight[0].live(epoch) || self.inflight[1].live(epoch)
     }
 }
 

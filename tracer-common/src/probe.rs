@@ -499,4 +499,13 @@ impl Shed {
     pub const fn may_take(spec: &ProbeSpec) -> bool {
         Self::LaunchesAndCalls.takes(spec)
     }
+
+    /// Whether some level takes probe `id` off (false for an id not in [`PROBES`]).
+    #[must_use]
+    pub const fn may_take_id(id: u32) -> bool {
+        match spec_of(id) {
+            Some(spec) => Self::may_take(spec),
+            None => false,
+        }
+    }
 }

@@ -63,15 +63,14 @@ pub fn returns_probed() -> bool {
     ENTRY_ONLY.get(0).is_none_or(|v| *v == 0)
 }
 
-/// The call epoch (`ThreadCounters::call_epoch`): user space moves it on each time it puts
-/// the call probes back after the overhead budget took them off.
+/// The call epoch (`gputrace_common::call_epoch`), written by user space.
 #[map]
 static CALL_EPOCH: Array<u32> = Array::with_max_entries(1, 0);
 
 /// The current call epoch (see `CALL_EPOCH`).
 #[inline(always)]
-pub fn call_epoch() -> u16 {
-    CALL_EPOCH.get(0).map_or(0, |v| *v as u16)
+pub fn call_epoch() -> u32 {
+    CALL_EPOCH.get(0).map_or(0, |v| *v)
 }
 
 /// Loss counters, indexed by `gputrace_common::loss`.

@@ -14,23 +14,24 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
 };
 use gputrace_common::{
-    copy_layout,
+    call_epoch, copy_layout,
     cuda::{memory_type, slot, CopyLayout},
     drains_queue_after, is_probe, loss, out_arg, stack_source, takes_call_stack, CallEvent, EventHeader, InflightCall, ThreadCounters, CALL_ARGS,
     KIND_CALL,
 };
 
 use crate::{
-    maps::{call_epoch, copy_region_is_new, count_loss, cuda_caller, returns_probed, stacks_on, thread_counters, Current, ALLOC_STACKS, BPF_F_USER_STACK, EVENTS, THREADS, USER_STACKS},
+    maps::{call_epoch as current_call_epoch, copy_region_is_new, count_loss, cuda_caller, returns_probed, stacks_on, thread_counters, Current, ALLOC_STACKS, BPF_F_USER_STACK, EVENTS, THREADS, USER_STACKS},
     stack_copy::{copy_user_stack, remember_return, take_call_stack},
 };
 
 /// Count the hit and remember the call for its return, in the thread's counters `c`: in the
 /// slot this probe's last call left (a call whose return never came), else a free one, else
-/// over the older of the two (counted as lost). Slots of an earlier call epoch are free
-/// (their calls' returns went unprobed while the budget had the call probes off).
+/// over the older of the two (counted as lost). `sheddable`: the overhead budget may take
+/// this probe off; its slot is then taken in the current call epoch, and while the budget
+/// has such probes off, none is taken (`gputrace_common::call_epoch`).
 #[inline(always)]
-fn remember(c: Option<*mut ThreadCounters>, probe: u32, args: [u64; CALL_ARGS]) {
+fn remember(c: Option<*mut ThreadCounters>, probe: u32, args: [u64; CALL_ARGS], sheddable: bool) {
     // No counters: the thread map was full, counted as such (`thread_counters`).
     let Some(c) = c else { return };
     // SAFETY: this thread's own entry; no other CPU writes it.
@@ -38,24 +39,22 @@ fn remember(c: Option<*mut ThreadCounters>, probe: u32, args: [u64; CALL_ARGS]) 
     if !returns_probed() {
         return;
     }
+    let current = current_call_epoch();
+    if sheddable && current & call_epoch::OFF != 0 {
+        return;
+    }
     // SAFETY: reading the monotonic clock has no preconditions.
     let call = InflightCall { start_ns: unsafe { bpf_ktime_get_ns() }, args };
-    let epoch = call_epoch();
     // SAFETY: this thread's own entry; no other CPU writes it.
     unsafe {
-        if (*c).call_epoch != epoch {
-            (*c).inflight[0].probe = 0;
-            (*c).inflight[1].probe = 0;
-            (*c).call_epoch = epoch;
-        }
         let [a, b] = &mut (*c).inflight;
         let slot = if a.probe == probe {
             a
         } else if b.probe == probe {
             b
-        } else if a.probe == 0 {
+        } else if !a.live(current) {
             a
-        } else if b.probe == 0 {
+        } else if !b.live(current) {
             b
         } else {
             count_loss(loss::INFLIGHT_FULL);
@@ -66,19 +65,18 @@ fn remember(c: Option<*mut ThreadCounters>, probe: u32, args: [u64; CALL_ARGS]) 
         // stores tags the call it is in.
         (*c).call_probe = probe as u16;
         slot.probe = probe;
+        slot.epoch = if sheddable { current } else { call_epoch::NEVER };
         slot.call = call;
     }
 }
 
 /// The call `probe` the thread `c` is returning from, its slot freed; None where its entry
-/// was not seen (attached mid-call, or in an earlier call epoch) or was overwritten.
+/// was not seen (attached mid-call, or entered before the overhead budget took its probes
+/// off) or was overwritten.
 #[inline(always)]
 fn recall(c: *mut ThreadCounters, probe: u32) -> Option<InflightCall> {
     // SAFETY: this thread's own entry; no other CPU writes it.
     unsafe {
-        if (*c).call_epoch != call_epoch() {
-            return None;
-        }
         let [a, b] = &mut (*c).inflight;
         let slot = if a.probe == probe {
             a
@@ -87,15 +85,16 @@ fn recall(c: *mut ThreadCounters, probe: u32) -> Option<InflightCall> {
         } else {
             return None;
         };
+        let live = slot.live(current_call_epoch());
         slot.probe = 0;
-        Some(slot.call)
+        live.then_some(slot.call)
     }
 }
 
 /// `alloc_stack`: a device allocation, whose caller's user stack id replaces its unused last
 /// argument (`slot::ALLOC_STACK`), when stacks are on.
 #[inline(always)]
-fn on_enter(ctx: &ProbeContext, probe: u32, alloc_stack: bool) -> u32 {
+fn on_enter(ctx: &ProbeContext, probe: u32, alloc_stack: bool, sheddable: bool) -> u32 {
     let Some(cur) = cuda_caller() else { return 0 };
     let counters = thread_counters(&cur);
     let mut args = [0; CALL_ARGS];
@@ -116,7 +115,7 @@ fn on_enter(ctx: &ProbeContext, probe: u32, alloc_stack: bool) -> u32 {
             u64::MAX
         };
     }
-    remember(counters, probe, args);
+    remember(counters, probe, args, sheddable);
     0
 }
 
@@ -150,7 +149,7 @@ fn user_field<T: Into<u64>>(base: u64, offset: u64) -> u64 {
 /// (which also carries unified addresses). An unreadable struct leaves memory types 0, which
 /// user space reads as "decide from the pointers".
 #[inline(always)]
-fn on_enter_struct_copy(ctx: &ProbeContext, probe: u32, layout: &CopyLayout) -> u32 {
+fn on_enter_struct_copy(ctx: &ProbeContext, probe: u32, layout: &CopyLayout, sheddable: bool) -> u32 {
     let Some(cur) = cuda_caller() else { return 0 };
     let base = ctx.arg::<u64>(0).unwrap_or(0);
     let src_type = user_field::<u32>(base, layout.src_type);
@@ -169,7 +168,7 @@ fn on_enter_struct_copy(ctx: &ProbeContext, probe: u32, layout: &CopyLayout) -> 
     args[slot::BYTES] = bytes;
     let counters = thread_counters(&cur);
     note_entry(ctx, &cur, counters, probe, &args);
-    remember(counters, probe, args);
+    remember(counters, probe, args, sheddable);
     0
 }
 
@@ -233,7 +232,8 @@ macro_rules! call_probes {
         pub fn $symbol(ctx: ProbeContext) -> u32 {
             const _: () = assert!(is_probe($id, stringify!($symbol)), "id and symbol disagree with PROBES");
             const ALLOC_STACK: bool = gputrace_common::takes_alloc_stack($id);
-            on_enter(&ctx, $id, ALLOC_STACK)
+            const SHEDDABLE: bool = gputrace_common::Shed::may_take_id($id);
+            on_enter(&ctx, $id, ALLOC_STACK, SHEDDABLE)
         }
 
         #[uretprobe]
@@ -257,7 +257,8 @@ macro_rules! struct_copy_probes {
                 Some(layout) => layout,
                 None => panic!("not a 2D/3D copy in gputrace_common::PROBES"),
             };
-            on_enter_struct_copy(&ctx, $id, LAYOUT)
+            const SHEDDABLE: bool = gputrace_common::Shed::may_take_id($id);
+            on_enter_struct_copy(&ctx, $id, LAYOUT, SHEDDABLE)
         }
 
         #[uretprobe]

@@ -31,7 +31,7 @@ pub fn best_marker<'a>(ev: &'a Evidence, time: &TimeAccount) -> Option<(&'a Mark
         .filter_map(|tid| ev.threads.get(tid))
         .flat_map(|t| t.markers.kinds())
         .filter(|(kind, _)| !(clustered && bulk_d2h(**kind)))
-        .filter_map(|(kind, times)| rhythm(times, time.window_ns).map(|r| (kind, times, r)))
+        .filter_map(|(kind, times)| rhythm(times, time.window_ns, &ev.calls_off).map(|r| (kind, times, r)))
         .max_by(|a, b| {
             (!bulk_d2h(*a.0), a.1.len()).cmp(&(!bulk_d2h(*b.0), b.1.len())).then(a.2.on_beat.total_cmp(&b.2.on_beat))
         })

@@ -13,14 +13,16 @@
 //! Counts (calls, bytes, launches) scale by time too, which makes them low: the traps slowed
 //! the on phases, so a loop made fewer steps a second then than while the probes were off.
 //! By how much cannot be known without an exact count through the off phases, and none runs
-//! there. The traps' own estimated share of the on phases bounds it (for a loop whose thread
-//! is its critical path; less where the GPU is, whose waits hide the traps), and the report
-//! says so. Taking that share out was tried: the estimate of a trap's cost is too noisy for
+//! there; the report says they read low, with the traps' estimated share of the busiest
+//! thread. Taking that share out was tried: the estimate of a trap's cost is too noisy for
 //! it (on the fake CUDA three runs read 44–81 % for a true 42 %, and the counts came out
-//! 0.9–2.5× the truth; by time alone 0.85–0.9×).
+//! 0.9–2.5× the truth). By time alone, a loop of `.item()` on the fake CUDA, whose traps
+//! slow it 1.7×, read 0.45× its syncs.
 //!
 //! What this cannot see: a copy burst (a checkpoint) that falls wholly in an off phase, and
-//! a step whose calls straddle one. Allocation probes are never taken off.
+//! a step whose calls straddle one (`evidence::steps::rhythm` leaves such intervals out).
+//! Stack samples of an off phase are charged to host work: no probe says which call a
+//! thread is in then. Allocation probes are never taken off.
 
 use std::collections::BTreeMap;
 
@@ -108,10 +110,16 @@ impl CopyStats {
 }
 
 impl Evidence {
-    /// The copy, memset and sync probes went off at `at_ns`.
+    /// The copy, memset and sync probes went off at `at_ns`. No call entered from then on
+    /// takes a slot in the kernel (`gputrace_common::call_epoch`), so no record comes from
+    /// the probes that fire while their links close: none is counted, then scaled again.
     pub fn call_probes_off(&mut self, at_ns: u64) {
         if self.calls_off.last().is_none_or(|&(_, on)| on != u64::MAX) {
             self.calls_off.push((at_ns, u64::MAX));
+        }
+        // An async copy before the off phase is not the one a sync after it waited for.
+        for t in self.threads.values_mut() {
+            t.last_async_copy = None;
         }
     }
 
@@ -157,11 +165,14 @@ impl Evidence {
                 *ns = scale(*ns, by);
             }
         }
-        for w in &mut self.wakes {
+        // Only the wakeups of threads that make the calls: another thread's are as exact as
+        // they were (no probe of its tags them).
+        let calling: std::collections::BTreeSet<u32> = self.threads.iter().filter(|(_, t)| t.copies + t.syncs > 0).map(|(&tid, _)| tid).collect();
+        for w in self.wakes.iter_mut().filter(|w| calling.contains(&w.tid)) {
             let off = off_wakes.by_key.get(&(w.tid, w.waker_pid, w.stack_id, w.in_cuda)).copied().unwrap_or_default();
             w.count = scale(w.count.saturating_sub(off.count), by);
-            w.ns = scale(w.ns.saturating_sub(off.ns), by);
-            w.blocked_ns = scale(w.blocked_ns.saturating_sub(off.blocked_ns), by);
+            w.ns = scale(w.ns.saturating_sub(off.ns), by).min(window_ns);
+            w.blocked_ns = scale(w.blocked_ns.saturating_sub(off.blocked_ns), by).min(w.ns);
         }
         self.wakes.retain(|w| w.count > 0);
         Some(on_ns as f64 / window_ns as f64)

@@ -83,13 +83,18 @@ impl Rhythm {
 }
 
 /// The rhythm of `times` (ascending), if it is one: enough repetitions, most intervals near
-/// the median, spanning enough of a window of `window_ns`.
+/// the median, spanning enough of a window of `window_ns`. An interval that overlaps one of
+/// `unseen` (spans when the markers' probes were off: `Evidence::calls_off`) is no step.
 #[must_use]
-pub fn rhythm(times: &VecDeque<u64>, window_ns: u64) -> Option<Rhythm> {
+pub fn rhythm(times: &VecDeque<u64>, window_ns: u64, unseen: &[(u64, u64)]) -> Option<Rhythm> {
     if times.len() < MIN_REPEATS || window_ns == 0 {
         return None;
     }
-    let mut intervals: Vec<u64> = times.iter().zip(times.iter().skip(1)).map(|(a, b)| b.saturating_sub(*a)).collect();
+    let seen = |a: u64, b: u64| !unseen.iter().any(|&(off, on)| a < on && off < b);
+    let mut intervals: Vec<u64> = times.iter().zip(times.iter().skip(1)).filter(|&(a, b)| seen(*a, *b)).map(|(a, b)| b.saturating_sub(*a)).collect();
+    if intervals.len() + 1 < MIN_REPEATS {
+        return None;
+    }
     intervals.sort_unstable();
     let median_ns = intervals[intervals.len() / 2];
     if median_ns == 0 {
@@ -119,7 +124,7 @@ mod tests {
     fn a_steady_beat_with_one_hiccup_is_a_rhythm() {
         let mut d = vec![100; 20];
         d[7] = 400; // a loader hiccup
-        let r = rhythm(&times(&d), 2_500).expect("rhythm");
+        let r = rhythm(&times(&d), 2_500, &[]).expect("rhythm");
         assert_eq!(r.median_ns, 100);
         assert_eq!(r.quantile_ns(0.5), 100);
         assert_eq!(r.quantile_ns(1.0), 400);
@@ -129,14 +134,28 @@ mod tests {
     #[test]
     fn two_markers_per_step_at_uneven_spacing_are_no_rhythm() {
         let d: Vec<u64> = (0..20).map(|i| if i % 2 == 0 { 10 } else { 190 }).collect();
-        assert_eq!(rhythm(&times(&d), 2_000), None);
+        assert_eq!(rhythm(&times(&d), 2_000, &[]), None);
     }
 
     #[test]
     fn too_few_repeats_or_a_short_burst_are_no_rhythm() {
-        assert_eq!(rhythm(&times(&[100; 6]), 600), None, "7 markers");
-        assert_eq!(rhythm(&times(&[100; 20]), 10_000), None, "2000 ns of a 10000 ns window");
-        assert!(rhythm(&times(&[100; 20]), 3_000).is_some());
+        assert_eq!(rhythm(&times(&[100; 6]), 600, &[]), None, "7 markers");
+        assert_eq!(rhythm(&times(&[100; 20]), 10_000, &[]), None, "2000 ns of a 10000 ns window");
+        assert!(rhythm(&times(&[100; 20]), 3_000, &[]).is_some());
+    }
+
+    #[test]
+    fn intervals_across_a_span_the_probes_were_off_are_no_steps() {
+        // Ten beats of 100, the probes off from 2_050 to 2_950 (nine beats unseen), ten more.
+        let mut d = vec![100; 10];
+        d.push(1_000);
+        d.extend([100; 10]);
+        let unseen = [(2_050, 2_950)];
+        let r = rhythm(&times(&d), 3_100, &unseen).expect("rhythm");
+        assert_eq!((r.intervals.len(), r.median_ns, r.quantile_ns(1.0)), (20, 100, 100));
+        assert!((r.on_beat - 1.0).abs() < 1e-12);
+        let all = rhythm(&times(&d), 3_100, &[]).expect("rhythm");
+        assert_eq!(all.quantile_ns(1.0), 1_000, "seen as one long step without the span");
     }
 
     #[test]

@@ -4,12 +4,14 @@
 //! What goes at each level: `gputrace_common::Shed`.
 //!
 //! A call in flight when its probes come off never sees its return: its slot in the thread's
-//! counters would keep the thread "inside CUDA". So each time the calls go back, the call
-//! epoch moves on (`CALL_EPOCH`), and slots of an earlier epoch count as free.
+//! counters would keep the thread "inside CUDA". So each time the calls go and each time
+//! they come back, the call epoch moves on (`gputrace_common::call_epoch`): slots of an
+//! earlier epoch count as free, and while the calls are off no entry takes one. Slots of
+//! probes never taken off (allocations, contexts) are not subject to it.
 
 use std::sync::{atomic::Ordering, Arc};
 
-use gputrace_common::{ProbeSpec, Shed};
+use gputrace_common::{call_epoch, ProbeSpec, Shed};
 
 use super::{has_return, map_error, return_program, uprobes, ProbeSet};
 use crate::{
@@ -42,6 +44,11 @@ impl ProbeSet {
             return Vec::new();
         }
         self.shed = Some(level);
+        if level == Shed::LaunchesAndCalls {
+            if let Err(e) = self.next_call_epoch(true) {
+                log::warn!("the call epoch could not be moved on ({e}): calls in flight when their probes came off may read as still inside CUDA");
+            }
+        }
         let taken = |program: &str| {
             gputrace_common::PROBES.iter().any(|p| level.takes(p) && (p.symbol == program || (has_return(p) && return_program(p.symbol) == program)))
         };
@@ -61,7 +68,7 @@ impl ProbeSet {
     pub fn restore(&mut self) -> usize {
         let Some(level) = self.shed.take() else { return 0 };
         if level == Shed::LaunchesAndCalls {
-            if let Err(e) = self.next_call_epoch() {
+            if let Err(e) = self.next_call_epoch(false) {
                 log::warn!("the call epoch could not be moved on ({e}): calls in flight when their probes came off may read as still inside CUDA");
             }
         }
@@ -109,9 +116,12 @@ impl ProbeSet {
         both
     }
 
-    /// Move the call epoch on (module docs).
-    fn next_call_epoch(&mut self) -> Result<()> {
-        let next = self.call_epoch.load(Ordering::Relaxed).wrapping_add(1) & u32::from(u16::MAX);
+    /// Move the call epoch on (module docs); `off`: the calls are going off.
+    fn next_call_epoch(&mut self, off: bool) -> Result<()> {
+        // Below `OFF`, and never `NEVER` once `OFF` is set.
+        const WRAP: u32 = call_epoch::OFF - 1;
+        let number = ((self.call_epoch.load(Ordering::Relaxed) & !call_epoch::OFF) + 1) % WRAP;
+        let next = if off { number | call_epoch::OFF } else { number };
         let mut epoch = aya::maps::Array::<_, u32>::try_from(self.ebpf.map_mut("CALL_EPOCH").ok_or_else(|| map_error("CALL_EPOCH"))?)
             .map_err(|_| map_error("CALL_EPOCH"))?;
         epoch.set(0, next, 0).map_err(|_| map_error("CALL_EPOCH"))?;

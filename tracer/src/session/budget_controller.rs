@@ -42,6 +42,11 @@ pub const MIN_DUTY: f64 = 0.02;
 /// a detach, whose link closes in the background over a grace period.
 pub const MAX_DUTY: f64 = 0.95;
 
+/// Where launches alone cannot keep the budget and neither can launches and calls together,
+/// the calls still go if they are at least this share of what could go: they cost the job
+/// as much as that, and the window's cost comes closer to the budget.
+pub const CALLS_WORTH_SHEDDING: f64 = 0.25;
+
 /// What the controller asks of the session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
@@ -112,8 +117,8 @@ pub struct Budget {
     pub estimate: f64,
     /// The share of the busiest thread the probes taken off cost while last on.
     on_shed: f64,
-    /// The busiest thread's trap time and the time, over every phase with everything on
-    /// (what the traps slowed it by then: `on_share`, `evidence::sampled_calls`).
+    /// The busiest thread's trap time and the time, over the on phases (what the traps
+    /// slowed it by then: `on_share`).
     on_trap_ns: f64,
     on_ns: f64,
     /// How long the probes taken off went on firing after the last shed, ns: closing a link
@@ -153,8 +158,7 @@ impl Budget {
         self.limit
     }
 
-    /// The share of the busiest thread's time the traps took while every probe was on,
-    /// over all such phases.
+    /// The share of the busiest thread's time the traps took in the on phases.
     #[must_use]
     pub fn on_share(&self) -> f64 {
         if self.on_ns > 0.0 {
@@ -232,7 +236,13 @@ impl Budget {
             return 1.0;
         }
         if self.level == Shed::Launches && self.calls_may_go && on.calls > 0.0 && wanted_at(Shed::Launches).is_none_or(|w| w < MIN_DUTY) {
-            self.level = Shed::LaunchesAndCalls;
+            // Only where it pays: taking the calls off too makes their figures estimates, so
+            // it must make the budget keepable, or the calls must be a good part of what
+            // could go (a tiny budget against a launch storm is unmet either way).
+            let keepable = wanted_at(Shed::LaunchesAndCalls).is_some_and(|w| w >= MIN_DUTY);
+            if keepable || on.calls >= CALLS_WORTH_SHEDDING * (on.launches + on.calls) {
+                self.level = Shed::LaunchesAndCalls;
+            }
         }
         let Some(wanted) = wanted_at(self.level) else {
             self.unmet = true;
@@ -255,9 +265,13 @@ impl Budget {
                 if shed > 0.0 {
                     self.on_shed = shed;
                 }
-                let span = now_ns.saturating_sub(self.phase_start_ns) as f64;
-                self.on_trap_ns += split.total() * span;
-                self.on_ns += span;
+                // What the traps slowed the job by where it was sampled: the on phases only
+                // (a watch may hold seconds of start-up, when nothing was launched).
+                if self.phase == Phase::On {
+                    let span = now_ns.saturating_sub(self.phase_start_ns) as f64;
+                    self.on_trap_ns += split.total() * span;
+                    self.on_ns += span;
+                }
                 self.estimate = self.duty * shed + kept;
                 if self.duty < 1.0 {
                     self.cycles += 1;
@@ -487,6 +501,17 @@ mod tests {
         let (b, last, _) = scalar_read_loop(false);
         assert_eq!(last, Action::Shed(Shed::Launches));
         assert_eq!(b.level, Shed::Launches);
+        assert!(b.unmet);
+    }
+
+    #[test]
+    fn calls_too_few_to_matter_stay_on_under_a_budget_nothing_keeps() {
+        // Launches 10 % of the thread, calls 0.05 %, a budget of 0.1 %: launches at the
+        // shortest duty cycle already spend 0.2 %; taking the calls off too would keep
+        // nothing, and their figures would become estimates.
+        let mut b = Budget::new(0.001, 0, &[], true);
+        let action = b.step(WATCH_NS, &counters_of(5_000, 25, 0), &costs());
+        assert_eq!(action, Action::Shed(Shed::Launches));
         assert!(b.unmet);
     }
 

@@ -90,12 +90,13 @@ impl Live {
             budget_controller::Action::None => {}
             budget_controller::Action::Shed(level) => {
                 let links = self.kernel.shed(level);
+                // Closing first: the kernel fires a link's probes until it is closed.
+                b.closing.push(std::thread::spawn(move || crate::probes::uprobes::drop_all(links)));
                 self.evidence.launch_probes_off(now, &counters);
                 if level == Shed::LaunchesAndCalls {
                     self.evidence.call_probes_off(now);
                     b.wakes_off.off(self.kernel.wakes());
                 }
-                b.closing.push(std::thread::spawn(move || crate::probes::uprobes::drop_all(links)));
             }
             budget_controller::Action::Restore => {
                 // The links taken off are closed first: an old link still closing beside its
@@ -137,11 +138,11 @@ impl Live {
         let on_fraction = self.evidence.scale_sampled_launches(self.start_ns, end_ns).unwrap_or(1.0);
         let s = budget_report(&b.controller, &self.kernel.attached_libraries(), on_fraction, self.evidence.spells_unseen);
         if let Some(on) = calls_on {
+            // Under 400 characters, as every note (docs/cli.md says the rest).
             self.notes.push(format!(
-                "--max-overhead {}: the launch, copy, memset and sync probes were on {:.1}% of the window ({} periods); their counts, \
-                 bytes and times, launch rates, empty-queue spells and wakeups are estimates scaled by time from then (a copy burst \
-                 that fell wholly in an off phase is not seen); allocation and scheduler figures are exact. The traps took an \
-                 estimated {:.0}% of the busiest thread while on, which slowed its loop: counts may read low by up to that share",
+                "--max-overhead {}: the launch, copy, memset and sync probes were on {:.1}% of the window ({} periods): their counts, \
+                 bytes, times and wakeups are scaled by time from then; counts read low, as the traps (an estimated {:.0}% of the \
+                 busiest thread) slowed the job then; allocation and scheduler figures are exact",
                 s.max_overhead_pct,
                 on * 100.0,
                 s.cycles,

@@ -151,7 +151,7 @@ fn run(shared: &Mutex<Shared>, stop: &AtomicBool, asked: &mpsc::Receiver<Ask>, t
         let weight = began.duration_since(last);
         last = began;
         launched = launched || threads.as_ref().is_some_and(any_launch);
-        spied.retain_mut(|s| if launched { read(s, weight, threads.as_ref(), call_epoch.load(Ordering::Relaxed) as u16, shared) } else { std::path::Path::new(&format!("/proc/{}", s.pid)).exists() });
+        spied.retain_mut(|s| if launched { read(s, weight, threads.as_ref(), call_epoch.load(Ordering::Relaxed), shared) } else { std::path::Path::new(&format!("/proc/{}", s.pid)).exists() });
         let took = began.elapsed();
         if let Ok(mut sh) = shared.lock() {
             sh.reads += 1;
@@ -270,7 +270,7 @@ fn looks_like_python(pid: u32) -> bool {
 }
 
 /// One read of a process; false once the process is gone.
-fn read(s: &mut Spied, weight: Duration, threads: Option<&BpfHashMap<MapData, u32, ThreadCounters>>, epoch: u16, shared: &Mutex<Shared>) -> bool {
+fn read(s: &mut Spied, weight: Duration, threads: Option<&BpfHashMap<MapData, u32, ThreadCounters>>, epoch: u32, shared: &Mutex<Shared>) -> bool {
     // A torn read (the interpreter moved under us) is skipped; a process gone ends it.
     let Ok(traces) = s.spy.get_stack_traces() else { return std::path::Path::new(&format!("/proc/{}", s.pid)).exists() };
     let Ok(mut sh) = shared.lock() else { return false };
