@@ -125,6 +125,9 @@ pub struct ProbeSet {
     /// (`shedding`).
     shed_sites: Vec<shedding::ShedSite>,
     shed: Option<Shed>,
+    /// By probe id: off now, and off at some point.
+    off: [bool; gputrace_common::PROBE_SLOTS],
+    ever_off: [bool; gputrace_common::PROBE_SLOTS],
     /// The call epoch written to `CALL_EPOCH` (`shedding`).
     call_epoch: std::sync::Arc<std::sync::atomic::AtomicU32>,
     /// What could not be set up, in sentences for the report (degraded, not fatal).
@@ -326,6 +329,8 @@ impl ProbeSet {
                 library_files: Vec::new(),
                 shed_sites: Vec::new(),
                 shed: None,
+                off: [false; gputrace_common::PROBE_SLOTS],
+                ever_off: [false; gputrace_common::PROBE_SLOTS],
                 call_epoch: std::sync::Arc::default(),
                 notes,
                 later_notes: Vec::new(),
@@ -417,8 +422,8 @@ impl ProbeSet {
             let symbol_mark = self.uprobes.mark();
             if Shed::may_take(spec) {
                 self.shed_sites.push(shedding::ShedSite { spec, offset, library: library.clone() });
-                if self.shed.is_some_and(|shed| shed.takes(spec)) {
-                    // The overhead budget has this probe's kind off: it goes on with them.
+                if self.is_off(spec) {
+                    // The overhead budget has this probe off: it goes on with the others.
                     entry.insert(spec.symbol, trap_cost::entry_kind_at(&library.open_path, offset));
                     attached.push(spec.symbol);
                     continue;

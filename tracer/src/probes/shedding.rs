@@ -11,7 +11,7 @@
 
 use std::sync::{atomic::Ordering, Arc};
 
-use gputrace_common::{call_epoch, ProbeSpec, Shed};
+use gputrace_common::{call_epoch, ProbeSpec, Shed, PROBE_SLOTS};
 
 use super::{has_return, map_error, return_program, uprobes, ProbeSet};
 use crate::{
@@ -36,23 +36,45 @@ impl ProbeSet {
         self.uprobes.kind() == uprobes::LinkKind::Multi
     }
 
-    /// Take off every probe `level` names (an off phase), entry and return programs alike.
-    /// The links are handed back for the caller to close on a thread of its own; none when
-    /// something is off already.
-    pub fn shed(&mut self, level: Shed) -> Vec<uprobes::Detached> {
+    /// Take off the probes `level` names that `hot` marks (by probe id: those that fired;
+    /// an off phase), entry and return programs alike. A probe that never fires costs the
+    /// job nothing and stays: each link taken off and put back costs the job a breakpoint
+    /// written into its code, under its memory map's lock. The links are handed back for the
+    /// caller to close on a thread of its own; none when something is off already.
+    pub fn shed(&mut self, level: Shed, hot: &[bool; PROBE_SLOTS]) -> Vec<uprobes::Detached> {
         if self.shed.is_some() {
             return Vec::new();
         }
         self.shed = Some(level);
+        for p in gputrace_common::PROBES {
+            let off = level.takes(p) && hot.get(p.id as usize).copied().unwrap_or(false);
+            self.off[p.id as usize] = off;
+            self.ever_off[p.id as usize] |= off;
+        }
         if level == Shed::LaunchesAndCalls {
             if let Err(e) = self.next_call_epoch(true) {
                 log::warn!("the call epoch could not be moved on ({e}): calls in flight when their probes came off may read as still inside CUDA");
             }
         }
+        let off = self.off;
         let taken = |program: &str| {
-            gputrace_common::PROBES.iter().any(|p| level.takes(p) && (p.symbol == program || (has_return(p) && return_program(p.symbol) == program)))
+            gputrace_common::PROBES
+                .iter()
+                .any(|p| off[p.id as usize] && (p.symbol == program || (has_return(p) && return_program(p.symbol) == program)))
         };
         self.uprobes.take_programs(&mut self.ebpf, taken)
+    }
+
+    /// Whether the budget has `spec` off now.
+    #[must_use]
+    pub fn is_off(&self, spec: &ProbeSpec) -> bool {
+        self.off.get(spec.id as usize).copied().unwrap_or(false)
+    }
+
+    /// The symbols the budget took off at some point (`tracer.sampling.probes`).
+    #[must_use]
+    pub fn ever_off(&self) -> Vec<&'static str> {
+        gputrace_common::PROBES.iter().filter(|p| self.ever_off[p.id as usize]).map(|p| p.symbol).collect()
     }
 
     /// What is off now.
@@ -72,9 +94,10 @@ impl ProbeSet {
                 log::warn!("the call epoch could not be moved on ({e}): calls in flight when their probes came off may read as still inside CUDA");
             }
         }
+        let off = std::mem::replace(&mut self.off, [false; PROBE_SLOTS]);
         let mut back = 0;
         for mut site in std::mem::take(&mut self.shed_sites) {
-            if level.takes(site.spec) {
+            if off[site.spec.id as usize] {
                 let mut attached = self.attach_site(&site);
                 if attached.as_ref().is_err_and(TraceError::file_gone) {
                     if let Some(library) = self.mapped_again(&site.library) {
@@ -144,9 +167,9 @@ impl ProbeSet {
         pids.into_iter().find_map(|pid| crate::discover::libraries::mapped_by(pid).into_iter().find(|l| (l.dev, l.inode) == key))
     }
 
-    /// Whether some probe `level` takes off has a place to go back to.
+    /// Whether some probe off now has a place to go back to.
     #[must_use]
-    pub fn has_shed_sites(&self, level: Shed) -> bool {
-        self.shed_sites.iter().any(|s| level.takes(s.spec))
+    pub fn has_off_sites(&self) -> bool {
+        self.shed_sites.iter().any(|s| self.is_off(s.spec))
     }
 }

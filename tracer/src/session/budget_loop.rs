@@ -16,11 +16,10 @@ fn percent_of(limit: f64) -> f64 {
 }
 
 /// The report's view of what the budget did.
-pub(super) fn budget_report(controller: &budget_controller::Budget, libraries: &[crate::probes::AttachedLibrary], on_fraction: f64, spells_unseen: u64) -> crate::model::Sampling {
-    let probed = |symbol: &str| libraries.iter().any(|l| l.symbols.contains(&symbol));
+pub(super) fn budget_report(controller: &budget_controller::Budget, taken_off: &[&str], on_fraction: f64, spells_unseen: u64) -> crate::model::Sampling {
     crate::model::Sampling {
         max_overhead_pct: percent_of(controller.limit()),
-        probes: gputrace_common::PROBES.iter().filter(|p| controller.level.takes(p) && probed(p.symbol)).map(|p| p.symbol.to_owned()).collect(),
+        probes: taken_off.iter().map(|s| (*s).to_owned()).collect(),
         on_fraction,
         cycles: controller.cycles,
         estimated_overhead_pct: controller.estimate * 100.0,
@@ -89,7 +88,14 @@ impl Live {
         match b.controller.step(now, &counters, &costs) {
             budget_controller::Action::None => {}
             budget_controller::Action::Shed(level) => {
-                let links = self.kernel.shed(level);
+                // What fired since the start: a probe that never did costs nothing on.
+                let mut hot = [false; gputrace_common::PROBE_SLOTS];
+                for (_, c) in &counters {
+                    for (h, &n) in hot.iter_mut().zip(&c.hits) {
+                        *h |= n > 0;
+                    }
+                }
+                let links = self.kernel.shed(level, &hot);
                 // Closing first: the kernel fires a link's probes until it is closed.
                 b.closing.push(std::thread::spawn(move || crate::probes::uprobes::drop_all(links)));
                 self.evidence.launch_probes_off(now, &counters);
@@ -105,9 +111,10 @@ impl Live {
                     let _ = t.join();
                 }
                 let level = self.kernel.shed_now();
+                let had_sites = self.kernel.has_off_sites();
                 // Nothing went back (every file gone): launches stay unseen, and the time
                 // stays off.
-                if self.kernel.restore() > 0 || level.is_none_or(|l| !self.kernel.has_shed_sites(l)) {
+                if self.kernel.restore() > 0 || !had_sites {
                     // The on phase begins once the links are back, for the launches and the
                     // calls that anchor their scale alike: launches hit while the links went
                     // in were counted from the counters read before, while the syncs beside
@@ -136,7 +143,7 @@ impl Live {
         }
         let calls_on = self.evidence.scale_sampled_calls(self.start_ns, end_ns, &b.wakes_off);
         let on_fraction = self.evidence.scale_sampled_launches(self.start_ns, end_ns).unwrap_or(1.0);
-        let s = budget_report(&b.controller, &self.kernel.attached_libraries(), on_fraction, self.evidence.spells_unseen);
+        let s = budget_report(&b.controller, &self.kernel.ever_off(), on_fraction, self.evidence.spells_unseen);
         if let Some(on) = calls_on {
             // Under 400 characters, as every note (docs/cli.md says the rest).
             self.notes.push(format!(
