@@ -165,15 +165,19 @@ fn a_scalar_read_loop_has_its_copy_and_sync_probes_taken_off_too_and_keeps_its_d
         notes.iter().any(|n| n.as_str().is_some_and(|n| n.contains("copy, memset and sync probes were on") && n.contains("read low"))),
         "{notes:#?}"
     );
-    // The diagnosis does not change: the same findings above `info`, as shares of the window
-    // (not counts). Their order may: the full trace's own traps slow this loop 1.7× on this
-    // machine and swell its host and copy time, which the sampled window mostly lacks (on
-    // 2026-12-03 a CI run read host-sync first sampled, pageable-copy first traced, both
-    // `high`).
+    // The diagnosis does not change: the planted causes (a pageable scalar copy and a sync
+    // every step) are found both ways, and nothing the full trace did not find. The full
+    // trace may find more, and order them otherwise: its own traps slow this loop 1.7× on
+    // this machine, swell its host and copy time, and on a fresh 2-core CI machine kept its
+    // reader busy enough to add `cpu-starved` (2026-12-03); the sampled window mostly
+    // lacks them.
     let ids = |r: &serde_json::Value| -> std::collections::BTreeSet<String> {
         r["diagnoses"].as_array().expect("diagnoses").iter().filter(|d| d["severity"] != "info").map(|d| d["id"].as_str().unwrap_or_default().to_owned()).collect()
     };
     let (sampled, traced) = (ids(&r), ids(&full));
-    assert_eq!(sampled, traced);
-    assert!(r["verdict"].as_str().is_some_and(|v| traced.contains(v)), "verdict {} of {traced:?}", r["verdict"]);
+    for planted in ["pageable-copy", "host-sync"] {
+        assert!(sampled.contains(planted) && traced.contains(planted), "{planted}: sampled {sampled:?}, traced {traced:?}");
+    }
+    assert!(sampled.is_subset(&traced), "sampled {sampled:?}, traced {traced:?}");
+    assert!(r["verdict"].as_str().is_some_and(|v| sampled.contains(v)), "verdict {} of {sampled:?}", r["verdict"]);
 }
