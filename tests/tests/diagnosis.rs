@@ -150,14 +150,40 @@ fn a_scalar_read_followed_by_more_host_work_than_gpu_work_ties_its_two_fixes() {
     // 5 ms of host work after each read but only 1 ms of kernels: removing the sync could
     // hide at most the 1 ms behind GPU work; the host work bounds the step either way. Moved
     // to a worker it still takes its 5 ms (a little more beside the training thread), so
-    // the two fixes buy about the same (6 / 5 = 1.2x) and the simpler, dropping the sync,
-    // comes first.
+    // the two fixes buy about the same (6 / 5 = 1.2x on a quiet machine).
+    //
+    // What is asserted is what the model guarantees, not the two figures: on a loaded
+    // 2-core machine the step stretches and both read higher (1.56 and 1.47 in one CI run,
+    // host-bound ahead by more than a tie), so each is checked against its own bound from
+    // the same report, and the order against the ranking rule.
     let r = verdict(&["--steps", "150", "--driver-launches", "10", "--kernel-us", "100", "--item", "1", "--host-us", "5000"]);
-    assert_eq!(r["verdict"], "host-sync", "{r:#}");
-    let speedup = |id: &str| r["diagnoses"].as_array().expect("list").iter().find(|d| d["id"] == id).and_then(|d| d["saving"]["speedup"].as_f64());
-    let (sync, host) = (speedup("host-sync").expect("host-sync"), speedup("host-bound").expect("host-bound"));
-    assert!((sync - 1.2).abs() < 0.12 && (host - 1.2).abs() < 0.12, "both near 6 / 5: {sync} and {host}; {r:#}");
-    assert!(sync < 1.0 / (1.0 - 0.4), "host-sync is charged no more than the GPU's busy time: {r:#}");
+    let f = |v: &serde_json::Value| v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"));
+    let diagnoses = r["diagnoses"].as_array().expect("list");
+    let find = |id: &str| diagnoses.iter().find(|d| d["id"] == id).unwrap_or_else(|| panic!("{id} found: {r:#}"));
+    let (sync, host) = (find("host-sync"), find("host-bound"));
+    let speedup = |d: &serde_json::Value| f(&d["saving"]["speedup"]);
+    // Removing the sync hides at most the GPU's busy time behind the host's work.
+    let gpu_busy_hi = f(&r["step_model"]["gpu_busy"][2]);
+    assert!(speedup(sync) <= 1.0 / (1.0 - gpu_busy_hi) + 1e-9, "host-sync is charged no more than the GPU's busy time ({gpu_busy_hi}): {r:#}");
+    // Moved to a worker, the host work still takes its own time: the step cannot get
+    // shorter than the host work the model saw.
+    let host_work: f64 = r["step_model"]["segments"].as_array().expect("segments").iter().filter(|s| s["name"] == "user").map(|s| f(&s["fraction"])).sum();
+    assert!(speedup(host) <= 1.0 / host_work + 1e-9, "host-bound promises no more than the step over its host work ({host_work}): {r:#}");
+    // Both buy something, and about the same: the two bounds are one ms apart in six.
+    let (s, h) = (speedup(sync), speedup(host));
+    assert!(s > 1.05 && h > 1.05, "both fixes buy something: {s} and {h}");
+    assert!((s / h).ln().abs() < 1.15_f64.ln(), "the two fixes buy about the same: {s} and {h}; {r:#}");
+    // The first is the one that buys the most; where the two are one promise, the simpler
+    // (dropping the sync) comes first.
+    let rank = |id: &str| diagnoses.iter().position(|d| d["id"] == id).expect("ranked");
+    let (first, second) = if rank("host-sync") < rank("host-bound") { (sync, host) } else { (host, sync) };
+    let (a, b) = (f(&first["impact"]), f(&second["impact"]));
+    let one_promise = (a - b).abs() <= 0.02 * (1.0 - a.max(b));
+    assert!(a >= b || one_promise, "the fix that buys the most comes first: {r:#}");
+    if one_promise {
+        assert_eq!(first["id"], "host-sync", "equal gains: the simpler fix first: {r:#}");
+    }
+    assert_eq!(r["verdict"], first["id"], "{r:#}");
 }
 
 #[test]
