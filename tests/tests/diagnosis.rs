@@ -170,16 +170,16 @@ fn a_scalar_read_followed_by_more_host_work_than_gpu_work_ties_its_two_fixes() {
     let host_work: f64 = r["step_model"]["segments"].as_array().expect("segments").iter().filter(|s| s["name"] == "user").map(|s| f(&s["fraction"])).sum();
     assert!(speedup(host) <= 1.0 / host_work + 1e-9, "host-bound promises no more than the step over its host work ({host_work}): {r:#}");
     // Both buy something, and about the same: the two bounds are one ms apart in six.
-    let (s, h) = (speedup(sync), speedup(host));
-    assert!(s > 1.05 && h > 1.05, "both fixes buy something: {s} and {h}");
-    assert!((s / h).ln().abs() < 1.15_f64.ln(), "the two fixes buy about the same: {s} and {h}; {r:#}");
+    let (by_sync, by_host) = (speedup(sync), speedup(host));
+    assert!(by_sync > 1.05 && by_host > 1.05, "both fixes buy something: {by_sync} and {by_host}");
+    assert!((by_sync / by_host).ln().abs() < 1.15_f64.ln(), "the two fixes buy about the same: {by_sync} and {by_host}; {r:#}");
     // The first is the one that buys the most; where the two are one promise, the simpler
     // (dropping the sync) comes first.
     let rank = |id: &str| diagnoses.iter().position(|d| d["id"] == id).expect("ranked");
     let (first, second) = if rank("host-sync") < rank("host-bound") { (sync, host) } else { (host, sync) };
-    let (a, b) = (f(&first["impact"]), f(&second["impact"]));
-    let one_promise = (a - b).abs() <= 0.02 * (1.0 - a.max(b));
-    assert!(a >= b || one_promise, "the fix that buys the most comes first: {r:#}");
+    let (gain_first, gain_second) = (f(&first["impact"]), f(&second["impact"]));
+    let one_promise = (gain_first - gain_second).abs() <= 0.02 * (1.0 - gain_first.max(gain_second));
+    assert!(gain_first >= gain_second || one_promise, "the fix that buys the most comes first: {r:#}");
     if one_promise {
         assert_eq!(first["id"], "host-sync", "equal gains: the simpler fix first: {r:#}");
     }

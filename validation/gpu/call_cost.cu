@@ -16,6 +16,9 @@
 //   sync       cudaStreamSynchronize on an idle stream
 //   event      cudaEventRecord + cudaEventSynchronize on an idle stream
 //   alloc      cudaMalloc 1 MiB + cudaFree
+// With CALL_COST_SLICE_MS=N in the environment, each measurement also writes to stderr a line
+// "slice MEASUREMENT MONOTONIC_NS NS_PER_CALL" every N ms: where in a phase the cost lies
+// (the budget's on and off phases, an attach's start-up), to lay beside gputrace -v's log.
 #include <chrono>
 #include <ctime>
 #include <cstdio>
@@ -94,6 +97,9 @@ int main() {
     std::printf("ready %d\n", getpid());
     std::fflush(stdout);
     char line[256];
+    const char *slice_env = std::getenv("CALL_COST_SLICE_MS");
+    const double slice_ms = slice_env ? std::atof(slice_env) : 0.0;
+    int measurement = 0;
     while (std::fgets(line, sizeof line, stdin)) {
         char verb[32], kind[32];
         double seconds = 0;
@@ -104,11 +110,29 @@ int main() {
         double cpu_start = thread_cpu_ns();
         auto start = std::chrono::steady_clock::now();
         auto until = start + std::chrono::duration<double>(seconds);
+        auto slice_start = start;
+        long slice_calls = 0;
+        double slice_untimed = untimed_ns;
         while (std::chrono::steady_clock::now() < until) {
             long n = one_round(kind, b);
             if (n < 0) { std::printf("%s unknown 0\n", kind); break; }
             calls += n;
+            slice_calls += n;
+            if (slice_ms > 0) {
+                auto now = std::chrono::steady_clock::now();
+                double spent = std::chrono::duration<double, std::milli>(now - slice_start).count();
+                if (spent >= slice_ms) {
+                    timespec mono{};
+                    clock_gettime(CLOCK_MONOTONIC, &mono);
+                    double per = (spent * 1e6 - (untimed_ns - slice_untimed)) / double(slice_calls);
+                    std::fprintf(stderr, "slice %d %lld %.1f\n", measurement, (long long)mono.tv_sec * 1000000000LL + mono.tv_nsec, per);
+                    slice_start = now;
+                    slice_calls = 0;
+                    slice_untimed = untimed_ns;
+                }
+            }
         }
+        measurement++;
         double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() - untimed_ns;
         double cpu = thread_cpu_ns() - cpu_start - untimed_cpu_ns;
         std::printf("%s %.1f %ld %.1f\n", kind, calls ? ns / calls : 0.0, calls, calls ? cpu / calls : 0.0);

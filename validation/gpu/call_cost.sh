@@ -33,7 +33,7 @@ cd "$OUT" || exit 1
 "$NVCC" -O2 -o call_cost "$HERE/call_cost.cu" || { echo "FAIL: nvcc could not build call_cost.cu"; exit 1; }
 rm -f to.job from.job
 mkfifo to.job from.job
-./call_cost <to.job >from.job 2>job.err &
+CALL_COST_SLICE_MS=${CALL_COST_SLICE_MS:-0} ./call_cost <to.job >from.job 2>job.err &
 exec {to}>to.job {from}<from.job
 read -r -u "$from" ready pid
 [ "$ready" = ready ] || { echo "call_cost did not start: $(cat job.err)"; exit 1; }

@@ -96,6 +96,8 @@ impl Live {
                     }
                 }
                 let links = self.kernel.shed(level, &hot);
+                // The monotonic clock, to lay beside a benchmark's own timeline.
+                log::info!("overhead budget: {} links off at {now} ns ({level:?})", links.len());
                 // Closing first: the kernel fires a link's probes until it is closed.
                 b.closing.push(std::thread::spawn(move || crate::probes::uprobes::drop_all(links)));
                 self.evidence.launch_probes_off(now, &counters);
@@ -122,6 +124,7 @@ impl Live {
                     // machine where attaching takes a few milliseconds.
                     let back = self.kernel.thread_counters();
                     let at = clock::monotonic_ns();
+                    log::info!("overhead budget: probes back at {at} ns");
                     self.evidence.launch_probes_on(at, &back);
                     if level == Some(Shed::LaunchesAndCalls) {
                         self.evidence.call_probes_on(at);
