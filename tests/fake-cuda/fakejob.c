@@ -50,6 +50,9 @@
  *                          (a training loop fed by a DataLoader worker)
  *   --read-per-step B      per step, the launching thread itself reads B bytes of --read-file
  *                          with O_DIRECT (a training loop blocked on the disk)
+ *   --startup-read B       once, before its first step and after its first CUDA call, the
+ *                          launching thread reads B bytes of --read-file with O_DIRECT, from
+ *                          its start again where it ends (a start-up reading what it loads)
  *   --device-memory-mib M  give the fake GPU M MiB of memory (allocations beyond fail with
  *                          CUDA_ERROR_OUT_OF_MEMORY)
  *   --print-time           print "work_ns N": wall time of the workers' loops (benchmarks)
@@ -122,7 +125,7 @@ static struct {
     int load_after_gate, pin_after_gate, print_time, pipe_worker_us, checkpoint_every, cache_pct, idle_children;
     size_t leak, oom_at_end;
     long kernel_us, host_us, settle_ms, sleep_ms, device_memory_mib, hold_ms;
-    long read_bytes, read_per_step;
+    long read_bytes, read_per_step, startup_read;
     char read_file[PATH_MAX];
     size_t pageable_h2d, pinned_h2d, copy2d, copy3d, blocking_d2h;
     char lib_dir[PATH_MAX];
@@ -296,6 +299,23 @@ NOINLINE_JOB void save_checkpoint(char *staging) {
     if (out >= 0) close(out);
 }
 
+/* A start-up on the launching thread: one CUDA call, then --startup-read bytes read once. */
+static void startup_read(void) {
+    drv_launch(&kernel, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0);
+    rt_stream_sync(0);
+    int fd = open(opt.read_file, O_RDONLY | O_DIRECT);
+    void *buf;
+    if (fd < 0 || posix_memalign(&buf, 4096, 1 << 20)) die("cannot set up --startup-read");
+    for (long left = opt.startup_read; left > 0;) {
+        ssize_t n = read(fd, buf, 1 << 20);
+        if (n == 0 && lseek(fd, 0, SEEK_SET) == 0) continue;
+        if (n <= 0) die("short read");
+        left -= n;
+    }
+    close(fd);
+    free(buf);
+}
+
 static void *worker(void *arg) {
     (void)arg;
     dim3 one = {1, 1, 1};
@@ -315,6 +335,7 @@ static void *worker(void *arg) {
     if (opt.vmm && drv_mem_address_reserve(&vmm_base, (size_t)opt.vmm * VMM_CHUNK, 0, 0, 0)) die("cuMemAddressReserve failed");
     int scalar;
     struct cache cache = {.n = 0};
+    if (opt.startup_read) startup_read();
     for (int s = 0; s < opt.steps; s++) {
         if (opt.pipe_worker_us) {
             char item;
@@ -446,7 +467,7 @@ int main(int argc, char **argv) {
         NUM("--driver-launches", driver_launches) NUM("--ex-launches", ex_launches) NUM("--graphs", graphs)
         NUM("--kernel-us", kernel_us) NUM("--host-us", host_us) NUM("--pageable-h2d", pageable_h2d)
         NUM("--pinned-h2d", pinned_h2d) NUM("--item", item) NUM("--item-sync", item_sync) NUM("--alloc-churn", alloc_churn)
-        NUM("--settle-ms", settle_ms) NUM("--hold-ms", hold_ms) NUM("--device-memory-mib", device_memory_mib) NUM("--sleep-ms", sleep_ms) NUM("--read-bytes", read_bytes) NUM("--read-per-step", read_per_step)
+        NUM("--settle-ms", settle_ms) NUM("--hold-ms", hold_ms) NUM("--device-memory-mib", device_memory_mib) NUM("--sleep-ms", sleep_ms) NUM("--read-bytes", read_bytes) NUM("--read-per-step", read_per_step) NUM("--startup-read", startup_read)
         NUM("--copy2d", copy2d) NUM("--copy3d", copy3d) NUM("--vmm", vmm) NUM("--blocking-d2h", blocking_d2h) NUM("--pipe-worker-us", pipe_worker_us)
         NUM("--checkpoint-every", checkpoint_every) NUM("--leak", leak) NUM("--cache-pct", cache_pct) NUM("--oom-at-end", oom_at_end) NUM("--idle-children", idle_children)
         if (!strcmp(a, "--read-file")) { snprintf(opt.read_file, sizeof opt.read_file, "%s", v); i++; continue; }

@@ -230,8 +230,9 @@ pub struct FixPair {
 pub struct Phase {
     pub start_s: f64,
     pub end_s: f64,
-    /// `active`, `paused`, or `outside` (before the launching threads began their work or
-    /// after they ended: left out of every share, like a pause).
+    /// `active`, `paused`, `startup` (the job's start-up: from the stretch's start to where
+    /// its steps kept their beat; left out like a pause) or `outside` (before the launching
+    /// threads began their work or after they ended: left out of every share, like a pause).
     pub kind: String,
 }
 
@@ -341,7 +342,8 @@ pub struct Window {
     /// The window less its pauses: what every share of the time account is of.
     #[serde(default)]
     pub active_s: f64,
-    /// The window split into `active` and `paused` stretches; empty when it holds no pause.
+    /// The window split into `active`, `paused`, `startup` and `outside` stretches; empty
+    /// when it is all active.
     #[serde(default)]
     pub phases: Vec<Phase>,
 }

@@ -191,7 +191,7 @@ fn test_steps() -> Result<()> {
     run(cargo_release("test")
         .env("GPUTRACE_BIN", &gputrace)
         .env("GPUTRACE_EBPF_STUB", "1")
-        .args(["--exclude", "gputrace-tests", "--lib"])
+        .arg("--lib")
         .args(["--config", "profile.release.package.gputrace.overflow-checks=true"])
         .args(["--config", "profile.release.package.gputrace.debug-assertions=true"])
         .args(["--config", "profile.release.package.gputrace.opt-level=1"]))?;

@@ -126,17 +126,22 @@ impl Account {
 impl Account {
     #[must_use]
     pub fn new(ev: &Evidence, start_ns: u64, window_ns: u64, gpu: Option<&[GpuDevice]>) -> Self {
-        let time = TimeAccount::critical_path(ev, start_ns, start_ns + window_ns);
+        let time = super::startup::account(ev, start_ns, start_ns + window_ns);
         // Pauses are left out: seconds and rates are of the active time.
         let active_ns = time.as_ref().map_or(window_ns, |t| t.window_ns);
         let seconds = active_ns as f64 / 1e9;
         let per_s = |n: u64| if active_ns == 0 { 0.0 } else { n as f64 / seconds };
-        let kernels: u64 = ev.threads.values().map(crate::evidence::ThreadStats::kernel_launches).sum();
+        // Counted from the end of the start-up, where one was left out.
+        let startup = time.as_ref().and_then(|t| t.startup.as_ref());
+        let kernels: u64 = ev.threads.values().map(crate::evidence::ThreadStats::kernel_launches).sum::<u64>().saturating_sub(
+            startup.map_or(0, |s| s.mark.threads.iter().map(|t| t.kernels).sum()),
+        );
+        let syncs = ev.threads.iter().map(|(tid, t)| t.syncs.saturating_sub(startup.map_or(0, |s| s.syncs_before(*tid)))).max().unwrap_or(0);
         let device = gpu.and_then(job_device);
         Self {
             window_s: seconds,
             launch_rate: per_s(kernels),
-            sync_rate: per_s(ev.threads.values().map(|t| t.syncs).max().unwrap_or(0)),
+            sync_rate: per_s(syncs),
             time,
             host: HostTime::new(ev, window_ns),
             gpu_util: device.and_then(|d| d.utilization.as_ref()).map(|u| u.mean / 100.0),

@@ -14,6 +14,7 @@ mod host_rules;
 pub mod memory;
 mod rules;
 pub mod sites;
+pub mod startup;
 pub mod steps;
 pub mod whatif;
 

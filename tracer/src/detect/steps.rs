@@ -20,6 +20,17 @@ use crate::{
 /// steadier, bulk device-to-host copies last; with its times (ascending) and rhythm.
 #[must_use]
 pub fn best_marker<'a>(ev: &'a Evidence, time: &TimeAccount) -> Option<(&'a MarkerKind, &'a VecDeque<u64>, Rhythm)> {
+    best_marker_over(ev, time, |_| time.window_ns)
+}
+
+/// As [`best_marker`], each marker's rhythm judged over the window `window_ns` gives for its
+/// times (a rhythm must span half of it).
+#[must_use]
+pub fn best_marker_over<'a>(
+    ev: &'a Evidence,
+    time: &TimeAccount,
+    window_ns: impl Fn(&VecDeque<u64>) -> u64,
+) -> Option<(&'a MarkerKind, &'a VecDeque<u64>, Rhythm)> {
     // Bulk D2H copies that come in clusters (a checkpoint copying tensor after tensor) keep a
     // beat of their own that is no step.
     let clustered = {
@@ -31,7 +42,7 @@ pub fn best_marker<'a>(ev: &'a Evidence, time: &TimeAccount) -> Option<(&'a Mark
         .filter_map(|tid| ev.threads.get(tid))
         .flat_map(|t| t.markers.kinds())
         .filter(|(kind, _)| !(clustered && bulk_d2h(**kind)))
-        .filter_map(|(kind, times)| rhythm(times, time.window_ns, &ev.calls_off).map(|r| (kind, times, r)))
+        .filter_map(|(kind, times)| rhythm(times, window_ns(times), &ev.calls_off).map(|r| (kind, times, r)))
         .max_by(|a, b| {
             (!bulk_d2h(*a.0), a.1.len()).cmp(&(!bulk_d2h(*b.0), b.1.len())).then(a.2.on_beat.total_cmp(&b.2.on_beat))
         })
@@ -53,9 +64,15 @@ pub fn find(ev: &Evidence, time: &TimeAccount) -> Option<Steps> {
     let markers = times.len();
     let mean_ns = r.mean_ns();
     let steps = window_ns as f64 / mean_ns;
-    let on_path = |f: fn(&crate::evidence::ThreadStats) -> u64| -> f64 {
-        time.threads.iter().filter_map(|tid| ev.threads.get(tid)).map(f).sum::<u64>() as f64
+    // Counted from the end of the start-up, where the account left one out.
+    let startup = time.startup.as_ref();
+    let on_path = |f: fn(&crate::evidence::ThreadStats) -> u64, before: fn(&crate::evidence::time_account::StartUp, u32) -> u64| -> f64 {
+        time.threads
+            .iter()
+            .filter_map(|tid| ev.threads.get(tid).map(|t| f(t).saturating_sub(startup.map_or(0, |s| before(s, *tid)))))
+            .sum::<u64>() as f64
     };
+    let bytes = |total: u64, before: fn(&crate::evidence::timeline::Mark) -> u64| total.saturating_sub(startup.map_or(0, |s| before(&s.mark))) as f64;
     let symbol = spec_of(kind.probe).map_or("?", |s| s.symbol);
     let what = match (spec_of(kind.probe).map(|s| s.family), kind.class) {
         (Some(gputrace_common::Family::Sync), 0) => symbol.to_owned(),
@@ -70,10 +87,10 @@ pub fn find(ev: &Evidence, time: &TimeAccount) -> Option<Steps> {
         per_second: 1e9 / mean_ns,
         step_time_s: StepTime { mean: mean_ns / 1e9, p50: r.quantile_ns(0.5) as f64 / 1e9, p95: r.quantile_ns(0.95) as f64 / 1e9 },
         per_step: PerStep {
-            launches: on_path(|t| t.kernel_launches() + t.graph_launches()) / steps,
-            syncs: on_path(|t| t.syncs) / steps,
-            h2d_bytes: ev.copies.h2d.bytes as f64 / steps,
-            d2h_bytes: ev.copies.d2h.bytes as f64 / steps,
+            launches: on_path(|t| t.kernel_launches() + t.graph_launches(), crate::evidence::time_account::StartUp::launches_before) / steps,
+            syncs: on_path(|t| t.syncs, crate::evidence::time_account::StartUp::syncs_before) / steps,
+            h2d_bytes: bytes(ev.copies.h2d.bytes, |m| m.h2d_bytes) / steps,
+            d2h_bytes: bytes(ev.copies.d2h.bytes, |m| m.d2h_bytes) / steps,
             input_wait_s: time.sleeping_ns as f64 / 1e9 / steps,
             gpu_wait_s: time.waiting_on_gpu_ns as f64 / 1e9 / steps,
         },

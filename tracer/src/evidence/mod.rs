@@ -11,6 +11,7 @@ mod memory;
 pub mod sampled_calls;
 pub mod snapshot;
 pub mod steps;
+pub mod timeline;
 pub mod waits;
 #[cfg(test)]
 mod tests;
@@ -94,6 +95,8 @@ pub struct Evidence {
     pub alloc_stacks: Vec<crate::stacks::alloc::AllocStack>,
     /// Off-CPU spells of at least half a second, as they ended.
     pub long_sleeps: Vec<waits::LongSleep>,
+    /// The CUDA threads' cumulative figures at moments of the window (`timeline`).
+    pub timeline: timeline::Timeline,
     /// When threads and processes created during the window were created.
     pub births: BTreeMap<u32, u64>,
     /// When threads of the traced tree exited during the window.

@@ -30,7 +30,8 @@ impl ThreadHits {
     }
 
     /// The counters, less what `baseline` (an earlier reading of the same thread) had.
-    fn counters_since(&self, baseline: Option<&Self>) -> ThreadCounters {
+    #[must_use]
+    pub fn counters_since(&self, baseline: Option<&Self>) -> ThreadCounters {
         let mut c = ThreadCounters { tgid: self.tgid, drained_at_ns: 0, ..ThreadCounters::ZERO };
         for &(id, n) in &self.hits {
             if let Some(slot) = c.hits.get_mut(id as usize) {
@@ -130,6 +131,30 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// Mark the timeline of `ev` with this reading (`evidence::timeline`), less what
+    /// `baseline` counted, as [`Self::apply`] would fold it.
+    pub fn mark(&self, ev: &mut Evidence, baseline: Option<&Self>) {
+        let base_sched: BTreeMap<u32, &SchedRaw> = baseline.map(|b| b.sched.iter().map(|t| (t.tid, &t.sched)).collect()).unwrap_or_default();
+        let base_at = baseline.map_or(0, |b| b.at_ns);
+        let sched: Vec<(u32, SchedStats)> = self
+            .sched
+            .iter()
+            .filter(|t| ev.threads.contains_key(&t.tid))
+            .map(|t| {
+                let stats = t.sched.closed_at(self.at_ns);
+                (t.tid, base_sched.get(&t.tid).map_or_else(|| stats.clone(), |b| stats.since(&b.closed_at(base_at))))
+            })
+            .collect();
+        let base_hits: BTreeMap<u32, &ThreadHits> = baseline.map(|b| b.threads.iter().map(|t| (t.tid, t)).collect()).unwrap_or_default();
+        let counters: Vec<(u32, ThreadCounters)> = self
+            .threads
+            .iter()
+            .filter(|t| ev.threads.contains_key(&t.tid))
+            .map(|t| (t.tid, t.counters_since(base_hits.get(&t.tid).copied())))
+            .collect();
+        ev.mark_timeline(self.at_ns, &sched, &counters);
+    }
+
     /// The largest count this reading holds (hits, losses, preemptions, switches): where a
     /// recording is read, one no session could reach is damage.
     #[must_use]

@@ -22,6 +22,7 @@
 use crate::model::TimeBucket;
 use super::{
     host::SchedStats,
+    timeline::{CudaTimes, Mark},
     waits::{self, WaitKind},
     Evidence, ThreadStats,
 };
@@ -77,6 +78,10 @@ pub struct TimeAccount {
     /// left out like pauses.
     pub span: (u64, u64),
     pub outside_ns: u64,
+    /// The job's start-up, left out like pauses where it was found (`detect::startup`): from
+    /// the stretch's start to the timeline's mark where the account begins, whose figures
+    /// the account's are counted from.
+    pub startup: Option<StartUp>,
     /// Off-CPU time of the accounted threads by what woke them, indexed like
     /// `WaitKind::ALL`, pauses excluded; and of it, outside CUDA calls and not in `D` state:
     /// what the `sleeping` bucket is made of.
@@ -84,6 +89,32 @@ pub struct TimeAccount {
     pub sleep_by_kind_ns: [u64; 7],
     /// The wakeups behind those figures, most time first.
     pub wakers: Vec<waits::Wake>,
+}
+
+/// A start-up left out of the account: from `from_ns` (where the stretch began) to the mark.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StartUp {
+    pub from_ns: u64,
+    pub mark: Mark,
+}
+
+impl StartUp {
+    #[must_use]
+    pub const fn ns(&self) -> u64 {
+        self.mark.at_ns.saturating_sub(self.from_ns)
+    }
+
+    /// Kernel and graph launches of `tid` before the account began.
+    #[must_use]
+    pub fn launches_before(&self, tid: u32) -> u64 {
+        self.mark.thread(tid).map_or(0, |t| t.kernels + t.graphs)
+    }
+
+    /// Synchronizes of `tid` before the account began.
+    #[must_use]
+    pub fn syncs_before(&self, tid: u32) -> u64 {
+        self.mark.thread(tid).map_or(0, |t| t.syncs)
+    }
 }
 
 impl TimeAccount {
@@ -94,7 +125,7 @@ impl TimeAccount {
     /// no accounted thread covers sleeping).
     #[must_use]
     pub fn of(t: &ThreadStats, sched: Option<&SchedStats>, window_ns: u64) -> Self {
-        Self::of_measured(t, sched, window_ns, None, 0)
+        Self::of_measured(&CudaTimes::of(t), sched, window_ns, None, 0)
     }
 
     /// As [`Self::of`]; `asleep_outside_cuda_ns` is the thread's interruptible sleep outside
@@ -108,7 +139,7 @@ impl TimeAccount {
     /// are totals, not timed, so that time is taken off what is left last: host work first
     /// (start-up is mostly imports and building the model, on a CPU), then sleep.
     #[must_use]
-    pub fn of_measured(t: &ThreadStats, sched: Option<&SchedStats>, window_ns: u64, asleep_outside_cuda_ns: Option<u64>, trimmed_ns: u64) -> Self {
+    pub fn of_measured(t: &CudaTimes, sched: Option<&SchedStats>, window_ns: u64, asleep_outside_cuda_ns: Option<u64>, trimmed_ns: u64) -> Self {
         let life = sched.map_or(window_ns, |s| s.total_ns().saturating_sub(trimmed_ns).min(window_ns));
         let mut left = life;
         let mut take = |ns: u64| {
@@ -151,6 +182,7 @@ impl TimeAccount {
             paused_ns: 0,
             span: (0, window_ns),
             outside_ns: 0,
+            startup: None,
             waits_ns: [0; 7],
             sleep_by_kind_ns: [0; 7],
             wakers: Vec::new(),
@@ -162,6 +194,15 @@ impl TimeAccount {
     /// None when no thread launched kernels.
     #[must_use]
     pub fn critical_path(ev: &Evidence, start_ns: u64, end_ns: u64) -> Option<Self> {
+        Self::critical_path_since(ev, start_ns, end_ns, None)
+    }
+
+    /// As [`Self::critical_path`], beginning at `since` (a mark of `ev.timeline` inside the
+    /// stretch: the end of the job's start-up) rather than where the stretch begins: every
+    /// thread's scheduler and CUDA figures are counted from the mark's, and the time before
+    /// it is left out like a pause (`startup`).
+    #[must_use]
+    pub fn critical_path_since(ev: &Evidence, start_ns: u64, end_ns: u64, since: Option<&Mark>) -> Option<Self> {
         let window_ns = end_ns.saturating_sub(start_ns);
         let launches = |t: &ThreadStats| t.kernel_launches() + t.graph_launches();
         let (main_tid, main) = ev.main_thread().filter(|(_, t)| launches(t) > 0)?;
@@ -189,10 +230,15 @@ impl TimeAccount {
         // (threads that take turns live through one another's spans: the first start to
         // the last end stands for the union). The window's rest is no time of the job's.
         let spans: Vec<(u64, u64)> = threads.iter().map(|tid| span_of(ev, *tid, &ev.threads[tid], start_ns, end_ns)).collect();
-        let span = (
+        let whole = (
             spans.iter().map(|s| s.0).min().unwrap_or(start_ns),
             spans.iter().map(|s| s.1).max().unwrap_or(end_ns),
         );
+        // A start-up is left out only where the mark lies inside the stretch.
+        let since = since.filter(|m| m.at_ns > whole.0 && m.at_ns < whole.1);
+        let begin = since.map_or(0, |m| m.at_ns);
+        let spans: Vec<(u64, u64)> = spans.iter().map(|&(a, b)| (a.max(begin), b.max(a.max(begin)))).collect();
+        let span = (whole.0.max(begin), whole.1);
         let span_ns = span.1.saturating_sub(span.0);
         let pauses = waits::clip(&waits::pauses(&ev.long_sleeps, main.pid, &threads, |t| ev.births.get(&t).copied(), kind_of), span);
         let paused_ns = pauses.iter().map(|(a, b)| b - a).sum::<u64>().min(span_ns);
@@ -203,14 +249,20 @@ impl TimeAccount {
             .map(|(tid, own)| {
                 let mine: Vec<(u64, u64)> = ev.long_sleeps.iter().filter(|l| l.tid == *tid).map(|l| (l.start_ns, l.end_ns)).collect();
                 let overlap = waits::overlap_ns(&mine, &pauses);
-                let sched = ev.sched.get(tid).map(|s| SchedStats { sleep_ns: s.sleep_ns.saturating_sub(overlap), ..s.clone() });
+                let marked = since.and_then(|m| m.thread(*tid));
+                let sched = ev.sched.get(tid).map(|s| {
+                    let s = marked.and_then(|m| m.sched.as_ref()).map_or_else(|| s.clone(), |before| s.since(before));
+                    SchedStats { sleep_ns: s.sleep_ns.saturating_sub(overlap), ..s }
+                });
                 // The part of the thread's life in the window that lies outside its span.
-                let lived = span_of_life(ev, *tid, start_ns, end_ns);
+                let lived = span_of_life(ev, *tid, start_ns.max(begin), end_ns);
                 let trimmed = (lived.1.saturating_sub(lived.0)).saturating_sub(own.1.saturating_sub(own.0));
                 let woken: Vec<&waits::Wake> = ev.wakes.iter().filter(|w| w.tid == *tid).collect();
                 let outside = (!woken.is_empty())
                     .then(|| woken.iter().filter(|w| !w.in_cuda).map(|w| w.ns.saturating_sub(w.blocked_ns)).sum::<u64>().saturating_sub(overlap));
-                Self::of_measured(&ev.threads[tid], sched.as_ref(), active_ns, outside, trimmed)
+                let cuda = CudaTimes::of(&ev.threads[tid]);
+                let cuda = marked.map_or(cuda, |m| cuda.since(&m.cuda));
+                Self::of_measured(&cuda, sched.as_ref(), active_ns, outside, trimmed)
             })
             .collect();
         let mut a = Self::combine(&parts, active_ns);
@@ -219,7 +271,8 @@ impl TimeAccount {
         a.pauses = pauses;
         a.paused_ns = paused_ns;
         a.span = span;
-        a.outside_ns = window_ns.saturating_sub(span_ns);
+        a.outside_ns = window_ns.saturating_sub(whole.1.saturating_sub(whole.0));
+        a.startup = since.map(|m| StartUp { from_ns: whole.0, mark: m.clone() });
         Some(a)
     }
 
@@ -273,6 +326,7 @@ impl TimeAccount {
             paused_ns: 0,
             span: (0, window_ns),
             outside_ns: 0,
+            startup: None,
             waits_ns: [0; 7],
             sleep_by_kind_ns: [0; 7],
             wakers: Vec::new(),
@@ -302,6 +356,13 @@ impl TimeAccount {
         a.host_while_queue_empty_ns =
             if host == 0 { 0 } else { ((a.queue_empty_ns as f64 * host as f64 / (host + others) as f64) as u64).min(host) };
         a
+    }
+
+    /// The whole window: the active time, the pauses, the start-up and the time outside
+    /// the stretch.
+    #[must_use]
+    pub fn whole_ns(&self) -> u64 {
+        self.window_ns + self.paused_ns + self.outside_ns + self.startup.as_ref().map_or(0, StartUp::ns)
     }
 
     fn active_ns(&self) -> u64 {
@@ -426,7 +487,7 @@ mod tests {
     #[test]
     fn time_trimmed_off_a_thread_comes_from_host_work_first_then_sleep() {
         let s = SchedStats { pid: 1, on_cpu_ns: 300, sleep_ns: 500, ..SchedStats::default() };
-        let a = TimeAccount::of_measured(&thread(100, 0, 0), Some(&s), 1000, Some(500), 250);
+        let a = TimeAccount::of_measured(&CudaTimes::of(&thread(100, 0, 0)), Some(&s), 1000, Some(500), 250);
         assert_eq!((a.waiting_on_gpu_ns, a.sleeping_ns, a.launching_and_host_ns), (100, 450, 0));
     }
 

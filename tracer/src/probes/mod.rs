@@ -530,6 +530,13 @@ impl ProbeSet {
         self.attached.values().cloned().collect()
     }
 
+    /// One thread's counters and scheduler accounting, looked up by key (a system call
+    /// each), for the timeline's marks (`evidence::timeline`); None where it has none.
+    #[must_use]
+    pub fn thread_now(&self, tid: u32) -> (Option<ThreadCounters>, Option<ThreadSched>) {
+        (self.threads.get(&tid, 0).ok(), self.sched.get(&tid, 0).ok())
+    }
+
     /// Counters of every thread the kernel currently holds.
     #[must_use]
     pub fn thread_counters(&self) -> Vec<(u32, ThreadCounters)> {

@@ -283,6 +283,7 @@ impl State {
         if self.baseline.is_none() && !self.from_session_start {
             self.baseline = Some(cp.snapshot.clone());
         }
+        cp.snapshot.mark(&mut self.evidence, self.baseline.as_ref());
         for (pid, uid) in &cp.uids {
             self.evidence.uids.insert(*pid, *uid);
         }

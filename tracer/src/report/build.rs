@@ -121,12 +121,7 @@ pub fn build(outcome: &Outcome) -> Report {
             cuda_loaded: outcome.libraries.iter().any(|l| !l.mapped_by.is_empty()) || !ev.hits().is_empty(),
             framework: in_its_terms(ev, &mut findings),
         },
-        window: Window {
-            duration_s: secs(window_ns),
-            stopped_by: serde_json::to_value(outcome.stopped_by).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
-            active_s: secs(findings.time.as_ref().map_or(window_ns, |t| t.window_ns)),
-            phases: findings.time.as_ref().map_or_else(Vec::new, |t| phases(&t.pauses, t.span, outcome.start_ns, outcome.end_ns)),
-        },
+        window: window(outcome, findings.time.as_ref()),
         cpu: super::host::cpu(outcome),
         cuda,
         io: outcome.io_traced.then(|| super::host::io(&ev.io)),
@@ -160,7 +155,11 @@ pub fn build(outcome: &Outcome) -> Report {
             uprobe_links: outcome.uprobe_links,
             startup_ms: outcome.startup,
             maps_reads: outcome.maps_reads,
-            notes: notes(outcome).into_iter().chain(sampling.as_ref().filter(|s| !s.met).map(budget_missed)).collect(),
+            notes: notes(outcome)
+                .into_iter()
+                .chain(findings.time.as_ref().and_then(|t| t.startup.as_ref()).map(startup_note))
+                .chain(sampling.as_ref().filter(|s| !s.met).map(budget_missed))
+                .collect(),
             recording: outcome.recording.clone(),
             sampling,
             peak_rss_bytes: outcome.peak_rss_bytes,
@@ -360,16 +359,44 @@ fn waker_name(w: &crate::evidence::waits::Wake) -> String {
     }
 }
 
-/// The window as stretches, in seconds from its start: `active`, `paused`, and `outside`
-/// (before the launching threads began their work or after they ended, `span`); empty when
-/// the whole window is active.
-fn phases(pauses: &[(u64, u64)], span: (u64, u64), start_ns: u64, end_ns: u64) -> Vec<crate::model::Phase> {
+/// The window: its length, why it ended, and its stretches (`phases`).
+fn window(outcome: &Outcome, time: Option<&crate::evidence::time_account::TimeAccount>) -> Window {
+    let window_ns = outcome.end_ns.saturating_sub(outcome.start_ns);
+    Window {
+        duration_s: secs(window_ns),
+        stopped_by: serde_json::to_value(outcome.stopped_by).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
+        active_s: secs(time.map_or(window_ns, |t| t.window_ns)),
+        phases: time.map_or_else(Vec::new, |t| {
+            let startup = t.startup.as_ref().map(|s| (s.from_ns, s.mark.at_ns));
+            phases(&t.pauses, t.span, startup, outcome.start_ns, outcome.end_ns)
+        }),
+    }
+}
+
+/// What leaving the start-up out means for the figures (under 400 characters, as every note).
+fn startup_note(s: &crate::evidence::time_account::StartUp) -> String {
+    format!(
+        "the job's start-up ({:.1} s before its steps kept their beat: loading, reading, warming up) is left out of the time account and \
+         the diagnoses, as pauses are (window.phases: startup); host sites and waker shares still include it",
+        s.ns() as f64 / 1e9
+    )
+}
+
+/// The window as stretches, in seconds from its start: `active`, `paused`, `startup` (the
+/// job's start-up, `detect::startup`: from the stretch's start to where the account begins)
+/// and `outside` (before the launching threads began their work or after they ended,
+/// `span`); empty when the whole window is active.
+fn phases(pauses: &[(u64, u64)], span: (u64, u64), startup: Option<(u64, u64)>, start_ns: u64, end_ns: u64) -> Vec<crate::model::Phase> {
     let s = |ns: u64| secs(ns.saturating_sub(start_ns));
     let phase = |from: u64, to: u64, kind: &str| crate::model::Phase { start_s: s(from), end_s: s(to), kind: kind.into() };
     let (span0, span1) = (span.0.clamp(start_ns, end_ns), span.1.clamp(start_ns, end_ns).max(span.0.clamp(start_ns, end_ns)));
     let mut out = Vec::new();
-    if span0 > start_ns {
-        out.push(phase(start_ns, span0, "outside"));
+    let began = startup.map_or(span0, |(from, _)| from.clamp(start_ns, span0));
+    if began > start_ns {
+        out.push(phase(start_ns, began, "outside"));
+    }
+    if began < span0 {
+        out.push(phase(began, span0, "startup"));
     }
     let mut at = span0;
     for &(p0, p1) in pauses {

@@ -54,6 +54,9 @@ const DETACH_SAY_AFTER: Duration = Duration::from_millis(500);
 /// How often the traced processes' memory maps are rescanned for CUDA libraries loaded
 /// after attach (dlopen) and for processes that exited unseen.
 const RESCAN_EVERY: Duration = Duration::from_millis(200);
+/// How often the timeline is marked (`evidence::timeline`): where a start-up ends is known to
+/// this much (the spacing doubles each time the timeline fills).
+const MARK_EVERY: Duration = Duration::from_millis(50);
 /// How often a recording is checkpointed and flushed: at most this much is lost when the
 /// recorder is killed.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
@@ -115,6 +118,8 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
     let deadline = tokio::time::sleep(duration.unwrap_or(Duration::from_secs(u64::MAX / 4)));
     tokio::pin!(deadline);
     let mut rescan = tokio::time::interval(RESCAN_EVERY);
+    let mut mark_tick = tokio::time::interval(MARK_EVERY);
+    mark_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut checkpoint_tick = tokio::time::interval_at(tokio::time::Instant::now() + CHECKPOINT_EVERY, CHECKPOINT_EVERY);
     let mut status_tick = tokio::time::interval_at(tokio::time::Instant::now() + STATUS_EVERY, STATUS_EVERY);
 
@@ -147,6 +152,7 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
                 live.rescan();
                 if live.kernel.traced_processes().is_empty() { break StopReason::TargetExited; }
             }
+            _ = mark_tick.tick() => live.mark_timeline(),
             _ = checkpoint_tick.tick(), if live.tape.is_some() => live.checkpoint(flight),
             _ = status_tick.tick(), if progress.enabled() => progress.tick(live.status()),
             () = sleep_until_or_pend(budget_due) => live.budget_step(),
@@ -203,6 +209,30 @@ impl Live {
         self.snapshots.symbolize_new_stacks(&self.kernel, &samples);
         self.snapshots.refresh_mappings(&self.kernel);
         reap_gone(&mut self.kernel);
+    }
+
+    /// Mark the CUDA threads' scheduler and launch counters now, where the timeline wants a
+    /// mark at this tick (`evidence::timeline`). Each thread is looked up by key: the job may
+    /// have hundreds of threads, a handful of which call CUDA. A thread gone already is
+    /// marked with what its exit record folded in.
+    fn mark_timeline(&mut self) {
+        if !self.evidence.timeline.due() {
+            return;
+        }
+        let at = clock::monotonic_ns();
+        let mut sched = Vec::new();
+        let mut counters = Vec::new();
+        for &tid in self.evidence.threads.keys() {
+            let (c, s) = self.kernel.thread_now(tid);
+            counters.extend(c.map(|c| (tid, c)));
+            let closed = s.map(|s| {
+                let mut stats = crate::evidence::host::SchedStats::default();
+                stats.add(&s, at);
+                stats
+            });
+            sched.extend(closed.or_else(|| self.evidence.sched.get(&tid).cloned()).map(|s| (tid, s)));
+        }
+        self.evidence.mark_timeline(at, &sched, &counters);
     }
 
     /// The counters of the live status line: the kernel's for live threads, plus those of

@@ -247,7 +247,7 @@ impl StepModel {
         m.gpu_source = Some(source);
         m.notes.extend(notes);
         m.calibrate();
-        m.job_cpu = job_cpu(ev, t.window_ns + t.paused_ns + t.outside_ns);
+        m.job_cpu = job_cpu(ev, t.whole_ns());
         if let Some(h) = &a.host {
             m.workers = h.workers;
             m.workers_cpu = h.workers_on_cpu * h.workers as f64;
@@ -322,7 +322,7 @@ fn gpu_range(a: &Account, m: &StepModel) -> (Range, GpuSource, Vec<String>) {
     let mut notes = Vec::new();
     if let Some(util) = a.gpu_util {
         let whole = a.time.as_ref().map_or(1.0, |t| {
-            let all = t.window_ns + t.paused_ns + t.outside_ns;
+            let all = t.whole_ns();
             if t.window_ns == 0 {
                 1.0
             } else {

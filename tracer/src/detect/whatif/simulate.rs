@@ -171,7 +171,8 @@ pub fn simulate(m: &StepModel, fix: &Fix, gpu: f64, dispatch: f64) -> Simulated 
     let apply = |s: &Segments, host_total: f64| -> Segments {
         // Re-split this phase's host time at `dispatch` where it differs from the model's
         // point (the idle phase keeps its user-first split: `StepModel::build`).
-        let host = s.launch + s.user;
+        // Segments are differences of shares: a sum a rounding error below zero is none.
+        let host = (s.launch + s.user).max(0.0);
         let launch = if host_total > 0.0 { (s.launch + (dispatch - m.dispatch.share.point) * host).clamp(0.0, host) } else { s.launch };
         let k = &fix.keep;
         Segments {

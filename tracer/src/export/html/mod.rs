@@ -17,7 +17,6 @@ use std::{io, io::Write as _, path::Path};
 
 use crate::{
     detect::steps::best_marker,
-    evidence::time_account::TimeAccount,
     output::{self, Destination},
     record::Replayed,
     report::Report,
@@ -50,7 +49,7 @@ fn put(html: &str, out: &Destination) -> io::Result<u64> {
 pub fn render(file: &Path, replayed: &Replayed, report: &Report) -> io::Result<String> {
     let outcome = &replayed.outcome;
     let ev = &outcome.evidence;
-    let time = TimeAccount::critical_path(ev, outcome.start_ns, outcome.end_ns);
+    let time = crate::detect::startup::account(ev, outcome.start_ns, outcome.end_ns);
     let step_times: Vec<u64> = time.as_ref().and_then(|t| best_marker(ev, t)).map(|(_, times, _)| times.iter().copied().collect()).unwrap_or_default();
     let threads: Vec<u32> = report.time_account.as_ref().map(|a| a.threads.clone()).unwrap_or_default();
     let scope = timeline::Scope {
