@@ -16,10 +16,6 @@ use crate::evidence::{
     Evidence,
 };
 
-/// A loop still running at the end of the stretch made its last marker at most this many
-/// periods before it (a slow last step, the exit between steps).
-const LAST_STEP_PERIODS: u64 = 3;
-
 /// The job's account over the window, from the end of its start-up where one was found.
 #[must_use]
 pub fn account(ev: &Evidence, start_ns: u64, end_ns: u64) -> Option<TimeAccount> {
@@ -37,14 +33,12 @@ fn loop_start<'a>(ev: &'a Evidence, whole: &TimeAccount) -> Option<&'a Mark> {
     if !ev.launches_off.is_empty() || !ev.calls_off.is_empty() {
         return None;
     }
-    // The loop runs from where it begins to the end of the stretch: a marker's rhythm is
-    // judged from its first time on (a long start-up would otherwise leave too little of
-    // the stretch to the steps for them to count as the job's), and it must last to the end.
+    // A marker's rhythm is judged from its first time to the end of the stretch (a long
+    // start-up would otherwise leave too little of the stretch to the steps for them to
+    // count as the job's): the steps must span half of that. The loop need not last to the
+    // end: a job winds down after it (Lightning's teardown makes CUDA calls of its own).
     let end = whole.span.1;
     let (_, times, rhythm) = super::steps::best_marker_over(ev, whole, |times| end.saturating_sub(times.front().copied().unwrap_or(end)))?;
-    if end.saturating_sub(times.back().copied().unwrap_or(0)) > LAST_STEP_PERIODS * rhythm.median_ns {
-        return None;
-    }
     // The first markers were forgotten: where the loop began is not known.
     if times.len() >= MAX_TIMES {
         return None;
@@ -134,13 +128,28 @@ mod tests {
         assert!(account(&ev, 0, 10_000 * MS).expect("an account").startup.is_none());
     }
 
+    /// On the H200, Lightning's teardown made CUDA calls after its last step; a rule that
+    /// wanted the loop to last to the stretch's end found no start-up in any of its runs.
     #[test]
-    fn a_loop_that_stopped_before_the_end_is_no_loop_to_begin_at() {
+    fn a_wind_down_after_the_loop_stays_and_the_start_up_still_goes() {
         let mut ev = job(true);
         let t = ev.threads.get_mut(&1).expect("thread");
         t.markers = crate::evidence::steps::Markers::default();
-        for at in [100, 200, 300].into_iter().chain((0..=30).map(|k| 3_000 + 100 * k)) {
+        for at in [100, 200, 300].into_iter().chain((0..=60).map(|k| 3_000 + 100 * k)) {
             t.markers.record(sync_kind(), at * MS);
+        }
+        let a = account(&ev, 0, 10_000 * MS).expect("an account");
+        assert_eq!(a.startup.as_ref().map(|s| s.mark.at_ns), Some(2_500 * MS));
+        assert_eq!(a.window_ns, 7_500 * MS, "the wind-down (9–10 s) is still the job's");
+    }
+
+    #[test]
+    fn steps_in_a_burst_early_in_a_long_stretch_are_no_loop() {
+        let mut ev = job(true);
+        let t = ev.threads.get_mut(&1).expect("thread");
+        t.markers = crate::evidence::steps::Markers::default();
+        for k in 0..=20 {
+            t.markers.record(sync_kind(), (1_000 + 100 * k) * MS);
         }
         assert!(account(&ev, 0, 10_000 * MS).expect("an account").startup.is_none());
     }
