@@ -94,6 +94,19 @@ pub mod call_epoch {
     pub const OFF: u32 = 1 << 31;
     /// The epoch of a slot whose probe is never taken off.
     pub const NEVER: u32 = u32::MAX;
+
+    /// The epoch after `current`: the calls going off (`off`) or coming back. The number
+    /// wraps below `OFF`, so the epoch is never [`NEVER`], even with `OFF` set.
+    #[must_use]
+    pub const fn next(current: u32, off: bool) -> u32 {
+        const WRAP: u32 = OFF - 1;
+        let number = ((current & !OFF) + 1) % WRAP;
+        if off {
+            number | OFF
+        } else {
+            number
+        }
+    }
 }
 const _: () = assert!(core::mem::size_of::<InflightSlot>() == 8 + core::mem::size_of::<InflightCall>());
 
@@ -203,4 +216,47 @@ mod pod {
     unsafe impl aya::Pod for super::CallStack {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::CallSite {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{call_epoch, InflightCall, InflightSlot, ThreadCounters};
+
+    fn slot(probe: u32, epoch: u32) -> InflightSlot {
+        InflightSlot { probe, epoch, call: InflightCall::default() }
+    }
+
+    #[test]
+    fn a_call_is_in_flight_only_in_the_epoch_it_entered_in() {
+        let entered = 7;
+        let s = slot(21, entered);
+        assert!(s.live(entered));
+        // The calls went off and came back: its return went unprobed, its slot is free.
+        let off = call_epoch::next(entered, true);
+        let back = call_epoch::next(off, false);
+        assert!(!s.live(off) && !s.live(back));
+        assert_ne!(back, entered);
+        // A free slot is never live; a probe never taken off is live in every epoch.
+        assert!(!slot(0, entered).live(entered));
+        assert!(slot(40, call_epoch::NEVER).live(off) && slot(40, call_epoch::NEVER).live(back));
+    }
+
+    #[test]
+    fn the_epoch_wraps_below_off_and_is_never_never() {
+        assert_eq!(call_epoch::next(0, false), 1);
+        assert_eq!(call_epoch::next(1, true), 2 | call_epoch::OFF);
+        assert_eq!(call_epoch::next(2 | call_epoch::OFF, false), 3);
+        let last = call_epoch::OFF - 2;
+        assert_eq!(call_epoch::next(last, false), 0, "wraps");
+        assert_ne!(call_epoch::next(last - 1, true), call_epoch::NEVER);
+        assert_ne!(call_epoch::next(call_epoch::NEVER, true), call_epoch::NEVER);
+    }
+
+    #[test]
+    fn a_thread_is_in_a_call_while_either_slot_is_live() {
+        let mut t = ThreadCounters::ZERO;
+        assert!(!t.in_call(3));
+        t.inflight[1] = slot(21, 3);
+        assert!(t.in_call(3) && !t.in_call(call_epoch::next(3, true)));
+    }
 }

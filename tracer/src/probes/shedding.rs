@@ -141,10 +141,7 @@ impl ProbeSet {
 
     /// Move the call epoch on (module docs); `off`: the calls are going off.
     fn next_call_epoch(&mut self, off: bool) -> Result<()> {
-        // Below `OFF`, and never `NEVER` once `OFF` is set.
-        const WRAP: u32 = call_epoch::OFF - 1;
-        let number = ((self.call_epoch.load(Ordering::Relaxed) & !call_epoch::OFF) + 1) % WRAP;
-        let next = if off { number | call_epoch::OFF } else { number };
+        let next = call_epoch::next(self.call_epoch.load(Ordering::Relaxed), off);
         let mut epoch = aya::maps::Array::<_, u32>::try_from(self.ebpf.map_mut("CALL_EPOCH").ok_or_else(|| map_error("CALL_EPOCH"))?)
             .map_err(|_| map_error("CALL_EPOCH"))?;
         epoch.set(0, next, 0).map_err(|_| map_error("CALL_EPOCH"))?;
