@@ -38,7 +38,7 @@ fn loop_start<'a>(ev: &'a Evidence, whole: &TimeAccount) -> Option<&'a Mark> {
     // count as the job's): the steps must span half of that. The loop need not last to the
     // end: a job winds down after it (Lightning's teardown makes CUDA calls of its own).
     let end = whole.span.1;
-    let (_, times, rhythm) = super::steps::best_marker_over(ev, whole, |times| end.saturating_sub(times.front().copied().unwrap_or(end)))?;
+    let (_, times, rhythm) = super::steps::best_marker_over(ev, whole, None, |times| end.saturating_sub(times.front().copied().unwrap_or(end)))?;
     // The first markers were forgotten: where the loop began is not known.
     if times.len() >= MAX_TIMES {
         return None;
@@ -48,6 +48,7 @@ fn loop_start<'a>(ev: &'a Evidence, whole: &TimeAccount) -> Option<&'a Mark> {
     // The loop has begun where MIN_REPEATS steps in a row keep the beat: a start-up may hold
     // a few markers at the loop's pace (a sanity check's batches, a warm-up step or two).
     let beats: Vec<bool> = times.iter().zip(times.iter().skip(1)).map(|(&a, &b)| on_beat(a, b)).collect();
+    const { assert!(MIN_REPEATS >= 2, "a run of intervals") };
     let run = MIN_REPEATS - 1;
     let first = (0..beats.len().saturating_sub(run - 1)).find(|&i| beats[i..i + run].iter().all(|&b| b)).and_then(|i| times.get(i).copied())?;
     // The marker may end a step rather than begin one: a period earlier is the latest the

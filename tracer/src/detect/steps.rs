@@ -2,7 +2,7 @@
 //! synchronizes and copies of the threads on the critical path, the steady marker made most
 //! often is taken as one per step, and the window's figures are divided by the steps.
 
-use std::collections::VecDeque;
+use std::{borrow::Cow, collections::VecDeque};
 
 use gputrace_common::spec_of;
 
@@ -17,32 +17,43 @@ use crate::{
 
 /// The step marker: among the launching threads' recurring calls with a rhythm, the one
 /// made most often (a marker made once per step beats one made every tenth step), then the
-/// steadier, bulk device-to-host copies last; with its times (ascending) and rhythm.
+/// steadier, bulk device-to-host copies last; with its times (ascending) and rhythm. Where
+/// the account left a start-up out, only the times after it count: the loop's steps.
 #[must_use]
-pub fn best_marker<'a>(ev: &'a Evidence, time: &TimeAccount) -> Option<(&'a MarkerKind, &'a VecDeque<u64>, Rhythm)> {
-    best_marker_over(ev, time, |_| time.window_ns)
+pub fn best_marker<'a>(ev: &'a Evidence, time: &TimeAccount) -> Option<(&'a MarkerKind, Cow<'a, VecDeque<u64>>, Rhythm)> {
+    let from = time.startup.as_ref().map(|s| s.mark.at_ns);
+    best_marker_over(ev, time, from, |_| time.window_ns)
 }
 
-/// As [`best_marker`], each marker's rhythm judged over the window `window_ns` gives for its
-/// times (a rhythm must span half of it).
+/// As [`best_marker`], with the times from `from_ns` on (all of them for None), each
+/// marker's rhythm judged over the window `window_ns` gives for its times (a rhythm must
+/// span half of it).
 #[must_use]
 pub fn best_marker_over<'a>(
     ev: &'a Evidence,
     time: &TimeAccount,
+    from_ns: Option<u64>,
     window_ns: impl Fn(&VecDeque<u64>) -> u64,
-) -> Option<(&'a MarkerKind, &'a VecDeque<u64>, Rhythm)> {
+) -> Option<(&'a MarkerKind, Cow<'a, VecDeque<u64>>, Rhythm)> {
     // Bulk D2H copies that come in clusters (a checkpoint copying tensor after tensor) keep a
     // beat of their own that is no step.
     let clustered = {
         let bursts = ev.d2h_bursts.all();
         !bursts.is_empty() && bursts.iter().map(|b| b.copies).sum::<u64>() >= 2 * bursts.len() as u64
     };
+    let since = |times: &'a VecDeque<u64>| -> Cow<'a, VecDeque<u64>> {
+        match from_ns {
+            Some(from) => Cow::Owned(times.iter().copied().filter(|&t| t >= from).collect()),
+            None => Cow::Borrowed(times),
+        }
+    };
     time.threads
         .iter()
         .filter_map(|tid| ev.threads.get(tid))
         .flat_map(|t| t.markers.kinds())
         .filter(|(kind, _)| !(clustered && bulk_d2h(**kind)))
-        .filter_map(|(kind, times)| rhythm(times, window_ns(times), &ev.calls_off).map(|r| (kind, times, r)))
+        .map(|(kind, times)| (kind, since(times)))
+        .filter_map(|(kind, times)| rhythm(&times, window_ns(&times), &ev.calls_off).map(|r| (kind, times, r)))
         .max_by(|a, b| {
             (!bulk_d2h(*a.0), a.1.len()).cmp(&(!bulk_d2h(*b.0), b.1.len())).then(a.2.on_beat.total_cmp(&b.2.on_beat))
         })

@@ -136,7 +136,7 @@ impl Snapshot {
     pub fn mark(&self, ev: &mut Evidence, baseline: Option<&Self>) {
         let base_sched: BTreeMap<u32, &SchedRaw> = baseline.map(|b| b.sched.iter().map(|t| (t.tid, &t.sched)).collect()).unwrap_or_default();
         let base_at = baseline.map_or(0, |b| b.at_ns);
-        let sched: Vec<(u32, SchedStats)> = self
+        let mut sched: Vec<(u32, SchedStats)> = self
             .sched
             .iter()
             .filter(|t| ev.threads.contains_key(&t.tid))
@@ -145,6 +145,10 @@ impl Snapshot {
                 (t.tid, base_sched.get(&t.tid).map_or_else(|| stats.clone(), |b| stats.since(&b.closed_at(base_at))))
             })
             .collect();
+        // A CUDA thread gone already: what its exit record folded in (as a live mark has it).
+        let gone: Vec<(u32, SchedStats)> =
+            ev.threads.keys().filter(|tid| !sched.iter().any(|(t, _)| t == *tid)).filter_map(|tid| Some((*tid, ev.sched.get(tid)?.clone()))).collect();
+        sched.extend(gone);
         let base_hits: BTreeMap<u32, &ThreadHits> = baseline.map(|b| b.threads.iter().map(|t| (t.tid, t)).collect()).unwrap_or_default();
         let counters: Vec<(u32, ThreadCounters)> = self
             .threads

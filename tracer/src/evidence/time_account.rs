@@ -240,7 +240,11 @@ impl TimeAccount {
         let spans: Vec<(u64, u64)> = spans.iter().map(|&(a, b)| (a.max(begin), b.max(a.max(begin)))).collect();
         let span = (whole.0.max(begin), whole.1);
         let span_ns = span.1.saturating_sub(span.0);
-        let pauses = waits::clip(&waits::pauses(&ev.long_sleeps, main.pid, &threads, |t| ev.births.get(&t).copied(), kind_of), span);
+        let all_pauses = waits::pauses(&ev.long_sleeps, main.pid, &threads, |t| ev.births.get(&t).copied(), kind_of);
+        let pauses = waits::clip(&all_pauses, span);
+        // The wakeups behind the sleep split are totals over the whole stretch, start-up
+        // included: so are the pauses taken off their timer's share.
+        let paused_in_whole_ns = waits::clip(&all_pauses, whole).iter().map(|(a, b)| b - a).sum::<u64>();
         let paused_ns = pauses.iter().map(|(a, b)| b - a).sum::<u64>().min(span_ns);
         let active_ns = span_ns - paused_ns;
         let parts: Vec<Self> = threads
@@ -254,11 +258,16 @@ impl TimeAccount {
                     let s = marked.and_then(|m| m.sched.as_ref()).map_or_else(|| s.clone(), |before| s.since(before));
                     SchedStats { sleep_ns: s.sleep_ns.saturating_sub(overlap), ..s }
                 });
-                // The part of the thread's life in the window that lies outside its span.
-                let lived = span_of_life(ev, *tid, start_ns.max(begin), end_ns);
+                // The part of the thread's life in the window that lies outside its span. A
+                // thread the mark did not hold (its first CUDA call came later) has its
+                // figures from its whole life: its life before the mark is trimmed off.
+                let counted_from = if marked.is_some_and(|m| m.sched.is_some()) { start_ns.max(begin) } else { start_ns };
+                let lived = span_of_life(ev, *tid, counted_from, end_ns);
                 let trimmed = (lived.1.saturating_sub(lived.0)).saturating_sub(own.1.saturating_sub(own.0));
                 let woken: Vec<&waits::Wake> = ev.wakes.iter().filter(|w| w.tid == *tid).collect();
-                let outside = (!woken.is_empty())
+                // The wakeups are totals over the whole stretch: with a start-up left out,
+                // the sleep outside CUDA calls is the scheduler's less the CUDA calls'.
+                let outside = (!woken.is_empty() && since.is_none())
                     .then(|| woken.iter().filter(|w| !w.in_cuda).map(|w| w.ns.saturating_sub(w.blocked_ns)).sum::<u64>().saturating_sub(overlap));
                 let cuda = CudaTimes::of(&ev.threads[tid]);
                 let cuda = marked.map_or(cuda, |m| cuda.since(&m.cuda));
@@ -267,7 +276,7 @@ impl TimeAccount {
             .collect();
         let mut a = Self::combine(&parts, active_ns);
         a.threads = threads;
-        a.waits(ev, paused_ns);
+        a.waits(ev, if since.is_some() { paused_in_whole_ns } else { paused_ns });
         a.pauses = pauses;
         a.paused_ns = paused_ns;
         a.span = span;

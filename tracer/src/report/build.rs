@@ -44,6 +44,7 @@ fn in_its_terms(ev: &crate::evidence::Evidence, findings: &mut detect::Findings)
 /// The memory view, and its diagnoses added to the findings (after the time ones: they cost
 /// memory, not time, and do not change the verdict).
 fn memory(outcome: &Outcome, traced: &[u32], findings: &mut detect::Findings) -> Memory {
+    let marker = findings.time.as_ref().and_then(|t| detect::steps::best_marker(&outcome.evidence, t));
     let inputs = detect::memory::Inputs {
         evidence: &outcome.evidence,
         start_ns: outcome.start_ns,
@@ -51,7 +52,7 @@ fn memory(outcome: &Outcome, traced: &[u32], findings: &mut detect::Findings) ->
         traced,
         gpu: outcome.gpu.as_ref().map(|(samples, _)| samples),
         steps_per_s: findings.steps.as_ref().map(|s| s.per_second),
-        step_times: findings.time.as_ref().and_then(|t| detect::steps::best_marker(&outcome.evidence, t)).map(|(_, times, _)| times),
+        step_times: marker.as_ref().map(|(_, times, _)| &**times),
     };
     let view = detect::memory::view(&inputs);
     findings.diagnoses.extend(detect::memory::diagnose(&inputs, &view));

@@ -216,13 +216,22 @@ impl Live {
     /// have hundreds of threads, a handful of which call CUDA. A thread gone already is
     /// marked with what its exit record folded in.
     fn mark_timeline(&mut self) {
-        if !self.evidence.timeline.due() {
+        // A recording is marked at its checkpoints, which its replay marks at too: the same
+        // marks, the same report (`recording.rs`).
+        if self.tape.is_some() || !self.evidence.timeline.due() {
             return;
         }
+        // The CUDA figures up to now, as the kernel's counters are read now.
+        self.drain();
         let at = clock::monotonic_ns();
         let mut sched = Vec::new();
         let mut counters = Vec::new();
         for &tid in self.evidence.threads.keys() {
+            // A thread gone already has its final figures: no lookup.
+            if self.evidence.deaths.contains_key(&tid) {
+                sched.extend(self.evidence.sched.get(&tid).cloned().map(|s| (tid, s)));
+                continue;
+            }
             let (c, s) = self.kernel.thread_now(tid);
             counters.extend(c.map(|c| (tid, c)));
             let closed = s.map(|s| {

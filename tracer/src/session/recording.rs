@@ -106,6 +106,8 @@ impl Live {
         let cp = snapshots::checkpoint(snapshot, &self.kernel, &self.evidence, &self.notes, self.host.reads);
         // The checkpoint goes first: a dump that follows must hold the counters up to now.
         t.recorder.checkpoint(cp.clone(), &fresh);
+        // The timeline's mark, as the replay takes it from this checkpoint.
+        cp.snapshot.mark(&mut self.evidence, None);
         if diagnose && !t.diagnosis_fired {
             t.check_diagnosis(&self.evidence, &cp.snapshot, self.start_ns, self.sampler.as_ref());
         }
