@@ -233,7 +233,9 @@ pub(super) fn blocking_copy(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
 
 pub(super) fn alloc_churn(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     let m = &ev.allocs;
-    let rate = if a.window_s == 0.0 { 0.0 } else { 2.0 * m.count.min(m.frees) as f64 / a.window_s };
+    // Counted from the start-up's end where the account left one out (a model loads there).
+    let (count, frees) = a.time.as_ref().map_or((m.count, m.frees), |t| t.allocs_in(ev));
+    let rate = if a.window_s == 0.0 { 0.0 } else { 2.0 * count.min(frees) as f64 / a.window_s };
     if rate < ALLOCS_PER_S {
         return None;
     }

@@ -110,6 +110,18 @@ impl StartUp {
         self.mark.thread(tid).map_or(0, |t| t.kernels + t.graphs)
     }
 
+    /// Device allocations and frees before the account began.
+    #[must_use]
+    pub const fn allocs_before(&self) -> (u64, u64) {
+        (self.mark.allocs, self.mark.frees)
+    }
+
+    /// Bytes copied either way before the account began.
+    #[must_use]
+    pub const fn bytes_before(&self) -> u64 {
+        self.mark.h2d_bytes + self.mark.d2h_bytes
+    }
+
     /// Synchronizes of `tid` before the account began.
     #[must_use]
     pub fn syncs_before(&self, tid: u32) -> u64 {
@@ -365,6 +377,20 @@ impl TimeAccount {
         a.host_while_queue_empty_ns =
             if host == 0 { 0 } else { ((a.queue_empty_ns as f64 * host as f64 / (host + others) as f64) as u64).min(host) };
         a
+    }
+
+    /// Device allocations and frees in the account's time: from the start-up's end where
+    /// one was left out.
+    #[must_use]
+    pub fn allocs_in(&self, ev: &Evidence) -> (u64, u64) {
+        let (count, frees) = self.startup.as_ref().map_or((0, 0), StartUp::allocs_before);
+        (ev.allocs.count.saturating_sub(count), ev.allocs.frees.saturating_sub(frees))
+    }
+
+    /// Bytes copied either way in the account's time.
+    #[must_use]
+    pub fn bytes_copied_in(&self, ev: &Evidence) -> u64 {
+        (ev.copies.h2d.bytes + ev.copies.d2h.bytes).saturating_sub(self.startup.as_ref().map_or(0, StartUp::bytes_before))
     }
 
     /// The whole window: the active time, the pauses, the start-up and the time outside

@@ -77,6 +77,9 @@ pub struct Mark {
     pub threads: Vec<ThreadMark>,
     pub h2d_bytes: u64,
     pub d2h_bytes: u64,
+    /// Device allocations and frees so far (`Evidence::allocs`).
+    pub allocs: u64,
+    pub frees: u64,
 }
 
 impl Mark {
@@ -165,7 +168,14 @@ impl Evidence {
                 syncs: t.syncs,
             })
             .collect();
-        let mark = Mark { at_ns, threads, h2d_bytes: self.copies.h2d.bytes, d2h_bytes: self.copies.d2h.bytes };
+        let mark = Mark {
+            at_ns,
+            threads,
+            h2d_bytes: self.copies.h2d.bytes,
+            d2h_bytes: self.copies.d2h.bytes,
+            allocs: self.allocs.count,
+            frees: self.allocs.frees,
+        };
         self.timeline.push(mark);
     }
 }

@@ -206,7 +206,8 @@ impl StepModel {
         let launch = m.dispatch.share.point * host - allocator_cpu;
         let host = host - allocator_cpu;
         let host_idle = host_idle.min(host);
-        m.alloc_calls_per_s = if a.window_s > 0.0 { 2.0 * ev.allocs.count.min(ev.allocs.frees) as f64 / a.window_s } else { 0.0 };
+        let (count, frees) = t.allocs_in(ev);
+        m.alloc_calls_per_s = if a.window_s > 0.0 { 2.0 * count.min(frees) as f64 / a.window_s } else { 0.0 };
         m.launch_host_s = (a.launch_rate > 0.0).then(|| launch / a.launch_rate);
         m.launches_per_s = a.launch_rate;
         m.caching_allocator = dispatch::caching_allocator(ev);
@@ -257,7 +258,7 @@ impl StepModel {
         // without it a gen4 x16 link's), or the transfers the host waited for where those say
         // more. A floor no host fix can beat, so the faster link where known: the slow
         // default would promise too little on a gen5 link (x0.73 on the H200).
-        let bytes = ev.copies.h2d.bytes + ev.copies.d2h.bytes;
+        let bytes = t.bytes_copied_in(ev);
         let rate = a.bus_bytes_per_s.unwrap_or(cost::PINNED_BYTES_PER_S);
         let by_bytes = if a.window_s > 0.0 { cost::transfer_ns(bytes, rate) as f64 / 1e9 / a.window_s } else { 0.0 };
         m.bus = by_bytes.max(m.serial.transfer + m.overlap.transfer);
