@@ -6,7 +6,8 @@
 //! Live, a mark is taken every 50 ms (`session::MARK_EVERY`); replayed, at every checkpoint (each
 //! second). Only threads that made CUDA calls are kept (the account is of them), and at most
 //! [`MAX_MARKS`] marks: when full, every other one goes and the spacing doubles, so a long
-//! session keeps marks across all of it, closest together near its start.
+//! session keeps evenly spaced marks across all of it (a start-up is then known to that
+//! spacing).
 
 use gputrace_common::{Family, ThreadCounters, PROBES};
 

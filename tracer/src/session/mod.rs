@@ -234,11 +234,7 @@ impl Live {
             }
             let (c, s) = self.kernel.thread_now(tid);
             counters.extend(c.map(|c| (tid, c)));
-            let closed = s.map(|s| {
-                let mut stats = crate::evidence::host::SchedStats::default();
-                stats.add(&s, at);
-                stats
-            });
+            let closed = s.map(|s| crate::evidence::snapshot::SchedRaw::from(&s).closed_at(at));
             sched.extend(closed.or_else(|| self.evidence.sched.get(&tid).cloned()).map(|s| (tid, s)));
         }
         self.evidence.mark_timeline(at, &sched, &counters);
