@@ -76,7 +76,7 @@ pub(super) fn drain_ring(
             Event::Call(c) => {
                 if let (Some(py), Some(spec)) = (python, spec_of(c.header.probe).filter(|s| s.family == Family::Alloc)) {
                     let bytes = spec.size_arg.map_or(0, |i| c.args[usize::from(i)]);
-                    py.allocated(c.header.tgid, c.header.tid, bytes, c.ret != 0);
+                    py.allocated(c.header.tgid, c.header.tid, bytes, c.ret != 0, c.header.ts_ns);
                 }
             }
             Event::TaskExit(e) => {
