@@ -1,7 +1,9 @@
 //! Where the GPU memory is: a job that allocates every step and never frees (`memory-growth`
 //! at the right rate, charged to the allocating function, in C and in Python), a caching
 //! allocator's out-of-memory retry path (`fragmentation`), an allocation that fails for good
-//! (`oom`), and the healthy twin that raises none of them.
+//! (`oom`), and the healthy twin that raises none of them. At the tensor level, PyTorch's
+//! caching allocator faked with its own C++ symbols (`fake-cuda/libc10_cuda.cpp`): the exact
+//! live bytes, the line that made the kept blocks, and the stripped library's fallback.
 use std::process::Command;
 
 use gputrace_tests::{fake_cuda_dir, gputrace, num, require_root, run_fakejob};
@@ -149,4 +151,109 @@ fn a_recording_keeps_the_memory_view_and_its_sites() {
     let r = gputrace_tests::record_then_report("memory-rec", &args);
     assert_eq!(num(&r, "/memory/reserved_bytes"), 400 * MIB);
     assert_eq!(top_site(diagnosis(&r, "memory-growth"))["function"], "keep_activations", "{:#}", r["diagnoses"]);
+}
+
+/// `tensor_leak.py` on the fake caching allocator in `c10` (or `c10-stripped`), 400 steps,
+/// under `--tensors`.
+fn tensor_job(c10: &str, extra: &[&str]) -> Value {
+    tensor_job_traced(&["--tensors"], c10, extra)
+}
+
+/// The same, with `flags` for gputrace.
+fn tensor_job_traced(flags: &[&str], c10: &str, extra: &[&str]) -> Value {
+    let dir = fake_cuda_dir();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fake-cuda/tensor_leak.py");
+    let out = Command::new(gputrace())
+        .env("LD_LIBRARY_PATH", &dir)
+        .args(["run", "--json"])
+        .args(flags)
+        .args(["--", "python3"])
+        .arg(&script)
+        .arg(&dir)
+        .arg(dir.join(c10))
+        .arg("400")
+        .args(extra)
+        .output()
+        .expect("gputrace runs");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    gputrace_tests::report_json(&out.stdout)
+}
+
+#[test]
+fn a_tensor_kept_every_step_is_charged_to_the_line_that_made_it_with_its_exact_live_bytes() {
+    require_root();
+    let r = tensor_job("c10", &[]);
+    // 400 steps of four 256 KiB temporaries given back and one 1 MiB output kept.
+    assert_eq!(num(&r, "/memory/tensors/blocks"), 2000, "{:#}", r["memory"]);
+    assert_eq!(num(&r, "/memory/tensors/frees"), 1600);
+    assert_eq!(num(&r, "/memory/tensors/allocated_bytes"), 400 * MIB);
+    let d = diagnosis(&r, "memory-growth");
+    let site = top_site(d);
+    // The blocks still live were made in make_output(); the driver saw only the segments.
+    assert_eq!(site["function"], "make_output", "{d:#}");
+    assert!(site["file"].as_str().is_some_and(|f| f.ends_with("tensor_leak.py")), "{site:#}");
+    assert!(d["evidence"].as_array().expect("evidence").iter().any(|e| e.as_str().is_some_and(|e| e.contains("in tensors"))), "{d:#}");
+}
+
+#[test]
+fn the_tensor_twin_that_gives_its_outputs_back_grows_not() {
+    require_root();
+    let r = tensor_job("c10", &["--no-leak"]);
+    assert_eq!(num(&r, "/memory/tensors/blocks"), 2000, "{:#}", r["memory"]);
+    assert_eq!(num(&r, "/memory/tensors/frees"), 2000);
+    assert_eq!(num(&r, "/memory/tensors/allocated_bytes"), 0);
+    assert!(!ids(&r).contains(&"memory-growth"), "{:?}", ids(&r));
+}
+
+#[test]
+fn a_stripped_allocator_library_falls_back_to_the_driver_with_a_note() {
+    require_root();
+    let r = tensor_job("c10-stripped", &[]);
+    assert!(r["memory"].get("tensors").is_none(), "{:#}", r["memory"]);
+    let notes = r["tracer"]["notes"].as_array().expect("notes");
+    assert!(notes.iter().any(|n| n.as_str().is_some_and(|n| n.contains("caching allocator's functions were not found"))), "{notes:#?}");
+    // The leak is still found, from the segments the driver saw.
+    assert!(ids(&r).contains(&"memory-growth"), "{:?}", ids(&r));
+}
+
+#[test]
+fn an_overhead_budget_takes_the_allocators_probes_off_for_good_and_says_so() {
+    require_root();
+    // A budget far below what a trap per tensor costs.
+    let r = tensor_job_traced(&["--tensors", "--max-overhead", "0.01"], "c10", &[]);
+    let until = r["memory"]["tensors"]["until_s"].as_f64().unwrap_or_else(|| panic!("no until_s in {:#}", r["memory"]));
+    let window = num_f(&r, "/window/duration_s");
+    assert!(until > 0.0 && until < window, "{until} of {window}");
+    // Fewer than the job's 2000 blocks were counted, and none is charged after the cut.
+    assert!(num(&r, "/memory/tensors/blocks") < 2000, "{:#}", r["memory"]);
+    assert!(r["memory"]["tensors"]["cached_bytes"].is_null());
+    let notes = r["tracer"]["notes"].as_array().expect("notes");
+    assert!(notes.iter().any(|n| n.as_str().is_some_and(|n| n.contains("caching allocator's probes"))), "{notes:#?}");
+}
+
+fn num_f(r: &Value, pointer: &str) -> f64 {
+    r.pointer(pointer).and_then(Value::as_f64).unwrap_or_else(|| panic!("no {pointer}"))
+}
+
+#[test]
+fn a_leak_inside_the_allocators_cache_is_growth_of_the_tensors() {
+    require_root();
+    // 512 MiB reserved up front: the 400 kept MiB never make the allocator reserve more.
+    let r = tensor_job("c10", &["--reserve-mib", "512"]);
+    assert_eq!(num(&r, "/memory/reserved_bytes"), 512 * MIB, "{:#}", r["memory"]);
+    assert_eq!(num(&r, "/memory/tensors/allocated_bytes"), 400 * MIB);
+    let d = diagnosis(&r, "memory-growth");
+    assert!(d["evidence"][0].as_str().is_some_and(|e| e.starts_with("in live tensors")), "{d:#}");
+    assert_eq!(top_site(d)["function"], "make_output", "{d:#}");
+}
+
+#[test]
+fn without_tensors_the_allocator_is_left_alone_and_the_fix_says_how_to_name_the_line() {
+    require_root();
+    let r = tensor_job_traced(&[], "c10", &[]);
+    assert!(r["memory"].get("tensors").is_none(), "{:#}", r["memory"]);
+    let libraries = r["tracer"]["libraries"].as_array().expect("libraries");
+    assert!(!libraries.iter().any(|l| l["path"].as_str().is_some_and(|p| p.ends_with("libc10_cuda.so"))), "{libraries:#?}");
+    let d = diagnosis(&r, "memory-growth");
+    assert!(d["fix"].as_str().is_some_and(|f| f.contains("--tensors")), "{d:#}");
 }

@@ -53,6 +53,13 @@ pub enum Family {
     /// Unmapping a virtual range (`cuMemUnmap`); the memory stays allocated until its
     /// handle is released. Entry and return.
     Unmap = 12,
+    /// A block handed out by a framework's caching allocator (PyTorch's, in
+    /// `libc10_cuda.so`): a tensor's memory, carved from segments the driver-level `Alloc`
+    /// calls reserved. Entry and return; the return reads the address handed out.
+    Block = 13,
+    /// A block given back to the caching allocator (the segment stays reserved). Entry and
+    /// return.
+    BlockFree = 14,
 }
 
 /// Direction of a copy as the entry point's name fixes it.
@@ -224,6 +231,21 @@ const fn vmm(id: u32, symbol: &'static str, family: Family) -> ProbeSpec {
     s
 }
 
+/// A caching allocator's block allocation: the program is `program` (the symbol is a local
+/// C++ function, found by its demangled name: [`ALLOCATOR_SYMBOLS`]).
+const fn block(id: u32, program: &'static str, out: u8, size: u8) -> ProbeSpec {
+    let mut s = spec(id, program, Family::Block);
+    s.out_arg = Some(out);
+    s.size_arg = Some(size);
+    s
+}
+
+const fn block_free(id: u32, program: &'static str, addr: u8) -> ProbeSpec {
+    let mut s = spec(id, program, Family::BlockFree);
+    s.addr_arg = Some(addr);
+    s
+}
+
 use CopyDir::{DeviceToDevice as D2D, DeviceToHost as D2H, FromStruct2D, FromStruct3D, HostToDevice as H2D, Infer, Peer};
 use Wait::{Blocks, Drains, Queued};
 
@@ -316,6 +338,35 @@ pub const PROBES: &[ProbeSpec] = &[
     // cuMemUnmap(CUdeviceptr ptr, size_t size). cuMemCreate/cuMemRelease stay with Alloc/Free.
     vmm(80, "cuMemMap", Family::Map),
     vmm(81, "cuMemUnmap", Family::Unmap),
+    // PyTorch's caching allocator (`ALLOCATOR_SYMBOLS`): member functions take `this` first.
+    // NativeCachingAllocator::malloc(this, void** devPtr, signed char device, size_t size,
+    // cudaStream_t), given back by Native::local_raw_delete(void* ptr) (a tensor's deleter)
+    // or NativeCachingAllocator::raw_delete(this, void* ptr) (raw_alloc's blocks: cuBLAS
+    // workspaces, NCCL); `NativeCachingAllocator::free` is inlined into both in torch 2.11
+    // (never called on the H200). The cudaMallocAsync backend: its free function
+    // mallocAsync(void** devPtr, signed char device, size_t size, cudaStream_t), given back by
+    // CudaMallocAsync::local_raw_delete(void* ptr) or CudaMallocAsyncAllocator::raw_delete(this,
+    // void* ptr).
+    block(84, "c10_native_malloc", 1, 3),
+    block_free(85, "c10_native_free", 0),
+    block(86, "c10_async_malloc", 0, 2),
+    block_free(87, "c10_async_free", 0),
+    block_free(88, "c10_native_raw_free", 1),
+    block_free(89, "c10_async_raw_free", 1),
+];
+
+/// The caching allocators' functions gputrace probes, by the demangled name and signature
+/// their library's `.symtab` gives them, and the program of [`PROBES`] each takes. They are
+/// local symbols (not exported), so they are found by name in the symbol table and probed
+/// by offset; a library where the name with this exact signature is missing is not probed
+/// (a changed signature would make the arguments read wrong).
+pub const ALLOCATOR_SYMBOLS: [(&str, &str); 6] = [
+    ("c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::malloc(void**, signed char, unsigned long, CUstream_st*)", "c10_native_malloc"),
+    ("c10::cuda::CUDACachingAllocator::Native::local_raw_delete(void*)", "c10_native_free"),
+    ("c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::raw_delete(void*)", "c10_native_raw_free"),
+    ("c10::cuda::CUDACachingAllocator::CudaMallocAsync::(anonymous namespace)::mallocAsync(void**, signed char, unsigned long, CUstream_st*)", "c10_async_malloc"),
+    ("c10::cuda::CUDACachingAllocator::CudaMallocAsync::local_raw_delete(void*)", "c10_async_free"),
+    ("c10::cuda::CUDACachingAllocator::CudaMallocAsync::CudaMallocAsyncAllocator::raw_delete(void*)", "c10_async_raw_free"),
 ];
 
 /// The spec of a probe id, if it is one of ours.
@@ -340,10 +391,46 @@ pub const fn needs_prompt_delivery(id: u32) -> bool {
     match spec_of(id) {
         // Copies: their host memory is classified while the process lives. Allocations: the
         // Python reader reads the allocating line while the thread is still there.
-        Some(s) => matches!(s.family, Family::Copy | Family::Alloc),
+        Some(s) => matches!(s.family, Family::Copy | Family::Alloc | Family::Block),
         None => false,
     }
 }
+
+/// Whether a call's prompt delivery is rate-limited per process: caching-allocator blocks,
+/// which come at a tensor's rate (thousands a second). Their Python line is read for at
+/// most ~100 a second, each only soon after its call, so one prompt record every
+/// [`BLOCK_PROMPT_EVERY_NS`] per process is all the reader can use.
+#[must_use]
+pub const fn prompt_rate_limited(id: u32) -> bool {
+    match spec_of(id) {
+        Some(s) => matches!(s.family, Family::Block),
+        None => false,
+    }
+}
+
+/// The ids of the caching-allocator probes (families `Block` and `BlockFree`), a range so
+/// that the kernel side tests it in two compares. A thread inside one is doing the
+/// framework's host work, not waiting in CUDA (`ThreadCounters::in_call`).
+pub const FIRST_BLOCK_PROBE: u32 = 84;
+pub const LAST_BLOCK_PROBE: u32 = 89;
+
+/// Whether `id` is a caching-allocator probe.
+#[must_use]
+pub const fn is_block_probe(id: u32) -> bool {
+    id >= FIRST_BLOCK_PROBE && id <= LAST_BLOCK_PROBE
+}
+
+const _: () = {
+    let mut i = 0;
+    while i < PROBES.len() {
+        let s = &PROBES[i];
+        assert!(is_block_probe(s.id) == matches!(s.family, Family::Block | Family::BlockFree), "block probes are the block range");
+        i += 1;
+    }
+};
+
+/// At most one prompt block record per process this often.
+pub const BLOCK_PROMPT_EVERY_NS: u64 = 10_000_000;
 
 /// Whether a call's prompt delivery is needed only the first time its memory is seen:
 /// copies. User space keeps each process's memory map once read, so a copy between regions

@@ -171,6 +171,7 @@ struct RecordLimits {
 }
 
 #[derive(Debug, Args)]
+#[expect(clippy::struct_excessive_bools, reason = "each is one command-line switch")]
 struct Common {
     /// Stop after this long: seconds, or with a unit (500ms, 90s, 5m, 1h); default: when
     /// the target exits or on Ctrl-C.
@@ -191,6 +192,11 @@ struct Common {
     /// `diagnoses[].sites`.
     #[arg(long)]
     no_stacks: bool,
+    /// Probe the framework's caching allocator too (PyTorch's `libc10_cuda.so`): memory at the
+    /// tensor level (`memory.tensors`) and the lines whose tensors stay live. Each tensor made
+    /// and freed costs four traps: about 15 % on an eager loop of small ops (docs/benchmarks.md).
+    #[arg(long)]
+    tensors: bool,
     /// Keep the estimated cost to the job's busiest thread under PCT percent (0 < PCT ≤ 100):
     /// past it, the launch probes are taken off part of each second and launch counts are
     /// scaled from the time they were on (the report says so, `tracer.sampling`); every
@@ -328,10 +334,13 @@ impl Cli {
     /// The validated job, or why the command line cannot be carried out (exit 2). Output
     /// paths are vetted here, before anything is traced or written.
     pub fn job(self) -> Result<Job, String> {
-        let (entry_only, no_stacks) = match &self.command {
-            Command::Attach { common, .. } | Command::Run { common, .. } | Command::Record { common, .. } => (common.entry_only, common.no_stacks),
-            _ => (false, false),
+        let (entry_only, no_stacks, tensors) = match &self.command {
+            Command::Attach { common, .. } | Command::Run { common, .. } | Command::Record { common, .. } => (common.entry_only, common.no_stacks, common.tensors),
+            _ => (false, false, false),
         };
+        if tensors {
+            crate::probes::probe_allocators();
+        }
         if entry_only {
             crate::probes::force_entry_only();
         }

@@ -74,6 +74,32 @@ pub struct Memory {
     pub failed_for_good: u64,
     /// One point a second (at most): reserved and NVML-held bytes.
     pub timeline: Vec<MemoryPoint>,
+    /// The framework's caching allocator, where its functions were probed (absent without
+    /// them: memory is then seen at the driver level only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensors: Option<TensorMemory>,
+}
+
+/// Memory at the tensor level: the blocks a caching allocator (PyTorch's) handed out from the
+/// segments it reserved, from its own functions' probes (`gputrace_common::ALLOCATOR_SYMBOLS`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TensorMemory {
+    /// Bytes in blocks handed out while traced and not given back, at the end and at most.
+    pub allocated_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    /// Blocks handed out and given back while traced.
+    pub blocks: u64,
+    pub frees: u64,
+    /// Gives back of blocks handed out before tracing began (their size unknown): with
+    /// these, `allocated_bytes` is what the window added, not all the job holds.
+    pub unknown_frees: u64,
+    /// `reserved − allocated` at the end, where every reservation and block was seen
+    /// (`from_start` and no unknown frees): cached memory no tensor uses (null otherwise).
+    pub cached_bytes: Option<u64>,
+    /// Seconds into the window when `--max-overhead` took the allocator's probes off for
+    /// good: the figures are of the window up to then (absent: on throughout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_s: Option<f64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]

@@ -4,8 +4,10 @@
 # SECS seconds — untraced, traced by `gputrace attach` with every probe on, traced with
 # `--max-overhead PCT` — REPS times, then untraced again. Each traced phase is a full attach;
 # its JSON report is kept (launches estimated, tracer.sampling, tracer.overhead).
-# FLAGS are added to every traced phase (e.g. FLAGS=--no-stacks).
-# Usage: [SECS=3] [REPS=6] [PCT=1] [FLAGS=...] budget.sh GPUTRACE OUT_DIR [MODE]   (root)
+# FLAGS are added to every traced phase (e.g. FLAGS=--no-stacks). SECOND, where set, replaces
+# the second traced phase's `--max-overhead PCT` (e.g. SECOND=--no-tensors: every probe on
+# but the caching allocator's, against every probe on); its phases are named `second_N`.
+# Usage: [SECS=3] [REPS=6] [PCT=1] [FLAGS=...] [SECOND=...] budget.sh GPUTRACE OUT_DIR [MODE]   (root)
 set -u
 BIN=$1
 OUT=$2
@@ -33,22 +35,29 @@ traced() { # NAME [gputrace flags...]
   kill -INT $gp
   wait $gp
 }
+SECOND_NAME=budget${PCT}
+[ -n "${SECOND+x}" ] && SECOND_NAME=second
 for r in $(seq 1 "$REPS"); do
   measure "untraced_$r"
   # shellcheck disable=SC2086 # FLAGS is a list of flags
   traced "full_$r" ${FLAGS:-}
-  # shellcheck disable=SC2086
-  traced "budget${PCT}_$r" --max-overhead "$PCT" ${FLAGS:-}
+  if [ -n "${SECOND+x}" ]; then
+    # shellcheck disable=SC2086 # SECOND and FLAGS are lists of flags
+    traced "second_$r" $SECOND ${FLAGS:-}
+  else
+    # shellcheck disable=SC2086
+    traced "budget${PCT}_$r" --max-overhead "$PCT" ${FLAGS:-}
+  fi
 done
 measure "untraced_$((REPS + 1))"
 echo quit >&"$to"
 exec {to}>&- {from}<&-
 wait "$pid"
-python3 - "$REPS" "$PCT" <<'PY' | tee -a budget.txt
+python3 - "$REPS" "$SECOND_NAME" <<'PY' | tee -a budget.txt
 import json, sys
-reps, pct = int(sys.argv[1]), sys.argv[2]
+reps, second = int(sys.argv[1]), sys.argv[2]
 for r in range(1, reps + 1):
-    for name in (f"full_{r}", f"budget{pct}_{r}"):
+    for name in (f"full_{r}", f"{second}_{r}"):
         rep = json.load(open(f"{name}.json"))
         t = rep["tracer"]
         s = t.get("sampling") or {}

@@ -337,6 +337,7 @@ for i in range(5):
 torch.cuda.synchronize()
 print("ready", flush=True)
 sys.stdin.readline()
+allocated_at_go = torch.cuda.memory_allocated()
 end = time.perf_counter() + args.seconds
 steps = 0
 while time.perf_counter() < end:
@@ -344,4 +345,9 @@ while time.perf_counter() < end:
     steps += 1
 torch.cuda.synchronize()
 stats = torch.cuda.memory_stats()
-print(f"done {steps} alloc_retries {stats.get('num_alloc_retries', 0)} ooms {stats.get('num_ooms', 0)}", flush=True)
+# The tensor-level truth for gputrace's memory.tensors (issue 38): bytes in tensors added since
+# the trace began, per step; and cached (reserved but in no tensor) at the end.
+added = torch.cuda.memory_allocated() - allocated_at_go
+cached = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+print(f"done {steps} alloc_retries {stats.get('num_alloc_retries', 0)} ooms {stats.get('num_ooms', 0)} "
+      f"allocated_added {added} per_step {added / max(steps, 1):.0f} cached {cached}", flush=True)

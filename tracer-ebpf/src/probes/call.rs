@@ -10,7 +10,8 @@
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user},
-    macros::{uprobe, uretprobe},
+    macros::{map, uprobe, uretprobe},
+    maps::LruHashMap,
     programs::{ProbeContext, RetProbeContext},
 };
 use gputrace_common::{
@@ -175,7 +176,7 @@ fn on_enter_struct_copy(ctx: &ProbeContext, probe: u32, layout: &CopyLayout, she
 #[inline(always)]
 /// `prompt`: wake the reader for this record (see `needs_prompt_delivery`); `first_sight`:
 /// only when its memory regions are new (see `prompt_on_first_sight`).
-fn on_return(ctx: &RetProbeContext, probe: u32, prompt: bool, first_sight: bool) -> u32 {
+fn on_return(ctx: &RetProbeContext, probe: u32, prompt: bool, first_sight: bool, rate_limited: bool) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
     // Only threads whose calls passed the traced-process filter have counters.
@@ -219,8 +220,15 @@ fn on_return(ctx: &RetProbeContext, probe: u32, prompt: bool, first_sight: bool)
         out,
     });
     // Copies need the prompt wakeup only for memory user space has not classified yet;
-    // allocations only while stacks are taken (for the Python line read beside them).
-    let prompt = prompt && if first_sight { copy_region_is_new(tgid, call.args[0], call.args[1], call.args[3]) } else { stacks_on() };
+    // allocations only while stacks are taken (for the Python line read beside them), and
+    // caching-allocator blocks, which come at a tensor's rate, at most one a process per
+    // `BLOCK_PROMPT_EVERY_NS`.
+    let prompt = prompt
+        && if first_sight {
+            copy_region_is_new(tgid, call.args[0], call.args[1], call.args[3])
+        } else {
+            stacks_on() && (!rate_limited || block_prompt_due(tgid, now))
+        };
     entry.submit(if prompt { crate::maps::FORCE_WAKEUP } else { crate::maps::batched_submit() });
     0
 }
@@ -232,7 +240,9 @@ macro_rules! call_probes {
         pub fn $symbol(ctx: ProbeContext) -> u32 {
             const _: () = assert!(is_probe($id, stringify!($symbol)), "id and symbol disagree with PROBES");
             const ALLOC_STACK: bool = gputrace_common::takes_alloc_stack($id);
-            const SHEDDABLE: bool = gputrace_common::Shed::may_take_id($id);
+            // The caching allocator's probes are taken off once, for good (`take_allocators_off`):
+            // their slots too must lapse with the call epoch.
+            const SHEDDABLE: bool = gputrace_common::Shed::may_take_id($id) || gputrace_common::is_block_probe($id);
             on_enter(&ctx, $id, ALLOC_STACK, SHEDDABLE)
         }
 
@@ -240,7 +250,8 @@ macro_rules! call_probes {
         pub fn $ret(ctx: RetProbeContext) -> u32 {
             const PROMPT: bool = gputrace_common::needs_prompt_delivery($id);
             const FIRST_SIGHT: bool = gputrace_common::prompt_on_first_sight($id);
-            on_return(&ctx, $id, PROMPT, FIRST_SIGHT)
+            const RATE_LIMITED: bool = gputrace_common::prompt_rate_limited($id);
+            on_return(&ctx, $id, PROMPT, FIRST_SIGHT, RATE_LIMITED)
         }
     )*};
 }
@@ -265,7 +276,8 @@ macro_rules! struct_copy_probes {
         pub fn $ret(ctx: RetProbeContext) -> u32 {
             const PROMPT: bool = gputrace_common::needs_prompt_delivery($id);
             const FIRST_SIGHT: bool = gputrace_common::prompt_on_first_sight($id);
-            on_return(&ctx, $id, PROMPT, FIRST_SIGHT)
+            const RATE_LIMITED: bool = gputrace_common::prompt_rate_limited($id);
+            on_return(&ctx, $id, PROMPT, FIRST_SIGHT, RATE_LIMITED)
         }
     )*};
 }
@@ -319,6 +331,29 @@ call_probes! {
     cuCtxCreate_v4 / cuCtxCreate_v4_ret = 62;
     cuMemMap / cuMemMap_ret = 80;
     cuMemUnmap / cuMemUnmap_ret = 81;
+    c10_native_malloc / c10_native_malloc_ret = 84;
+    c10_native_free / c10_native_free_ret = 85;
+    c10_async_malloc / c10_async_malloc_ret = 86;
+    c10_async_free / c10_async_free_ret = 87;
+    c10_native_raw_free / c10_native_raw_free_ret = 88;
+    c10_async_raw_free / c10_async_raw_free_ret = 89;
+}
+
+/// When each process's last prompt block record went (LRU: exited processes age out).
+#[map]
+static BLOCK_PROMPTED: LruHashMap<u32, u64> = LruHashMap::with_max_entries(1024, 0);
+
+/// Whether this block record of process `tgid` should wake the reader at once: the first in
+/// `BLOCK_PROMPT_EVERY_NS` (the Python reader reads at most ~100 a second anyway).
+#[inline(always)]
+fn block_prompt_due(tgid: u32, now: u64) -> bool {
+    // SAFETY: the value is copied out.
+    let last = unsafe { BLOCK_PROMPTED.get(&tgid) }.copied();
+    if last.is_some_and(|t| now.saturating_sub(t) < gputrace_common::BLOCK_PROMPT_EVERY_NS) {
+        return false;
+    }
+    let _ = BLOCK_PROMPTED.insert(&tgid, &now, 0);
+    true
 }
 
 struct_copy_probes! {

@@ -22,9 +22,9 @@ use crate::severity::Severity;
 use crate::{
     evidence::{Evidence, Failure, RETRY_WITHIN_NS},
     gpu::sampler::Finished,
-    model::{Diagnosis, DiagnosisId, Memory, MemoryPoint},
+    model::{Diagnosis, DiagnosisId, Memory, MemoryPoint, TensorMemory},
     output::text::bytes,
-    stacks::alloc::{top, Weight},
+    stacks::alloc::{top, top_live, Weight},
 };
 
 /// Growth below this over the second half of the window is noise (a segment or two).
@@ -160,7 +160,25 @@ pub fn view(inputs: &Inputs<'_>) -> Memory {
         recovered_by_retry: failures.recovered.iter().filter(|f| f.frees_after > 0).count() as u64,
         failed_for_good: inputs.failed_for_good().len() as u64,
         timeline: timeline(inputs),
+        tensors: tensors(inputs.evidence, from_start, inputs.start_ns),
     }
+}
+
+/// The caching allocator's view, where its probes saw blocks.
+fn tensors(ev: &Evidence, from_start: bool, start_ns: u64) -> Option<TensorMemory> {
+    let b = &ev.blocks;
+    b.seen().then(|| TensorMemory {
+        until_s: b.stopped_at_ns.map(|at| at.saturating_sub(start_ns) as f64 / 1e9),
+        allocated_bytes: b.live_bytes,
+        peak_allocated_bytes: b.peak_live_bytes,
+        blocks: b.count,
+        frees: b.frees,
+        unknown_frees: b.unknown_frees,
+        // Both ends seen whole, and at the same moment (not where the allocator's probes went
+        // off before the end).
+        // The cudaMallocAsync backend's pool reserves inside the driver, unseen.
+        cached_bytes: (from_start && b.unknown_frees == 0 && !b.stopped() && !b.pooled).then(|| ev.allocs.live_bytes.saturating_sub(b.live_bytes)),
+    })
 }
 
 /// Reserved bytes at `t`: the newest point at or before it.
@@ -210,8 +228,9 @@ struct Growth {
     rate: f64,
     /// Bytes kept per step through the second half, where its steps are counted.
     per_step: Option<f64>,
-    /// Reserved bytes at the middle, three quarters and end of the window.
+    /// Bytes at the middle, three quarters and end of the window.
     at: [u64; 3],
+    level: Level,
 }
 
 /// The most reserved at or before `t`.
@@ -252,18 +271,39 @@ fn growth(points: &[(u64, u64)], start_ns: u64, end_ns: u64, steps_per_s: Option
             return None;
         }
     }
-    Some(Growth { rate: total as f64 / ((window / 2) as f64 / 1e9), per_step: None, at: [mid, three, end] })
+    Some(Growth { rate: total as f64 / ((window / 2) as f64 / 1e9), per_step: None, at: [mid, three, end], level: Level::Reserved })
 }
 
 /// Growth, with its bytes per step where the steps of its second half can be counted (their
 /// markers cover it): a rate per second divided by the mean step rate would mix a start-up's
 /// slower steps into it.
+///
+/// Of the reservations first; where they hold still, of the tensors' live bytes (the caching
+/// allocator's blocks, where probed): a leak fills the allocator's cache before it makes the
+/// allocator reserve more, and the window may end before it does.
 fn growth_of(inputs: &Inputs<'_>) -> Option<Growth> {
+    growth_over(inputs, &inputs.evidence.allocs.timeline, Level::Reserved).or_else(|| {
+        let b = &inputs.evidence.blocks;
+        // Not where the probes went off early: the points stop there.
+        (b.seen() && !b.stopped()).then(|| growth_over(inputs, &b.timeline, Level::Tensors)).flatten()
+    })
+}
+
+/// Which bytes grew.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Level {
+    /// Reserved through the driver.
+    Reserved,
+    /// In tensors the caching allocator handed out.
+    Tensors,
+}
+
+fn growth_over(inputs: &Inputs<'_>, points: &[(u64, u64)], level: Level) -> Option<Growth> {
     let (start, end) = (inputs.cuda_start_ns(), inputs.end_ns);
-    let mut g = growth(&inputs.evidence.allocs.timeline, start, end, inputs.steps_per_s)?;
+    let mut g = growth(points, start, end, inputs.steps_per_s)?;
+    g.level = level;
     // The timeline keeps a point per 100 ms bucket, stamped when it was last set: the steps
     // are counted between the points the growth was read at, not between the window's marks.
-    let points = &inputs.evidence.allocs.timeline;
     let stamp = |t: u64| points.iter().take_while(|p| p.0 <= t).last().map(|p| p.0);
     let (from, to) = (stamp(start + (end - start) / 2), stamp(end));
     g.per_step = match (inputs.step_times, from, to) {
@@ -292,7 +332,20 @@ pub fn diagnose(inputs: &Inputs<'_>, view: &Memory) -> Vec<Diagnosis> {
     }
     if let Some(g) = growth_of(inputs) {
         let mut d = memory_growth(inputs, g);
-        d.sites = top(stacks, Weight::Allocated, SITES);
+        // The lines whose tensors are still live, where the caching allocator was probed: what
+        // keeps the memory, not what made the allocator ask the driver for more.
+        let live = top_live(&inputs.evidence.block_sites, SITES);
+        if let Some(t) = view.tensors.as_ref().filter(|_| !live.is_empty()) {
+            d.evidence.push(format!(
+                "{} is in tensors handed out while traced and still live ({} blocks handed out, {} given back); the sites are the lines that made the live ones",
+                bytes(t.allocated_bytes),
+                t.blocks,
+                t.frees
+            ));
+            d.sites = live;
+        } else {
+            d.sites = top(stacks, Weight::Allocated, SITES);
+        }
         found.push(d);
     }
     if view.failed_for_good == 0 {
@@ -394,6 +447,9 @@ fn fragmentation(inputs: &Inputs<'_>, window_s: f64) -> Option<Diagnosis> {
     ))
 }
 
+const GROWTH_FIX: &str = "find what outlives its step: a list of losses or outputs kept with their graph (keep loss.item() or loss.detach()), a cache or history that grows without bound; if it is the allocator meeting new shapes, keep shapes fixed";
+const GROWTH_FIX_WITHOUT_TENSORS: &str = "find what outlives its step: a list of losses or outputs kept with their graph (keep loss.item() or loss.detach()), a cache or history that grows without bound; if it is the allocator meeting new shapes, keep shapes fixed. The sites are where the allocator asked the driver for more; gputrace --tensors names the lines whose tensors stay live";
+
 fn memory_growth(inputs: &Inputs<'_>, g: Growth) -> Diagnosis {
     let left = inputs.device_free().map(|free| free as f64 / g.rate);
     let level = match left {
@@ -401,8 +457,12 @@ fn memory_growth(inputs: &Inputs<'_>, g: Growth) -> Diagnosis {
         Some(s) if s > 86_400.0 => Severity::Low,
         _ => Severity::Medium,
     };
+    let what = match g.level {
+        Level::Reserved => "reserved through the driver",
+        Level::Tensors => "in live tensors (the caching allocator's blocks; its reserve held still: its cache had room)",
+    };
     let mut evidence = vec![format!(
-        "reserved through the driver, at most: {} halfway through the job's CUDA work, {} at three quarters, {} at the end",
+        "{what}, at most: {} halfway through the job's CUDA work, {} at three quarters, {} at the end",
         bytes(g.at[0]),
         bytes(g.at[1]),
         bytes(g.at[2])
@@ -428,7 +488,11 @@ fn memory_growth(inputs: &Inputs<'_>, g: Growth) -> Diagnosis {
             None => format!("the job's GPU memory grows steadily, {}/s: a leak, or a cache that keeps meeting new shapes", bytes(g.rate as u64)),
         },
         evidence,
-        "find what outlives its step: a list of losses or outputs kept with their graph (keep loss.item() or loss.detach()), a cache or history that grows without bound; if it is the allocator meeting new shapes, keep shapes fixed",
+        if inputs.evidence.blocks.seen() {
+            GROWTH_FIX
+        } else {
+            GROWTH_FIX_WITHOUT_TENSORS
+        },
     )
 }
 

@@ -34,14 +34,41 @@ pub fn is_driver_library(file_name: &str) -> bool {
     file_name == "libcuda.so" || file_name.strip_prefix("libcuda.so.").is_some_and(|v| !v.is_empty())
 }
 
+/// Is this file name PyTorch's CUDA allocator library (`libc10_cuda.so`), whose caching
+/// allocator gputrace probes by demangled name (`gputrace_common::ALLOCATOR_SYMBOLS`)?
+#[must_use]
+pub fn is_allocator_library(file_name: &str) -> bool {
+    file_name == "libc10_cuda.so"
+}
 
 /// CUDA driver libraries mapped by `pid`, one per inode.
 #[must_use]
 pub fn mapped_by(pid: u32) -> Vec<Library> {
+    mapped_matching(pid, is_driver_library)
+}
+
+/// The driver libraries and the caching-allocator libraries `pid` maps, from one reading of
+/// its memory map.
+#[must_use]
+pub fn mapped_driver_and_allocators(pid: u32) -> (Vec<Library>, Vec<Library>) {
+    let all = mapped_matching(pid, |name| is_driver_library(name) || is_allocator_library(name));
+    all.into_iter().partition(|l| is_driver_library(l.file_name()))
+}
+
+impl Library {
+    /// The file's name as the process maps it.
+    #[must_use]
+    pub fn file_name(&self) -> &str {
+        self.name.rsplit('/').next().unwrap_or(&self.name)
+    }
+}
+
+/// Libraries mapped by `pid` whose file name `wanted` accepts, one per inode.
+fn mapped_matching(pid: u32, wanted: impl Fn(&str) -> bool) -> Vec<Library> {
     let Ok(text) = crate::discover::procfs::read_text(format!("/proc/{pid}/maps")) else { return Vec::new() };
     let (mappings, _) = maps::parse(&text);
     let mut found: BTreeMap<(u64, u64), Library> = BTreeMap::new();
-    for m in mappings.iter().filter(|m| m.inode != 0 && is_driver_library(m.file_name())) {
+    for m in mappings.iter().filter(|m| m.inode != 0 && wanted(m.file_name())) {
         let key = (m.dev(), m.inode);
         if found.contains_key(&key) {
             continue;

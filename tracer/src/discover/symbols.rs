@@ -39,9 +39,56 @@ pub fn offsets_in<'d, R: object::ReadRef<'d>>(data: R, wanted: &[&str]) -> Resul
     Ok(out)
 }
 
+/// Map each program of `wanted` (demangled name and signature, program) whose function the
+/// library defines to its file offset. For local C++ symbols (`.symtab`, not exported), such
+/// as PyTorch's caching allocator in `libc10_cuda.so`: a name is taken only with the very
+/// signature asked for, so a release that changed the arguments is not probed with the old
+/// reading of them.
+pub fn demangled_offsets(path: &Path, wanted: &[(&str, &'static str)]) -> Result<HashMap<&'static str, u64>> {
+    let file = fs::File::open(path).map_err(|e| TraceError::io("reading library", path, e))?;
+    let cache = object::ReadCache::new(file);
+    demangled_in(&cache, wanted).map_err(|source| TraceError::Elf { path: path.to_owned(), source })
+}
+
+/// Pure part of [`demangled_offsets`].
+pub fn demangled_in<'d, R: object::ReadRef<'d>>(data: R, wanted: &[(&str, &'static str)]) -> Result<HashMap<&'static str, u64>, object::read::Error> {
+    let file = object::File::parse(data)?;
+    let segments: Vec<(u64, u64, u64)> = file.segments().map(|s| (s.address(), s.size(), s.file_range().0)).collect();
+    // The unqualified names, as their mangled forms spell them: only symbols holding one are
+    // demangled (a symbol table holds tens of thousands).
+    let leaves: Vec<&str> = wanted.iter().filter_map(|(name, _)| name.split('(').next()?.rsplit("::").next()).collect();
+    let mut out = HashMap::new();
+    for sym in file.symbols().chain(file.dynamic_symbols()) {
+        if !sym.is_definition() || sym.kind() != object::SymbolKind::Text {
+            continue;
+        }
+        let Ok(mangled) = sym.name() else { continue };
+        if !mangled.starts_with("_Z") || !leaves.iter().any(|leaf| mangled.contains(leaf)) {
+            continue;
+        }
+        let Some(demangled) = cpp_demangle::Symbol::new(mangled).ok().and_then(|s| s.demangle().ok()) else { continue };
+        let Some(&(_, program)) = wanted.iter().find(|(name, _)| *name == demangled) else { continue };
+        let addr = sym.address();
+        if let Some((vaddr, _, off)) = segments.iter().find(|(v, size, _)| (*v..v + size).contains(&addr)) {
+            out.entry(program).or_insert(addr - vaddr + off);
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_demangled_name_is_found_only_with_its_signature() {
+        // This test binary's own `String::from_utf8_lossy` is a Rust symbol; a C++ name is
+        // built by the fake-CUDA rig's tests. Here: garbage and absence.
+        assert!(demangled_in(&b"not an elf"[..], &[("a::b(int)", "p")]).is_err());
+        let me = std::env::current_exe().expect("own path");
+        let found = demangled_offsets(&me, &[("c10::cuda::Nothing::malloc(void**)", "p")]).expect("reads own ELF");
+        assert!(found.is_empty());
+    }
 
     #[test]
     fn garbage_is_an_error_not_a_panic() {

@@ -3,6 +3,7 @@
 //! maps); no I/O happens here.
 
 pub mod time_account;
+pub mod blocks;
 pub mod bursts;
 mod copies;
 pub mod cost;
@@ -65,6 +66,8 @@ pub struct Evidence {
     pub memsets: Calls,
     pub syncs: SyncStats,
     pub allocs: AllocStats,
+    /// A caching allocator's blocks (tensors), where its probes were attached.
+    pub blocks: blocks::Blocks,
     pub host_pins: HostPinStats,
     pub vmm: VmmStats,
     pub contexts: Vec<ContextCall>,
@@ -93,6 +96,8 @@ pub struct Evidence {
     pub stacks: Vec<crate::stacks::StackTime>,
     /// Device allocations by user stack, for the memory diagnoses' sites.
     pub alloc_stacks: Vec<crate::stacks::alloc::AllocStack>,
+    /// The caching allocator's live blocks by the Python line that asked for them (`blocks`).
+    pub block_sites: Vec<crate::stacks::alloc::BlockSite>,
     /// Off-CPU spells of at least half a second, as they ended.
     pub long_sleeps: Vec<waits::LongSleep>,
     /// The CUDA threads' cumulative figures at moments of the window (`timeline`).
@@ -372,16 +377,15 @@ impl Evidence {
                 }
                 self.thread(tid, pid).markers.record(steps::MarkerKind { probe: spec.id, class: marker_class }, call.header.ts_ns);
             }
-            Family::Alloc | Family::Free => {
-                self.allocs.record(spec, call);
-                let t = self.thread(tid, pid);
-                t.allocs += 1;
-                t.alloc_ns += duration;
-            }
-            Family::Map | Family::Unmap => {
-                self.vmm.record(spec, call);
-                // Mapping is the caching allocator's work as much as allocating is: time the
-                // host spends there is not spent launching.
+            Family::Block | Family::BlockFree => self.blocks.record(spec, call),
+            // Mapping is the caching allocator's work as much as allocating is: time the host
+            // spends there is not spent launching.
+            Family::Alloc | Family::Free | Family::Map | Family::Unmap => {
+                if matches!(spec.family, Family::Map | Family::Unmap) {
+                    self.vmm.record(spec, call);
+                } else {
+                    self.allocs.record(spec, call);
+                }
                 let t = self.thread(tid, pid);
                 t.allocs += 1;
                 t.alloc_ns += duration;

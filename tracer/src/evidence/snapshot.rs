@@ -128,6 +128,10 @@ pub struct Snapshot {
     /// Device allocations by user stack (native and Python), cumulative (`crate::stacks::alloc`).
     #[serde(default)]
     pub alloc_stacks: Vec<crate::stacks::alloc::AllocStack>,
+    /// The caching allocator's blocks live at this moment, by the Python line that asked for
+    /// them (a state, not a count: a segment of a recording keeps its end's).
+    #[serde(default)]
+    pub block_sites: Vec<crate::stacks::alloc::BlockSite>,
 }
 
 impl Snapshot {
@@ -238,6 +242,7 @@ impl Snapshot {
             .map(|s| base_allocs.iter().find(|b| b.same_key(s)).map_or_else(|| s.clone(), |b| s.since(b)))
             .filter(|s| s.count > 0 || s.failed > 0)
             .collect();
+        ev.block_sites.clone_from(&self.block_sites);
     }
 
     /// A thread's accounting at this reading, closed at its time.

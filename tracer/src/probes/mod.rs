@@ -15,7 +15,7 @@ pub mod trap_cost;
 pub mod uprobes;
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::{BTreeMap, BTreeSet, HashMap},
     os::fd::OwnedFd,
 };
 
@@ -28,7 +28,7 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use gputrace_common::{
-    globals, host::LAYOUT_GLOBAL, loss, stack_source, ProbeSpec, Shed, SampleKey, SampleStats, ThreadCounters, ThreadSched, WakeKey, WakeStats, PROBES,
+    globals, host::LAYOUT_GLOBAL, loss, stack_source, ProbeSpec, Shed, SampleKey, SampleStats, ThreadCounters, ThreadSched, WakeKey, WakeStats, ALLOCATOR_SYMBOLS, PROBES,
 };
 
 use crate::{
@@ -167,6 +167,26 @@ static FORCE_ENTRY_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::Atom
 /// Ask for entry-only mode whatever the kernel check says.
 pub fn force_entry_only() {
     FORCE_ENTRY_ONLY.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Set by `--tensors`: probe caching allocators (cleared again when the overhead budget takes
+/// them off for good).
+static ALLOCATORS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Probe caching allocators from now on (`--tensors`).
+pub fn probe_allocators() {
+    ALLOCATORS.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Probe no caching allocator found from now on.
+pub fn leave_allocators_unprobed() {
+    ALLOCATORS.store(false, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether caching allocators are probed.
+#[must_use]
+pub fn allocators_probed() -> bool {
+    ALLOCATORS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Reads format files from a mounted tracefs.
@@ -408,8 +428,21 @@ impl ProbeSet {
         // job owner's), and root would read or probe that one.
         let file = open_library(library)?;
         let library = &Library { open_path: files::through(&file), ..library.clone() };
-        let wanted: Vec<&str> = PROBES.iter().map(|p| p.symbol).collect();
-        let offsets = symbols::file_offsets(&library.open_path, &wanted).map_err(|e| e.naming(&library.name))?;
+        let allocator = crate::discover::libraries::is_allocator_library(library.file_name());
+        let offsets: HashMap<String, u64> = if allocator {
+            // Local C++ functions, by demangled name and signature; each keyed by its program.
+            let found = symbols::demangled_offsets(&library.open_path, &ALLOCATOR_SYMBOLS).map_err(|e| e.naming(&library.name))?;
+            if found.is_empty() {
+                self.later_notes.push(format!(
+                    "{}: the caching allocator's functions were not found (a stripped library, or a release whose signatures differ from those known): GPU memory is seen at the driver level only",
+                    library.name
+                ));
+            }
+            found.into_iter().map(|(program, offset)| (program.to_owned(), offset)).collect()
+        } else {
+            let wanted: Vec<&str> = PROBES.iter().map(|p| p.symbol).collect();
+            symbols::file_offsets(&library.open_path, &wanted).map_err(|e| e.naming(&library.name))?
+        };
         let mut attached = Vec::new();
         let mut entry = BTreeMap::new();
         // Whole or not at all when the file goes away mid-attach (its process exited): a
@@ -457,7 +490,11 @@ impl ProbeSet {
         if attached.is_empty() && !offsets.is_empty() {
             return Err(TraceError::NothingProbed { library: library.name.clone().into() });
         }
-        log::info!("probed {} of {} CUDA symbols in {}", attached.len(), PROBES.len(), library.name);
+        if allocator {
+            log::info!("probed {} of {} caching-allocator functions in {}", attached.len(), ALLOCATOR_SYMBOLS.len(), library.name);
+        } else {
+            log::info!("probed {} of {} CUDA symbols in {}", attached.len(), PROBES.len(), library.name);
+        }
         // Kept open while its probes may be put back (the overhead budget's launch probes).
         self.library_files.push(file);
         self.attached.insert(key, AttachedLibrary { library: library.clone(), symbols: attached, entry, ..AttachedLibrary::default_for(library) });

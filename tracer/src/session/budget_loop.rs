@@ -43,6 +43,14 @@ pub(super) struct Budgeting {
     wakes_off: crate::evidence::sampled_calls::WakesOff,
 }
 
+/// Whether some thread hit a caching-allocator probe and the busiest thread's traps since the
+/// start (`elapsed_ns`) cost more than `limit` of it.
+fn over_budget_with_blocks(counters: &[(u32, gputrace_common::ThreadCounters)], cost_ns: &[f64; gputrace_common::PROBE_SLOTS], elapsed_ns: u64, limit: f64) -> bool {
+    let blocks = counters.iter().any(|(_, c)| c.hits.iter().enumerate().any(|(id, &n)| n > 0 && gputrace_common::is_block_probe(id as u32)));
+    let busiest = counters.iter().map(|(_, c)| c.hits.iter().zip(cost_ns).map(|(&n, &ns)| n as f64 * ns).sum::<f64>()).fold(0.0, f64::max);
+    blocks && elapsed_ns > 0 && busiest > limit * elapsed_ns as f64
+}
+
 /// How often the budget re-reads what our programs cost per run (a system call a program).
 const PROGRAM_COSTS_EVERY_NS: u64 = 1_000_000_000;
 
@@ -85,6 +93,15 @@ impl Live {
         }
         let costs = crate::probes::trap_cost::hit_ns(&self.kernel.attached_libraries(), b.costs.as_ref(), self.kernel.entry_only);
         let counters = self.kernel.thread_counters();
+        // The caching allocator's probes go first, and for good, once the busiest thread has
+        // paid more than the budget since the start: they cost traps per tensor, and their
+        // view needs every give-back, so they are not cycled with the launches.
+        if !self.evidence.blocks.stopped() && over_budget_with_blocks(&counters, &costs, now.saturating_sub(self.start_ns), b.controller.limit()) {
+            let links = self.kernel.take_allocators_off();
+            log::info!("overhead budget: {} caching-allocator links off for good at {now} ns", links.len());
+            b.closing.push(std::thread::spawn(move || crate::probes::uprobes::drop_all(links)));
+            self.evidence.blocks.stop(now);
+        }
         match b.controller.step(now, &counters, &costs) {
             budget_controller::Action::None => {}
             budget_controller::Action::Shed(level) => {
@@ -147,6 +164,13 @@ impl Live {
         let calls_on = self.evidence.scale_sampled_calls(self.start_ns, end_ns, &b.wakes_off);
         let on_fraction = self.evidence.scale_sampled_launches(self.start_ns, end_ns).unwrap_or(1.0);
         let s = budget_report(&b.controller, &self.kernel.ever_off(), on_fraction, self.evidence.spells_unseen);
+        if let Some(at) = self.evidence.blocks.stopped_at_ns {
+            self.notes.push(format!(
+                "--max-overhead {}: the caching allocator's probes (a trap per tensor) were taken off for good {:.1} s into the window: memory.tensors and the live-memory sites cover the window up to then",
+                s.max_overhead_pct,
+                at.saturating_sub(self.start_ns) as f64 / 1e9
+            ));
+        }
         if let Some(on) = calls_on {
             // Under 400 characters, as every note (docs/cli.md says the rest).
             self.notes.push(format!(
@@ -168,5 +192,26 @@ impl Live {
             ));
         }
         Some(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gputrace_common::{ThreadCounters, FIRST_BLOCK_PROBE, PROBE_SLOTS};
+
+    use super::over_budget_with_blocks;
+
+    #[test]
+    fn the_allocators_probes_go_only_when_they_fired_and_the_busiest_thread_is_over() {
+        let mut costs = [0.0; PROBE_SLOTS];
+        costs[FIRST_BLOCK_PROBE as usize] = 1_000.0;
+        costs[1] = 1_000.0;
+        let mut c = ThreadCounters::ZERO;
+        c.hits[1] = 20_000;
+        // 20 ms of launch traps in 1 s: over a 1 % budget, but no block fired.
+        assert!(!over_budget_with_blocks(&[(1, c)], &costs, 1_000_000_000, 0.01));
+        c.hits[FIRST_BLOCK_PROBE as usize] = 1;
+        assert!(over_budget_with_blocks(&[(1, c)], &costs, 1_000_000_000, 0.01));
+        assert!(!over_budget_with_blocks(&[(1, c)], &costs, 1_000_000_000, 0.05));
     }
 }

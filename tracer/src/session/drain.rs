@@ -74,9 +74,14 @@ pub(super) fn drain_ring(
         }
         match event {
             Event::Call(c) => {
-                if let (Some(py), Some(spec)) = (python, spec_of(c.header.probe).filter(|s| s.family == Family::Alloc)) {
+                if let (Some(py), Some(spec)) = (python, spec_of(c.header.probe)) {
                     let bytes = spec.size_arg.map_or(0, |i| c.args[usize::from(i)]);
-                    py.allocated(c.header.tgid, c.header.tid, bytes, c.ret != 0, c.header.ts_ns);
+                    match spec.family {
+                        Family::Alloc => py.allocated(c.header.tgid, c.header.tid, bytes, c.ret != 0, c.header.ts_ns, None),
+                        // The caching allocator's malloc returns nothing: a block is its address.
+                        Family::Block if c.out != 0 => py.allocated(c.header.tgid, c.header.tid, bytes, false, c.header.ts_ns, Some(c.out)),
+                        _ => {}
+                    }
                 }
             }
             Event::TaskExit(e) => {

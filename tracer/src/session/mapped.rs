@@ -11,7 +11,16 @@ use crate::{
 /// is running traced, so a library newly probed here was mapped unprobed for a while (up to
 /// one rescan, or since its exec): calls made then were missed, and the report says so.
 pub(super) fn attach_mapped(kernel: &mut ProbeSet, pid: u32) {
-    for lib in libraries::mapped_by(pid) {
+    let (drivers, allocators) = libraries::mapped_driver_and_allocators(pid);
+    // A caching allocator (`--tensors`) is loaded with the framework (`import torch`), before
+    // any CUDA: its blocks handed out before the probes are unknown to the tensor view, which
+    // says so (`unknown_frees`), and mapping it does not make the process a CUDA one.
+    for lib in allocators.into_iter().filter(|_| crate::probes::allocators_probed()) {
+        if let Err(e) = kernel.attach_library(&lib) {
+            log::warn!("{e}");
+        }
+    }
+    for lib in drivers {
         let late = match kernel.attach_library(&lib) {
             Ok(true) => {
                 log::warn!("process {pid} mapped {} (inode {}) before it was probed; its calls until now were not seen", lib.name, lib.inode);

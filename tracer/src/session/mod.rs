@@ -277,7 +277,7 @@ impl Live {
         // What the maps hold at the end: live threads' counters and scheduler accounting (their
         // open state closed at `end_ns`), who took the CPU, the cgroups' throttling since start.
         self.snapshots.learn_processes(self.evidence.processes.keys().copied());
-        let last = self.snapshots.read(&self.kernel, end_ns, &self.evidence.allocs);
+        let last = self.snapshots.read(&self.kernel, end_ns, &self.evidence.allocs, &self.evidence.blocks);
         last.apply(&mut self.evidence, None, &BTreeSet::new());
         // Nothing more is read from the tracepoints: let the kernel close them while the
         // report is made.

@@ -89,7 +89,7 @@ impl Live {
         r.begin(start);
         r.publish().map_err(|source| crate::error::TraceError::OutputTaken { path: r.path().to_owned(), source })?;
         // The first checkpoint: a baseline for files that do not start with the session.
-        let first = self.snapshots.read(&self.kernel, self.start_ns, &self.evidence.allocs);
+        let first = self.snapshots.read(&self.kernel, self.start_ns, &self.evidence.allocs, &self.evidence.blocks);
         r.checkpoint(snapshots::checkpoint(first, &self.kernel, &self.evidence, &self.notes, 0), &[]);
         self.tape = Some(Tape { recorder: r, samples: Vec::new(), diagnosis_fired: false });
         Ok(())
@@ -100,7 +100,7 @@ impl Live {
         self.drain();
         let Some(t) = self.tape.as_mut() else { return };
         self.snapshots.learn_processes(self.evidence.processes.keys().copied());
-        let snapshot = self.snapshots.read(&self.kernel, clock::monotonic_ns(), &self.evidence.allocs);
+        let snapshot = self.snapshots.read(&self.kernel, clock::monotonic_ns(), &self.evidence.allocs, &self.evidence.blocks);
         let fresh = self.sampler.as_ref().map(Sampler::take_samples).unwrap_or_default();
         t.samples.extend(fresh.iter().cloned());
         let cp = snapshots::checkpoint(snapshot, &self.kernel, &self.evidence, &self.notes, self.host.reads);

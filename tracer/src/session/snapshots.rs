@@ -10,7 +10,7 @@ use crate::{
     evidence::{
         snapshot::{Preemptor, SchedRaw, Snapshot, ThreadHits, ThreadTime},
         waits::{self, Relation, Wake},
-        AllocStats, Evidence,
+        blocks::Blocks, AllocStats, Evidence,
     },
     probes::{AttachedLibrary, ProbeSet},
     record::format::{Checkpoint, LibraryRecord},
@@ -251,7 +251,7 @@ impl SnapshotReader {
             .collect()
     }
 
-    pub fn read(&mut self, kernel: &ProbeSet, at_ns: u64, allocs: &AllocStats) -> Snapshot {
+    pub fn read(&mut self, kernel: &ProbeSet, at_ns: u64, allocs: &AllocStats, blocks: &Blocks) -> Snapshot {
         // The counters first, as close to `at_ns` (and to the ring's drain just before it)
         // as can be: a recording cut after this checkpoint ends here, and hits read after the
         // slower parts below (symbolizing stacks takes tens of milliseconds) would count
@@ -275,6 +275,7 @@ impl SnapshotReader {
         let wakes = self.wakes(kernel, &sched);
         let stacks = self.stacks(kernel);
         let alloc_stacks = self.alloc_stacks(kernel, allocs);
+        let block_sites = self.python.as_ref().map(|py| py.block_sites(blocks.live().map(|(pid, addr, b)| (pid, addr, b.at_ns, b.bytes)))).unwrap_or_default();
         Snapshot {
             at_ns,
             threads,
@@ -285,6 +286,7 @@ impl SnapshotReader {
             wakes,
             stacks,
             alloc_stacks,
+            block_sites,
         }
     }
 }

@@ -22,7 +22,7 @@ use aya::maps::{HashMap as BpfHashMap, Map, MapData};
 use gputrace_common::{Family, ThreadCounters, PROBES};
 use py_spy::{config::LockingStrategy, Config, PythonSpy};
 
-use super::{alloc::AllocStack, Activity, Frame, Origin, StackTime, MAX_FRAMES};
+use super::{alloc::{AllocStack, BlockSite}, Activity, Frame, Origin, StackTime, MAX_FRAMES};
 
 /// Reads per second when a read is cheap.
 pub const TARGET_HZ: u64 = 49;
@@ -46,7 +46,7 @@ enum Ask {
     /// Read this process from now on.
     Follow(u32),
     /// A thread of a followed process just made a device allocation: read its line now.
-    Alloc { pid: u32, tid: u32, bytes: u64, failed: bool, at_ns: u64 },
+    Alloc { pid: u32, tid: u32, bytes: u64, failed: bool, at_ns: u64, block: Option<u64> },
 }
 
 /// What the reader thread shares with the session.
@@ -57,10 +57,13 @@ struct Shared {
     notes: Vec<String>,
     reads: u64,
     busy: Duration,
-    /// Allocations not read: the reader came later than `ALLOC_READ_MAX_LAG_NS`.
+    /// Driver allocations not read: the reader came later than `ALLOC_READ_MAX_LAG_NS`.
     stale_allocs: u64,
-    /// Allocations read in time.
+    /// Driver allocations read in time.
     alloc_reads: u64,
+    /// Caching-allocator blocks read, by process and address: when the block was handed out
+    /// (which block at that address it was) and its line.
+    block_reads: HashMap<(u32, u64), (u64, Vec<Frame>)>,
 }
 
 /// The Python sampler: started once, fed the processes to read as they show CUDA.
@@ -100,10 +103,27 @@ impl PythonSampler {
         let _ = self.add.send(Ask::Follow(pid));
     }
 
-    /// Charge a device allocation of thread `tid` to the Python line it is at now (a no-op
-    /// for a process not followed, or not Python).
-    pub fn allocated(&self, pid: u32, tid: u32, bytes: u64, failed: bool, at_ns: u64) {
-        let _ = self.add.send(Ask::Alloc { pid, tid, bytes, failed, at_ns });
+    /// Charge a device allocation of thread `tid` at `at_ns` to the Python line it is at now
+    /// (a no-op for a process not followed, or not Python). `block`: a caching allocator's
+    /// block at that address, rather than a driver allocation.
+    pub fn allocated(&self, pid: u32, tid: u32, bytes: u64, failed: bool, at_ns: u64, block: Option<u64>) {
+        let _ = self.add.send(Ask::Alloc { pid, tid, bytes, failed, at_ns, block });
+    }
+
+    /// The blocks of `live` (process, address, allocated at, bytes) whose Python line was
+    /// read, summed by process and line.
+    #[must_use]
+    pub fn block_sites(&self, live: impl Iterator<Item = (u32, u64, u64, u64)>) -> Vec<BlockSite> {
+        let Ok(sh) = self.shared.lock() else { return Vec::new() };
+        let mut by_line: HashMap<(u32, &[Frame]), BlockSite> = HashMap::new();
+        for (pid, addr, at_ns, bytes) in live {
+            // The read of this very block: the address is handed out again after a free.
+            let Some((_, frames)) = sh.block_reads.get(&(pid, addr)).filter(|(read_at, _)| *read_at == at_ns) else { continue };
+            let site = by_line.entry((pid, frames.as_slice())).or_insert_with(|| BlockSite { pid, frames: frames.clone(), ..BlockSite::default() });
+            site.live_blocks += 1;
+            site.live_bytes = site.live_bytes.saturating_add(bytes);
+        }
+        by_line.into_values().collect()
     }
 
     /// The allocations charged to Python lines so far, cumulative.
@@ -166,7 +186,7 @@ fn run(shared: &Mutex<Shared>, stop: &AtomicBool, asked: &mpsc::Receiver<Ask>, t
     let mut seen = std::collections::BTreeSet::new();
     let period = Duration::from_nanos(1_000_000_000 / TARGET_HZ);
     let mut last = Instant::now();
-    let mut alloc_reads = (Instant::now(), 0u32, 0u32);
+    let mut alloc_reads = (Instant::now(), 0u32, 0u32, 0u32);
     // Until the traced tree first gives the GPU work, frames are not kept: the job is still importing
     // and setting up (seconds under `run`, `import torch` alone), and those frames would
     // take the shares of the sites of a diagnosis about the training.
@@ -195,30 +215,42 @@ fn run(shared: &Mutex<Shared>, stop: &AtomicBool, asked: &mpsc::Receiver<Ask>, t
                         }
                     }
                 }
-                Ok(Ask::Alloc { pid, tid, bytes, failed, at_ns }) => {
+                Ok(Ask::Alloc { pid, tid, bytes, failed, at_ns, block }) => {
                     // A read long after the call finds the thread elsewhere: no line beats a
                     // wrong one (the allocation keeps its native stack).
                     let lag = crate::clock::monotonic_ns().saturating_sub(at_ns);
                     if lag > ALLOC_READ_MAX_LAG_NS {
-                        if let Ok(mut sh) = shared.lock() {
+                        // Blocks are late by design (most wait for the ring's batch): only the
+                        // driver's allocations, each prompt, are worth a note.
+                        if let (None, Ok(mut sh)) = (block, shared.lock()) {
                             sh.stale_allocs += 1;
                         }
                         continue;
                     }
                     if alloc_reads.0.elapsed() >= Duration::from_secs(1) {
-                        alloc_reads = (Instant::now(), 0, 0);
+                        alloc_reads = (Instant::now(), 0, 0, 0);
                     }
                     // Failures have a budget of their own: an out-of-memory diagnosis is
-                    // about them alone, and successes must not crowd them out.
-                    let used = if failed { &mut alloc_reads.2 } else { &mut alloc_reads.1 };
+                    // about them alone, and successes must not crowd them out; blocks, which
+                    // come at a tensor's rate, have theirs, so as not to crowd out the driver's.
+                    let used = if block.is_some() {
+                        &mut alloc_reads.3
+                    } else if failed {
+                        &mut alloc_reads.2
+                    } else {
+                        &mut alloc_reads.1
+                    };
                     if *used < ALLOC_READS_PER_S {
                         if let Some(s) = spied.iter_mut().find(|s| s.pid == pid) {
                             *used += 1;
                             let began = Instant::now();
-                            read_allocation(s, tid, bytes, failed, shared);
+                            match block {
+                                Some(addr) => read_block(s, tid, addr, at_ns, shared),
+                                None => read_allocation(s, tid, bytes, failed, shared),
+                            }
                             // The tracer's own cost, reported with the periodic reads'.
                             if let Ok(mut sh) = shared.lock() {
-                                sh.alloc_reads += 1;
+                                sh.alloc_reads += u64::from(block.is_none());
                                 sh.reads += 1;
                                 sh.busy += began.elapsed();
                             }
@@ -244,21 +276,37 @@ fn any_launch(threads: &BpfHashMap<MapData, u32, ThreadCounters>) -> bool {
     threads.iter().filter_map(Result::ok).any(|(_, c)| launch(&c))
 }
 
-/// Read the Python frames of thread `tid` now and charge an allocation to them.
-fn read_allocation(s: &mut Spied, tid: u32, bytes: u64, failed: bool, shared: &Mutex<Shared>) {
-    let Ok(traces) = s.spy.get_stack_traces() else { return };
+/// Blocks whose lines are kept at most (a job that churns through ever new addresses: the
+/// newest reads are dropped, and their blocks go uncharged).
+const MAX_BLOCK_READS: usize = 1 << 18;
+
+/// Read the Python frames of thread `tid` now and keep them for the block at `addr`.
+fn read_block(s: &mut Spied, tid: u32, addr: u64, at_ns: u64, shared: &Mutex<Shared>) {
+    let Some(frames) = frames_of(s, tid) else { return };
+    let Ok(mut sh) = shared.lock() else { return };
+    let pid = s.pid;
+    if sh.block_reads.len() < MAX_BLOCK_READS || sh.block_reads.contains_key(&(pid, addr)) {
+        sh.block_reads.insert((pid, addr), (at_ns, frames));
+    }
+}
+
+/// The Python frames of thread `tid` now: of the main thread where `tid` has none.
+fn frames_of(s: &mut Spied, tid: u32) -> Option<Vec<Frame>> {
+    let traces = s.spy.get_stack_traces().ok()?;
     let with_frames = |t: &&py_spy::StackTrace| !t.frames.is_empty();
     // A thread with no Python frames (autograd's engine running a backward pass) works for
     // the Python call that waits on it: charge the main thread's line.
-    let Some(trace) = traces
+    let trace = traces
         .iter()
         .filter(with_frames)
         .find(|t| t.os_thread_id.is_some_and(|t| t as u32 == tid))
-        .or_else(|| traces.iter().filter(with_frames).find(|t| t.os_thread_id.is_some_and(|t| t as u32 == s.pid)))
-    else {
-        return;
-    };
-    let frames = python_frames(trace);
+        .or_else(|| traces.iter().filter(with_frames).find(|t| t.os_thread_id.is_some_and(|t| t as u32 == s.pid)))?;
+    Some(python_frames(trace))
+}
+
+/// Read the Python frames of thread `tid` now and charge an allocation to them.
+fn read_allocation(s: &mut Spied, tid: u32, bytes: u64, failed: bool, shared: &Mutex<Shared>) {
+    let Some(frames) = frames_of(s, tid) else { return };
     let Ok(mut sh) = shared.lock() else { return };
     let entry = sh.allocs.entry((tid, frames.clone())).or_insert_with(|| AllocStack { pid: s.pid, tid, origin: Origin::Python, frames, ..AllocStack::default() });
     if failed {

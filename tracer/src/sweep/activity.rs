@@ -22,7 +22,7 @@ pub struct Calls {
     pub allocs: u64,
     pub frees: u64,
     pub contexts: u64,
-    /// Pinned host memory and virtual-memory mapping calls.
+    /// Pinned host memory, virtual-memory mapping and caching-allocator block calls.
     pub other: u64,
 }
 
@@ -42,7 +42,7 @@ impl Calls {
             Family::Alloc => &mut self.allocs,
             Family::Free => &mut self.frees,
             Family::Context => &mut self.contexts,
-            Family::HostPin | Family::HostUnpin | Family::Map | Family::Unmap => &mut self.other,
+            Family::HostPin | Family::HostUnpin | Family::Map | Family::Unmap | Family::Block | Family::BlockFree => &mut self.other,
         };
         *slot += hits;
     }

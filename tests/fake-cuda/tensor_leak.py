@@ -1,0 +1,69 @@
+"""A Python training loop on the fake caching allocator (c10/libc10_cuda.so): every step makes
+and drops temporaries in forward(), and keep_outputs() keeps one 1 MiB output alive per step
+(as `preds.append(out)` does). Device memory grows at the driver as the allocator reserves
+segments for the kept blocks; the blocks kept were made by make_output().
+With --reserve-mib N the allocator reserves N MiB first (a cache warmed up by earlier steps):
+the kept blocks then fit in it, and the driver sees no growth at all.
+`tensor_leak.py FAKE_CUDA_DIR C10_DIR STEPS [--no-leak] [--reserve-mib N]`."""
+import ctypes
+import os
+import sys
+import time
+
+runtime = ctypes.CDLL(os.path.join(sys.argv[1], "libcudart.so.13"))
+c10 = ctypes.CDLL(os.path.join(sys.argv[2], "libc10_cuda.so"))
+c10.fake_tensor_alloc.restype = ctypes.c_void_p
+c10.fake_tensor_alloc.argtypes = [ctypes.c_ulong]
+c10.fake_tensor_free.argtypes = [ctypes.c_void_p]
+LEAK = "--no-leak" not in sys.argv
+kept = []
+
+
+def spin(seconds):
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        pass
+
+
+def forward():
+    # Activations made and dropped within the step: blocks handed out and given back.
+    temporaries = [c10.fake_tensor_alloc(256 << 10) for _ in range(4)]
+    spin(0.002)
+    for t in temporaries:
+        c10.fake_tensor_free(t)
+    return make_output()
+
+
+def make_output():
+    # A tensor op: its output's block, then the work that fills it.
+    out = c10.fake_tensor_alloc(1 << 20)
+    until = time.perf_counter() + 0.002
+    while time.perf_counter() < until:
+        pass
+    return out
+
+
+def keep_outputs(out):
+    # The leak: the step's output outlives the step.
+    kept.append(out)
+
+
+def train(steps):
+    for _ in range(steps):
+        out = forward()
+        if LEAK:
+            keep_outputs(out)
+        else:
+            c10.fake_tensor_free(out)
+        time.sleep(0.001)
+
+
+# A context, as a real job makes before its first tensor; then its set-up (an import, a
+# dataset opened), during which gputrace finds and probes the allocator's library.
+runtime.cudaFree(ctypes.c_void_p(0))
+if "--reserve-mib" in sys.argv:
+    if c10.fake_allocator_reserve(ctypes.c_ulong(int(sys.argv[sys.argv.index("--reserve-mib") + 1]) << 20)) != 0:
+        raise MemoryError("reserve failed")
+time.sleep(0.5)
+train(int(sys.argv[3]))
+print("done", os.getpid())
