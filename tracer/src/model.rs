@@ -99,7 +99,18 @@ pub struct TensorMemory {
     /// Seconds into the window when `--max-overhead` took the allocator's probes off for
     /// good: the figures are of the window up to then (absent: on throughout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub until_s: Option<f64>,
+    pub until_s: Option<f64>,    /// The live blocks by size, a power of two apart (`[from_bytes, 2 × from_bytes)`), the
+    /// smallest first; sizes with none are left out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub live_by_size: Vec<BlockSizes>,
+}
+
+/// Live blocks of one size class.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct BlockSizes {
+    pub from_bytes: u64,
+    pub blocks: u64,
+    pub bytes: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]

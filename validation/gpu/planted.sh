@@ -3,7 +3,7 @@
 # Usage: planted.sh GPUTRACE OUT_DIR [MODE...]
 # Environment: PLANTED_RECORD [""]: modes (space separated, or "all") traced with `record`
 # into OUT/MODE.gtr instead of `attach` (the report is the same; `gputrace report FILE` redoes
-# it offline). TWIN_WORKERS: loader_inline_fixed's workers; unset, the workers that
+# it offline). FLAGS [""]: more gputrace flags for every job (e.g. FLAGS=--tensors). TWIN_WORKERS: loader_inline_fixed's workers; unset, the workers that
 # loader_inline's report recommends (saving.workers in OUT/loader_inline.json), else 8.
 set -u
 BIN=$1
@@ -39,7 +39,8 @@ print(next((d['saving']['workers'] for d in r['diagnoses'] if d['id']=='input-st
   read -r -u "$from_job" ready
   if [ "$ready" != ready ]; then echo "$mode did not start: $ready"; continue; fi
   t0=$(date +%s%N)
-  "$BIN" -v "${how[@]}" --pid "$pid" --duration 6 --json >"$OUT/$mode.json" 2>"$OUT/$mode.err" &
+  # shellcheck disable=SC2086 # FLAGS is a list of flags
+  "$BIN" -v "${how[@]}" --pid "$pid" --duration 6 --json ${FLAGS:-} >"$OUT/$mode.json" 2>"$OUT/$mode.err" &
   gp=$!
   for _ in $(seq 1 300); do grep -q "armed: tracing" "$OUT/$mode.err" && break; sleep 0.05; done
   echo go >&"$to_job"

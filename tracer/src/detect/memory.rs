@@ -22,7 +22,7 @@ use crate::severity::Severity;
 use crate::{
     evidence::{Evidence, Failure, RETRY_WITHIN_NS},
     gpu::sampler::Finished,
-    model::{Diagnosis, DiagnosisId, Memory, MemoryPoint, TensorMemory},
+    model::{BlockSizes, Diagnosis, DiagnosisId, Memory, MemoryPoint, TensorMemory},
     output::text::bytes,
     stacks::alloc::{top, top_live, Weight},
 };
@@ -169,6 +169,7 @@ fn tensors(ev: &Evidence, from_start: bool, start_ns: u64) -> Option<TensorMemor
     let b = &ev.blocks;
     b.seen().then(|| TensorMemory {
         until_s: b.stopped_at_ns.map(|at| at.saturating_sub(start_ns) as f64 / 1e9),
+        live_by_size: b.live_by_size().into_iter().map(|(from_bytes, blocks, bytes)| BlockSizes { from_bytes, blocks, bytes }).collect(),
         allocated_bytes: b.live_bytes,
         peak_allocated_bytes: b.peak_live_bytes,
         blocks: b.count,
@@ -326,7 +327,7 @@ pub fn diagnose(inputs: &Inputs<'_>, view: &Memory) -> Vec<Diagnosis> {
         d.sites = top(stacks, Weight::Failed, SITES);
         found.push(d);
     }
-    if let Some(mut d) = fragmentation(inputs, window_s) {
+    if let Some(mut d) = fragmentation(inputs, window_s, view.tensors.as_ref()) {
         d.sites = top(stacks, Weight::Failed, SITES);
         found.push(d);
     }
@@ -411,7 +412,7 @@ fn oom(inputs: &Inputs<'_>, view: &Memory) -> Option<Diagnosis> {
     ))
 }
 
-fn fragmentation(inputs: &Inputs<'_>, window_s: f64) -> Option<Diagnosis> {
+fn fragmentation(inputs: &Inputs<'_>, window_s: f64, tensors: Option<&TensorMemory>) -> Option<Diagnosis> {
     let retried: Vec<&Failure> = inputs.evidence.allocs.out_of_memory_failures.recovered.iter().filter(|f| f.frees_after > 0).collect();
     if retried.is_empty() {
         return None;
@@ -433,10 +434,14 @@ fn fragmentation(inputs: &Inputs<'_>, window_s: f64) -> Option<Diagnosis> {
             "{} allocation(s) failed for lack of memory and succeeded only after the job freed cached memory and retried: its memory is fragmented or near capacity",
             retried.len()
         ),
-        vec![
-            format!("{free_calls} frees ({}) between the failures and their retries; the largest request was {}", bytes(freed_bytes), bytes(largest)),
-            format!("failing, freeing and retrying took {:.3} s, {} of the window", spent as f64 / 1e9, pct(impact)),
-        ],
+        [
+            vec![
+                format!("{free_calls} frees ({}) between the failures and their retries; the largest request was {}", bytes(freed_bytes), bytes(largest)),
+                format!("failing, freeing and retrying took {:.3} s, {} of the window", spent as f64 / 1e9, pct(impact)),
+            ],
+            tensors.map(held_in_tensors).into_iter().flatten().collect(),
+        ]
+        .concat(),
         // On the H200, expandable segments made a near-capacity growing buffer 8× slower
         // (docs/validation.md): they are worth a try, measured, not the fix.
         if inputs.evidence.vmm.maps > 0 {
@@ -445,6 +450,22 @@ fn fragmentation(inputs: &Inputs<'_>, window_s: f64) -> Option<Diagnosis> {
             "leave headroom (a smaller batch, activation checkpointing, less memory held elsewhere) and keep shapes fixed (pad to a few bucket sizes, largest first); PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True can help when free memory is split between blocks, but measure it: it can also map and unmap on every retry"
         },
     ))
+}
+
+/// What the caching allocator's view adds to `fragmentation` (`--tensors`): the cache no
+/// tensor uses, and the sizes of the live tensors' blocks, the largest classes by bytes.
+fn held_in_tensors(t: &TensorMemory) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(cached) = t.cached_bytes {
+        out.push(format!("at the end, {} was reserved but in no tensor (the allocator's cache: reserved − allocated), beside {} in live tensors", bytes(cached), bytes(t.allocated_bytes)));
+    }
+    let mut by_bytes: Vec<&BlockSizes> = t.live_by_size.iter().collect();
+    by_bytes.sort_by_key(|c| std::cmp::Reverse(c.bytes));
+    let classes: Vec<String> = by_bytes.iter().take(3).map(|c| format!("{} in {} block(s) of {}–{}", bytes(c.bytes), c.blocks, bytes(c.from_bytes), bytes(c.from_bytes.saturating_mul(2)))).collect();
+    if !classes.is_empty() {
+        out.push(format!("live tensors by block size: {}", classes.join("; ")));
+    }
+    out
 }
 
 const GROWTH_FIX: &str = "find what outlives its step: a list of losses or outputs kept with their graph (keep loss.item() or loss.detach()), a cache or history that grows without bound; if it is the allocator meeting new shapes, keep shapes fixed";
@@ -617,6 +638,25 @@ mod tests {
         ev.processes.entry(1).or_default().exited = true;
         let inputs = Inputs { evidence: &ev, start_ns: 0, end_ns: 10 * S, traced: &[1], gpu: None, steps_per_s: None, step_times: None };
         assert_eq!(inputs.failed_for_good().len(), 2);
+    }
+
+    #[test]
+    fn fragmentation_with_the_allocators_view_says_what_the_cache_holds_and_the_block_sizes() {
+        let t = TensorMemory {
+            allocated_bytes: 200 * MIB,
+            cached_bytes: Some(500 * MIB),
+            live_by_size: vec![
+                BlockSizes { from_bytes: MIB, blocks: 8, bytes: 8 * MIB },
+                BlockSizes { from_bytes: 128 * MIB, blocks: 1, bytes: 192 * MIB },
+            ],
+            ..TensorMemory::default()
+        };
+        let said = held_in_tensors(&t);
+        assert_eq!(said.len(), 2, "{said:?}");
+        assert!(said[0].contains("500.0 MiB was reserved but in no tensor"), "{said:?}");
+        assert!(said[1].starts_with("live tensors by block size: 192.0 MiB in 1 block(s) of 128.0 MiB–256.0 MiB; 8.0 MiB"), "{said:?}");
+        // Without the cache's figure (attached mid-run), only the sizes.
+        assert_eq!(held_in_tensors(&TensorMemory { cached_bytes: None, ..t }).len(), 1);
     }
 
     #[test]

@@ -102,6 +102,18 @@ impl Blocks {
         self.count > 0 || self.frees > 0
     }
 
+    /// The live blocks by power-of-two size class (from, blocks, bytes), smallest first.
+    #[must_use]
+    pub fn live_by_size(&self) -> Vec<(u64, u64, u64)> {
+        let mut classes: std::collections::BTreeMap<u64, (u64, u64)> = std::collections::BTreeMap::new();
+        for b in self.live.values().filter(|b| b.bytes > 0) {
+            let c = classes.entry(1 << b.bytes.ilog2()).or_default();
+            c.0 += 1;
+            c.1 = c.1.saturating_add(b.bytes);
+        }
+        classes.into_iter().map(|(from, (n, bytes))| (from, n, bytes)).collect()
+    }
+
     /// The blocks live now, by process and address.
     pub fn live(&self) -> impl Iterator<Item = (u32, u64, &LiveBlock)> {
         self.live.iter().map(|(&(pid, addr), b)| (pid, addr, b))
@@ -140,6 +152,7 @@ mod tests {
         assert_eq!((b.count, b.bytes, b.frees, b.unknown_frees), (3, 180, 2, 1));
         assert_eq!((b.live_bytes, b.peak_live_bytes), (80, 150));
         assert_eq!(b.timeline, vec![(3, 50), (TIMELINE_BUCKET_NS + 5, 80)]);
+        assert_eq!(b.live_by_size(), vec![(16, 1, 30), (32, 1, 50)]);
         let mut live: Vec<(u64, u64, u64)> = b.live().map(|(_, a, l)| (a, l.bytes, l.at_ns)).collect();
         live.sort_unstable();
         assert_eq!(live, vec![(0xa, 30, TIMELINE_BUCKET_NS + 4), (0xb, 50, 2)]);
