@@ -1,5 +1,5 @@
 //! Builds the fake CUDA (libcuda.so.1, libcudart.so.13), the fake caching allocator
-//! (`c10/libc10_cuda.so`, C++), the `fakejob` workload and the fake NVML (`nvml/libnvidia-ml.so.1`) with the system C compiler. Shared by `tests/build.rs` and `cargo xtask demo` through `#[path]`,
+//! (`c10/libc10.so` and `c10/libc10_cuda.so`, C++), the `fakejob` workload and the fake NVML (`nvml/libnvidia-ml.so.1`) with the system C compiler. Shared by `tests/build.rs` and `cargo xtask demo` through `#[path]`,
 //! so there is one recipe.
 
 use std::{path::Path, process::Command};
@@ -91,30 +91,35 @@ pub fn build_fake_cuda(src: &Path, out: &Path) -> Result<(), String> {
     build_optimized(&cc, src, &out.join("o2"))
 }
 
-/// PyTorch's caching allocator, faked (`libc10_cuda.cpp`, C++: its symbols are the real
-/// one's mangled names) into `c10/libc10_cuda.so`, and the same with its symbol table
-/// stripped into `c10-stripped/`, as a torch build without the symbols would be.
+/// PyTorch's caching allocator, faked (C++: its symbols are the real ones' mangled names):
+/// `c10/libc10.so` (the profiler hook, `libc10.cpp`) and `c10/libc10_cuda.so` (the allocator
+/// that reports to it, `libc10_cuda.cpp`); and both again in `c10-other/` with the hook's
+/// signature changed, as another release might have it.
 fn build_fake_c10(src: &Path, out: &Path) -> Result<(), String> {
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-    let (dir, stripped) = (out.join("c10"), out.join("c10-stripped"));
-    for d in [&dir, &stripped] {
-        std::fs::create_dir_all(d).map_err(|e| format!("creating {}: {e}", d.display()))?;
-    }
-    let lib = dir.join("libc10_cuda.so");
-    let status = Command::new(&cxx)
-        .args(["-O2", "-g", "-fno-omit-frame-pointer", "-shared", "-fPIC", "-fvisibility=hidden", "-o"])
-        .arg(&lib)
-        .arg(src.join("libc10_cuda.cpp"))
-        .arg(format!("-L{}", out.display()))
-        .args(["-l:libcuda.so.1", "-Wl,-rpath,$ORIGIN/.."])
-        .status()
-        .map_err(|e| format!("running {cxx}: {e} (install a C++ compiler)"))?;
-    if !status.success() {
-        return Err(format!("{cxx} libc10_cuda.cpp failed: {status}"));
-    }
-    let status = Command::new("strip").arg("--strip-all").arg("-o").arg(stripped.join("libc10_cuda.so")).arg(&lib).status().map_err(|e| format!("running strip: {e}"))?;
-    if !status.success() {
-        return Err(format!("strip --strip-all failed: {status}"));
+    for (dir, defines) in [("c10", &[][..]), ("c10-other", &["-DFAKE_OTHER_SIGNATURE"][..])] {
+        let dir = out.join(dir);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let compile = |name: &str, source: &str, link: &[String]| -> Result<(), String> {
+            let status = Command::new(&cxx)
+                .args(["-O2", "-g", "-fno-omit-frame-pointer", "-shared", "-fPIC", "-fvisibility=hidden"])
+                .args(defines)
+                .arg(format!("-Wl,-soname,{name}"))
+                .arg("-o")
+                .arg(dir.join(name))
+                .arg(src.join(source))
+                .args(link)
+                .status()
+                .map_err(|e| format!("running {cxx}: {e} (install a C++ compiler)"))?;
+            if status.success() {
+                Ok(())
+            } else {
+                Err(format!("{cxx} {source} failed: {status}"))
+            }
+        };
+        compile("libc10.so", "libc10.cpp", &[])?;
+        let link = [format!("-L{}", dir.display()), format!("-L{}", out.display()), "-l:libc10.so".into(), "-l:libcuda.so.1".into(), "-Wl,-rpath,$ORIGIN:$ORIGIN/..".into()];
+        compile("libc10_cuda.so", "libc10_cuda.cpp", &link)?;
     }
     Ok(())
 }

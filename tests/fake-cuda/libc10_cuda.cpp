@@ -1,20 +1,36 @@
-// A fake of PyTorch's libc10_cuda.so: its caching allocator, with the same local C++ symbols
-// (namespaces, classes and signatures) that gputrace probes in the real one
-// (gputrace_common::ALLOCATOR_SYMBOLS). Hidden visibility, as in the real library: the
-// functions are in .symtab only, not exported. A job drives it through the exported C
-// functions at the end (ctypes from Python, or dlsym).
+// A fake of PyTorch's libc10_cuda.so: its caching allocator, which reports every block it
+// hands out and takes back to c10::reportMemoryUsageToProfiler in libc10.so (the hook
+// gputrace probes), with its own totals, as the real one does. A job drives it through the
+// exported C functions at the end (ctypes from Python, or dlsym).
 //
 // Like the real allocator it carves blocks out of 2 MiB segments it reserves through the
 // driver (cuMemAlloc_v2 of the fake libcuda), keeps freed blocks for reuse by size, and hands
-// the same address out again; it never gives a segment back.
+// the same address out again; it never gives a segment back. A request it cannot meet throws,
+// as the real one's out-of-memory error does.
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <new>
 #include <vector>
 
 struct CUstream_st;
 extern "C" int cuMemAlloc_v2(unsigned long long *dptr, size_t bytes);
+
+namespace c10 {
+enum class DeviceType : int8_t { CPU = 0, CUDA = 1 };
+struct Device {
+  DeviceType type;
+  int8_t index;
+};
+#ifdef FAKE_OTHER_SIGNATURE
+void reportMemoryUsageToProfiler(void *ptr, int64_t alloc_size, size_t total_allocated, size_t total_reserved, Device device, int);
+#define REPORT(ptr, size) c10::reportMemoryUsageToProfiler(ptr, size, allocated_bytes_, reserved_bytes_, c10::Device{c10::DeviceType::CUDA, 0}, 0)
+#else
+void reportMemoryUsageToProfiler(void *ptr, int64_t alloc_size, size_t total_allocated, size_t total_reserved, Device device);
+#define REPORT(ptr, size) c10::reportMemoryUsageToProfiler(ptr, size, allocated_bytes_, reserved_bytes_, c10::Device{c10::DeviceType::CUDA, 0})
+#endif
+}  // namespace c10
 
 namespace c10 {
 namespace cuda {
@@ -37,12 +53,15 @@ class __attribute__((visibility("hidden"))) NativeCachingAllocator {
   unsigned long long segment_ = 0;
   unsigned long capacity_ = 0;
   unsigned long used_ = 0;
+  size_t allocated_bytes_ = 0;
+  size_t reserved_bytes_ = 0;
 };
 
 bool NativeCachingAllocator::reserve(unsigned long bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   unsigned long long seg = 0;
   if (cuMemAlloc_v2(&seg, bytes) != 0) return false;
+  reserved_bytes_ += bytes;
   segment_ = seg;
   capacity_ = bytes;
   used_ = 0;
@@ -61,10 +80,8 @@ __attribute__((noinline)) void NativeCachingAllocator::malloc(void **devPtr, sig
     if (used_ + rounded > capacity_) {
       unsigned long long seg = 0;
       unsigned long grow = rounded > kSegment ? rounded : kSegment;
-      if (cuMemAlloc_v2(&seg, grow) != 0) {
-        *devPtr = nullptr;
-        return;
-      }
+      if (cuMemAlloc_v2(&seg, grow) != 0) throw std::bad_alloc();
+      reserved_bytes_ += grow;
       segment_ = seg;
       capacity_ = grow;
       used_ = 0;
@@ -73,6 +90,8 @@ __attribute__((noinline)) void NativeCachingAllocator::malloc(void **devPtr, sig
     used_ += rounded;
   }
   allocated_[p] = rounded;
+  allocated_bytes_ += rounded;
+  REPORT(p, static_cast<int64_t>(rounded));
   *devPtr = p;
 }
 
@@ -81,6 +100,8 @@ __attribute__((noinline)) void NativeCachingAllocator::free(void *ptr) {
   auto it = allocated_.find(ptr);
   if (it == allocated_.end()) return;
   cached_[it->second].push_back(ptr);
+  allocated_bytes_ -= it->second;
+  REPORT(ptr, -static_cast<int64_t>(it->second));
   allocated_.erase(it);
 }
 
@@ -99,10 +120,16 @@ __attribute__((noinline, visibility("hidden"))) void local_raw_delete(void *ptr)
 
 using c10::cuda::CUDACachingAllocator::Native::allocator;
 
-// What a tensor's creation and destruction do: one block each. Exported for the job.
+// What a tensor's creation and destruction do: one block each. Exported for the job. A
+// request the allocator cannot meet throws through malloc and is caught here (as Python's
+// `except torch.OutOfMemoryError` catches the real one): null.
 extern "C" __attribute__((visibility("default"))) void *fake_tensor_alloc(unsigned long bytes) {
   void *p = nullptr;
-  allocator.malloc(&p, 0, bytes, nullptr);
+  try {
+    allocator.malloc(&p, 0, bytes, nullptr);
+  } catch (const std::bad_alloc &) {
+    return nullptr;
+  }
   return p;
 }
 

@@ -3,8 +3,9 @@ and drops temporaries in forward(), and keep_outputs() keeps one 1 MiB output al
 (as `preds.append(out)` does). Device memory grows at the driver as the allocator reserves
 segments for the kept blocks; the blocks kept were made by make_output().
 With --reserve-mib N the allocator reserves N MiB first (a cache warmed up by earlier steps):
-the kept blocks then fit in it, and the driver sees no growth at all.
-`tensor_leak.py FAKE_CUDA_DIR C10_DIR STEPS [--no-leak] [--reserve-mib N]`."""
+the kept blocks then fit in it, and the driver sees no growth at all. With --throw the job
+first asks for more than the fake GPU has: the allocator throws, and the job catches it.
+`tensor_leak.py FAKE_CUDA_DIR C10_DIR STEPS [--no-leak] [--reserve-mib N] [--throw]`."""
 import ctypes
 import os
 import sys
@@ -37,7 +38,7 @@ def forward():
 def make_output():
     # A tensor op: its output's block, then the work that fills it.
     out = c10.fake_tensor_alloc(1 << 20)
-    until = time.perf_counter() + 0.002
+    until = time.perf_counter() + 0.005
     while time.perf_counter() < until:
         pass
     return out
@@ -65,5 +66,7 @@ if "--reserve-mib" in sys.argv:
     if c10.fake_allocator_reserve(ctypes.c_ulong(int(sys.argv[sys.argv.index("--reserve-mib") + 1]) << 20)) != 0:
         raise MemoryError("reserve failed")
 time.sleep(0.5)
+if "--throw" in sys.argv and c10.fake_tensor_alloc(1 << 41) is not None:
+    raise SystemExit("the allocator met a request for 2 TiB")
 train(int(sys.argv[3]))
 print("done", os.getpid())

@@ -158,12 +158,10 @@ impl ThreadCounters {
 
     /// Whether the thread is inside a probed call (a slot live in call epoch `epoch`, not
     /// yet freed by its return): while it waits inside a copy or synchronize. False in
-    /// entry-only mode, where no return would free a slot, so no entry takes one. A
-    /// caching allocator's call is the framework's host work, not a wait in CUDA.
+    /// entry-only mode, where no return would free a slot, so no entry takes one.
     #[must_use]
     pub const fn in_call(&self, epoch: u32) -> bool {
-        let [a, b] = &self.inflight;
-        (a.live(epoch) && !probe::is_block_probe(a.probe)) || (b.live(epoch) && !probe::is_block_probe(b.probe))
+        self.inflight[0].live(epoch) || self.inflight[1].live(epoch)
     }
 }
 
@@ -260,14 +258,5 @@ mod tests {
         assert!(!t.in_call(3));
         t.inflight[1] = slot(21, 3);
         assert!(t.in_call(3) && !t.in_call(call_epoch::next(3, true)));
-    }
-
-    #[test]
-    fn a_caching_allocators_call_is_no_wait_in_cuda_but_the_driver_call_inside_it_is() {
-        let mut t = ThreadCounters::ZERO;
-        t.inflight[0] = slot(crate::probe::FIRST_BLOCK_PROBE, call_epoch::NEVER);
-        assert!(!t.in_call(3));
-        t.inflight[1] = slot(44, call_epoch::NEVER);
-        assert!(t.in_call(3));
     }
 }

@@ -53,13 +53,13 @@ pub enum Family {
     /// Unmapping a virtual range (`cuMemUnmap`); the memory stays allocated until its
     /// handle is released. Entry and return.
     Unmap = 12,
-    /// A block handed out by a framework's caching allocator (PyTorch's, in
-    /// `libc10_cuda.so`): a tensor's memory, carved from segments the driver-level `Alloc`
-    /// calls reserved. Entry and return; the return reads the address handed out.
+    /// A framework's caching allocator reporting a block handed out (a positive size) or
+    /// given back (a negative one): a tensor's memory, carved from segments the driver-level
+    /// `Alloc` calls reserved. PyTorch reports each to its profiler hook
+    /// (`c10::reportMemoryUsageToProfiler`), called whether or not a profiler listens. Entry
+    /// only: the call carries everything, and a return probe on a C++ call path would break
+    /// an exception's unwinding through it.
     Block = 13,
-    /// A block given back to the caching allocator (the segment stays reserved). Entry and
-    /// return.
-    BlockFree = 14,
 }
 
 /// Direction of a copy as the entry point's name fixes it.
@@ -231,18 +231,13 @@ const fn vmm(id: u32, symbol: &'static str, family: Family) -> ProbeSpec {
     s
 }
 
-/// A caching allocator's block allocation: the program is `program` (the symbol is a local
-/// C++ function, found by its demangled name: [`ALLOCATOR_SYMBOLS`]).
-const fn block(id: u32, program: &'static str, out: u8, size: u8) -> ProbeSpec {
+/// A caching allocator's report of a block (`Family::Block`): the program is `program` (the
+/// symbol is found by its demangled name: [`ALLOCATOR_SYMBOLS`]); the address at argument 0,
+/// the signed size at argument 1.
+const fn block(id: u32, program: &'static str) -> ProbeSpec {
     let mut s = spec(id, program, Family::Block);
-    s.out_arg = Some(out);
-    s.size_arg = Some(size);
-    s
-}
-
-const fn block_free(id: u32, program: &'static str, addr: u8) -> ProbeSpec {
-    let mut s = spec(id, program, Family::BlockFree);
-    s.addr_arg = Some(addr);
+    s.addr_arg = Some(0);
+    s.size_arg = Some(1);
     s
 }
 
@@ -338,36 +333,22 @@ pub const PROBES: &[ProbeSpec] = &[
     // cuMemUnmap(CUdeviceptr ptr, size_t size). cuMemCreate/cuMemRelease stay with Alloc/Free.
     vmm(80, "cuMemMap", Family::Map),
     vmm(81, "cuMemUnmap", Family::Unmap),
-    // PyTorch's caching allocator (`ALLOCATOR_SYMBOLS`): member functions take `this` first.
-    // NativeCachingAllocator::malloc(this, void** devPtr, signed char device, size_t size,
-    // cudaStream_t), given back by Native::local_raw_delete(void* ptr) (a tensor's deleter)
-    // or NativeCachingAllocator::raw_delete(this, void* ptr) (raw_alloc's blocks: cuBLAS
-    // workspaces, NCCL); `NativeCachingAllocator::free` is inlined into both in torch 2.11
-    // (never called on the H200). The cudaMallocAsync backend: its free function
-    // mallocAsync(void** devPtr, signed char device, size_t size, cudaStream_t), given back by
-    // CudaMallocAsync::local_raw_delete(void* ptr) or CudaMallocAsyncAllocator::raw_delete(this,
-    // void* ptr).
-    block(84, "c10_native_malloc", 1, 3),
-    block_free(85, "c10_native_free", 0),
-    block(86, "c10_async_malloc", 0, 2),
-    block_free(87, "c10_async_free", 0),
-    block_free(88, "c10_native_raw_free", 1),
-    block_free(89, "c10_async_raw_free", 1),
+    // PyTorch's caching allocator, through its profiler hook in libc10.so
+    // (`ALLOCATOR_SYMBOLS`): reportMemoryUsageToProfiler(void* ptr, int64_t alloc_size,
+    // size_t total_allocated, size_t total_reserved, c10::Device device), with a positive
+    // size when a block is handed out and a negative one when it is given back.
+    block(84, "c10_report_memory"),
 ];
 
 /// The caching allocators' functions gputrace probes, by the demangled name and signature
-/// their library's `.symtab` gives them, and the program of [`PROBES`] each takes. They are
-/// local symbols (not exported), so they are found by name in the symbol table and probed
-/// by offset; a library where the name with this exact signature is missing is not probed
-/// (a changed signature would make the arguments read wrong).
-pub const ALLOCATOR_SYMBOLS: [(&str, &str); 6] = [
-    ("c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::malloc(void**, signed char, unsigned long, CUstream_st*)", "c10_native_malloc"),
-    ("c10::cuda::CUDACachingAllocator::Native::local_raw_delete(void*)", "c10_native_free"),
-    ("c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::raw_delete(void*)", "c10_native_raw_free"),
-    ("c10::cuda::CUDACachingAllocator::CudaMallocAsync::(anonymous namespace)::mallocAsync(void**, signed char, unsigned long, CUstream_st*)", "c10_async_malloc"),
-    ("c10::cuda::CUDACachingAllocator::CudaMallocAsync::local_raw_delete(void*)", "c10_async_free"),
-    ("c10::cuda::CUDACachingAllocator::CudaMallocAsync::CudaMallocAsyncAllocator::raw_delete(void*)", "c10_async_raw_free"),
-];
+/// their library's symbol table gives them, and the program of [`PROBES`] each takes. A
+/// library where the name with this exact signature is missing is not probed (a changed
+/// signature would make the arguments read wrong). PyTorch's caching allocator calls its
+/// profiler hook on every block it hands out and takes back, native and cudaMallocAsync
+/// backends alike; the hook is exported by libc10.so, so it is called across libraries and
+/// never inlined (its own allocator functions in `libc10_cuda.so` are: `free` is inlined into
+/// its callers in torch 2.11, docs/validation.md).
+pub const ALLOCATOR_SYMBOLS: [(&str, &str); 1] = [("c10::reportMemoryUsageToProfiler(void*, long, unsigned long, unsigned long, c10::Device)", "c10_report_memory")];
 
 /// The spec of a probe id, if it is one of ours.
 #[must_use]
@@ -391,28 +372,30 @@ pub const fn needs_prompt_delivery(id: u32) -> bool {
     match spec_of(id) {
         // Copies: their host memory is classified while the process lives. Allocations: the
         // Python reader reads the allocating line while the thread is still there.
-        Some(s) => matches!(s.family, Family::Copy | Family::Alloc | Family::Block),
+        Some(s) => matches!(s.family, Family::Copy | Family::Alloc),
         None => false,
     }
 }
 
-/// Whether a call's prompt delivery is rate-limited per process: caching-allocator blocks,
-/// which come at a tensor's rate (thousands a second). Their Python line is read for at
-/// most ~100 a second, each only soon after its call, so one prompt record every
-/// [`BLOCK_PROMPT_EVERY_NS`] per process is all the reader can use.
+/// At most one prompt block record per process this often: blocks come at a tensor's rate
+/// (thousands a second), and their Python line is read for at most ~100 a second, each only
+/// soon after its call.
+pub const BLOCK_PROMPT_EVERY_NS: u64 = 10_000_000;
+
+/// Whether probe `id` has a return program: not launches (counted at entry) nor a caching
+/// allocator's reports (entry only, `Family::Block`).
 #[must_use]
-pub const fn prompt_rate_limited(id: u32) -> bool {
+pub const fn has_return_program(id: u32) -> bool {
     match spec_of(id) {
-        Some(s) => matches!(s.family, Family::Block),
+        Some(s) => !matches!(s.family, Family::Launch | Family::GraphLaunch | Family::Block),
         None => false,
     }
 }
 
-/// The ids of the caching-allocator probes (families `Block` and `BlockFree`), a range so
-/// that the kernel side tests it in two compares. A thread inside one is doing the
-/// framework's host work, not waiting in CUDA (`ThreadCounters::in_call`).
+/// The ids of the caching-allocator probes (family `Block`), a range so that the kernel side
+/// tests it in two compares.
 pub const FIRST_BLOCK_PROBE: u32 = 84;
-pub const LAST_BLOCK_PROBE: u32 = 89;
+pub const LAST_BLOCK_PROBE: u32 = 84;
 
 /// Whether `id` is a caching-allocator probe.
 #[must_use]
@@ -424,13 +407,11 @@ const _: () = {
     let mut i = 0;
     while i < PROBES.len() {
         let s = &PROBES[i];
-        assert!(is_block_probe(s.id) == matches!(s.family, Family::Block | Family::BlockFree), "block probes are the block range");
+        assert!(is_block_probe(s.id) == matches!(s.family, Family::Block), "block probes are the block range");
         i += 1;
     }
 };
 
-/// At most one prompt block record per process this often.
-pub const BLOCK_PROMPT_EVERY_NS: u64 = 10_000_000;
 
 /// Whether a call's prompt delivery is needed only the first time its memory is seen:
 /// copies. User space keeps each process's memory map once read, so a copy between regions

@@ -91,11 +91,15 @@ pub struct TensorMemory {
     pub blocks: u64,
     pub frees: u64,
     /// Gives back of blocks handed out before tracing began (their size unknown): with
-    /// these, `allocated_bytes` is what the window added, not all the job holds.
+    /// these, `allocated_bytes` counts only the window's own blocks, not all the job holds.
     pub unknown_frees: u64,
-    /// `reserved − allocated` at the end, where every reservation and block was seen
-    /// (`from_start` and no unknown frees): cached memory no tensor uses (null otherwise).
-    pub cached_bytes: Option<u64>,
+    /// The allocator's own figures at its last report (`torch.cuda.memory_allocated()` and
+    /// `memory_reserved()`, summed over the job's processes and devices): whole, whenever
+    /// tracing began.
+    pub allocator_allocated_bytes: u64,
+    pub allocator_reserved_bytes: u64,
+    /// `allocator_reserved − allocator_allocated`: cached memory no tensor uses.
+    pub cached_bytes: u64,
     /// Seconds into the window when `--max-overhead` took the allocator's probes off for
     /// good: the figures are of the window up to then (absent: on throughout).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -176,7 +176,7 @@ fn on_enter_struct_copy(ctx: &ProbeContext, probe: u32, layout: &CopyLayout, she
 #[inline(always)]
 /// `prompt`: wake the reader for this record (see `needs_prompt_delivery`); `first_sight`:
 /// only when its memory regions are new (see `prompt_on_first_sight`).
-fn on_return(ctx: &RetProbeContext, probe: u32, prompt: bool, first_sight: bool, rate_limited: bool) -> u32 {
+fn on_return(ctx: &RetProbeContext, probe: u32, prompt: bool, first_sight: bool) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
     // Only threads whose calls passed the traced-process filter have counters.
@@ -220,15 +220,8 @@ fn on_return(ctx: &RetProbeContext, probe: u32, prompt: bool, first_sight: bool,
         out,
     });
     // Copies need the prompt wakeup only for memory user space has not classified yet;
-    // allocations only while stacks are taken (for the Python line read beside them), and
-    // caching-allocator blocks, which come at a tensor's rate, at most one a process per
-    // `BLOCK_PROMPT_EVERY_NS`.
-    let prompt = prompt
-        && if first_sight {
-            copy_region_is_new(tgid, call.args[0], call.args[1], call.args[3])
-        } else {
-            stacks_on() && (!rate_limited || block_prompt_due(tgid, now))
-        };
+    // allocations only while stacks are taken (for the Python line read beside them).
+    let prompt = prompt && if first_sight { copy_region_is_new(tgid, call.args[0], call.args[1], call.args[3]) } else { stacks_on() };
     entry.submit(if prompt { crate::maps::FORCE_WAKEUP } else { crate::maps::batched_submit() });
     0
 }
@@ -240,9 +233,7 @@ macro_rules! call_probes {
         pub fn $symbol(ctx: ProbeContext) -> u32 {
             const _: () = assert!(is_probe($id, stringify!($symbol)), "id and symbol disagree with PROBES");
             const ALLOC_STACK: bool = gputrace_common::takes_alloc_stack($id);
-            // The caching allocator's probes are taken off once, for good (`take_allocators_off`):
-            // their slots too must lapse with the call epoch.
-            const SHEDDABLE: bool = gputrace_common::Shed::may_take_id($id) || gputrace_common::is_block_probe($id);
+            const SHEDDABLE: bool = gputrace_common::Shed::may_take_id($id);
             on_enter(&ctx, $id, ALLOC_STACK, SHEDDABLE)
         }
 
@@ -250,8 +241,7 @@ macro_rules! call_probes {
         pub fn $ret(ctx: RetProbeContext) -> u32 {
             const PROMPT: bool = gputrace_common::needs_prompt_delivery($id);
             const FIRST_SIGHT: bool = gputrace_common::prompt_on_first_sight($id);
-            const RATE_LIMITED: bool = gputrace_common::prompt_rate_limited($id);
-            on_return(&ctx, $id, PROMPT, FIRST_SIGHT, RATE_LIMITED)
+            on_return(&ctx, $id, PROMPT, FIRST_SIGHT)
         }
     )*};
 }
@@ -276,8 +266,7 @@ macro_rules! struct_copy_probes {
         pub fn $ret(ctx: RetProbeContext) -> u32 {
             const PROMPT: bool = gputrace_common::needs_prompt_delivery($id);
             const FIRST_SIGHT: bool = gputrace_common::prompt_on_first_sight($id);
-            const RATE_LIMITED: bool = gputrace_common::prompt_rate_limited($id);
-            on_return(&ctx, $id, PROMPT, FIRST_SIGHT, RATE_LIMITED)
+            on_return(&ctx, $id, PROMPT, FIRST_SIGHT)
         }
     )*};
 }
@@ -331,12 +320,19 @@ call_probes! {
     cuCtxCreate_v4 / cuCtxCreate_v4_ret = 62;
     cuMemMap / cuMemMap_ret = 80;
     cuMemUnmap / cuMemUnmap_ret = 81;
-    c10_native_malloc / c10_native_malloc_ret = 84;
-    c10_native_free / c10_native_free_ret = 85;
-    c10_async_malloc / c10_async_malloc_ret = 86;
-    c10_async_free / c10_async_free_ret = 87;
-    c10_native_raw_free / c10_native_raw_free_ret = 88;
-    c10_async_raw_free / c10_async_raw_free_ret = 89;
+}
+
+struct_copy_probes! {
+    cuMemcpy2D_v2 / cuMemcpy2D_v2_ret = 64;
+    cuMemcpy2D_v2_ptds / cuMemcpy2D_v2_ptds_ret = 65;
+    cuMemcpy2DUnaligned_v2 / cuMemcpy2DUnaligned_v2_ret = 66;
+    cuMemcpy2DUnaligned_v2_ptds / cuMemcpy2DUnaligned_v2_ptds_ret = 67;
+    cuMemcpy2DAsync_v2 / cuMemcpy2DAsync_v2_ret = 68;
+    cuMemcpy2DAsync_v2_ptsz / cuMemcpy2DAsync_v2_ptsz_ret = 69;
+    cuMemcpy3D_v2 / cuMemcpy3D_v2_ret = 70;
+    cuMemcpy3D_v2_ptds / cuMemcpy3D_v2_ptds_ret = 71;
+    cuMemcpy3DAsync_v2 / cuMemcpy3DAsync_v2_ret = 72;
+    cuMemcpy3DAsync_v2_ptsz / cuMemcpy3DAsync_v2_ptsz_ret = 73;
 }
 
 /// When each process's last prompt block record went (LRU: exited processes age out).
@@ -356,15 +352,38 @@ fn block_prompt_due(tgid: u32, now: u64) -> bool {
     true
 }
 
-struct_copy_probes! {
-    cuMemcpy2D_v2 / cuMemcpy2D_v2_ret = 64;
-    cuMemcpy2D_v2_ptds / cuMemcpy2D_v2_ptds_ret = 65;
-    cuMemcpy2DUnaligned_v2 / cuMemcpy2DUnaligned_v2_ret = 66;
-    cuMemcpy2DUnaligned_v2_ptds / cuMemcpy2DUnaligned_v2_ptds_ret = 67;
-    cuMemcpy2DAsync_v2 / cuMemcpy2DAsync_v2_ret = 68;
-    cuMemcpy2DAsync_v2_ptsz / cuMemcpy2DAsync_v2_ptsz_ret = 69;
-    cuMemcpy3D_v2 / cuMemcpy3D_v2_ret = 70;
-    cuMemcpy3D_v2_ptds / cuMemcpy3D_v2_ptds_ret = 71;
-    cuMemcpy3DAsync_v2 / cuMemcpy3DAsync_v2_ret = 72;
-    cuMemcpy3DAsync_v2_ptsz / cuMemcpy3DAsync_v2_ptsz_ret = 73;
+/// PyTorch's caching allocator reporting a block (`c10::reportMemoryUsageToProfiler(void* ptr,
+/// int64_t alloc_size, size_t total_allocated, size_t total_reserved, c10::Device)`): one
+/// record at the entry, with the raw arguments, and no return probe. The call returns
+/// nothing we need, and a return probe replaces the caller's return address with a
+/// trampoline the C++ unwinder cannot walk: an exception thrown through it (the allocator's
+/// out-of-memory error) would end the job in `std::terminate`.
+#[uprobe]
+pub fn c10_report_memory(ctx: ProbeContext) -> u32 {
+    const ID: u32 = 84;
+    const _: () = assert!(is_probe(ID, "c10_report_memory") && !gputrace_common::has_return_program(ID), "an entry-only block probe");
+    let Some(cur) = cuda_caller() else { return 0 };
+    if let Some(c) = thread_counters(&cur) {
+        // SAFETY: this thread's own entry; no other CPU writes it.
+        unsafe { (*c).hits[ID as usize] += 1 };
+    }
+    let mut args = [0; CALL_ARGS];
+    let mut i = 0;
+    while i < CALL_ARGS {
+        args[i] = ctx.arg::<u64>(i).unwrap_or(0);
+        i += 1;
+    }
+    // SAFETY: reading the monotonic clock has no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let Some(mut entry) = EVENTS.reserve::<CallEvent>(0) else {
+        count_loss(loss::RING_FULL);
+        count_loss(loss::RING_FULL_CALLS);
+        return 0;
+    };
+    entry.write(CallEvent { header: EventHeader { kind: KIND_CALL, probe: ID, tgid: cur.tgid, tid: cur.tid, ts_ns: now }, start_ns: now, args, ret: 0, out: 0 });
+    // A block handed out (a positive size) has its Python line read while the thread is
+    // there: one a process every `BLOCK_PROMPT_EVERY_NS` wakes the reader at once.
+    let handed_out = (args[1] as i64) > 0;
+    entry.submit(if handed_out && stacks_on() && block_prompt_due(cur.tgid, now) { crate::maps::FORCE_WAKEUP } else { crate::maps::batched_submit() });
+    0
 }

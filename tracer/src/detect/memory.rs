@@ -160,25 +160,25 @@ pub fn view(inputs: &Inputs<'_>) -> Memory {
         recovered_by_retry: failures.recovered.iter().filter(|f| f.frees_after > 0).count() as u64,
         failed_for_good: inputs.failed_for_good().len() as u64,
         timeline: timeline(inputs),
-        tensors: tensors(inputs.evidence, from_start, inputs.start_ns),
+        tensors: tensors(inputs.evidence, inputs.start_ns),
     }
 }
 
-/// The caching allocator's view, where its probes saw blocks.
-fn tensors(ev: &Evidence, from_start: bool, start_ns: u64) -> Option<TensorMemory> {
+/// The caching allocator's view, where its reports were seen.
+fn tensors(ev: &Evidence, start_ns: u64) -> Option<TensorMemory> {
     let b = &ev.blocks;
-    b.seen().then(|| TensorMemory {
-        until_s: b.stopped_at_ns.map(|at| at.saturating_sub(start_ns) as f64 / 1e9),
-        live_by_size: b.live_by_size().into_iter().map(|(from_bytes, blocks, bytes)| BlockSizes { from_bytes, blocks, bytes }).collect(),
+    let (allocator_allocated, allocator_reserved) = b.allocator_totals()?;
+    Some(TensorMemory {
         allocated_bytes: b.live_bytes,
         peak_allocated_bytes: b.peak_live_bytes,
         blocks: b.count,
         frees: b.frees,
         unknown_frees: b.unknown_frees,
-        // Both ends seen whole, and at the same moment (not where the allocator's probes went
-        // off before the end).
-        // The cudaMallocAsync backend's pool reserves inside the driver, unseen.
-        cached_bytes: (from_start && b.unknown_frees == 0 && !b.stopped() && !b.pooled).then(|| ev.allocs.live_bytes.saturating_sub(b.live_bytes)),
+        allocator_allocated_bytes: allocator_allocated,
+        allocator_reserved_bytes: allocator_reserved,
+        cached_bytes: allocator_reserved.saturating_sub(allocator_allocated),
+        until_s: b.stopped_at_ns.map(|at| at.saturating_sub(start_ns) as f64 / 1e9),
+        live_by_size: b.live_by_size().into_iter().map(|(from_bytes, blocks, bytes)| BlockSizes { from_bytes, blocks, bytes }).collect(),
     })
 }
 
@@ -456,9 +456,12 @@ fn fragmentation(inputs: &Inputs<'_>, window_s: f64, tensors: Option<&TensorMemo
 /// tensor uses, and the sizes of the live tensors' blocks, the largest classes by bytes.
 fn held_in_tensors(t: &TensorMemory) -> Vec<String> {
     let mut out = Vec::new();
-    if let Some(cached) = t.cached_bytes {
-        out.push(format!("at the end, {} was reserved but in no tensor (the allocator's cache: reserved − allocated), beside {} in live tensors", bytes(cached), bytes(t.allocated_bytes)));
-    }
+    out.push(format!(
+        "at the allocator's last report, {} of its {} reserved was in no tensor (its cache: reserved − allocated), beside {} in live tensors",
+        bytes(t.cached_bytes),
+        bytes(t.allocator_reserved_bytes),
+        bytes(t.allocator_allocated_bytes)
+    ));
     let mut by_bytes: Vec<&BlockSizes> = t.live_by_size.iter().collect();
     by_bytes.sort_by_key(|c| std::cmp::Reverse(c.bytes));
     let classes: Vec<String> = by_bytes.iter().take(3).map(|c| format!("{} in {} block(s) of {}–{}", bytes(c.bytes), c.blocks, bytes(c.from_bytes), bytes(c.from_bytes.saturating_mul(2)))).collect();
@@ -644,7 +647,9 @@ mod tests {
     fn fragmentation_with_the_allocators_view_says_what_the_cache_holds_and_the_block_sizes() {
         let t = TensorMemory {
             allocated_bytes: 200 * MIB,
-            cached_bytes: Some(500 * MIB),
+            allocator_allocated_bytes: 200 * MIB,
+            allocator_reserved_bytes: 700 * MIB,
+            cached_bytes: 500 * MIB,
             live_by_size: vec![
                 BlockSizes { from_bytes: MIB, blocks: 8, bytes: 8 * MIB },
                 BlockSizes { from_bytes: 128 * MIB, blocks: 1, bytes: 192 * MIB },
@@ -653,10 +658,8 @@ mod tests {
         };
         let said = held_in_tensors(&t);
         assert_eq!(said.len(), 2, "{said:?}");
-        assert!(said[0].contains("500.0 MiB was reserved but in no tensor"), "{said:?}");
+        assert!(said[0].contains("500.0 MiB of its 700.0 MiB reserved was in no tensor"), "{said:?}");
         assert!(said[1].starts_with("live tensors by block size: 192.0 MiB in 1 block(s) of 128.0 MiB–256.0 MiB; 8.0 MiB"), "{said:?}");
-        // Without the cache's figure (attached mid-run), only the sizes.
-        assert_eq!(held_in_tensors(&TensorMemory { cached_bytes: None, ..t }).len(), 1);
     }
 
     #[test]

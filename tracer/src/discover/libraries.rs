@@ -34,11 +34,11 @@ pub fn is_driver_library(file_name: &str) -> bool {
     file_name == "libcuda.so" || file_name.strip_prefix("libcuda.so.").is_some_and(|v| !v.is_empty())
 }
 
-/// Is this file name PyTorch's CUDA allocator library (`libc10_cuda.so`), whose caching
-/// allocator gputrace probes by demangled name (`gputrace_common::ALLOCATOR_SYMBOLS`)?
+/// Is this file name PyTorch's core library (`libc10.so`), whose profiler hook its caching
+/// allocator reports every block to (`gputrace_common::ALLOCATOR_SYMBOLS`)?
 #[must_use]
 pub fn is_allocator_library(file_name: &str) -> bool {
-    file_name == "libc10_cuda.so"
+    file_name == "libc10.so"
 }
 
 /// CUDA driver libraries mapped by `pid`, one per inode.

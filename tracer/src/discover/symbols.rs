@@ -56,7 +56,7 @@ pub fn demangled_in<'d, R: object::ReadRef<'d>>(data: R, wanted: &[(&str, &'stat
     let segments: Vec<(u64, u64, u64)> = file.segments().map(|s| (s.address(), s.size(), s.file_range().0)).collect();
     // The unqualified names, as their mangled forms spell them: only symbols holding one are
     // demangled (a symbol table holds tens of thousands).
-    let leaves: Vec<&str> = wanted.iter().filter_map(|(name, _)| name.split('(').next()?.rsplit("::").next()).collect();
+    let leaves: Vec<&str> = wanted.iter().filter_map(|(name, _)| name.split('(').next()?.rsplit("::").next()).filter(|leaf| !leaf.is_empty()).collect();
     let mut out = HashMap::new();
     for sym in file.symbols().chain(file.dynamic_symbols()) {
         if !sym.is_definition() || sym.kind() != object::SymbolKind::Text {

@@ -1,5 +1,6 @@
 //! Memory at the tensor level: the blocks a framework's caching allocator hands out and takes
-//! back (PyTorch's, probed in `libc10_cuda.so`: `gputrace_common::ALLOCATOR_SYMBOLS`). The
+//! back (PyTorch's, through its profiler hook in `libc10.so`: `gputrace_common::ALLOCATOR_SYMBOLS`),
+//! with the allocator's own totals at each report. The
 //! driver sees only the segments the allocator reserves (`memory.rs`); a tensor kept alive
 //! across steps shows here first, as allocated bytes that grow while the reserve may not, and
 //! each live block can be charged to the line that asked for it (`BlockSite`).
@@ -20,7 +21,16 @@ pub struct LiveBlock {
     pub at_ns: u64,
 }
 
-/// The caching allocators' blocks, as their probes saw them.
+/// What a caching allocator says it holds, at one report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AllocatorTotals {
+    /// In blocks handed out (`torch.cuda.memory_allocated()`).
+    pub allocated_bytes: u64,
+    /// In segments reserved (`torch.cuda.memory_reserved()`).
+    pub reserved_bytes: u64,
+}
+
+/// The caching allocators' blocks, as their reports said.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Blocks {
     /// Blocks handed out, and their bytes.
@@ -38,9 +48,8 @@ pub struct Blocks {
     /// When the overhead budget took the allocator's probes off for good: the view is of the
     /// window up to then (records still arriving from closing links are left out).
     pub stopped_at_ns: Option<u64>,
-    /// Blocks came from the cudaMallocAsync backend, whose pool reserves memory inside the
-    /// driver (`cuMemAllocAsync` shows the blocks, not the pool's reserve).
-    pub pooled: bool,
+    /// The allocator's own figures at its latest report, by process and device index.
+    allocator: std::collections::BTreeMap<(u32, u8), AllocatorTotals>,
     live: HashMap<(u32, u64), LiveBlock>,
 }
 
@@ -49,31 +58,29 @@ impl Blocks {
     /// it stays out of the threads' CUDA time.
     pub(super) fn record(&mut self, spec: &ProbeSpec, call: &CallEvent) {
         let (pid, at) = (call.header.tgid, call.header.ts_ns);
-        if self.stopped_at_ns.is_some_and(|s| at >= s) {
+        if spec.family != Family::Block || self.stopped_at_ns.is_some_and(|s| at >= s) {
             return;
         }
-        if spec.family == Family::Block {
-            // The allocator's malloc returns nothing: it throws on failure, and a return seen
-            // with no address written (an empty request) is no block.
-            if call.out == 0 {
-                return;
-            }
-            let size = spec.size_arg.map_or(0, |i| call.args[usize::from(i)]);
-            self.pooled |= spec.symbol == "c10_async_malloc";
+        let [addr, size, total_allocated, total_reserved, device] = call.args;
+        // c10::Device, two bytes in a register: the device type, then its index.
+        let index = ((device >> 8) & 0xff) as u8;
+        self.allocator.insert((pid, index), AllocatorTotals { allocated_bytes: total_allocated, reserved_bytes: total_reserved });
+        let size = size as i64;
+        if addr == 0 || size == 0 {
+            return;
+        }
+        if size > 0 {
+            let size = size.unsigned_abs();
             self.count += 1;
             self.bytes = self.bytes.saturating_add(size);
-            // The same address handed out twice without a free between: the free was not seen
-            // (its probe missed it); the newer block replaces it.
-            if let Some(old) = self.live.insert((pid, call.out), LiveBlock { bytes: size, tid: call.header.tid, at_ns: at }) {
+            // The same address handed out twice without a give-back between: that one was not
+            // seen (a record lost); the newer block replaces it.
+            if let Some(old) = self.live.insert((pid, addr), LiveBlock { bytes: size, tid: call.header.tid, at_ns: at }) {
                 self.live_bytes = self.live_bytes.saturating_sub(old.bytes);
             }
             self.live_bytes = self.live_bytes.saturating_add(size);
             self.peak_live_bytes = self.peak_live_bytes.max(self.live_bytes);
         } else {
-            let addr = spec.addr_arg.map_or(0, |i| call.args[usize::from(i)]);
-            if addr == 0 {
-                return;
-            }
             self.frees += 1;
             match self.live.remove(&(pid, addr)) {
                 Some(b) => self.live_bytes = self.live_bytes.saturating_sub(b.bytes),
@@ -84,6 +91,15 @@ impl Blocks {
             Some(last) if last.0 / TIMELINE_BUCKET_NS == at / TIMELINE_BUCKET_NS => *last = (at, self.live_bytes),
             _ => self.timeline.push((at, self.live_bytes)),
         }
+    }
+
+    /// The allocator's own totals at its last report, summed over the job's processes and
+    /// devices: (allocated, reserved). None before any report.
+    #[must_use]
+    pub fn allocator_totals(&self) -> Option<(u64, u64)> {
+        (!self.allocator.is_empty()).then(|| {
+            self.allocator.values().fold((0u64, 0u64), |(a, r), t| (a.saturating_add(t.allocated_bytes), r.saturating_add(t.reserved_bytes)))
+        })
     }
 
     /// The probes were taken off for good at `at_ns` (`--max-overhead`).
@@ -126,33 +142,43 @@ mod tests {
 
     use super::*;
 
-    fn spec(program: &str) -> &'static ProbeSpec {
-        PROBES.iter().find(|p| p.symbol == program).expect("an allocator probe")
+    /// A report of `size` bytes (negative: given back) at `addr`, the allocator then holding
+    /// `allocated` and `reserved` on device 0.
+    fn report(at: u64, addr: u64, size: i64, allocated: u64, reserved: u64) -> CallEvent {
+        let s = PROBES.iter().find(|p| p.symbol == "c10_report_memory").expect("the allocator probe");
+        // c10::Device{CUDA (1), index 0}.
+        CallEvent { header: EventHeader { kind: KIND_CALL, probe: s.id, tgid: 1, tid: 2, ts_ns: at }, start_ns: at, args: [addr, size as u64, allocated, reserved, 1], ret: 0, out: 0 }
     }
 
-    fn call(program: &str, at: u64, args: [u64; 5], out: u64) -> (&'static ProbeSpec, CallEvent) {
-        let s = spec(program);
-        (s, CallEvent { header: EventHeader { kind: KIND_CALL, probe: s.id, tgid: 1, tid: 2, ts_ns: at }, start_ns: at, args, ret: 0, out })
+    fn fold(b: &mut Blocks, calls: &[CallEvent]) {
+        let s = PROBES.iter().find(|p| p.symbol == "c10_report_memory").expect("the allocator probe");
+        for c in calls {
+            b.record(s, c);
+        }
     }
 
     #[test]
     fn live_bytes_follow_blocks_and_a_reused_address_is_a_new_block() {
         let mut b = Blocks::default();
-        for (s, c) in [
-            call("c10_native_malloc", 1, [0, 0, 0, 100, 0], 0xa),
-            call("c10_native_malloc", 2, [0, 0, 0, 50, 0], 0xb),
-            call("c10_native_free", 3, [0xa, 0, 0, 0, 0], 0),
-            call("c10_native_malloc", TIMELINE_BUCKET_NS + 4, [0, 0, 0, 30, 0], 0xa),
-            call("c10_native_raw_free", TIMELINE_BUCKET_NS + 5, [0, 0xdead, 0, 0, 0], 0),
-            // No address written: no block.
-            call("c10_native_malloc", TIMELINE_BUCKET_NS + 6, [0, 0, 0, 0, 0], 0),
-        ] {
-            b.record(s, &c);
-        }
+        fold(
+            &mut b,
+            &[
+                report(1, 0xa, 100, 100, 1000),
+                report(2, 0xb, 50, 150, 1000),
+                report(3, 0xa, -100, 50, 1000),
+                report(TIMELINE_BUCKET_NS + 4, 0xa, 30, 80, 1000),
+                // A block from before the probes, given back.
+                report(TIMELINE_BUCKET_NS + 5, 0xdead, -64, 16, 1000),
+                // An empty request: no block.
+                report(TIMELINE_BUCKET_NS + 6, 0, 0, 16, 1000),
+            ],
+        );
         assert_eq!((b.count, b.bytes, b.frees, b.unknown_frees), (3, 180, 2, 1));
         assert_eq!((b.live_bytes, b.peak_live_bytes), (80, 150));
         assert_eq!(b.timeline, vec![(3, 50), (TIMELINE_BUCKET_NS + 5, 80)]);
         assert_eq!(b.live_by_size(), vec![(16, 1, 30), (32, 1, 50)]);
+        // The allocator's own figures, at its last report.
+        assert_eq!(b.allocator_totals(), Some((16, 1000)));
         let mut live: Vec<(u64, u64, u64)> = b.live().map(|(_, a, l)| (a, l.bytes, l.at_ns)).collect();
         live.sort_unstable();
         assert_eq!(live, vec![(0xa, 30, TIMELINE_BUCKET_NS + 4), (0xb, 50, 2)]);
@@ -161,21 +187,9 @@ mod tests {
     #[test]
     fn after_the_probes_went_off_nothing_more_is_counted() {
         let mut b = Blocks::default();
-        let (s, c) = call("c10_native_malloc", 1, [0, 0, 0, 100, 0], 0xa);
-        b.record(s, &c);
+        fold(&mut b, &[report(1, 0xa, 100, 100, 100)]);
         b.stop(5);
-        let (s, c) = call("c10_native_free", 6, [0xa, 0, 0, 0, 0], 0);
-        b.record(s, &c);
-        assert_eq!((b.live_bytes, b.frees), (100, 0));
-    }
-
-    #[test]
-    fn the_async_backends_arguments_have_no_this() {
-        let mut b = Blocks::default();
-        let (s, c) = call("c10_async_malloc", 1, [0, 0, 64, 0, 0], 0xc);
-        b.record(s, &c);
-        let (s, c) = call("c10_async_free", 2, [0xc, 0, 0, 0, 0], 0);
-        b.record(s, &c);
-        assert_eq!((b.bytes, b.live_bytes, b.unknown_frees), (64, 0, 0));
+        fold(&mut b, &[report(6, 0xa, -100, 0, 100)]);
+        assert_eq!((b.live_bytes, b.frees, b.allocator_totals()), (100, 0, Some((100, 100))));
     }
 }

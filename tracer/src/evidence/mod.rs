@@ -137,7 +137,12 @@ impl Evidence {
         match event {
             Event::Call(call) => {
                 self.calls_delivered += 1;
-                self.apply_call(call, host);
+                // A caching allocator's report is no CUDA call: it neither anchors the
+                // launches' scale nor takes the thread's time.
+                match spec_of(call.header.probe) {
+                    Some(spec) if spec.family == Family::Block => self.blocks.record(spec, call),
+                    _ => self.apply_call(call, host),
+                }
             }
             Event::IdleEnd(e) => {
                 self.d2h_bursts.launch(e.header.tid, e.header.ts_ns);
@@ -377,7 +382,6 @@ impl Evidence {
                 }
                 self.thread(tid, pid).markers.record(steps::MarkerKind { probe: spec.id, class: marker_class }, call.header.ts_ns);
             }
-            Family::Block | Family::BlockFree => self.blocks.record(spec, call),
             // Mapping is the caching allocator's work as much as allocating is: time the host
             // spends there is not spent launching.
             Family::Alloc | Family::Free | Family::Map | Family::Unmap => {
@@ -399,7 +403,7 @@ impl Evidence {
                 duration_ns: duration,
                 result: call.ret as u32,
             }),
-            Family::Launch | Family::GraphLaunch => {}
+            Family::Launch | Family::GraphLaunch | Family::Block => {}
         }
         let t = self.thread(tid, pid);
         t.first_ns = if t.first_ns == 0 { call.start_ns } else { t.first_ns.min(call.start_ns) };

@@ -275,7 +275,7 @@ fn family_name(f: Family) -> &'static str {
         Family::Sync => "sync",
         Family::Alloc | Family::Free | Family::Map | Family::Unmap => "device-memory",
         Family::HostPin | Family::HostUnpin => "host-pinning",
-        Family::Block | Family::BlockFree => "tensor-memory",
+        Family::Block => "tensor-memory",
         Family::Context => "context",
     }
 }

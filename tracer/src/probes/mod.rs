@@ -47,12 +47,7 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gp
 
 /// Whether a probe has a return program (`<symbol>_ret`).
 fn has_return(spec: &ProbeSpec) -> bool {
-    !is_launch(spec)
-}
-
-/// Launch probes: the hottest, entry only, and the ones the overhead budget may shed.
-fn is_launch(spec: &ProbeSpec) -> bool {
-    matches!(spec.family, gputrace_common::Family::Launch | gputrace_common::Family::GraphLaunch)
+    gputrace_common::has_return_program(spec.id)
 }
 
 /// Whether this kernel takes multi-uprobe links (loads a two-instruction program: needs the

@@ -67,16 +67,11 @@ impl ProbeSet {
 
     /// Take the caching allocator's probes off for good (the overhead budget's first off
     /// phase: they cost traps per tensor, and their view needs every give-back, so they are
-    /// not cycled), and probe no allocator found later. Their calls in flight lose their
-    /// slots with the call epoch. The links are handed back for the caller to close.
+    /// not cycled), and probe no allocator found later (entry-only probes: no call slot to
+    /// free). The links are handed back for the caller to close.
     pub fn take_allocators_off(&mut self) -> Vec<uprobes::Detached> {
         super::leave_allocators_unprobed();
-        if let Err(e) = self.next_call_epoch(self.shed == Some(Shed::LaunchesAndCalls)) {
-            log::warn!("the call epoch could not be moved on ({e}): a thread inside the caching allocator keeps a call slot");
-        }
-        let block = |program: &str| {
-            gputrace_common::PROBES.iter().any(|p| gputrace_common::is_block_probe(p.id) && (p.symbol == program || return_program(p.symbol) == program))
-        };
+        let block = |program: &str| gputrace_common::PROBES.iter().any(|p| gputrace_common::is_block_probe(p.id) && p.symbol == program);
         self.uprobes.take_programs(&mut self.ebpf, block)
     }
 

@@ -20,7 +20,7 @@ use std::{collections::BTreeMap, fs::File, os::unix::fs::FileExt as _, path::Pat
 use aya::{
     Ebpf,
 };
-use gputrace_common::{spec_of, Family, PROBES};
+use gputrace_common::PROBES;
 use super::{uprobes::Uprobes, AttachedLibrary};
 
 pub use crate::model::{EntryKind, ProgramNs, TrapCosts};
@@ -168,10 +168,7 @@ fn per_call_ns(f: unsafe extern "C" fn()) -> f64 {
 /// entry-only mode).
 #[must_use]
 pub fn has_return(id: u32, entry_only: bool) -> bool {
-    match spec_of(id).map(|s| s.family) {
-        Some(Family::Launch | Family::GraphLaunch) | None => false,
-        Some(_) => !entry_only,
-    }
+    gputrace_common::has_return_program(id) && !entry_only
 }
 
 /// Per probe id (shared by the overhead estimate and the overhead budget): its entry kind

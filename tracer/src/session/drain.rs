@@ -78,8 +78,10 @@ pub(super) fn drain_ring(
                     let bytes = spec.size_arg.map_or(0, |i| c.args[usize::from(i)]);
                     match spec.family {
                         Family::Alloc => py.allocated(c.header.tgid, c.header.tid, bytes, c.ret != 0, c.header.ts_ns, None),
-                        // The caching allocator's malloc returns nothing: a block is its address.
-                        Family::Block if c.out != 0 => py.allocated(c.header.tgid, c.header.tid, bytes, false, c.header.ts_ns, Some(c.out)),
+                        // A block handed out: the allocator's report of a positive size.
+                        Family::Block if (c.args[1] as i64) > 0 && c.args[0] != 0 => {
+                            py.allocated(c.header.tgid, c.header.tid, bytes, false, c.header.ts_ns, Some(c.args[0]));
+                        }
                         _ => {}
                     }
                 }

@@ -275,7 +275,13 @@ impl SnapshotReader {
         let wakes = self.wakes(kernel, &sched);
         let stacks = self.stacks(kernel);
         let alloc_stacks = self.alloc_stacks(kernel, allocs);
-        let block_sites = self.python.as_ref().map(|py| py.block_sites(blocks.live().map(|(pid, addr, b)| (pid, addr, b.at_ns, b.bytes)))).unwrap_or_default();
+        // The blocks made in the second half of the blocks' span so far: what a leak keeps piles up
+        // there, while the model's parameters and optimizer state, made at the start and live
+        // to the end, would outweigh it.
+        let first = blocks.timeline.first().map_or(at_ns, |p| p.0);
+        let since = first.saturating_add(at_ns.saturating_sub(first) / 2);
+        let live: Vec<(u32, u64, u64, u64)> = blocks.live().filter(|(_, _, b)| b.at_ns >= since).map(|(pid, addr, b)| (pid, addr, b.at_ns, b.bytes)).collect();
+        let block_sites = self.python.as_ref().map(|py| py.block_sites(&live)).unwrap_or_default();
         Snapshot {
             at_ns,
             threads,

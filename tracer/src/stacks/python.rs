@@ -111,12 +111,14 @@ impl PythonSampler {
     }
 
     /// The blocks of `live` (process, address, allocated at, bytes) whose Python line was
-    /// read, summed by process and line.
+    /// read, summed by process and line; the reads of blocks no longer live are forgotten.
     #[must_use]
-    pub fn block_sites(&self, live: impl Iterator<Item = (u32, u64, u64, u64)>) -> Vec<BlockSite> {
-        let Ok(sh) = self.shared.lock() else { return Vec::new() };
+    pub fn block_sites(&self, live: &[(u32, u64, u64, u64)]) -> Vec<BlockSite> {
+        let Ok(mut sh) = self.shared.lock() else { return Vec::new() };
+        let now_live: std::collections::HashSet<(u32, u64, u64)> = live.iter().map(|&(pid, addr, at, _)| (pid, addr, at)).collect();
+        sh.block_reads.retain(|&(pid, addr), (at, _)| now_live.contains(&(pid, addr, *at)));
         let mut by_line: HashMap<(u32, &[Frame]), BlockSite> = HashMap::new();
-        for (pid, addr, at_ns, bytes) in live {
+        for &(pid, addr, at_ns, bytes) in live {
             // The read of this very block: the address is handed out again after a free.
             let Some((_, frames)) = sh.block_reads.get(&(pid, addr)).filter(|(read_at, _)| *read_at == at_ns) else { continue };
             let site = by_line.entry((pid, frames.as_slice())).or_insert_with(|| BlockSite { pid, frames: frames.clone(), ..BlockSite::default() });
@@ -247,8 +249,10 @@ fn answer(ask: Ask, spied: &mut Vec<Spied>, seen: &mut std::collections::BTreeSe
             if lag > ALLOC_READ_MAX_LAG_NS {
                 // Blocks are late by design (most wait for the ring's batch): only the
                 // driver's allocations, each prompt, are worth a note.
-                if let (None, Ok(mut sh)) = (block, shared.lock()) {
-                    sh.stale_allocs += 1;
+                if block.is_none() && spied.iter().any(|s| s.pid == pid) {
+                    if let Ok(mut sh) = shared.lock() {
+                        sh.stale_allocs += 1;
+                    }
                 }
                 return;
             }

@@ -42,7 +42,7 @@ impl Calls {
             Family::Alloc => &mut self.allocs,
             Family::Free => &mut self.frees,
             Family::Context => &mut self.contexts,
-            Family::HostPin | Family::HostUnpin | Family::Map | Family::Unmap | Family::Block | Family::BlockFree => &mut self.other,
+            Family::HostPin | Family::HostUnpin | Family::Map | Family::Unmap | Family::Block => &mut self.other,
         };
         *slot += hits;
     }
