@@ -158,6 +158,7 @@ pub fn build(outcome: &Outcome) -> Report {
             maps_reads: outcome.maps_reads,
             notes: notes(outcome)
                 .into_iter()
+                .chain(silent_allocator(ev, outcome))
                 .chain(findings.time.as_ref().and_then(|t| t.startup.as_ref()).map(startup_note))
                 .chain(sampling.as_ref().filter(|s| !s.met).map(budget_missed))
                 .collect(),
@@ -327,6 +328,16 @@ fn notes(outcome: &Outcome) -> Vec<String> {
         ));
     }
     notes
+}
+
+/// Under `--tensors`, a caching allocator probed that never reported a block while the job
+/// allocated through the driver: PyTorch's cudaMallocAsync backend does not report to the
+/// profiler hook (torch 2.11 on the H200, docs/validation.md).
+fn silent_allocator(ev: &Evidence, outcome: &Outcome) -> Option<String> {
+    let hooked = outcome.libraries.iter().any(|l| crate::discover::libraries::is_allocator_library(l.library.file_name()) && !l.symbols.is_empty());
+    (hooked && !ev.blocks.seen() && ev.allocs.count > 0).then(|| {
+        "--tensors: PyTorch's caching allocator was probed but never reported a block while the job allocated through the driver (its cudaMallocAsync backend does not): memory is seen at the driver level only".to_owned()
+    })
 }
 
 /// One entry per probed symbol. One program serves a symbol in every library it is attached
