@@ -343,9 +343,9 @@ pub const PROBES: &[ProbeSpec] = &[
 /// The caching allocators' functions gputrace probes, by the demangled name and signature
 /// their library's symbol table gives them, and the program of [`PROBES`] each takes. A
 /// library where the name with this exact signature is missing is not probed (a changed
-/// signature would make the arguments read wrong). PyTorch's caching allocator calls its
-/// profiler hook on every block it hands out and takes back, native and cudaMallocAsync
-/// backends alike; the hook is exported by libc10.so, so it is called across libraries and
+/// signature would make the arguments read wrong). PyTorch's native caching allocator calls
+/// its profiler hook on every block it hands out and takes back (its cudaMallocAsync backend
+/// does not, in torch 2.11); the hook is exported by libc10.so, so it is called across libraries and
 /// never inlined (its own allocator functions in `libc10_cuda.so` are: `free` is inlined into
 /// its callers in torch 2.11, docs/validation.md).
 pub const ALLOCATOR_SYMBOLS: [(&str, &str); 1] = [("c10::reportMemoryUsageToProfiler(void*, long, unsigned long, unsigned long, c10::Device)", "c10_report_memory")];
