@@ -3,16 +3,9 @@
 // probes its entry (gputrace_common::ALLOCATOR_SYMBOLS). Built with -DFAKE_OTHER_SIGNATURE,
 // it takes one argument more, as a release whose signature changed would: gputrace must then
 // leave it alone and say so.
-#include <cstddef>
-#include <cstdint>
+#include "fake_c10.h"
 
 namespace c10 {
-enum class DeviceType : int8_t { CPU = 0, CUDA = 1 };
-struct Device {
-  DeviceType type;
-  int8_t index;
-};
-
 #ifdef FAKE_OTHER_SIGNATURE
 __attribute__((visibility("default"), noinline)) void reportMemoryUsageToProfiler(void *, int64_t, size_t, size_t, Device, int) {
 #else

@@ -17,20 +17,12 @@
 struct CUstream_st;
 extern "C" int cuMemAlloc_v2(unsigned long long *dptr, size_t bytes);
 
-namespace c10 {
-enum class DeviceType : int8_t { CPU = 0, CUDA = 1 };
-struct Device {
-  DeviceType type;
-  int8_t index;
-};
+#include "fake_c10.h"
 #ifdef FAKE_OTHER_SIGNATURE
-void reportMemoryUsageToProfiler(void *ptr, int64_t alloc_size, size_t total_allocated, size_t total_reserved, Device device, int);
 #define REPORT(ptr, size) c10::reportMemoryUsageToProfiler(ptr, size, allocated_bytes_, reserved_bytes_, c10::Device{c10::DeviceType::CUDA, 0}, 0)
 #else
-void reportMemoryUsageToProfiler(void *ptr, int64_t alloc_size, size_t total_allocated, size_t total_reserved, Device device);
 #define REPORT(ptr, size) c10::reportMemoryUsageToProfiler(ptr, size, allocated_bytes_, reserved_bytes_, c10::Device{c10::DeviceType::CUDA, 0})
 #endif
-}  // namespace c10
 
 namespace c10 {
 namespace cuda {

@@ -392,25 +392,6 @@ pub const fn has_return_program(id: u32) -> bool {
     }
 }
 
-/// The ids of the caching-allocator probes (family `Block`), a range so that the kernel side
-/// tests it in two compares.
-pub const FIRST_BLOCK_PROBE: u32 = 84;
-pub const LAST_BLOCK_PROBE: u32 = 84;
-
-/// Whether `id` is a caching-allocator probe.
-#[must_use]
-pub const fn is_block_probe(id: u32) -> bool {
-    id >= FIRST_BLOCK_PROBE && id <= LAST_BLOCK_PROBE
-}
-
-const _: () = {
-    let mut i = 0;
-    while i < PROBES.len() {
-        let s = &PROBES[i];
-        assert!(is_block_probe(s.id) == matches!(s.family, Family::Block), "block probes are the block range");
-        i += 1;
-    }
-};
 
 
 /// Whether a call's prompt delivery is needed only the first time its memory is seen:

@@ -92,18 +92,25 @@ fn recall(c: *mut ThreadCounters, probe: u32) -> Option<InflightCall> {
     }
 }
 
-/// `alloc_stack`: a device allocation, whose caller's user stack id replaces its unused last
-/// argument (`slot::ALLOC_STACK`), when stacks are on.
+/// The call's first `CALL_ARGS` integer arguments, 0 where one cannot be read.
 #[inline(always)]
-fn on_enter(ctx: &ProbeContext, probe: u32, alloc_stack: bool, sheddable: bool) -> u32 {
-    let Some(cur) = cuda_caller() else { return 0 };
-    let counters = thread_counters(&cur);
+fn raw_args(ctx: &ProbeContext) -> [u64; CALL_ARGS] {
     let mut args = [0; CALL_ARGS];
     let mut i = 0;
     while i < CALL_ARGS {
         args[i] = ctx.arg::<u64>(i).unwrap_or(0);
         i += 1;
     }
+    args
+}
+
+/// `alloc_stack`: a device allocation, whose caller's user stack id replaces its unused last
+/// argument (`slot::ALLOC_STACK`), when stacks are on.
+#[inline(always)]
+fn on_enter(ctx: &ProbeContext, probe: u32, alloc_stack: bool, sheddable: bool) -> u32 {
+    let Some(cur) = cuda_caller() else { return 0 };
+    let counters = thread_counters(&cur);
+    let mut args = raw_args(ctx);
     note_entry(ctx, &cur, counters, probe, &args);
     if alloc_stack {
         args[slot::ALLOC_STACK] = if stacks_on() {
@@ -367,12 +374,7 @@ pub fn c10_report_memory(ctx: ProbeContext) -> u32 {
         // SAFETY: this thread's own entry; no other CPU writes it.
         unsafe { (*c).hits[ID as usize] += 1 };
     }
-    let mut args = [0; CALL_ARGS];
-    let mut i = 0;
-    while i < CALL_ARGS {
-        args[i] = ctx.arg::<u64>(i).unwrap_or(0);
-        i += 1;
-    }
+    let args = raw_args(&ctx);
     // SAFETY: reading the monotonic clock has no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     let Some(mut entry) = EVENTS.reserve::<CallEvent>(0) else {

@@ -15,7 +15,6 @@ use super::memory::TIMELINE_BUCKET_NS;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LiveBlock {
     pub bytes: u64,
-    pub tid: u32,
     /// When the allocation returned (its record's time): with the address, which block it
     /// is (the allocator hands the same address out again after a free).
     pub at_ns: u64,
@@ -75,7 +74,7 @@ impl Blocks {
             self.bytes = self.bytes.saturating_add(size);
             // The same address handed out twice without a give-back between: that one was not
             // seen (a record lost); the newer block replaces it.
-            if let Some(old) = self.live.insert((pid, addr), LiveBlock { bytes: size, tid: call.header.tid, at_ns: at }) {
+            if let Some(old) = self.live.insert((pid, addr), LiveBlock { bytes: size, at_ns: at }) {
                 self.live_bytes = self.live_bytes.saturating_sub(old.bytes);
             }
             self.live_bytes = self.live_bytes.saturating_add(size);

@@ -21,7 +21,7 @@ mod vmm;
 
 use std::collections::BTreeMap;
 
-use gputrace_common::{drains_queue_after, spec_of, CallEvent, Family, ThreadCounters, CLONE_THREAD};
+use gputrace_common::{drains_queue_after, spec_of, CallEvent, Family, ProbeSpec, ThreadCounters, CLONE_THREAD};
 
 pub use copies::{CopyClass, CopyStats, DirStats, Direction, HostClass, HostMemory};
 pub use memory::{AllocStats, ContextCall, Failure, Failures, HostPinStats, StackAllocs, RETRY_WITHIN_NS, TIMELINE_BUCKET_NS};
@@ -141,7 +141,8 @@ impl Evidence {
                 // launches' scale nor takes the thread's time.
                 match spec_of(call.header.probe) {
                     Some(spec) if spec.family == Family::Block => self.blocks.record(spec, call),
-                    _ => self.apply_call(call, host),
+                    Some(spec) => self.apply_call(spec, call, host),
+                    None => self.unknown_probes += 1,
                 }
             }
             Event::IdleEnd(e) => {
@@ -300,11 +301,7 @@ impl Evidence {
         self.threads.entry(tid).or_insert_with(|| ThreadStats::new(pid))
     }
 
-    fn apply_call(&mut self, call: &CallEvent, host: &mut dyn HostMemory) {
-        let Some(spec) = spec_of(call.header.probe) else {
-            self.unknown_probes += 1;
-            return;
-        };
+    fn apply_call(&mut self, spec: &ProbeSpec, call: &CallEvent, host: &mut dyn HostMemory) {
         let duration = call.header.ts_ns.saturating_sub(call.start_ns);
         let (tid, pid) = (call.header.tid, call.header.tgid);
         // Calls are counted whatever the budget does: how many came since it first took the

@@ -71,7 +71,7 @@ impl ProbeSet {
     /// free). The links are handed back for the caller to close.
     pub fn take_allocators_off(&mut self) -> Vec<uprobes::Detached> {
         super::leave_allocators_unprobed();
-        let block = |program: &str| gputrace_common::PROBES.iter().any(|p| gputrace_common::is_block_probe(p.id) && p.symbol == program);
+        let block = |program: &str| gputrace_common::PROBES.iter().any(|p| p.family == gputrace_common::Family::Block && p.symbol == program);
         self.uprobes.take_programs(&mut self.ebpf, block)
     }
 

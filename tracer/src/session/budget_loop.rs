@@ -46,7 +46,8 @@ pub(super) struct Budgeting {
 /// Whether some thread hit a caching-allocator probe and the busiest thread's traps since the
 /// start (`elapsed_ns`) cost more than `limit` of it.
 fn over_budget_with_blocks(counters: &[(u32, gputrace_common::ThreadCounters)], cost_ns: &[f64; gputrace_common::PROBE_SLOTS], elapsed_ns: u64, limit: f64) -> bool {
-    let blocks = counters.iter().any(|(_, c)| c.hits.iter().enumerate().any(|(id, &n)| n > 0 && gputrace_common::is_block_probe(id as u32)));
+    let is_block = |id: usize| gputrace_common::spec_of(id as u32).is_some_and(|s| s.family == gputrace_common::Family::Block);
+    let blocks = counters.iter().any(|(_, c)| c.hits.iter().enumerate().any(|(id, &n)| n > 0 && is_block(id)));
     let busiest = counters.iter().map(|(_, c)| c.hits.iter().zip(cost_ns).map(|(&n, &ns)| n as f64 * ns).sum::<f64>()).fold(0.0, f64::max);
     blocks && elapsed_ns > 0 && busiest > limit * elapsed_ns as f64
 }
@@ -197,20 +198,21 @@ impl Live {
 
 #[cfg(test)]
 mod tests {
-    use gputrace_common::{ThreadCounters, FIRST_BLOCK_PROBE, PROBE_SLOTS};
+    use gputrace_common::{Family, ThreadCounters, PROBES, PROBE_SLOTS};
 
     use super::over_budget_with_blocks;
 
     #[test]
     fn the_allocators_probes_go_only_when_they_fired_and_the_busiest_thread_is_over() {
+        let block = PROBES.iter().find(|p| p.family == Family::Block).expect("an allocator probe").id as usize;
         let mut costs = [0.0; PROBE_SLOTS];
-        costs[FIRST_BLOCK_PROBE as usize] = 1_000.0;
+        costs[block] = 1_000.0;
         costs[1] = 1_000.0;
         let mut c = ThreadCounters::ZERO;
         c.hits[1] = 20_000;
         // 20 ms of launch traps in 1 s: over a 1 % budget, but no block fired.
         assert!(!over_budget_with_blocks(&[(1, c)], &costs, 1_000_000_000, 0.01));
-        c.hits[FIRST_BLOCK_PROBE as usize] = 1;
+        c.hits[block] = 1;
         assert!(over_budget_with_blocks(&[(1, c)], &costs, 1_000_000_000, 0.01));
         assert!(!over_budget_with_blocks(&[(1, c)], &costs, 1_000_000_000, 0.05));
     }
