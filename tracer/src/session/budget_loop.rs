@@ -143,6 +143,7 @@ impl Live {
                     let back = self.kernel.thread_counters();
                     let at = clock::monotonic_ns();
                     log::info!("overhead budget: probes back at {at} ns");
+                    b.controller.probes_back(at, &back);
                     self.evidence.launch_probes_on(at, &back);
                     if level == Some(Shed::LaunchesAndCalls) {
                         self.evidence.call_probes_on(at);
