@@ -129,6 +129,23 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// The sweep, window after window, served as Prometheus metrics at `http://ADDR/metrics`
+    /// (OpenMetrics text): GPUs, GPU processes, idle holders. Runs until SIGINT or SIGTERM.
+    Serve {
+        /// The address to listen on: IP:PORT (0.0.0.0:9400 for every interface).
+        #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9400", value_parser = parse_listen)]
+        listen: std::net::SocketAddr,
+        /// Length of each window (seconds, or 30s, 2m).
+        #[arg(long, value_name = "SECS", value_parser = parse_seconds, default_value = "15")]
+        interval: Duration,
+        /// Label series with whole command lines rather than program names (command lines
+        /// may carry secrets, and each distinct one is a new series).
+        #[arg(long)]
+        full_command: bool,
+        /// Show other users' command lines without being root (root sees them anyway).
+        #[arg(long)]
+        show_commands: bool,
+    },
     /// Check this machine for tracing and its GPU path: privileges, kernel features, NVML,
     /// the PCIe link, NUMA placement, clocks, persistence and MIG, other processes, the CUDA
     /// driver against a job's runtime. Exits non-zero only when a check fails.
@@ -213,6 +230,14 @@ const MAX_KEEP: u32 = 1000;
 const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
 
 /// A duration: seconds (`90`, `2.5`), or a number with a unit (`500ms`, `90s`, `5m`, `1h`).
+/// `--listen`: IP:PORT, or a bare port (on the loopback address).
+fn parse_listen(s: &str) -> Result<std::net::SocketAddr, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.parse().map_err(|_| format!("`{s}` is not an address to listen on: give IP:PORT, such as 127.0.0.1:9400, 0.0.0.0:9400 or [::]:9400"))
+}
+
 fn parse_seconds(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     // The unit is the trailing letters, so that `1e3` stays a number of seconds.
@@ -313,6 +338,9 @@ pub enum Job {
         pid: Option<u32>,
         json: bool,
     },
+    Serve {
+        options: crate::serve::Options,
+    },
     Completions {
         shell: clap_complete::Shell,
     },
@@ -411,6 +439,12 @@ impl Cli {
                 Job::Sweep { options: sweep::Options { duration, show_commands }, json, html }
             }
             Command::Doctor { pid, json } => Job::Doctor { pid, json },
+            Command::Serve { listen, interval, full_command, show_commands } => {
+                if interval < Duration::from_secs(1) {
+                    return Err(format!("--interval {interval:?} is too short: a window needs a second or more to judge a process idle"));
+                }
+                Job::Serve { options: crate::serve::Options { listen, interval, full_command, show_commands } }
+            }
             Command::Completions { shell } => Job::Completions { shell },
             Command::Man { subcommand } => {
                 man_page(subcommand.as_deref())?;
@@ -463,6 +497,10 @@ pub async fn execute(job: Job) -> i32 {
         Job::Export { file, perfetto, html } => export(&file, perfetto.as_ref(), html.as_ref()),
         Job::Sweep { options, json, html } => execute_sweep(&options, json, html.as_ref()).await,
         Job::Doctor { pid, json } => doctor(pid, json),
+        Job::Serve { options } => match crate::serve::serve(&options).await {
+            Ok(()) => exit::OK,
+            Err(e) => fail(&e),
+        },
         Job::Completions { shell } => print_with("the completion script", |out| {
             clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "gputrace", out);
             Ok(())

@@ -96,6 +96,13 @@ pub enum TraceError {
         source: object::read::Error,
     },
 
+    #[error("cannot listen on {addr}: {source}; give --listen an address of this host and a free port (ADDR:PORT)")]
+    Listen {
+        addr: String,
+        #[source]
+        source: io::Error,
+    },
+
     #[error("{what} {}: {source}", .path.display())]
     Io {
         what: &'static str,
@@ -139,7 +146,7 @@ impl TraceError {
             Self::Permission { .. } => exit::PERMISSION,
             Self::Kernel { .. } => exit::KERNEL,
             // As an output path refused on the command line: nothing was done.
-            Self::OutputTaken { .. } => exit::USAGE,
+            Self::OutputTaken { .. } | Self::Listen { .. } => exit::USAGE,
             _ => exit::FAILURE,
         }
     }

@@ -6,7 +6,7 @@
 //! `stacks` (call sites) → `detect` (diagnoses) → `report` (JSON, text). `model` (the report's
 //! types) and `outcome` (what a session hands the report) are leaves the stages import.
 //! `session` sequences the stages; `cli` is the command line; `gpu` is the NVML view; `sweep`
-//! is the host-wide census.
+//! is the host-wide census, and `serve` its windows as Prometheus metrics.
 
 pub mod cli;
 pub mod clock;
@@ -27,6 +27,7 @@ pub mod output;
 pub mod probes;
 pub mod record;
 pub mod report;
+pub mod serve;
 pub mod session;
 pub mod severity;
 pub mod stacks;

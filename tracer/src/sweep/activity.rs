@@ -175,6 +175,25 @@ impl Activity {
     }
 }
 
+/// Each thread's hits since `baseline` (the counters at the window's start, by thread): a
+/// continuous sweep keeps its probes, and so its counters, from one window to the next. A
+/// thread the baseline lacks is new: all its hits are the window's. A thread id the kernel
+/// reused after a thread of the baseline exited counts from zero where its hits fall below.
+#[must_use]
+pub fn since(counters: &[(u32, ThreadCounters)], baseline: &BTreeMap<u32, ThreadCounters>) -> Vec<(u32, ThreadCounters)> {
+    counters
+        .iter()
+        .map(|(tid, c)| {
+            let Some(before) = baseline.get(tid).filter(|b| b.tgid == c.tgid) else { return (*tid, *c) };
+            let mut delta = *c;
+            for (now, then) in delta.hits.iter_mut().zip(&before.hits) {
+                *now = now.saturating_sub(*then);
+            }
+            (*tid, delta)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use gputrace_common::{EventHeader, KIND_CALL};
@@ -195,6 +214,28 @@ mod tests {
 
     fn call(tgid: u32, symbol: &str, args: [u64; 5], ret: u64, out: u64, start_ns: u64, ts_ns: u64) -> CallEvent {
         CallEvent { header: EventHeader { kind: KIND_CALL, probe: id(symbol), tgid, tid: tgid, ts_ns }, start_ns, args, ret, out }
+    }
+
+    #[test]
+    fn a_window_counts_the_hits_since_its_baseline() {
+        let before = thread(10, &[("cuLaunchKernel", 100), ("cuCtxSynchronize_v2", 5)]);
+        let now = thread(10, &[("cuLaunchKernel", 130), ("cuCtxSynchronize_v2", 5)]);
+        let reused = thread(11, &[("cuLaunchKernel", 3)]);
+        let baseline: BTreeMap<u32, ThreadCounters> = [(1, before), (2, thread(12, &[("cuLaunchKernel", 50)]))].into();
+        let fresh = thread(10, &[("cuLaunchKernel", 7)]);
+        let d = since(&[(1, now), (2, reused), (3, fresh)], &baseline);
+        let calls = calls_by_process(&d);
+        // Thread 1: 30 launches, no sync; thread 2 is another process's now; thread 3 is new.
+        assert_eq!(calls[&10].kernels, 37);
+        assert_eq!(calls[&10].syncs, 0);
+        assert_eq!(calls[&11].kernels, 3);
+        let mut a = Activity::default();
+        a.observe(1_000, &d);
+        assert_eq!(a.last_ns.get(&10), Some(&1_000));
+        // A window in which a process's counters did not move does not date it.
+        let mut quiet = Activity::default();
+        quiet.observe(2_000, &since(&[(1, now)], &[(1, now)].into()));
+        assert!(quiet.last_ns.is_empty() && quiet.pids().next().is_none());
     }
 
     #[test]

@@ -251,7 +251,9 @@ pub fn diagnoses(inputs: &Inputs<'_>, processes: &[Process]) -> Vec<Diagnosis> {
 
 /// NVML's devices for the report.
 #[must_use]
-pub fn gpu(view: &GpuView) -> Gpu {
+/// NVML's view at the end, with each device's utilization and SM activity over the window
+/// (`sampled`, by index; empty without the sampler).
+pub fn gpu(view: &GpuView, sampled: &[crate::model::GpuDevice]) -> Gpu {
     Gpu {
         available: true,
         driver_version: view.driver_version.clone(),
@@ -265,6 +267,8 @@ pub fn gpu(view: &GpuView) -> Gpu {
                 memory_total_bytes: d.memory_total_bytes,
                 memory_used_bytes: d.memory_used_bytes,
                 processes: view.processes.values().filter(|uses| uses.iter().any(|u| u.device == d.index)).count(),
+                utilization_pct: sampled.iter().find(|s| s.index == d.index).and_then(|s| s.utilization.as_ref()).map(|u| u.mean),
+                sm_activity_pct: sampled.iter().find(|s| s.index == d.index).and_then(|s| s.sm_activity_pct.as_ref()).map(|u| u.mean),
             })
             .collect(),
     }
@@ -399,7 +403,7 @@ mod tests {
         assert_eq!(d[0].pid, 10);
         assert_eq!(d[0].severity, "high");
         assert!((d[0].impact.expect("known") - 0.2).abs() < 1e-9);
-        assert_eq!(gpu(&view).devices[0].processes, 2);
+        assert_eq!(gpu(&view, &[]).devices[0].processes, 2);
         // NVML's lists unread (or of another pid namespace): not listed says nothing.
         let unlisted = GpuView { processes_listed: false, ..view.clone() };
         let input = inputs(&activity, Some(&unlisted), &users, false);

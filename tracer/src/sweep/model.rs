@@ -143,6 +143,12 @@ pub struct GpuDevice {
     pub memory_used_bytes: Option<u64>,
     /// Processes NVML lists on it.
     pub processes: usize,
+    /// Mean share of the window some kernel ran (the driver's samples), and GPM's SM
+    /// activity (Hopper and later), percent; null where NVML could not be sampled.
+    #[serde(default)]
+    pub utilization_pct: Option<f64>,
+    #[serde(default)]
+    pub sm_activity_pct: Option<f64>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]

@@ -1,0 +1,243 @@
+//! `gputrace serve` against the fake CUDA and the fake NVML: an idle holder (its 64 MiB are
+//! what the fake NVML lists) and a busy job with two forked children that sleep (DataLoader
+//! workers). Scraped over HTTP, parsed by an OpenMetrics parser, compared with a JSON sweep
+//! of the same host; and the server's conduct towards bad clients and bad arguments.
+#![allow(clippy::float_cmp, reason = "the values compared are whole numbers of bytes, counts and 0/1, exact in an f64")]
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    net::{SocketAddr, TcpStream},
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use gputrace_tests::{fakejob, gputrace, require_root, FakeNvml, Gated};
+use openmetrics_parser::{MetricsExposition, OpenMetricsType, OpenMetricsValue};
+use serde_json::Value;
+
+/// One scrape: the exposition parsed, and as it was sent.
+struct Scraped {
+    parsed: MetricsExposition<OpenMetricsType, OpenMetricsValue>,
+    text: String,
+}
+
+impl std::fmt::Display for Scraped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// A running `gputrace -v serve`, and where it listens.
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+    stderr: mpsc::Receiver<String>,
+}
+
+impl Server {
+    fn start(nvml: &FakeNvml, args: &[&str]) -> Self {
+        let mut command = Command::new(gputrace());
+        nvml.apply(&mut command);
+        let mut child = command
+            .args(["-v", "serve", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("gputrace starts");
+        let (tx, rx) = mpsc::channel();
+        let stderr = child.stderr.take().expect("piped");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut seen = String::new();
+        let addr = loop {
+            let line = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).unwrap_or_else(|_| panic!("serve never said where it listens:\n{seen}"));
+            if let Some(rest) = line.split("serving http://").nth(1) {
+                break rest.split('/').next().expect("an address").parse().expect("an address");
+            }
+            seen.push_str(&line);
+            seen.push('\n');
+        };
+        Self { child, addr, stderr: rx }
+    }
+
+    /// `GET path`: the status and the body.
+    fn get(&self, path: &str) -> (u16, String, String) {
+        request(self.addr, &format!("GET {path} HTTP/1.1\r\nHost: gputrace\r\nConnection: close\r\n\r\n"))
+    }
+
+    /// The next exposition that shows more than `sweeps` windows judged.
+    fn metrics_after(&self, sweeps: f64) -> Scraped {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (status, head, body) = self.get("/metrics");
+            if status == 200 {
+                assert!(head.to_ascii_lowercase().contains("content-type: application/openmetrics-text"), "{head}");
+                let parsed = openmetrics_parser::openmetrics::parse_openmetrics(&body).unwrap_or_else(|e| panic!("not OpenMetrics ({e:?}):\n{body}"));
+                let scraped = Scraped { parsed, text: body };
+                if value(&scraped, "gputrace_sweeps", &[]) > sweeps {
+                    return scraped;
+                }
+            } else {
+                assert_eq!(status, 503, "{head}\n{body}");
+            }
+            assert!(Instant::now() < deadline, "no new window in 30 s: the last answer was {status}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn stop(mut self) -> (i32, String) {
+        // SAFETY: sending a signal has no memory-safety preconditions.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = self.child.wait().expect("serve exits");
+        (status.code().unwrap_or(-1), self.stderr.try_iter().collect::<Vec<_>>().join("\n"))
+    }
+}
+
+/// One HTTP/1.1 exchange: the status, the head and the body.
+fn request(addr: SocketAddr, text: &str) -> (u16, String, String) {
+    let mut stream = TcpStream::connect(addr).expect("connects");
+    stream.set_read_timeout(Some(Duration::from_secs(20))).expect("a timeout");
+    stream.write_all(text.as_bytes()).expect("request sent");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("a response");
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, head.to_owned(), body.to_owned())
+}
+
+/// The value of the sample of `family` whose labels include `labels`; panics if none.
+fn value(m: &Scraped, family: &str, labels: &[(&str, &str)]) -> f64 {
+    sample(m, family, labels).unwrap_or_else(|| panic!("no {family} {labels:?} in:\n{m}"))
+}
+
+fn sample(m: &Scraped, family: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    m.parsed.families.get(family)?.iter_samples().find_map(|s| {
+        let set = s.get_labelset().ok()?;
+        labels.iter().all(|(k, v)| set.get_label_value(k) == Some(*v)).then(|| match &s.value {
+            OpenMetricsValue::Gauge(v) | OpenMetricsValue::Unknown(v) => v.as_f64(),
+            OpenMetricsValue::Counter(c) => c.value.as_f64(),
+            other => panic!("{family}: unexpected {other:?}"),
+        })
+    })
+}
+
+fn kill(mut job: Gated) {
+    let _ = job.child.kill();
+    let _ = job.child.wait();
+}
+
+#[test]
+fn serve_is_scraped_twice_and_agrees_with_the_sweep() {
+    require_root();
+    let nvml = FakeNvml::new();
+    // The idle holder writes the fake GPU's ledger: NVML lists it with its 64 MiB.
+    let mut idle = {
+        let mut c = Command::new(fakejob());
+        nvml.apply(&mut c);
+        Gated::spawn(c.args(["--gate", "--hold-ms", "120000"]))
+    };
+    idle.release();
+    idle.wait_for("holding");
+    let mut busy = Gated::start(&["--idle-children", "2", "--steps", "200000", "--driver-launches", "10", "--kernel-us", "100", "--sync"]);
+    busy.release();
+
+    let server = Server::start(&nvml, &["--interval", "2"]);
+    let first = server.metrics_after(0.0);
+    let second = server.metrics_after(value(&first, "gputrace_sweeps", &[]));
+    let (idle_pid_n, busy_pid_n) = (idle.pid, busy.pid);
+    let (idle_pid, busy_pid) = (idle_pid_n.to_string(), busy_pid_n.to_string());
+
+    // A JSON sweep of the same host meanwhile: the same judgement.
+    let mut sweep = Command::new(gputrace());
+    nvml.apply(&mut sweep);
+    let out = sweep.args(["sweep", "--json", "--duration", "2"]).output().expect("sweep runs");
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let third = server.metrics_after(value(&second, "gputrace_sweeps", &[]));
+    let children: Vec<String> = json["processes"].as_array().expect("rows").iter().filter(|p| p["worker_of"] == busy.pid).map(|p| p["pid"].to_string()).collect();
+    kill(busy);
+    kill(idle);
+    let (code, stderr) = server.stop();
+    assert_eq!(code, 0, "serve ends cleanly on SIGTERM: {stderr}");
+
+    let row = |pid: u32| json["processes"].as_array().expect("rows").iter().find(|p| p["pid"] == pid).unwrap_or_else(|| panic!("{pid}: {json:#}")).clone();
+    assert_eq!(row(idle_pid_n)["state"], "idle", "{json:#}");
+    assert_eq!(row(busy_pid_n)["state"], "active", "{json:#}");
+    assert_eq!(children.len(), 2, "the busy job's two children are its workers: {json:#}");
+    let held = row(idle_pid_n)["gpu_memory_bytes"].as_f64().expect("NVML lists the idle holder");
+    assert_eq!(held, f64::from(64 << 20));
+
+    for m in [&second, &third] {
+        // The contract's names, each with the sweep's values.
+        assert_eq!(value(m, "gputrace_process_active", &[("pid", &busy_pid), ("state", "active")]), 1.0, "{m}");
+        assert_eq!(value(m, "gputrace_process_active", &[("pid", &idle_pid), ("state", "idle")]), 0.0, "{m}");
+        assert_eq!(value(m, "gputrace_idle_gpu_holder_bytes", &[("pid", &idle_pid), ("user", "root"), ("command", "fakejob")]), held, "{m}");
+        assert_eq!(value(m, "gputrace_process_gpu_memory_bytes", &[("pid", &idle_pid), ("gpu", "0")]), held, "{m}");
+        assert!(sample(m, "gputrace_idle_gpu_holder_bytes", &[("pid", &busy_pid)]).is_none(), "the busy job is no idle holder: {m}");
+        for child in &children {
+            assert!(sample(m, "gputrace_idle_gpu_holder_bytes", &[("pid", child)]).is_none(), "a sleeping worker is no idle holder: {m}");
+        }
+        // The fake GPU ran nothing of the idle holder's, and the fake NVML says so.
+        assert_eq!(value(m, "gputrace_gpu_utilization_ratio", &[("gpu", "0")]), 0.0, "{m}");
+        let used = json["gpu"]["devices"][0]["memory_used_bytes"].as_f64().expect("NVML's memory");
+        assert_eq!(value(m, "gputrace_gpu_memory_used_bytes", &[("gpu", "0")]), used, "{m}");
+        let launches = value(m, "gputrace_process_kernel_launches_per_second", &[("pid", &busy_pid)]);
+        assert!(launches > 100.0, "the busy job launches ~9,000 kernels a second: {launches}");
+        assert_eq!(value(m, "gputrace_lost_events", &[]), 0.0, "{m}");
+        let window = value(m, "gputrace_sweep_duration_seconds", &[]);
+        assert!((1.9..3.0).contains(&window), "windows of --interval 2: {window}");
+        assert_eq!(value(m, "gputrace_cuda_probes", &[]), 1.0);
+    }
+    // Counters only grow; each scrape saw a new window.
+    assert!(value(&third, "gputrace_sweeps", &[]) > value(&second, "gputrace_sweeps", &[]));
+    assert!(value(&third, "gputrace_probe_hits", &[]) > value(&second, "gputrace_probe_hits", &[]));
+}
+
+#[test]
+fn bad_clients_do_not_stop_the_server() {
+    require_root();
+    let nvml = FakeNvml::new();
+    let server = Server::start(&nvml, &["--interval", "1"]);
+    let _ = server.metrics_after(0.0);
+    // A client that connects and says nothing, one that sends half a request, and one that
+    // asks and never reads: none of them holds the others up.
+    let silent = TcpStream::connect(server.addr).expect("connects");
+    let mut half = TcpStream::connect(server.addr).expect("connects");
+    half.write_all(b"GET /metr").expect("sent");
+    let mut unread = TcpStream::connect(server.addr).expect("connects");
+    unread.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").expect("sent");
+    // 100 scrapes at once, all answered.
+    let addr = server.addr;
+    let scrapes: Vec<_> = (0..100).map(|_| std::thread::spawn(move || request(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").0)).collect();
+    let statuses: Vec<u16> = scrapes.into_iter().map(|t| t.join().expect("a scrape")).collect();
+    assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+    assert_eq!(server.get("/nothing").0, 404);
+    assert_eq!(request(server.addr, "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").0, 405);
+    drop((silent, half, unread));
+    let (code, stderr) = server.stop();
+    assert_eq!(code, 0, "{stderr}");
+}
+
+#[test]
+fn bad_addresses_and_intervals_are_usage_errors() {
+    let run = |args: &[&str]| {
+        let out = Command::new(gputrace()).arg("serve").args(args).output().expect("gputrace runs");
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, stderr) = run(&["--listen", "nowhere"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("IP:PORT"), "{stderr}");
+    let (code, stderr) = run(&["--interval", "0.2"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("too short"), "{stderr}");
+    // A port in use: said before anything is loaded.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let port = taken.local_addr().expect("bound").to_string();
+    let (code, stderr) = run(&["--listen", &port]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("cannot listen on {port}")) && stderr.contains("in use"), "{stderr}");
+}

@@ -1,0 +1,231 @@
+//! A sweep as OpenMetrics text (pure: a report in, the exposition out; unit-tested).
+//!
+//! The names are the contract's (docs/contract.md). Gauges describe the last window; counters
+//! (`_total`) add up every window since `serve` started. Series come and go with processes:
+//! the registry is built anew for each window, so a process that exited leaves no stale
+//! series behind.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::{
+    encoding::text::encode,
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
+    registry::Registry,
+};
+
+use crate::sweep::model::{Process, SweepReport};
+
+/// What adds up over the windows.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Totals {
+    pub sweeps: u64,
+    pub lost_events: u64,
+    pub probe_hits: u64,
+    /// The end of the last window, seconds since the Unix epoch.
+    pub last_sweep_unix_s: f64,
+}
+
+impl Totals {
+    pub fn add(&mut self, report: &SweepReport, ended_unix_s: f64) {
+        self.sweeps += 1;
+        self.lost_events += report.tracer.lost_events;
+        self.probe_hits += report.tracer.probe_hits;
+        self.last_sweep_unix_s = ended_unix_s;
+    }
+}
+
+type Labels = Vec<(&'static str, String)>;
+type GaugeF = Gauge<f64, AtomicU64>;
+
+/// The registry's families, each registered once.
+struct Families {
+    registry: Registry,
+}
+
+impl Families {
+    fn gauge(&mut self, name: &str, help: &str) -> Family<Labels, GaugeF> {
+        let family = Family::<Labels, GaugeF>::default();
+        self.registry.register(name, help, family.clone());
+        family
+    }
+
+    /// A gauge without labels.
+    fn single(&mut self, name: &str, help: &str, value: f64) {
+        let gauge = GaugeF::default();
+        gauge.set(value);
+        self.registry.register(name, help, gauge);
+    }
+
+    fn counter(&mut self, name: &str, help: &str, value: u64) {
+        let counter: Counter = Counter::default();
+        counter.inc_by(value);
+        self.registry.register(name, help, counter);
+    }
+}
+
+/// The command label: the program's name, or the whole command line with `full_command`.
+/// By default the name only: command lines carry paths, data set names and at times tokens,
+/// which a metrics store keeps for months and shows to everyone with access to it; and each
+/// distinct line is a new series.
+fn command_label(p: &Process, full_command: bool) -> String {
+    if full_command || p.command_hidden {
+        return p.command.clone();
+    }
+    let first = p.command.split_whitespace().next().unwrap_or(&p.comm);
+    first.rsplit('/').next().filter(|s| !s.is_empty()).unwrap_or(&p.comm).to_owned()
+}
+
+fn process_labels(p: &Process, full_command: bool) -> Labels {
+    vec![
+        ("pid", p.pid.to_string()),
+        ("user", p.user.clone()),
+        ("command", command_label(p, full_command)),
+        ("container", p.container.clone().unwrap_or_default()),
+        ("pod", p.pod.clone().unwrap_or_default()),
+    ]
+}
+
+/// Bytes as a gauge value; NaN where unknown (NVML would not say).
+fn bytes(b: Option<u64>) -> f64 {
+    b.map_or(f64::NAN, |b| b as f64)
+}
+
+/// The exposition of `report`, with `totals` (this window included).
+#[must_use]
+pub fn exposition(report: &SweepReport, totals: &Totals, full_command: bool) -> String {
+    let mut f = Families { registry: Registry::default() };
+    if let Some(gpu) = &report.gpu {
+        let util = f.gauge("gputrace_gpu_utilization_ratio", "Share of the last window some kernel ran on the GPU (NVML's samples)");
+        let sm = f.gauge("gputrace_gpu_sm_activity_ratio", "Share of the GPU's SMs busy over the last window (GPM, Hopper and later)");
+        let used = f.gauge("gputrace_gpu_memory_used_bytes", "GPU memory in use at the end of the last window");
+        let total = f.gauge("gputrace_gpu_memory_total_bytes", "GPU memory in all");
+        for d in &gpu.devices {
+            let labels: Labels = vec![("gpu", d.index.to_string()), ("uuid", d.uuid.clone())];
+            if let Some(u) = d.utilization_pct {
+                util.get_or_create(&labels).set(u / 100.0);
+            }
+            if let Some(s) = d.sm_activity_pct {
+                sm.get_or_create(&labels).set(s / 100.0);
+            }
+            used.get_or_create(&labels).set(bytes(d.memory_used_bytes));
+            total.get_or_create(&labels).set(bytes(d.memory_total_bytes));
+        }
+    }
+    let memory = f.gauge(
+        "gputrace_process_gpu_memory_bytes",
+        "GPU memory a process holds on a GPU (NVML), NaN where NVML will not say",
+    );
+    let active = f.gauge(
+        "gputrace_process_active",
+        "1 if the process used the GPU in the last window, else 0; `state` says more (idle, zombie, worker, exited, unknown)",
+    );
+    let launches = f.gauge("gputrace_process_kernel_launches_per_second", "Kernel launches a second over the last window (probes)");
+    let window_s = report.window.duration_s.max(1e-9);
+    for p in &report.processes {
+        let labels = process_labels(p, full_command);
+        for g in &p.gpus {
+            let mut with_gpu = labels.clone();
+            with_gpu.push(("gpu", g.index.to_string()));
+            memory.get_or_create(&with_gpu).set(bytes(g.memory_bytes));
+        }
+        let mut with_state = labels.clone();
+        with_state.push(("state", p.state.clone()));
+        active.get_or_create(&with_state).set(if p.state == "active" { 1.0 } else { 0.0 });
+        if let Some(k) = p.cuda.as_ref().map(|c| c.kernels + c.graphs) {
+            launches.get_or_create(&labels).set(k as f64 / window_s);
+        }
+    }
+    let idle = f.gauge(
+        "gputrace_idle_gpu_holder_bytes",
+        "GPU memory held by a process that did not use the GPU in the last window (NaN where NVML will not say)",
+    );
+    for d in report.diagnoses.iter().filter(|d| d.id == "idle-gpu-holder") {
+        if let Some(p) = report.processes.iter().find(|p| p.pid == d.pid) {
+            idle.get_or_create(&process_labels(p, full_command)).set(bytes(d.gpu_memory_bytes));
+        }
+    }
+    f.single("gputrace_sweep_duration_seconds", "Length of the last window judged", report.window.duration_s);
+    f.single("gputrace_sweep_timestamp_seconds", "When the last window ended, seconds since the Unix epoch", totals.last_sweep_unix_s);
+    f.single("gputrace_cuda_probes", "1 if CUDA calls are counted (probes loaded), else 0", if report.window.cuda_probes { 1.0 } else { 0.0 });
+    f.single("gputrace_tracer_max_rss_bytes", "Peak resident memory of gputrace", report.tracer.max_rss_bytes as f64);
+    let cpu: Counter<f64, AtomicU64> = Counter::default();
+    cpu.inc_by(report.tracer.cpu_s);
+    f.registry.register("gputrace_tracer_cpu_seconds", "CPU time gputrace itself used since it started (user and system)", cpu);
+    f.counter("gputrace_sweeps", "Windows judged since gputrace started", totals.sweeps);
+    f.counter("gputrace_lost_events", "Records the kernel could not hand over, all windows", totals.lost_events);
+    f.counter("gputrace_probe_hits", "Probed CUDA calls on the host, all windows (each cost its caller a uprobe trap)", totals.probe_hits);
+    let mut out = String::new();
+    // Writing into a String cannot fail; an error here would be the encoder's own.
+    if let Err(e) = encode(&mut out, &f.registry) {
+        log::warn!("encoding the metrics: {e}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report() -> SweepReport {
+        let process = |pid: u32, state: &str, command: &str, memory: Option<u64>| {
+            serde_json::json!({
+                "pid": pid, "user": "ana", "uid": 1000, "command": command, "command_hidden": false, "comm": "python3",
+                "state": state, "process_state": "S", "parent": 1, "orphaned": false, "cgroup": null, "container": null,
+                "pod": "p-1", "age_s": 10.0, "holds": ["nvml"], "device_files": [],
+                "gpus": [{"index": 0, "uuid": "GPU-a", "memory_bytes": memory, "sm_util_pct": null}],
+                "gpu_memory_bytes": memory, "launches": 30, "syncs": 0, "copies": 0, "last_activity_s": null,
+                "cuda": {"kernels": 28, "graphs": 2, "memsets": 0, "sync_wait_s": 0.0, "copy_bytes": 0, "allocs": 0, "frees": 0,
+                         "allocated_in_window_bytes": 0, "contexts": [], "calls": 30}
+            })
+        };
+        serde_json::from_value(serde_json::json!({
+            "schema": "gputrace.sweep/1", "tool": {"name": "gputrace", "version": "0"},
+            "window": {"duration_s": 2.0, "stopped_by": "duration", "cuda_probes": true},
+            "processes": [
+                process(7, "idle", "/opt/conda/bin/python3 notebook.py --token=secret", None),
+                process(9, "active", "/usr/bin/python3 train.py", Some(1 << 30)),
+            ],
+            "diagnoses": [{"id": "idle-gpu-holder", "severity": "medium", "impact": null, "pid": 7, "user": "ana",
+                           "command": "python3", "state": "idle", "gpu_memory_bytes": null, "summary": "", "evidence": [], "fix": ""}],
+            "gpu": {"available": true, "driver_version": "1", "devices": [{"index": 0, "uuid": "GPU-a", "name": "H200",
+                    "memory_total_bytes": 100, "memory_used_bytes": 50, "processes": 2, "utilization_pct": 40.0, "sm_activity_pct": null}]},
+            "tracer": {"cpu_s": 1.5, "user_cpu_s": 1.0, "system_cpu_s": 0.5, "max_rss_bytes": 1000, "proc_scan_ms": 1.0, "proc_scans": 2,
+                       "processes_scanned": 10, "processes_unreadable": 0, "fds_read": 0, "attach_ms": 1.0, "libraries": [],
+                       "probe_hits": 30, "lost_events": 0, "processes_hidden": false, "complete": true, "notes": []}
+        }))
+        .expect("a sweep report")
+    }
+
+    #[test]
+    fn the_contracts_series_carry_the_sweeps_values() {
+        let r = report();
+        let mut totals = Totals::default();
+        totals.add(&r, 1_700_000_000.0);
+        let text = exposition(&r, &totals, false);
+        for line in [
+            r#"gputrace_gpu_utilization_ratio{gpu="0",uuid="GPU-a"} 0.4"#,
+            r#"gputrace_process_active{pid="9",user="ana",command="python3",container="",pod="p-1",state="active"} 1.0"#,
+            r#"gputrace_process_active{pid="7",user="ana",command="python3",container="",pod="p-1",state="idle"} 0.0"#,
+            r#"gputrace_process_gpu_memory_bytes{pid="9",user="ana",command="python3",container="",pod="p-1",gpu="0"} 1073741824.0"#,
+            r#"gputrace_idle_gpu_holder_bytes{pid="7",user="ana",command="python3",container="",pod="p-1"} NaN"#,
+            r#"gputrace_process_kernel_launches_per_second{pid="9",user="ana",command="python3",container="",pod="p-1"} 15.0"#,
+            "gputrace_sweep_duration_seconds 2.0",
+            "gputrace_sweeps_total 1",
+            "gputrace_lost_events_total 0",
+            "gputrace_tracer_cpu_seconds_total 1.5",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing from:\n{text}");
+        }
+        // No SM activity known: no series. No secret in a label by default.
+        assert!(!text.contains("gputrace_gpu_sm_activity_ratio{"), "{text}");
+        assert!(!text.contains("secret"), "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn full_command_lines_only_when_asked() {
+        let r = report();
+        let text = exposition(&r, &Totals::default(), true);
+        assert!(text.contains(r#"command="/opt/conda/bin/python3 notebook.py --token=secret""#), "{text}");
+    }
+}
