@@ -129,6 +129,17 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// The sweep, window after window, as a live terminal view: every GPU and every GPU
+    /// process with its state and diagnosis, workers folded under their job. `q` quits; s, m,
+    /// l, p, u sort. Without a terminal, each window is printed as text.
+    Top {
+        /// Length of each window (seconds, or 500ms, 2s).
+        #[arg(long, value_name = "SECS", value_parser = parse_seconds, default_value = "1")]
+        interval: Duration,
+        /// Show other users' command lines without being root (root sees them anyway).
+        #[arg(long)]
+        show_commands: bool,
+    },
     /// The sweep, window after window, served as Prometheus metrics at `http://ADDR/metrics`
     /// (OpenMetrics text): GPUs, GPU processes, idle holders. Runs until SIGINT or SIGTERM.
     Serve {
@@ -341,6 +352,9 @@ pub enum Job {
     Serve {
         options: crate::serve::Options,
     },
+    Top {
+        options: crate::top::Options,
+    },
     Completions {
         shell: clap_complete::Shell,
     },
@@ -439,6 +453,12 @@ impl Cli {
                 Job::Sweep { options: sweep::Options { duration, show_commands }, json, html }
             }
             Command::Doctor { pid, json } => Job::Doctor { pid, json },
+            Command::Top { interval, show_commands } => {
+                if interval < Duration::from_millis(500) {
+                    return Err(format!("--interval {interval:?} is too short: give top half a second or more a window"));
+                }
+                Job::Top { options: crate::top::Options { interval, show_commands } }
+            }
             Command::Serve { listen, interval, full_command, show_commands } => {
                 if interval < Duration::from_secs(1) {
                     return Err(format!("--interval {interval:?} is too short: a window needs a second or more to judge a process idle"));
@@ -497,6 +517,10 @@ pub async fn execute(job: Job) -> i32 {
         Job::Export { file, perfetto, html } => export(&file, perfetto.as_ref(), html.as_ref()),
         Job::Sweep { options, json, html } => execute_sweep(&options, json, html.as_ref()).await,
         Job::Doctor { pid, json } => doctor(pid, json),
+        Job::Top { options } => match crate::top::top(&options).await {
+            Ok(()) => exit::OK,
+            Err(e) => fail(&e),
+        },
         Job::Serve { options } => match crate::serve::serve(&options).await {
             Ok(()) => exit::OK,
             Err(e) => fail(&e),

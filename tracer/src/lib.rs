@@ -6,7 +6,7 @@
 //! `stacks` (call sites) → `detect` (diagnoses) → `report` (JSON, text). `model` (the report's
 //! types) and `outcome` (what a session hands the report) are leaves the stages import.
 //! `session` sequences the stages; `cli` is the command line; `gpu` is the NVML view; `sweep`
-//! is the host-wide census, and `serve` its windows as Prometheus metrics.
+//! is the host-wide census, `serve` its windows as Prometheus metrics and `top` as a live view.
 
 pub mod cli;
 pub mod clock;
@@ -29,6 +29,7 @@ pub mod record;
 pub mod report;
 pub mod serve;
 pub mod session;
+pub mod top;
 pub mod severity;
 pub mod stacks;
 pub mod sweep;

@@ -104,6 +104,8 @@ pub struct Engine {
     pub windows: u64,
     /// Windows follow one another: each end census looks for new driver libraries to probe.
     continuous: bool,
+    /// Warnings of a window go to the debug log (a full-screen view owns the terminal).
+    quiet: bool,
 }
 
 impl Engine {
@@ -126,7 +128,12 @@ impl Engine {
         let sampler = Sampler::start(NVML_SAMPLING).map_err(|why| log::debug!("no NVML sampling: {why}")).ok();
         // The probes were just loaded: the first window counts from zero, so that calls made
         // once the "armed" line is out are all its own.
-        Self { me, show_commands, probes, arm_notes, attach_ms, start, sampler, samples: Vec::new(), baseline: BTreeMap::new(), losses_before: 0, began, windows: 0, continuous }
+        Self { me, show_commands, probes, arm_notes, attach_ms, start, sampler, samples: Vec::new(), baseline: BTreeMap::new(), losses_before: 0, began, windows: 0, continuous, quiet: false }
+    }
+
+    /// Log what a window finds wrong at debug level only: the caller shows it.
+    pub fn quiet(&mut self) {
+        self.quiet = true;
     }
 
     /// Whether CUDA calls are counted.
@@ -152,7 +159,13 @@ impl Engine {
             Ok(Ok(view)) => Some(view),
             Ok(Err(why)) => {
                 let why = format!("{why}; GPU memory per process is unknown (gpu: null)");
-                log::warn!("{why}");
+                // Said once: `serve` and `top` run window after window (and `top`'s screen
+                // says it in its own way).
+                if self.windows == 0 && !self.quiet {
+                    log::warn!("{why}");
+                } else {
+                    log::debug!("{why}");
+                }
                 notes.push(why);
                 None
             }
@@ -324,13 +337,16 @@ impl Engine {
         let lost = losses.saturating_sub(self.losses_before);
         self.losses_before = losses;
         let mut baseline = BTreeMap::new();
+        let mut gone = 0;
         for (tid, c) in p.kernel.thread_counters() {
             if std::path::Path::new(&format!("/proc/{}/task/{tid}", c.tgid)).exists() {
                 baseline.insert(tid, c);
             } else {
                 p.kernel.take_thread(tid);
+                gone += 1;
             }
         }
+        log::debug!("counter map: {} threads alive kept, {gone} exited taken out", baseline.len());
         self.baseline = baseline;
         lost
     }
