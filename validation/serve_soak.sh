@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # `gputrace serve` for a long run with jobs starting and exiting under it (issue 36): an idle
-# holder all along, and a short fake job started every second (each works ~2 s with 10 launches
-# and a sync a step, one thread of it per job, so the kernel's counter map sees a thread come
-# and go each second). Every 10 s: serve's resident memory and CPU time from /proc, and one
-# scrape. At the end: memory growth over the run, CPU per core-second, and whether the
+# holder all along, and a fake job started every second (each works ~20 s: 2,000 steps of 10
+# launches of 1 ms kernels and a sync), so ~20 jobs run at once, and one starts and one ends
+# each second: the kernel's counter map sees threads come and go all the time. Every 10 s:
+# serve's resident memory and CPU time from /proc, and one scrape. At the end: memory growth over the run, CPU per core-second, and whether the
 # counter map held more threads than were alive.
 # Usage: serve_soak.sh GPUTRACE FAKE_CUDA_DIR OUT_DIR [SECONDS] [INTERVAL]   (root; 600, 15)
 set -u

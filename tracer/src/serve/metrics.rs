@@ -99,6 +99,7 @@ pub fn exposition(report: &SweepReport, totals: &Totals, full_command: bool) -> 
         let sm = f.gauge("gputrace_gpu_sm_activity_ratio", "Share of the GPU's SMs busy over the last window (GPM, Hopper and later)");
         let used = f.gauge("gputrace_gpu_memory_used_bytes", "GPU memory in use at the end of the last window");
         let total = f.gauge("gputrace_gpu_memory_total_bytes", "GPU memory in all");
+        let power = f.gauge("gputrace_gpu_power_watts", "Mean board power over the last window");
         for d in &gpu.devices {
             let labels: Labels = vec![("gpu", d.index.to_string()), ("uuid", d.uuid.clone())];
             if let Some(u) = d.utilization_pct {
@@ -106,6 +107,9 @@ pub fn exposition(report: &SweepReport, totals: &Totals, full_command: bool) -> 
             }
             if let Some(s) = d.sm_activity_pct {
                 sm.get_or_create(&labels).set(s / 100.0);
+            }
+            if let Some(w) = d.power_w {
+                power.get_or_create(&labels).set(w);
             }
             used.get_or_create(&labels).set(bytes(d.memory_used_bytes));
             total.get_or_create(&labels).set(bytes(d.memory_total_bytes));

@@ -41,7 +41,7 @@ pub async fn serve(options: &Options) -> Result<()> {
     let latest = Arc::new(http::Latest::default());
     http::spawn(listener, latest.clone()).map_err(|e| TraceError::io("starting", "the HTTP server's thread", e))?;
     let mut signals = Signals::install()?;
-    let mut engine = Engine::arm(options.show_commands, true);
+    let mut engine = Engine::arm(options.show_commands, true, options.interval);
     // Scripts and tests wait for this line (with -v) to know where to scrape.
     log::info!("serving http://{bound}/metrics: a window every {:.0?}", options.interval);
     if !engine.probing() {

@@ -269,6 +269,7 @@ pub fn gpu(view: &GpuView, sampled: &[crate::model::GpuDevice]) -> Gpu {
                 processes: view.processes.values().filter(|uses| uses.iter().any(|u| u.device == d.index)).count(),
                 utilization_pct: sampled.iter().find(|s| s.index == d.index).and_then(|s| s.utilization.as_ref()).map(|u| u.mean),
                 sm_activity_pct: sampled.iter().find(|s| s.index == d.index).and_then(|s| s.sm_activity_pct.as_ref()).map(|u| u.mean),
+                power_w: sampled.iter().find(|s| s.index == d.index).and_then(|s| s.power_w.as_ref()).map(|u| u.mean),
             })
             .collect(),
     }

@@ -31,10 +31,13 @@ use build::Candidate;
 use model::SweepReport;
 use scan::{Details, ScanCost};
 
-/// How often the engine samples NVML for device utilization and GPM SM activity: the
-/// driver's own utilization samples fill each second, and GPM needs two readings a period
-/// apart; once a second keeps the sampler thread's cost negligible on a host of 8 GPUs.
-const NVML_SAMPLING: Duration = Duration::from_secs(1);
+/// How often the engine samples NVML for device utilization and GPM SM activity: four times
+/// a window, so that a window of a second (`top`) holds readings of its own (once a second,
+/// `top`'s frames on the H200 showed no utilization at all: d29), and at most once a second,
+/// which keeps the sampler thread's cost negligible on a host of 8 GPUs.
+fn nvml_sampling(window: Duration) -> Duration {
+    (window / 4).clamp(Duration::from_millis(250), Duration::from_secs(1))
+}
 
 /// SIGINT and SIGTERM, installed once for every window.
 #[derive(Debug)]
@@ -111,8 +114,9 @@ pub struct Engine {
 impl Engine {
     /// The first census, then the probes on every libcuda it found and on the one the loader
     /// would give a new process. Without BPF the sweep goes on from `/proc` and NVML.
+    /// `window`: how long the windows will be.
     #[must_use]
-    pub fn arm(show_commands: bool, continuous: bool) -> Self {
+    pub fn arm(show_commands: bool, continuous: bool, window: Duration) -> Self {
         let began = Instant::now();
         let me = std::process::id();
         let start = scan::census(me, false, true);
@@ -125,7 +129,7 @@ impl Engine {
             start.cost.processes,
             probes.as_ref().map_or(0, |p| p.kernel.attached_libraries().len())
         );
-        let sampler = Sampler::start(NVML_SAMPLING).map_err(|why| log::debug!("no NVML sampling: {why}")).ok();
+        let sampler = Sampler::start(nvml_sampling(window)).map_err(|why| log::debug!("no NVML sampling: {why}")).ok();
         // The probes were just loaded: the first window counts from zero, so that calls made
         // once the "armed" line is out are all its own.
         Self { me, show_commands, probes, arm_notes, attach_ms, start, sampler, samples: Vec::new(), baseline: BTreeMap::new(), losses_before: 0, began, windows: 0, continuous, quiet: false }

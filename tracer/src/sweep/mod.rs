@@ -60,7 +60,7 @@ impl Finished {
 /// One window of the engine.
 pub async fn sweep(options: &Options) -> Result<Finished> {
     let mut signals = engine::Signals::install()?;
-    let mut engine = engine::Engine::arm(options.show_commands, false);
+    let mut engine = engine::Engine::arm(options.show_commands, false, options.duration);
     let (report, _) = engine.window(options.duration, &mut signals).await?;
     Ok(Finished { report, probes: engine.into_probes() })
 }

@@ -149,6 +149,9 @@ pub struct GpuDevice {
     pub utilization_pct: Option<f64>,
     #[serde(default)]
     pub sm_activity_pct: Option<f64>,
+    /// Mean board power over the window, watts; null where NVML could not be sampled.
+    #[serde(default)]
+    pub power_w: Option<f64>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]

@@ -46,7 +46,7 @@ pub async fn top(options: &Options) -> Result<()> {
         return text_frames(options, &mut signals).await;
     }
     // Armed before the screen is taken, so that what arming says stays readable.
-    let mut engine = Engine::arm(options.show_commands, true);
+    let mut engine = Engine::arm(options.show_commands, true, options.interval);
     engine.quiet();
     let mut screen = Screen::open().map_err(|e| TraceError::io("preparing", "the terminal", e))?;
     let keys = key_reader();
@@ -97,7 +97,7 @@ pub async fn top(options: &Options) -> Result<()> {
 
 /// Without a terminal: each window as plain text, until a signal.
 async fn text_frames(options: &Options, signals: &mut Signals) -> Result<()> {
-    let mut engine = Engine::arm(options.show_commands, true);
+    let mut engine = Engine::arm(options.show_commands, true, options.interval);
     let mut status = view::Status::default();
     loop {
         let (report, stopped) = engine.window(options.interval, signals).await?;

@@ -120,14 +120,18 @@ pub fn draw(frame: &mut Frame<'_>, report: &SweepReport, status: &Status) {
                     pct(d.utilization_pct),
                     pct(d.sm_activity_pct),
                     format!("{} / {}", gib(d.memory_used_bytes), gib(d.memory_total_bytes)),
+                    d.power_w.map_or_else(|| "-".into(), |w| format!("{w:.0} W")),
                     d.processes.to_string(),
                 ])
             })
             .collect(),
         None => vec![Row::new(vec![String::new(), "no NVML: GPU figures unknown".into()])],
     };
-    let gpu_table = Table::new(gpu_rows, [Constraint::Length(4), Constraint::Length(28), Constraint::Length(6), Constraint::Length(6), Constraint::Length(15), Constraint::Length(6)])
-        .header(Row::new(vec!["GPU", "NAME", "UTIL", "SM", "MEMORY", "PROCS"]).style(bold))
+    let gpu_table = Table::new(
+        gpu_rows,
+        [Constraint::Length(4), Constraint::Length(28), Constraint::Length(6), Constraint::Length(6), Constraint::Length(15), Constraint::Length(7), Constraint::Length(6)],
+    )
+    .header(Row::new(vec!["GPU", "NAME", "UTIL", "SM", "MEMORY", "POWER", "PROCS"]).style(bold))
         .block(Block::default().borders(Borders::TOP).title("GPUs"));
     frame.render_widget(gpu_table, gpus);
 
@@ -138,6 +142,8 @@ pub fn draw(frame: &mut Frame<'_>, report: &SweepReport, status: &Status) {
             Row::new(vec![
                 p.pid.to_string(),
                 p.user.clone(),
+                // Kubernetes' pod, else the container, else nothing.
+                p.pod.clone().or_else(|| p.container.clone()).unwrap_or_default(),
                 p.state.clone(),
                 gib(p.gpu_memory_bytes),
                 launches_per_s(p, window_s).map_or_else(|| "-".into(), |l| format!("{l:.0}")),
@@ -153,6 +159,7 @@ pub fn draw(frame: &mut Frame<'_>, report: &SweepReport, status: &Status) {
         [
             Constraint::Length(8),
             Constraint::Length(10),
+            Constraint::Length(13),
             Constraint::Length(8),
             Constraint::Length(7),
             Constraint::Length(9),
@@ -161,7 +168,7 @@ pub fn draw(frame: &mut Frame<'_>, report: &SweepReport, status: &Status) {
             Constraint::Min(10),
         ],
     )
-    .header(Row::new(vec!["PID", "USER", "STATE", "GPU MEM", "LAUNCH/S", "WORKERS", "DIAGNOSIS", "COMMAND"]).style(bold))
+    .header(Row::new(vec!["PID", "USER", "POD", "STATE", "GPU MEM", "LAUNCH/S", "WORKERS", "DIAGNOSIS", "COMMAND"]).style(bold))
     .block(Block::default().borders(Borders::TOP).title(if empty { "GPU processes: none" } else { "GPU processes" }));
     frame.render_widget(proc_table, procs);
     frame.render_widget(
@@ -203,7 +210,7 @@ mod tests {
                            "command": "python3", "state": "idle", "gpu_memory_bytes": 21_474_836_480u64, "summary": "", "evidence": [], "fix": ""}],
             "gpu": {"available": true, "driver_version": "1", "devices": [{"index": 0, "uuid": "GPU-a", "name": "NVIDIA H200",
                     "memory_total_bytes": 150_000_000_000u64, "memory_used_bytes": 23_000_000_000u64, "processes": 2,
-                    "utilization_pct": 37.0, "sm_activity_pct": 21.0}]},
+                    "utilization_pct": 37.0, "sm_activity_pct": 21.0, "power_w": 412.4}]},
             "tracer": {"cpu_s": 0.5, "user_cpu_s": 0.4, "system_cpu_s": 0.1, "max_rss_bytes": 1000, "proc_scan_ms": 1.0, "proc_scans": 1,
                        "processes_scanned": 10, "processes_unreadable": 0, "fds_read": 0, "attach_ms": 1.0, "libraries": [],
                        "probe_hits": 5000, "lost_events": 0, "processes_hidden": false, "complete": true, "notes": []}
@@ -224,7 +231,7 @@ mod tests {
         let r = report();
         let lines = frame(&r, Sort::State, 140, height(&r));
         let text = lines.join("\n");
-        assert!(lines.iter().any(|l| l.contains("NVIDIA H200") && l.contains("37%") && l.contains("21%")), "{text}");
+        assert!(lines.iter().any(|l| l.contains("NVIDIA H200") && l.contains("37%") && l.contains("21%") && l.contains("412 W")), "{text}");
         let idle = lines.iter().find(|l| l.trim_start().starts_with("7 ")).unwrap_or_else(|| panic!("{text}"));
         assert!(idle.contains("idle") && idle.contains("20.0G") && idle.contains("idle-gpu-holder: 14% of GPU memory"), "{idle}");
         let job = lines.iter().find(|l| l.trim_start().starts_with("9 ")).unwrap_or_else(|| panic!("{text}"));

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# `gputrace top` on the GPU machine (issue 36): the 4-worker training job and the idle 20 GiB
+# holder of serve_workers.sh, seen by `top` through a pipe (each window as text, 6 s) and on
+# a pseudo-terminal (`script`), where `q` must end it within a second or two.
+# Usage: top_workers.sh GPUTRACE OUT_DIR
+set -u
+BIN=$1
+OUT=$2
+HERE=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$OUT"
+cd "$OUT" || exit 1
+# shellcheck source=fifo_job.sh
+. "$HERE/fifo_job.sh"
+start() { start_job "$1" "$2" 45; } # NAME MODE
+start job loader_cpu4
+job=$!
+start holder idle20
+holder=$!
+exec {jin}>in.job {jout}<out.job {hin}>in.holder {hout}<out.holder
+read -r -u "$jout" a
+read -r -u "$hout" b
+echo go >&"$jin"
+echo go >&"$hin"
+echo "job pid $job ($a), holder pid $holder ($b)" | tee top.txt
+sleep 3
+timeout -s TERM 6 "$BIN" top --interval 1 >pipe.txt 2>pipe.err
+echo "top through a pipe: exit $? (124: ended by timeout's SIGTERM)" | tee -a top.txt
+start_ns=$(date +%s%N)
+(sleep 5; printf q) | TERM=xterm timeout 20 script -qfec "stty rows 40 cols 200; exec $BIN top --interval 1" /dev/null >tty.txt 2>tty.err
+code=$?
+echo "top on a terminal: exit $code after $((($(date +%s%N) - start_ns) / 1000000)) ms (q sent at 5000 ms)" | tee -a top.txt
+grep -c $'\e\[?1049l' tty.txt | sed 's/^/alternate screen left: /' | tee -a top.txt
+echo "--- the last frame through the pipe" >>top.txt
+awk '/^gputrace top — window/ {n++} {frames[n] = frames[n] $0 "\n"} END {printf "%s", frames[n]}' pipe.txt >>top.txt
+exec {jin}>&- {hin}>&-
+kill $job $holder 2>/dev/null
+wait
