@@ -2,7 +2,7 @@
 # `gputrace top` on the GPU machine (issue 36): the 4-worker training job and the idle 20 GiB
 # holder of serve_workers.sh, seen by `top` through a pipe (each window as text, 6 s) and on
 # a pseudo-terminal (`script`), where `q` must end it within a second or two.
-# Usage: top_workers.sh GPUTRACE OUT_DIR
+# Usage: [JOB_MODE=planted.py mode] top_workers.sh GPUTRACE OUT_DIR (default loader_cpu4)
 set -u
 BIN=$1
 OUT=$2
@@ -12,7 +12,7 @@ cd "$OUT" || exit 1
 # shellcheck source=fifo_job.sh
 . "$HERE/fifo_job.sh"
 start() { start_job "$1" "$2" 45; } # NAME MODE
-start job loader_cpu4
+start job "${JOB_MODE:-loader_cpu4}"
 job=$!
 start holder idle20
 holder=$!
