@@ -12,17 +12,9 @@ mkdir -p "$OUT"
 cd "$OUT" || exit 1
 # shellcheck source=fifo_job.sh
 . "$HERE/fifo_job.sh"
-start() { start_job "$1" "$2" 75; } # NAME MODE
-start job loader_cpu4
-job=$!
-start holder idle20
-holder=$!
-exec {jin}>in.job {jout}<out.job {hin}>in.holder {hout}<out.holder
-read -r -u "$jout" a
-read -r -u "$hout" b
-echo go >&"$jin"
-echo go >&"$hin"
-echo "job pid $job ($a), holder pid $holder ($b)" | tee serve.txt
+start_pair loader_cpu4 holder idle20 75
+holder=$other
+echo "job pid $job, holder pid $holder ($ready)" | tee serve.txt
 "$BIN" -v serve --listen 127.0.0.1:9400 --interval 10 2>serve.err &
 serve=$!
 scrape() { python3 -c 'import sys, urllib.request; r = urllib.request.urlopen("http://127.0.0.1:9400/metrics", timeout=10); sys.stdout.write(r.headers.get("content-type") + "\n" + r.read().decode())'; }
@@ -55,6 +47,6 @@ for n in (1, 2, 3):
         for l in pick(name):
             print("  ", l)
 PY
-exec {jin}>&- {hin}>&-
+exec {jin}>&- {oin}>&-
 kill $job $holder 2>/dev/null
 wait

@@ -11,17 +11,9 @@ mkdir -p "$OUT"
 cd "$OUT" || exit 1
 # shellcheck source=fifo_job.sh
 . "$HERE/fifo_job.sh"
-start() { start_job "$1" "$2" 25; } # NAME MODE
-start job launch_bound
-job=$!
-start sleeper idle
-sleeper=$!
-exec {jin}>in.job {jout}<out.job {sin}>in.sleeper {sout}<out.sleeper
-read -r -u "$jout" a
-read -r -u "$sout" b
-echo go >&"$jin"
-echo go >&"$sin"
-echo "job pid $job ($a), sleeper pid $sleeper ($b)" | tee sweep.txt
+start_pair launch_bound sleeper idle 25
+sleeper=$other
+echo "job pid $job, sleeper pid $sleeper ($ready)" | tee sweep.txt
 "$BIN" -v sweep --duration 5 --json >sweep.json 2>sweep.err
 echo "sweep exit $?" | tee -a sweep.txt
 python3 - "$job" "$sleeper" <<'PY' | tee -a sweep.txt
@@ -36,6 +28,6 @@ for d in r["diagnoses"]:
     print("diagnosis", d["id"], d["severity"], d["summary"][:150])
 print("tracer", {k: v for k, v in r["tracer"].items() if k != "notes"})
 PY
-exec {jin}>&- {sin}>&-
+exec {jin}>&- {oin}>&-
 kill $job $sleeper 2>/dev/null
 wait

@@ -11,17 +11,9 @@ mkdir -p "$OUT"
 cd "$OUT" || exit 1
 # shellcheck source=fifo_job.sh
 . "$HERE/fifo_job.sh"
-start() { start_job "$1" "$2" 30; } # NAME MODE
-start job loader_cpu4
-job=$!
-start holder idle20
-holder=$!
-exec {jin}>in.job {jout}<out.job {hin}>in.holder {hout}<out.holder
-read -r -u "$jout" a
-read -r -u "$hout" b
-echo go >&"$jin"
-echo go >&"$hin"
-echo "job pid $job ($a), holder pid $holder ($b)" | tee workers.txt
+start_pair loader_cpu4 holder idle20 30
+holder=$other
+echo "job pid $job, holder pid $holder ($ready)" | tee workers.txt
 "$BIN" sweep --duration 5 --json >sweep.json 2>sweep.err
 echo "sweep exit $?" | tee -a workers.txt
 "$BIN" sweep --duration 3 >sweep.txt 2>/dev/null
@@ -39,6 +31,6 @@ named = [d["pid"] for d in r["diagnoses"] if d["id"] == "idle-gpu-holder"]
 print("idle-gpu-holder:", named, "the holder:", [p for p in named if is_(p, holder)], "others:", [p for p in named if not is_(p, holder)])
 print("workers of the job:", sum(1 for p in r["processes"] if p.get("worker_of") and is_(p["worker_of"], job)))
 PY
-exec {jin}>&- {hin}>&-
+exec {jin}>&- {oin}>&-
 kill $job $holder 2>/dev/null
 wait

@@ -11,17 +11,9 @@ mkdir -p "$OUT"
 cd "$OUT" || exit 1
 # shellcheck source=fifo_job.sh
 . "$HERE/fifo_job.sh"
-start() { start_job "$1" "$2" 45; } # NAME MODE
-start job "${JOB_MODE:-loader_cpu4}"
-job=$!
-start holder idle20
-holder=$!
-exec {jin}>in.job {jout}<out.job {hin}>in.holder {hout}<out.holder
-read -r -u "$jout" a
-read -r -u "$hout" b
-echo go >&"$jin"
-echo go >&"$hin"
-echo "job pid $job ($a), holder pid $holder ($b)" | tee top.txt
+start_pair "${JOB_MODE:-loader_cpu4}" holder idle20 45
+holder=$other
+echo "job pid $job, holder pid $holder ($ready)" | tee top.txt
 sleep 3
 timeout -s TERM 6 "$BIN" top --interval 1 >pipe.txt 2>pipe.err
 echo "top through a pipe: exit $? (124: ended by timeout's SIGTERM)" | tee -a top.txt
@@ -32,6 +24,6 @@ echo "top on a terminal: exit $code after $((($(date +%s%N) - start_ns) / 100000
 grep -c $'\e\[?1049l' tty.txt | sed 's/^/alternate screen left: /' | tee -a top.txt
 echo "--- the last frame through the pipe" >>top.txt
 awk '/^gputrace top — window/ {n++} {frames[n] = frames[n] $0 "\n"} END {printf "%s", frames[n]}' pipe.txt >>top.txt
-exec {jin}>&- {hin}>&-
+exec {jin}>&- {oin}>&-
 kill $job $holder 2>/dev/null
 wait

@@ -102,7 +102,6 @@ pub struct Engine {
     baseline: BTreeMap<u32, ThreadCounters>,
     /// The kernel's loss counters then (a window reports its own).
     losses_before: u64,
-    began: Instant,
     /// Windows judged so far.
     pub windows: u64,
     /// Windows follow one another: each end census looks for new driver libraries to probe.
@@ -132,7 +131,7 @@ impl Engine {
         let sampler = Sampler::start(nvml_sampling(window)).map_err(|why| log::debug!("no NVML sampling: {why}")).ok();
         // The probes were just loaded: the first window counts from zero, so that calls made
         // once the "armed" line is out are all its own.
-        Self { me, show_commands, probes, arm_notes, attach_ms, start, sampler, samples: Vec::new(), baseline: BTreeMap::new(), losses_before: 0, began, windows: 0, continuous, quiet: false }
+        Self { me, show_commands, probes, arm_notes, attach_ms, start, sampler, samples: Vec::new(), baseline: BTreeMap::new(), losses_before: 0, windows: 0, continuous, quiet: false }
     }
 
     /// Log what a window finds wrong at debug level only: the caller shows it.
@@ -241,12 +240,6 @@ impl Engine {
             tracer,
         };
         Ok((report, stopped))
-    }
-
-    /// Seconds since the engine was armed.
-    #[must_use]
-    pub fn age_s(&self) -> f64 {
-        self.began.elapsed().as_secs_f64()
     }
 
     /// The probes, for the caller to detach once its output is out.
