@@ -70,7 +70,8 @@ fn killed_at_any_moment_it_leaves_nothing_behind() {
     // session of 0.3 s lasts ~1.1 s on the fake CUDA, start to exit (multi-uprobe links
     // detach at once; perf-event links took ~6 s once), so the moments end past that.
     for delay_ms in [0u64, 3, 10, 25, 60, 150, 300, 500, 750, 1000, 1300, 1800] {
-        let mut job = gputrace_tests::Gated::start(&["--steps", "400", "--driver-launches", "20", "--host-us", "2000"]);
+        // Longer than the last moment; stopped once it has gone on unharmed a while.
+        let mut job = gputrace_tests::Gated::start(&["--steps", "2000", "--driver-launches", "20", "--host-us", "2000"]);
         let mut tracer = std::process::Command::new(gputrace_tests::gputrace())
             .args(["attach", "--json", "--duration", "0.3", "--pid", &job.pid.to_string()])
             .stdout(std::process::Stdio::null())
@@ -81,8 +82,16 @@ fn killed_at_any_moment_it_leaves_nothing_behind() {
         std::thread::sleep(Duration::from_millis(delay_ms));
         let _ = tracer.kill();
         let _ = tracer.wait();
-        // The job is unharmed wherever the tracer died.
-        job.finish();
+        // The job is unharmed wherever the tracer died: 100 ms more of its calls (a thousand
+        // launches) through wherever a probe might have been left, and it still runs.
+        std::thread::sleep(Duration::from_millis(100));
+        match job.child.try_wait().expect("the job's status") {
+            None => {
+                let _ = job.child.kill();
+                let _ = job.child.wait();
+            }
+            Some(status) => assert!(status.success(), "the job ended badly after the tracer was killed at {delay_ms} ms: {status}"),
+        }
     }
     wait_for_programs_at_most(before);
     // Uprobes made through perf_event_open leave no tracefs entries; check none appeared.

@@ -145,6 +145,9 @@ fn serve_is_scraped_twice_and_agrees_with_the_sweep() {
     idle.wait_for("holding");
     let mut busy = Gated::start(&["--idle-children", "2", "--steps", "200000", "--driver-launches", "10", "--kernel-us", "100", "--sync"]);
     busy.release();
+    // A job fed by a worker process through a pipe: input-starved.
+    let mut fed = Gated::start(&["--steps", "1000000", "--driver-launches", "5", "--pipe-worker-us", "2000"]);
+    fed.release();
 
     let server = Server::start(&nvml, &["--interval", "2"]);
     let first = server.metrics_after(0.0);
@@ -159,6 +162,8 @@ fn serve_is_scraped_twice_and_agrees_with_the_sweep() {
     let json: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
     let third = server.metrics_after(value(&second, "gputrace_sweeps", &[]));
     let children: Vec<String> = json["processes"].as_array().expect("rows").iter().filter(|p| p["worker_of"] == busy.pid).map(|p| p["pid"].to_string()).collect();
+    let fed_pid = fed.pid.to_string();
+    kill(fed);
     kill(busy);
     kill(idle);
     let (code, stderr) = server.stop();
@@ -191,7 +196,21 @@ fn serve_is_scraped_twice_and_agrees_with_the_sweep() {
         let window = value(m, "gputrace_sweep_duration_seconds", &[]);
         assert!((1.9..3.0).contains(&window), "windows of --interval 2: {window}");
         assert_eq!(value(m, "gputrace_cuda_probes", &[]), 1.0);
+        // Each job's judgement: the busy one waits for its GPU, the fed one for its input; the
+        // idle holder and the workers are not judged.
+        assert_eq!(value(m, "gputrace_job_verdict", &[("pid", &busy_pid), ("verdict", "gpu-bound")]), 1.0, "{m}");
+        assert_eq!(value(m, "gputrace_job_verdict", &[("pid", &fed_pid), ("verdict", "input-starved")]), 1.0, "{m}");
+        assert!(value(m, "gputrace_job_diagnosis_ratio", &[("pid", &fed_pid), ("id", "input-starved")]) > 0.5, "{m}");
+        assert!(value(m, "gputrace_job_time_ratio", &[("pid", &busy_pid), ("part", "waiting_on_gpu")]) > 0.5, "{m}");
+        for pid in children.iter().chain([&idle_pid]) {
+            assert!(sample(m, "gputrace_job_verdict", &[("pid", pid)]).is_none(), "{pid} is no job: {m}");
+        }
     }
+    // The JSON sweep judged them alike.
+    assert_eq!(row(busy_pid_n)["judgement"]["verdict"], "gpu-bound", "{json:#}");
+    let fed_row = row(fed_pid.parse().expect("a pid"));
+    assert_eq!(fed_row["judgement"]["verdict"], "input-starved", "{json:#}");
+    assert!(fed_row["judgement"]["diagnoses"][0]["ratio"].as_f64() > Some(0.5), "{json:#}");
     // Counters only grow; each scrape saw a new window.
     assert!(value(&third, "gputrace_sweeps", &[]) > value(&second, "gputrace_sweeps", &[]));
     assert!(value(&third, "gputrace_probe_hits", &[]) > value(&second, "gputrace_probe_hits", &[]));

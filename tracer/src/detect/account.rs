@@ -91,12 +91,12 @@ fn may_load_input(ev: &Evidence, pid: u32, input_wakers: &std::collections::BTre
 
 /// `utilization.gpu` at or above which the GPU counts as busy when GPM is not available.
 /// docs/facts.md: 91–100 % for GPU-bound jobs, 3–11 % for launch-bound or starved ones.
-const UTIL_BUSY: f64 = 0.85;
+pub(crate) const UTIL_BUSY: f64 = 0.85;
 /// GPM SM activity at or above which the GPU counts as busy. `utilization.gpu` only says
 /// "some kernel ran": on the GPU machine a job filling buffers between allocations read 87 %
 /// utilization with 8 % SM activity, while GPU-bound jobs read 81–94 % SM activity
 /// (docs/validation.md; docs/facts.md: 83–95 %).
-const SM_BUSY: f64 = 0.60;
+pub(crate) const SM_BUSY: f64 = 0.60;
 
 impl Account {
     /// Whether NVML says the GPU was busy (GPM where present, else utilization).

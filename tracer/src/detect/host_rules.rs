@@ -12,17 +12,17 @@ use crate::{
 
 /// A CUDA thread waiting for a CPU this much of the window is starved (it is runnable: the
 /// work is there, the CPU is not). 10 % is where the text report starts calling it medium.
-const RUNQUEUE_STARVED: f64 = MEDIUM;
+pub(crate) const RUNQUEUE_STARVED: f64 = MEDIUM;
 /// A CUDA thread blocked in uninterruptible sleep (`D`, I/O) this much of the window stalls.
-const BLOCKED_STALL: f64 = MEDIUM;
+pub(crate) const BLOCKED_STALL: f64 = MEDIUM;
 /// A CUDA thread sleeping outside CUDA calls this much of the window waits for its input.
-const SLEEP_STARVED: f64 = 0.25;
+pub(crate) const SLEEP_STARVED: f64 = 0.25;
 /// GPU activity (GPM SM, else utilization) below which the GPU is waiting, not working.
-const GPU_WAITING: f64 = 0.5;
+pub(crate) const GPU_WAITING: f64 = 0.5;
 /// A worker on a CPU this much of the window is CPU-bound (decoding, augmenting).
-const WORKER_BUSY: f64 = 0.7;
+pub(crate) const WORKER_BUSY: f64 = 0.7;
 /// A worker blocked this much of the window waits on the disk.
-const WORKER_BLOCKED: f64 = 0.3;
+pub(crate) const WORKER_BLOCKED: f64 = 0.3;
 
 fn top_preemptors(ev: &Evidence) -> Option<String> {
     let mut by_command: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();

@@ -4,15 +4,15 @@
 //! origin. NVML, where present, is the referee between "the GPU waits for the host" and
 //! "the GPU is busy".
 
-mod account;
+pub(crate) mod account;
 pub mod catalog;
 pub mod framework;
 mod checkpoint_stall;
 mod diagnosis;
 mod gpu_idle;
-mod host_rules;
+pub(crate) mod host_rules;
 pub mod memory;
-mod rules;
+pub(crate) mod rules;
 pub mod sites;
 pub mod startup;
 pub mod steps;

@@ -15,17 +15,17 @@ pub type Rule = fn(&Evidence, &Account) -> Option<Diagnosis>;
 /// A launch rate the host path sustains only with tiny kernels. docs/facts.md: one eager PyTorch
 /// `add_` costs ~6.8 µs of host time (≈150 k launches/s at best); the launch-bound MLP on the
 /// GPU machine ran 15–25 k/s, GEMM-bound jobs a few hundred to a few thousand.
-const LAUNCH_BOUND_RATE: f64 = 5_000.0;
+pub(crate) const LAUNCH_BOUND_RATE: f64 = 5_000.0;
 /// Below this fraction of the window blocked on the GPU, the host is not GPU-limited.
-const HOST_WAIT_LOW: f64 = 0.30;
+pub(crate) const HOST_WAIT_LOW: f64 = 0.30;
 /// At or above this fraction blocked on the GPU, the GPU is the limiter (healthy).
-const HOST_WAIT_HIGH: f64 = 0.50;
+pub(crate) const HOST_WAIT_HIGH: f64 = 0.50;
 /// Below this NVML utilization the GPU mostly has nothing to run.
-const GPU_IDLE_UTIL: f64 = 0.5;
+pub(crate) const GPU_IDLE_UTIL: f64 = 0.5;
 /// Below this fraction blocked on the GPU, a job that syncs finds the GPU done each time.
-const HOST_WAIT_NONE: f64 = 0.05;
+pub(crate) const HOST_WAIT_NONE: f64 = 0.05;
 /// Syncs per second that amount to "every step" for a training loop (≥ 10 steps/s).
-const SYNCS_PER_S: f64 = 10.0;
+pub(crate) const SYNCS_PER_S: f64 = 10.0;
 /// Alloc + free calls per second that mean the caching allocator is not caching. Only calls
 /// that pair up count: allocations never freed are growth (`detect::memory`), not churn.
 pub(crate) const ALLOCS_PER_S: f64 = 20.0;

@@ -139,6 +139,33 @@ pub fn exposition(report: &SweepReport, totals: &Totals, full_command: bool) -> 
             launches.get_or_create(&labels).set(k as f64 / window_s);
         }
     }
+    let diagnosis = f.gauge(
+        "gputrace_job_diagnosis_ratio",
+        "Share of a job's recent time (up to 30 s) one bottleneck costs its GPU, by attach's diagnosis id",
+    );
+    let verdict = f.gauge("gputrace_job_verdict", "1 for a job's verdict over its recent time (a diagnosis id, gpu-bound or no-bottleneck-found)");
+    let time = f.gauge(
+        "gputrace_job_time_ratio",
+        "Share of a job's recent time its launching threads spent in each part: host, waiting_on_gpu, in_copies, waiting_for_cpu, sleeping",
+    );
+    for p in &report.processes {
+        let Some(j) = &p.judgement else { continue };
+        let labels = process_labels(p, full_command);
+        for d in &j.diagnoses {
+            let mut with_id = labels.clone();
+            with_id.push(("id", d.id.clone()));
+            diagnosis.get_or_create(&with_id).set(d.ratio);
+        }
+        let mut with_verdict = labels.clone();
+        with_verdict.push(("verdict", j.verdict.clone()));
+        verdict.get_or_create(&with_verdict).set(1.0);
+        let t = &j.time;
+        for (part, share) in [("host", t.host), ("waiting_on_gpu", t.waiting_on_gpu), ("in_copies", t.in_copies), ("waiting_for_cpu", t.waiting_for_cpu), ("sleeping", t.sleeping)] {
+            let mut with_part = labels.clone();
+            with_part.push(("part", part.to_owned()));
+            time.get_or_create(&with_part).set(share);
+        }
+    }
     let idle = f.gauge(
         "gputrace_idle_gpu_holder_bytes",
         "GPU memory held by a process that did not use the GPU in the last window (NaN where NVML will not say)",
@@ -170,6 +197,16 @@ pub fn exposition(report: &SweepReport, totals: &Totals, full_command: bool) -> 
 mod tests {
     use super::*;
 
+    fn judgement() -> serde_json::Value {
+        serde_json::json!({
+            "window_s": 30.0, "verdict": "input-starved",
+            "time": {"host": 0.1, "waiting_on_gpu": 0.05, "in_copies": 0.0, "waiting_for_cpu": 0.0, "sleeping": 0.85},
+            "sleep": null, "launches_per_s": 15.0, "syncs_per_s": 1.0, "threads": 1, "workers": 4, "workers_on_cpu": 0.9,
+            "gpu_utilization": 0.4, "sm_activity": null,
+            "diagnoses": [{"id": "input-starved", "ratio": 0.6, "summary": "", "fix": ""}]
+        })
+    }
+
     fn report() -> SweepReport {
         let process = |pid: u32, state: &str, command: &str, memory: Option<u64>| {
             serde_json::json!({
@@ -179,7 +216,8 @@ mod tests {
                 "gpus": [{"index": 0, "uuid": "GPU-a", "memory_bytes": memory, "sm_util_pct": null}],
                 "gpu_memory_bytes": memory, "launches": 30, "syncs": 0, "copies": 0, "last_activity_s": null,
                 "cuda": {"kernels": 28, "graphs": 2, "memsets": 0, "sync_wait_s": 0.0, "copy_bytes": 0, "allocs": 0, "frees": 0,
-                         "allocated_in_window_bytes": 0, "contexts": [], "calls": 30}
+                         "allocated_in_window_bytes": 0, "contexts": [], "calls": 30},
+                "judgement": (state == "active").then(judgement)
             })
         };
         serde_json::from_value(serde_json::json!({
@@ -213,6 +251,9 @@ mod tests {
             r#"gputrace_process_gpu_memory_bytes{pid="9",user="ana",command="python3",container="",pod="p-1",gpu="0"} 1073741824.0"#,
             r#"gputrace_idle_gpu_holder_bytes{pid="7",user="ana",command="python3",container="",pod="p-1"} NaN"#,
             r#"gputrace_process_kernel_launches_per_second{pid="9",user="ana",command="python3",container="",pod="p-1"} 15.0"#,
+            r#"gputrace_job_diagnosis_ratio{pid="9",user="ana",command="python3",container="",pod="p-1",id="input-starved"} 0.6"#,
+            r#"gputrace_job_verdict{pid="9",user="ana",command="python3",container="",pod="p-1",verdict="input-starved"} 1.0"#,
+            r#"gputrace_job_time_ratio{pid="9",user="ana",command="python3",container="",pod="p-1",part="sleeping"} 0.85"#,
             "gputrace_sweep_duration_seconds 2.0",
             "gputrace_sweeps_total 1",
             "gputrace_lost_events_total 0",
@@ -223,6 +264,8 @@ mod tests {
         // No SM activity known: no series. No secret in a label by default.
         assert!(!text.contains("gputrace_gpu_sm_activity_ratio{"), "{text}");
         assert!(!text.contains("secret"), "{text}");
+        // The idle holder has no judgement, so no series of one.
+        assert!(!text.contains(r#"gputrace_job_verdict{pid="7""#), "{text}");
         assert!(text.ends_with("# EOF\n"), "{text}");
     }
 

@@ -89,6 +89,11 @@ pub struct Timed {
     pub contexts: Vec<ContextSeen>,
     /// Blocks allocated in the window and not freed yet: address → size.
     live: HashMap<u64, u64>,
+    /// Wall time each thread spent inside synchronizing calls and synchronous copies.
+    pub gpu_wait_by_thread: BTreeMap<u32, u64>,
+    /// Wall time each thread spent inside asynchronous copies: a copy from pinned memory
+    /// returns at once, one from pageable memory is staged by the host first.
+    pub copy_wait_by_thread: BTreeMap<u32, u64>,
 }
 
 impl Timed {
@@ -110,6 +115,9 @@ pub struct Activity {
     pub last_ns: BTreeMap<u32, u64>,
     /// Hits per probe id over all processes, as of the latest poll.
     pub hits: BTreeMap<u32, u64>,
+    /// The threads that launched kernels or synchronized, as of the latest poll: thread →
+    /// process (the critical path's threads, `job`).
+    pub launching: BTreeMap<u32, u32>,
     pub decode_errors: u64,
 }
 
@@ -133,6 +141,18 @@ impl Activity {
             }
         }
         self.hits = hits;
+        self.launching = counters
+            .iter()
+            .filter(|(_, c)| {
+                c.hits.iter().enumerate().any(|(id, &h)| h > 0 && spec_of(id as u32).is_some_and(|s| matches!(s.family, Family::Launch | Family::GraphLaunch | Family::Sync) || s.sync_api))
+            })
+            .map(|(tid, c)| (*tid, c.tgid))
+            .collect();
+    }
+
+    /// The launching threads of process `pid`.
+    pub fn launching_threads(&self, pid: u32) -> impl Iterator<Item = u32> + '_ {
+        self.launching.iter().filter(move |(_, p)| **p == pid).map(|(t, _)| *t)
     }
 
     /// Fold one call record in.
@@ -145,6 +165,12 @@ impl Activity {
         let last = self.last_ns.entry(h.tgid).or_default();
         *last = (*last).max(h.ts_ns);
         let t = self.timed.entry(h.tgid).or_default();
+        let inside = h.ts_ns.saturating_sub(call.start_ns);
+        if spec.family == Family::Sync || spec.sync_api {
+            *t.gpu_wait_by_thread.entry(h.tid).or_default() += inside;
+        } else if spec.family == Family::Copy {
+            *t.copy_wait_by_thread.entry(h.tid).or_default() += inside;
+        }
         let arg = |i: Option<u8>| i.and_then(|i| call.args.get(usize::from(i)).copied());
         match spec.family {
             Family::Sync => t.sync_wait_ns += h.ts_ns.saturating_sub(call.start_ns),

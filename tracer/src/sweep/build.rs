@@ -205,6 +205,7 @@ fn row(inputs: &Inputs<'_>, c: &Candidate, jobs: &Jobs) -> Option<(State, Proces
         copies: inputs.probes.then_some(calls.copies),
         last_activity_s: a.last_ns.get(&c.pid).map(|&t| secs(inputs.end_ns.saturating_sub(t))),
         cuda,
+        judgement: None,
     };
     Some((state, process))
 }

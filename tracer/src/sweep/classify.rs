@@ -246,6 +246,7 @@ mod tests {
             copies: Some(0),
             last_activity_s: None,
             cuda: None,
+            judgement: None,
         }
     }
 

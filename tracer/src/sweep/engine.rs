@@ -16,7 +16,7 @@ use std::{
 use gputrace_common::ThreadCounters;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
-use super::{activity, build, model, nvml, scan, users, POLL};
+use super::{activity, build, model, nvml, scan, users, watch::JobWatch, POLL};
 use crate::{
     clock,
     collect::ring::RingReader,
@@ -108,6 +108,8 @@ pub struct Engine {
     continuous: bool,
     /// Warnings of a window go to the debug log (a full-screen view owns the terminal).
     quiet: bool,
+    /// The active jobs' threads, for their judgements.
+    jobs: JobWatch,
 }
 
 impl Engine {
@@ -129,9 +131,13 @@ impl Engine {
             probes.as_ref().map_or(0, |p| p.kernel.attached_libraries().len())
         );
         let sampler = Sampler::start(nvml_sampling(window)).map_err(|why| log::debug!("no NVML sampling: {why}")).ok();
+        let mut jobs = JobWatch::default();
+        if probes.is_some() {
+            jobs.begin(start.holders.keys().copied().filter(|&p| p != me));
+        }
         // The probes were just loaded: the first window counts from zero, so that calls made
         // once the "armed" line is out are all its own.
-        Self { me, show_commands, probes, arm_notes, attach_ms, start, sampler, samples: Vec::new(), baseline: BTreeMap::new(), losses_before: 0, windows: 0, continuous, quiet: false }
+        Self { me, show_commands, probes, arm_notes, attach_ms, start, sampler, samples: Vec::new(), baseline: BTreeMap::new(), losses_before: 0, windows: 0, continuous, quiet: false, jobs }
     }
 
     /// Log what a window finds wrong at debug level only: the caller shows it.
@@ -217,8 +223,12 @@ impl Engine {
             show_commands: self.show_commands,
             boot: scan::boot_clock(),
         };
-        let processes = build::processes(&inputs, &candidates);
+        let mut processes = build::processes(&inputs, &candidates);
         let diagnoses = build::diagnoses(&inputs, &processes);
+        let gpu = gpu.as_ref().map(|g| build::gpu(g, &devices));
+        if self.probes.is_some() {
+            self.jobs.judge(end_ns.saturating_sub(start_ns), &activity, &mut processes, gpu.as_ref().map_or(&[], |g| &g.devices));
+        }
         let lost = self.end_window();
         let scans = if self.windows == 0 { 2 } else { 1 };
         let mut tracer = tracer(self.probes.as_ref().map(|p| &p.kernel), &activity, lost, cost, scans, self.attach_ms, notes);
@@ -236,7 +246,7 @@ impl Engine {
             },
             processes,
             diagnoses,
-            gpu: gpu.as_ref().map(|g| build::gpu(g, &devices)),
+            gpu,
             tracer,
         };
         Ok((report, stopped))
@@ -289,9 +299,11 @@ impl Engine {
 
     /// Read the counters (the window's part of them); remember who a newly seen process is
     /// while it is alive.
-    fn observe(&self, activity: &mut activity::Activity, seen: &mut BTreeMap<u32, Details>) {
+    fn observe(&mut self, activity: &mut activity::Activity, seen: &mut BTreeMap<u32, Details>) {
         let Some(p) = self.probes.as_ref() else { return };
-        activity.observe(clock::monotonic_ns(), &activity::since(&p.kernel.thread_counters(), &self.baseline));
+        let counters = p.kernel.thread_counters();
+        activity.observe(clock::monotonic_ns(), &activity::since(&counters, &self.baseline));
+        self.jobs.poll(activity, &counters, p.kernel.call_epoch().load(std::sync::atomic::Ordering::Relaxed));
         for pid in activity.calls.keys() {
             if !seen.contains_key(pid) {
                 if let Some(d) = scan::details(*pid) {

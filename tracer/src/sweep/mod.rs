@@ -15,13 +15,16 @@
 mod activity;
 mod build;
 mod classify;
+mod job;
 pub mod engine;
 pub mod model;
 mod nvml;
 mod privacy;
 mod scan;
+mod sched;
 pub mod text;
 mod users;
+mod watch;
 
 use std::time::Duration;
 

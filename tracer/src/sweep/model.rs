@@ -74,6 +74,79 @@ pub struct Process {
     pub last_activity_s: Option<f64>,
     /// The window's CUDA calls in more detail; null where they were not counted.
     pub cuda: Option<Cuda>,
+    /// An active job's bottleneck over its recent windows (docs/sweep.md, "Each job's
+    /// judgement"); null for other states, without probes, or before a job has been watched
+    /// for a whole window.
+    #[serde(default)]
+    pub judgement: Option<Judgement>,
+}
+
+/// Where an active job's launching threads spent their time, and what it costs the GPU.
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Judgement {
+    /// Seconds judged: this window and those before it, up to 30 s.
+    pub window_s: f64,
+    /// The costliest diagnosis's id where one takes 10 % of the time or more; else
+    /// `gpu-bound` (the GPU was busy, or the host waited for it half the time or more), or
+    /// `no-bottleneck-found`.
+    pub verdict: String,
+    pub time: JobTime,
+    /// What the launching threads slept in at the polls when all slept outside CUDA calls,
+    /// shares of those polls; null without such a poll.
+    pub sleep: Option<SleepSplit>,
+    pub launches_per_s: f64,
+    pub syncs_per_s: f64,
+    /// Threads that launched kernels or synchronized (the critical path's).
+    pub threads: usize,
+    /// Its loader workers, and their mean share of time on a CPU.
+    pub workers: usize,
+    pub workers_on_cpu: f64,
+    /// NVML on its GPU (0..1): the share of time a kernel ran, and of SMs busy (GPM).
+    pub gpu_utilization: Option<f64>,
+    pub sm_activity: Option<f64>,
+    /// Costliest first.
+    pub diagnoses: Vec<JobDiagnosis>,
+}
+
+/// The launching threads' time, shares of the window that add up to 1.
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct JobTime {
+    /// On a CPU outside the waits below: host code, launching included.
+    pub host: f64,
+    /// Inside synchronizing calls and synchronous copies.
+    pub waiting_on_gpu: f64,
+    /// Inside asynchronous copies (staging memory that is not pinned).
+    pub in_copies: f64,
+    /// Runnable, on a run queue.
+    pub waiting_for_cpu: f64,
+    /// Asleep outside CUDA calls, all of them at once.
+    pub sleeping: f64,
+}
+
+/// Shares of the sleeping polls by what the threads slept in (`/proc` wait channels).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SleepSplit {
+    /// Uninterruptible sleep (`D`).
+    pub disk: f64,
+    /// A pipe, socket, poll, select or epoll.
+    pub input: f64,
+    /// A timed sleep.
+    pub timer: f64,
+    /// A futex: a lock or queue of the job's own threads.
+    pub thread: f64,
+    pub other: f64,
+}
+
+/// One bottleneck of a job.
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct JobDiagnosis {
+    /// An `attach` diagnosis id: `input-starved`, `launch-bound`, `host-bound`, `host-sync`,
+    /// `pageable-copy`, `cpu-starved`, `io-stall` or `host-sleep`.
+    pub id: String,
+    /// The share of the judged time it costs the GPU (0..1).
+    pub ratio: f64,
+    pub summary: String,
+    pub fix: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]

@@ -95,6 +95,7 @@ pub fn render(r: &SweepReport, color: bool) -> String {
         }
         wrap(&mut out, "  fix: ", &clean(&d.fix));
     }
+    jobs(&mut out, r, color);
     if let Some(g) = &r.gpu {
         let _ = writeln!(out, "\n{}", style::paint(color, style::BOLD, "GPU"));
         for d in &g.devices {
@@ -119,6 +120,43 @@ pub fn render(r: &SweepReport, color: bool) -> String {
     }
     // As for the trace report: whatever a renderer forgot to clean stops here.
     terminal_safe(&out)
+}
+
+/// Each judged job: its verdict, where its time went, and its bottlenecks with their fixes.
+fn jobs(out: &mut String, r: &SweepReport, color: bool) {
+    for p in &r.processes {
+        let Some(j) = &p.judgement else { continue };
+        let t = &j.time;
+        let _ = writeln!(out, "\n{} pid {}: {} (over {:.0} s)", style::paint(color, style::BOLD, "JOB"), p.pid, j.verdict, j.window_s);
+        let pct = |f: f64| format!("{:.0} %", f * 100.0);
+        let gpu = match (j.gpu_utilization, j.sm_activity) {
+            (Some(u), Some(sm)) => format!("; GPU busy {}, SMs {}", pct(u), pct(sm)),
+            (Some(u), None) => format!("; GPU busy {}", pct(u)),
+            _ => String::new(),
+        };
+        wrap(
+            out,
+            "  ",
+            &format!(
+                "{} launching thread{}: host {}, waiting on the GPU {}, in copies {}, for a CPU {}, asleep {}; {:.0} launches/s{gpu}",
+                j.threads,
+                if j.threads == 1 { "" } else { "s" },
+                pct(t.host),
+                pct(t.waiting_on_gpu),
+                pct(t.in_copies),
+                pct(t.waiting_for_cpu),
+                pct(t.sleeping),
+                j.launches_per_s
+            ),
+        );
+        for d in &j.diagnoses {
+            wrap(out, "  · ", &clean(&format!("{} {}: {}", d.id, pct(d.ratio), d.summary)));
+            wrap(out, "    fix: ", &clean(&d.fix));
+        }
+        if !j.diagnoses.is_empty() {
+            wrap(out, "  ", &format!("`gputrace attach --pid {}` names the code and the speed-up to expect", p.pid));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -156,6 +194,7 @@ mod tests {
                 copies: Some(0),
                 last_activity_s: Some(4.9),
                 cuda: None,
+                judgement: None,
             }],
             diagnoses: Vec::new(),
             gpu: None,

@@ -80,8 +80,14 @@ fn verdict(report: &SweepReport, p: &Process) -> String {
             Some(i) => format!("{}: {:.0}% of GPU memory", d.id, i * 100.0),
             None => d.id.clone(),
         },
-        None if p.state == "active" => "using the GPU".into(),
-        None => String::new(),
+        None => match &p.judgement {
+            Some(j) => match j.diagnoses.iter().find(|d| d.id == j.verdict) {
+                Some(d) => format!("{} {:.0}%", d.id, d.ratio * 100.0),
+                None => j.verdict.clone(),
+            },
+            None if p.state == "active" => "using the GPU".into(),
+            None => String::new(),
+        },
     }
 }
 
