@@ -6,7 +6,8 @@
  * The signatures and struct layouts are nvml.h's (as nvml-wrapper-sys binds them). Only what
  * gputrace reads is here: identity, memory, utilization (`utilization.gpu` and the sample
  * buffer) and the compute process list, and what `gputrace doctor` reads (the PCIe link,
- * throttle reasons, persistence mode, the CUDA version), when a test plants it (at the end).
+ * throttle reasons, persistence mode, the CUDA version), when a test plants it (at the end),
+ * and a GPU lost from the bus mid-run (`gone`).
  * Everything else (GPM, power, clocks, PCIe throughput, process utilization, graphics
  * processes) is absent: nvml-wrapper
  * resolves each symbol on first use and reports a missing one as an error of that call
@@ -45,6 +46,7 @@ typedef unsigned nvmlValueType_t;
 #define NVML_ERROR_NOT_SUPPORTED 3
 #define NVML_ERROR_NOT_FOUND 6
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
+#define NVML_ERROR_GPU_IS_LOST 15
 #define NVML_GPU_UTILIZATION_SAMPLES 1
 #define NVML_VALUE_TYPE_UNSIGNED_INT 1
 #define NVML_VALUE_NOT_AVAILABLE_UINT 0xFFFFFFFFu
@@ -212,6 +214,7 @@ API const char *nvmlErrorString(nvmlReturn_t result) {
     case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
     case NVML_ERROR_NOT_FOUND: return "Not Found";
     case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
     default: return "Unknown Error";
     }
 }
@@ -251,6 +254,13 @@ API nvmlReturn_t nvmlShutdown(void) {
     return r;
 }
 
+/* The GPU fell off the bus (as Xid 79 does): while the file FAKE_NVML_GONE names exists,
+ * every device call fails with NVML_ERROR_GPU_IS_LOST, as the real library's do then. */
+static int gone(void) {
+    const char *path = getenv("FAKE_NVML_GONE");
+    return path && *path && access(path, F_OK) == 0;
+}
+
 static int initialized(void) {
     pthread_mutex_lock(&lock);
     int yes = inits > 0;
@@ -262,6 +272,7 @@ static int initialized(void) {
 #define CHECK_DEVICE(dev, out)                                   \
     do {                                                         \
         if (!initialized()) return NVML_ERROR_UNINITIALIZED;     \
+        if (gone()) return NVML_ERROR_GPU_IS_LOST;               \
         if ((dev) != &the_device || !(out)) return NVML_ERROR_INVALID_ARGUMENT; \
     } while (0)
 
@@ -286,6 +297,7 @@ API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned *count) {
 
 API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned index, nvmlDevice_t *device) {
     if (!initialized()) return NVML_ERROR_UNINITIALIZED;
+    if (gone()) return NVML_ERROR_GPU_IS_LOST;
     if (index != 0 || !device) return NVML_ERROR_INVALID_ARGUMENT;
     *device = &the_device;
     return NVML_SUCCESS;

@@ -36,8 +36,14 @@ struct Server {
 
 impl Server {
     fn start(nvml: &FakeNvml, args: &[&str]) -> Self {
+        Self::start_with(nvml, args, &[])
+    }
+
+    /// As [`Server::start`], with more environment (the fake NVML's knobs).
+    fn start_with(nvml: &FakeNvml, args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Self {
         let mut command = Command::new(gputrace());
         nvml.apply(&mut command);
+        command.envs(env.iter().copied());
         let mut child = command
             .args(["-v", "serve", "--listen", "127.0.0.1:0"])
             .args(args)
@@ -94,7 +100,8 @@ impl Server {
         // SAFETY: sending a signal has no memory-safety preconditions.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let status = self.child.wait().expect("serve exits");
-        (status.code().unwrap_or(-1), self.stderr.try_iter().collect::<Vec<_>>().join("\n"))
+        // Until the reader thread has seen the pipe close: every line the server wrote.
+        (status.code().unwrap_or(-1), self.stderr.iter().collect::<Vec<_>>().join("\n"))
     }
 }
 
@@ -214,6 +221,42 @@ fn serve_is_scraped_twice_and_agrees_with_the_sweep() {
     // Counters only grow; each scrape saw a new window.
     assert!(value(&third, "gputrace_sweeps", &[]) > value(&second, "gputrace_sweeps", &[]));
     assert!(value(&third, "gputrace_probe_hits", &[]) > value(&second, "gputrace_probe_hits", &[]));
+}
+
+#[test]
+fn a_gpu_lost_mid_run_and_a_command_that_is_not_utf8_leave_it_serving() {
+    use std::os::unix::ffi::OsStrExt;
+    require_root();
+    let nvml = FakeNvml::new();
+    let dir = gputrace_tests::scratch("serve", "lost");
+    // The fake NVML fails every device call with "GPU is lost" while this file exists.
+    let lost = dir.join("gpu-lost");
+    // A job whose program name is not UTF-8 (a link to the fakejob named so).
+    let link = dir.join(std::ffi::OsStr::from_bytes(b"job-\xff\xfe"));
+    std::os::unix::fs::symlink(fakejob(), &link).expect("a link");
+    let mut job = Gated::start_as(&link, &["--steps", "100000000", "--driver-launches", "10", "--kernel-us", "100", "--sync"]);
+    job.release();
+    let pid = job.pid.to_string();
+    let server = Server::start_with(&nvml, &["--interval", "1"], &[("FAKE_NVML_GONE", lost.as_os_str())]);
+    let before = server.metrics_after(0.0);
+    assert!(sample(&before, "gputrace_gpu_memory_total_bytes", &[("gpu", "0")]).is_some(), "{before}");
+    std::fs::write(&lost, b"").expect("the GPU is lost");
+    // A window that began before the loss may still hold readings: two windows on.
+    let gone = server.metrics_after(value(&before, "gputrace_sweeps", &[]) + 1.0);
+    std::fs::remove_file(&lost).expect("the GPU is back");
+    let back = server.metrics_after(value(&gone, "gputrace_sweeps", &[]) + 1.0);
+    kill(job);
+    let (code, stderr) = server.stop();
+    assert_eq!(code, 0, "serve outlived the lost GPU and ended cleanly on SIGTERM: {stderr}");
+    assert!(sample(&gone, "gputrace_gpu_memory_total_bytes", &[("gpu", "0")]).is_none(), "no figure from a lost GPU: {gone}");
+    assert!(sample(&back, "gputrace_gpu_memory_total_bytes", &[("gpu", "0")]).is_some(), "NVML is asked again each window: {back}");
+    for m in [&before, &gone, &back] {
+        // The job is still seen through its CUDA calls; its name comes out as valid text.
+        assert_eq!(value(m, "gputrace_process_active", &[("pid", &pid), ("state", "active")]), 1.0, "{m}");
+        let command = m.text.lines().find(|l| l.starts_with("gputrace_process_active{") && l.contains(&format!("pid=\"{pid}\""))).expect("its series");
+        assert!(command.contains("command=\"job-\u{fffd}\u{fffd}\""), "{command}");
+    }
+    assert!(stderr.contains("NVML cannot reach GPU 0: device fell off the bus") && stderr.contains("NVML reaches every GPU again"), "the loss and the return are said: {stderr}");
 }
 
 #[test]

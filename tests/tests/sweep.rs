@@ -178,7 +178,9 @@ fn each_busy_job_is_judged_by_where_its_threads_spend_their_time() {
     let d = &j["diagnoses"][0];
     assert_eq!(d["id"], "input-starved", "{j:#}");
     assert!(d["ratio"].as_f64() > Some(0.5), "{j:#}");
-    assert!(j["sleep"]["input"].as_f64() > Some(0.8), "asleep in the pipe's read: {j:#}");
+    // Most polls find it in the pipe's read (a 2 s window holds ten polls; a fresh CI machine
+    // found 2 of 9 elsewhere, between the read and the next launch).
+    assert!(j["sleep"]["input"].as_f64() > Some(0.5), "asleep in the pipe's read: {j:#}");
     assert_eq!(j["workers"], 1, "{j:#}");
     assert!(j["workers_on_cpu"].as_f64() > Some(0.5), "{j:#}");
     let t = &j["time"];

@@ -187,9 +187,9 @@ fn test_steps() -> Result<()> {
     // The options change gputrace alone; the eBPF object is
     // not needed by unit tests (the stub spares its second build). Optimized less: the
     // crate's test build took 118 s on 2 cores at opt-level 3 and 65 s at 1 with its
-    // dependencies built (2026-12-03), for the same 1.2 s of tests. A fresh CI run also
-    // rebuilds a dozen dependencies here (without gputrace-tests selected their features
-    // differ): the step read 113 s before and 110 s after.
+    // dependencies built (2026-12-03), for the same 1.2 s of tests. Without gputrace-tests
+    // selected, features of shared dependencies would differ and py-spy, blazesym and a dozen
+    // more be compiled again: tracer/Cargo.toml turns those features on itself.
     run(cargo_release("test")
         .env("GPUTRACE_BIN", &gputrace)
         .env("GPUTRACE_EBPF_STUB", "1")

@@ -390,6 +390,7 @@ mod tests {
             .into(),
             utilization_known: true,
             processes_listed: true,
+            unreachable: Vec::new(),
         };
         // Without probes, NVML's samples still tell the worker from the idle holder.
         let input = inputs(&activity, Some(&view), &users, false);

@@ -110,6 +110,10 @@ pub struct Engine {
     quiet: bool,
     /// The active jobs' threads, for their judgements.
     jobs: JobWatch,
+    /// Whether NVML answered at the last window's end; None before the first.
+    nvml_answered: Option<bool>,
+    /// The GPUs NVML could not reach then.
+    unreachable: Vec<String>,
 }
 
 impl Engine {
@@ -137,7 +141,7 @@ impl Engine {
         }
         // The probes were just loaded: the first window counts from zero, so that calls made
         // once the "armed" line is out are all its own.
-        Self { me, show_commands, probes, arm_notes, attach_ms, start, sampler, samples: Vec::new(), baseline: BTreeMap::new(), losses_before: 0, windows: 0, continuous, quiet: false, jobs }
+        Self { me, show_commands, probes, arm_notes, attach_ms, start, sampler, samples: Vec::new(), baseline: BTreeMap::new(), losses_before: 0, windows: 0, continuous, quiet: false, jobs, nvml_answered: None, unreachable: Vec::new() }
     }
 
     /// Log what a window finds wrong at debug level only: the caller shows it.
@@ -165,16 +169,25 @@ impl Engine {
         self.observe(&mut activity, &mut seen);
 
         let gpu = match tokio::task::spawn_blocking(move || nvml::query(since_unix_us)).await {
-            Ok(Ok(view)) => Some(view),
+            Ok(Ok(view)) => {
+                if self.nvml_answered == Some(false) && !self.quiet {
+                    log::info!("NVML answers again");
+                }
+                self.nvml_answered = Some(true);
+                self.unreachable_gpus(&view.unreachable, &mut notes);
+                Some(view)
+            }
             Ok(Err(why)) => {
                 let why = format!("{why}; GPU memory per process is unknown (gpu: null)");
-                // Said once: `serve` and `top` run window after window (and `top`'s screen
-                // says it in its own way).
-                if self.windows == 0 && !self.quiet {
+                // Said when it starts: at the first window, or when NVML stops answering (a
+                // GPU lost from the bus), not at every window of `serve` and `top` (whose
+                // screen says it in its own way).
+                if self.nvml_answered != Some(false) && !self.quiet {
                     log::warn!("{why}");
                 } else {
                     log::debug!("{why}");
                 }
+                self.nvml_answered = Some(false);
                 notes.push(why);
                 None
             }
@@ -250,6 +263,22 @@ impl Engine {
             tracer,
         };
         Ok((report, stopped))
+    }
+
+    /// Say which GPUs NVML cannot reach, in the window's notes, and in the log when that
+    /// changes (a GPU lost from the bus mid-run, or back).
+    fn unreachable_gpus(&mut self, now: &[String], notes: &mut Vec<String>) {
+        if now != self.unreachable.as_slice() && !self.quiet {
+            if now.is_empty() {
+                log::info!("NVML reaches every GPU again");
+            } else {
+                log::warn!("NVML cannot reach {}; memory, utilization and processes there are unknown", now.join(", "));
+            }
+        }
+        for gpu in now {
+            notes.push(format!("NVML cannot reach {gpu}: its memory, utilization and processes are unknown"));
+        }
+        self.unreachable = now.to_vec();
     }
 
     /// The probes, for the caller to detach once its output is out.

@@ -28,6 +28,9 @@ use crate::detect::{account as gpu, host_rules as host, rules, LOW, MEDIUM};
 /// windows are longer (`serve`'s 15 s).
 pub const ROLLING_NS: u64 = 30_000_000_000;
 
+/// Polls needed before they say how long a job slept (`judge`): 2 s of them.
+const MIN_POLLS: u32 = 10;
+
 /// Polls of a job's launching threads.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WaitSamples {
@@ -196,9 +199,20 @@ pub fn judge(w: &JobWindow) -> Option<Judgement> {
     let span = w.span_ns as f64;
     let seconds = span / 1e9;
     let share = |ns: u64| ns as f64 / span;
-    let (host, waiting_on_gpu, in_copies, waiting_for_cpu) = (share(w.host_ns), share(w.gpu_wait_ns), share(w.copy_ns), share(w.runqueue_ns));
-    let sleeping = (1.0 - host - waiting_on_gpu - in_copies - waiting_for_cpu).max(0.0);
+    let (mut host, waiting_on_gpu, in_copies, waiting_for_cpu) = (share(w.host_ns), share(w.gpu_wait_ns), share(w.copy_ns), share(w.runqueue_ns));
+    let mut sleeping = (1.0 - host - waiting_on_gpu - in_copies - waiting_for_cpu).max(0.0);
     let asleep: u32 = w.samples.asleep.iter().sum();
+    // The partition took waits inside calls to be off the CPU where they could be. A sync that
+    // spins while the thread sleeps elsewhere (`time.sleep` after it) made that sleep look
+    // like the wait's, and the spin like host work: the polls, which saw the threads asleep
+    // outside calls, say how long they slept (enough polls only: 2 s of them).
+    let polls = asleep + w.samples.busy;
+    if polls >= MIN_POLLS {
+        let sampled = f64::from(asleep) / f64::from(polls);
+        let moved = (sampled - sleeping).clamp(0.0, host);
+        host -= moved;
+        sleeping += moved;
+    }
     let split = (asleep > 0).then(|| {
         let of = |wait: Wait| f64::from(w.samples.asleep[Wait::ALL.iter().position(|x| *x == wait).unwrap_or(4)]) / f64::from(asleep);
         SleepSplit { disk: of(Wait::Disk), input: of(Wait::Input), timer: of(Wait::Timer), thread: of(Wait::Thread), other: of(Wait::Other) }
@@ -280,19 +294,20 @@ fn diagnoses(f: &Facts) -> Vec<JobDiagnosis> {
         add("input-starved", ratio, format!("the GPU waits for input {}: {cause}", pct(ratio)), "more DataLoader workers (up to the free cores), prefetch_factor, persistent_workers=True, pin_memory=True; cheaper decoding");
     }
     let timer = t.sleeping * s.timer;
-    if timer >= host::SLEEP_STARVED && gpu_waiting {
-        let ratio = timer.min(f.idle_cap());
-        add("host-sleep", ratio, format!("the loop sleeps on a timer {} of the time while the GPU waits", pct(ratio)), "remove the sleep from the loop, or wait on the data itself instead of polling");
-    }
-    // Waiting for the GPU at every step, then working while it idles: overlapping the two
-    // saves the shorter.
+    // Waiting for the GPU at every step, then working or pausing while it idles: overlapping
+    // the two saves the shorter. The host work pays for it first, then the pause.
     let overlap = if f.syncs_per_s >= rules::SYNCS_PER_S && t.waiting_on_gpu >= rules::HOST_WAIT_NONE && f.gpu_not_bounding() {
-        t.waiting_on_gpu.min(t.host).min(f.idle_cap())
+        t.waiting_on_gpu.min(t.host + timer).min(f.idle_cap())
     } else {
         0.0
     };
+    let timer_left = timer - (overlap - t.host).clamp(0.0, timer);
+    if timer_left >= host::SLEEP_STARVED && gpu_waiting {
+        let ratio = timer_left.min(f.idle_cap());
+        add("host-sleep", ratio, format!("the loop sleeps on a timer {} of the time while the GPU waits", pct(ratio)), "remove the sleep from the loop, or wait on the data itself instead of polling");
+    }
     if overlap >= MEDIUM {
-        add("host-sync", overlap, format!("it waits for the GPU {:.0} times a second and the GPU idles while it works between waits: {} to gain", f.syncs_per_s, pct(overlap)), "drop per-step .item(), .cpu() and synchronize calls (keep values on the GPU, read them every N steps); non_blocking copies from pinned memory");
+        add("host-sync", overlap, format!("it waits for the GPU {:.0} times a second and the GPU idles while it works or pauses between waits: {} to gain", f.syncs_per_s, pct(overlap)), "drop per-step .item(), .cpu() and synchronize calls (keep values on the GPU, read them every N steps); non_blocking copies from pinned memory");
     }
     // An asynchronous copy the host waits in is staged: its memory is not pinned.
     if t.in_copies >= MEDIUM && f.gpu_not_bounding() {
@@ -416,6 +431,20 @@ mod tests {
         assert_eq!(j.verdict, "cpu-starved", "{j:#?}");
         let j = judge(&window(&[thread(1.0, 0.0, 0.5)], 1_000, 100, [30, 0, 0, 0, 0], (Some(0.1), None))).expect("judged");
         assert_eq!(j.verdict, "io-stall", "{j:#?}");
+    }
+
+    #[test]
+    fn a_spinning_sync_then_a_sleep_is_a_sync_the_sleep_follows() {
+        // On the H200 (`sleepy`, d31): a GEMM step, a sync that spins 5 ms, then time.sleep(5 ms).
+        // The thread was on a CPU half the window, all of it inside the sync; the polls saw
+        // it asleep on a timer the other half. GPU 51 % busy.
+        let w = window(&[thread(5.0, 0.0, 5.0)], 600, 200, [0, 0, 10, 0, 0], (Some(0.51), None));
+        let j = judge(&w).expect("judged");
+        assert!(j.time.host < 1e-9 && (j.time.sleeping - 0.5).abs() < 1e-9, "the sleep is a sleep, not host work: {j:#?}");
+        // Overlapping the sync with the pause saves what the GPU idled: attach's host-sync 0.49.
+        assert_eq!(j.verdict, "host-sync", "{j:#?}");
+        assert!((j.diagnoses[0].ratio - 0.49).abs() < 1e-9, "{j:#?}");
+        assert!(!ids(&j).contains(&"host-bound"), "{j:#?}");
     }
 
     #[test]

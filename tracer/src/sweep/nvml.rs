@@ -45,6 +45,8 @@ pub struct GpuView {
     /// Whether NVML's process lists could be read on every device and name processes of our
     /// pid namespace: only then does a process missing from them hold no GPU memory.
     pub processes_listed: bool,
+    /// Devices NVML counts and cannot reach (a GPU lost from the bus), each as `GPU N: why`.
+    pub unreachable: Vec<String>,
 }
 
 /// Ask NVML; `since_unix_us` is the window's start on the wall clock, which NVML's
@@ -65,7 +67,16 @@ fn ask(since_unix_us: u64) -> Result<GpuView, NoGpuView> {
     let count = nvml.device_count().map_err(NoGpuView::Count)?;
     let mut view = GpuView { driver_version: nvml.sys_driver_version().ok(), utilization_known: count > 0, processes_listed: count > 0, ..GpuView::default() };
     for index in 0..count {
-        let Ok(dev) = nvml.device_by_index(index) else { continue };
+        let dev = match nvml.device_by_index(index) {
+            Ok(dev) => dev,
+            Err(e) => {
+                // Its processes are not listed: nobody's absence from the lists means anything.
+                view.unreachable.push(format!("GPU {index}: {e}"));
+                view.utilization_known = false;
+                view.processes_listed = false;
+                continue;
+            }
+        };
         let memory = dev.memory_info().ok();
         view.devices.push(DeviceView {
             index,
