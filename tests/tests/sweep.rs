@@ -70,6 +70,9 @@ fn names_the_idle_holder_and_counts_the_busy_job_exactly() {
     assert_eq!(b["user"], "root");
     assert!(b["command"].as_str().expect("command").contains("fakejob"), "root sees command lines: {b:#}");
     assert!(b["gpu_memory_bytes"].is_null(), "without NVML memory is unknown: {b:#}");
+    // Its launching thread ended after ten steps (the process holds its memory on another):
+    // that thread's time cannot be read any more, so the job is not judged.
+    assert!(b["judgement"].is_null(), "{b:#}");
 
     let i = row(&r, idle_pid);
     assert_eq!(i["state"], "idle", "{i:#}");
@@ -154,10 +157,11 @@ fn a_job_that_starts_during_the_window_is_counted() {
     assert_eq!(num(j, "/launches"), 100, "{j:#}");
 }
 
-/// The judgement of a busy job released once a `--duration 2` sweep is armed.
-fn judged(args: &[&str]) -> (Value, Value) {
+/// The judgement of a busy job released once a `--duration 2` sweep (with `extra` options)
+/// is armed.
+fn judged(args: &[&str], extra: &[&str]) -> (Value, Value) {
     let mut job = Gated::start(args);
-    let sweep = Tracer::sweep(&["--duration", "2"], None);
+    let sweep = Tracer::sweep(&[&["--duration", "2"], extra].concat(), None);
     job.release();
     let (r, code, stderr) = sweep.report();
     let pid = job.pid;
@@ -173,7 +177,9 @@ fn each_busy_job_is_judged_by_where_its_threads_spend_their_time() {
     require_root();
     // Fed by a worker process through a pipe, 2 ms an item: asleep on the pipe most of the
     // time. The worker is a forked child that computes: the job's worker, on a CPU.
-    let (j, r) = judged(&["--steps", "100000", "--driver-launches", "5", "--pipe-worker-us", "2000"]);
+    let page = std::env::temp_dir().join(format!("gputrace-sweep-judged-{}.html", std::process::id()));
+    let _ = std::fs::remove_file(&page);
+    let (j, r) = judged(&["--steps", "100000", "--driver-launches", "5", "--pipe-worker-us", "2000"], &["--html", page.to_str().expect("a UTF-8 temp path")]);
     assert_eq!(j["verdict"], "input-starved", "{r:#}");
     let d = &j["diagnoses"][0];
     assert_eq!(d["id"], "input-starved", "{j:#}");
@@ -186,21 +192,26 @@ fn each_busy_job_is_judged_by_where_its_threads_spend_their_time() {
     let t = &j["time"];
     let sum: f64 = ["host", "waiting_on_gpu", "in_copies", "waiting_for_cpu", "sleeping"].iter().map(|k| t[*k].as_f64().expect("a share")).sum();
     assert!((sum - 1.0).abs() < 1e-6, "{t}");
+    // The page says it too.
+    let html = std::fs::read_to_string(&page).expect("the sweep's page");
+    let _ = std::fs::remove_file(&page);
+    let job = r["processes"].as_array().expect("rows").iter().find(|p| p["judgement"] == j).expect("the judged row")["pid"].clone();
+    assert!(html.contains(&format!("input-starved — pid {job} ")) && html.contains("<b>input-starved "), "the page names the job's bottleneck");
 
     // 2 ms kernels and a sync each step: the host waits for the GPU (no NVML here: the
     // waits alone say it).
-    let (j, r) = judged(&["--steps", "100000", "--driver-launches", "1", "--kernel-us", "2000", "--sync"]);
+    let (j, r) = judged(&["--steps", "100000", "--driver-launches", "1", "--kernel-us", "2000", "--sync"], &[]);
     assert_eq!(j["verdict"], "gpu-bound", "{r:#}");
     assert!(j["time"]["waiting_on_gpu"].as_f64() > Some(0.8), "{j:#}");
     assert!(j["diagnoses"].as_array().expect("diagnoses").is_empty(), "{j:#}");
 
     // 8 MiB copied each step from malloc'ed memory: the host stages it inside the copy call.
-    let (j, r) = judged(&["--steps", "100000", "--driver-launches", "5", "--kernel-us", "20", "--pageable-h2d", "8388608", "--host-us", "100"]);
+    let (j, r) = judged(&["--steps", "100000", "--driver-launches", "5", "--kernel-us", "20", "--pageable-h2d", "8388608", "--host-us", "100"], &[]);
     assert_eq!(j["verdict"], "pageable-copy", "{r:#}");
     assert!(j["time"]["in_copies"].as_f64() > Some(0.5), "{j:#}");
 
     // Tiny kernels launched back to back, never waited for: the host's launching is the step.
-    let (j, r) = judged(&["--steps", "100000000", "--driver-launches", "100"]);
+    let (j, r) = judged(&["--steps", "100000000", "--driver-launches", "100"], &[]);
     assert_eq!(j["verdict"], "launch-bound", "{r:#}");
     assert!(j["launches_per_s"].as_f64() > Some(5000.0), "{j:#}");
     assert!(j["time"]["host"].as_f64() > Some(0.7), "{j:#}");

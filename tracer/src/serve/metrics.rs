@@ -143,7 +143,7 @@ pub fn exposition(report: &SweepReport, totals: &Totals, full_command: bool) -> 
         "gputrace_job_diagnosis_ratio",
         "Share of a job's recent time (up to 30 s) one bottleneck costs its GPU, by attach's diagnosis id",
     );
-    let verdict = f.gauge("gputrace_job_verdict", "1 for a job's verdict over its recent time (a diagnosis id, gpu-bound or no-bottleneck-found)");
+    let verdict = f.gauge("gputrace_job_verdict", "1 for a job's verdict over its recent time (a diagnosis id, gpu-bound, paused or no-bottleneck-found)");
     let time = f.gauge(
         "gputrace_job_time_ratio",
         "Share of a job's recent time its launching threads spent in each part: host, waiting_on_gpu, in_copies, waiting_for_cpu, sleeping",

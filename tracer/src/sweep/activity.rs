@@ -118,6 +118,10 @@ pub struct Activity {
     /// The threads that launched kernels or synchronized, as of the latest poll: thread →
     /// process (the critical path's threads, `job`).
     pub launching: BTreeMap<u32, u32>,
+    /// Polls taken, and by process the polls at which its counters had moved since the one
+    /// before: whether it called CUDA all through the window or in a burst.
+    pub polls: u32,
+    pub polls_calling: BTreeMap<u32, u32>,
     pub decode_errors: u64,
 }
 
@@ -125,11 +129,13 @@ impl Activity {
     /// Take a poll of the hit counters made at `now_ns`.
     pub fn observe(&mut self, now_ns: u64, counters: &[(u32, ThreadCounters)]) {
         let calls = calls_by_process(counters);
+        self.polls += 1;
         for (pid, c) in &calls {
             let before = self.calls.get(pid).map_or(0, Calls::total);
             if c.total() > before {
                 let last = self.last_ns.entry(*pid).or_default();
                 *last = (*last).max(now_ns);
+                *self.polls_calling.entry(*pid).or_default() += 1;
             }
         }
         // Counters only grow (a sweep never deletes an entry), so the latest poll holds all.

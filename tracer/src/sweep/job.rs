@@ -30,6 +30,9 @@ pub const ROLLING_NS: u64 = 30_000_000_000;
 
 /// Polls needed before they say how long a job slept (`judge`): 2 s of them.
 const MIN_POLLS: u32 = 10;
+/// The share of polls that must find new CUDA calls for a sleeping job to be a loop waiting
+/// for something rather than a pause (`Facts::looping`).
+const LOOPING: f64 = 0.5;
 
 /// Polls of a job's launching threads.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -72,6 +75,9 @@ pub struct JobWindow {
     pub gpu_wait_ns: u64,
     pub copy_ns: u64,
     pub samples: WaitSamples,
+    /// Polls of the window, and those at which the job had called CUDA since the one before.
+    pub polls: u32,
+    pub polls_calling: u32,
     pub launches: u64,
     pub syncs: u64,
     /// Its loader workers (most seen in one window), their on-CPU time added up, and their
@@ -132,6 +138,8 @@ impl JobWindow {
         for (a, b) in self.samples.asleep.iter_mut().zip(o.samples.asleep) {
             *a += b;
         }
+        self.polls += o.polls;
+        self.polls_calling += o.polls_calling;
         self.launches += o.launches;
         self.syncs += o.syncs;
         self.workers = self.workers.max(o.workers);
@@ -174,12 +182,22 @@ struct Facts {
     workers: usize,
     workers_on_cpu: f64,
     workers_runqueue: f64,
+    /// The share of the polls at which it had called CUDA since the one before; None with
+    /// too few polls to say.
+    calling: Option<f64>,
 }
 
 impl Facts {
     /// Nothing is gained beyond the time the GPU had nothing to run.
     fn idle_cap(&self) -> f64 {
         self.time_busy.map_or(1.0, |b| (1.0 - b).max(0.0))
+    }
+
+    /// Its CUDA calls ran all through the time judged (a loop), not in a burst followed by a
+    /// pause: a notebook that ran a cell and now waits for its user, or a job that loaded a
+    /// model and waits for requests, sleeps outside CUDA calls as a starved loop does.
+    fn looping(&self) -> bool {
+        self.calling.is_none_or(|c| c >= LOOPING)
     }
 
     /// The GPU does not bound the job: NVML says it was not busy, or without NVML the host
@@ -235,6 +253,7 @@ pub fn judge(w: &JobWindow) -> Option<Judgement> {
         workers: w.workers,
         workers_on_cpu: worker_share(w.workers_on_cpu_ns),
         workers_runqueue: worker_share(w.workers_runqueue_ns),
+        calling: (w.polls >= MIN_POLLS).then(|| f64::from(w.polls_calling) / f64::from(w.polls)),
     };
     let mut found = diagnoses(&facts);
     found.retain(|d| d.ratio >= LOW);
@@ -242,6 +261,7 @@ pub fn judge(w: &JobWindow) -> Option<Judgement> {
     let verdict = match found.first() {
         Some(d) if d.ratio >= MEDIUM => d.id.clone(),
         _ if facts.busy_gpu == Some(true) || waiting_on_gpu >= rules::HOST_WAIT_HIGH => "gpu-bound".to_owned(),
+        _ if !facts.looping() && facts.time.sleeping >= 0.5 => "paused".to_owned(),
         _ => "no-bottleneck-found".to_owned(),
     };
     Some(Judgement {
@@ -277,7 +297,8 @@ fn diagnoses(f: &Facts) -> Vec<JobDiagnosis> {
         add("io-stall", disk, format!("its launching threads wait on the disk {} of the time", pct(disk)), "read and write in DataLoader workers or a background thread, not the training thread; prefetch; faster or local storage");
     }
     let waiting_input = t.sleeping * (s.input + s.thread + s.other);
-    if waiting_input >= host::SLEEP_STARVED && gpu_waiting {
+    // A job that waits for its loader has workers, or calls CUDA all through the window.
+    if waiting_input >= host::SLEEP_STARVED && gpu_waiting && (f.workers > 0 || f.looping()) {
         let workers = if f.workers == 1 { "its data-loading worker is".to_owned() } else { format!("its {} data-loading workers are", f.workers) };
         let cause = if f.workers > 0 && f.workers_on_cpu >= host::WORKER_BUSY {
             format!("{workers} on a CPU {} of the time and cannot keep up", pct(f.workers_on_cpu))
@@ -302,7 +323,7 @@ fn diagnoses(f: &Facts) -> Vec<JobDiagnosis> {
         0.0
     };
     let timer_left = timer - (overlap - t.host).clamp(0.0, timer);
-    if timer_left >= host::SLEEP_STARVED && gpu_waiting {
+    if timer_left >= host::SLEEP_STARVED && gpu_waiting && f.looping() {
         let ratio = timer_left.min(f.idle_cap());
         add("host-sleep", ratio, format!("the loop sleeps on a timer {} of the time while the GPU waits", pct(ratio)), "remove the sleep from the loop, or wait on the data itself instead of polling");
     }
@@ -445,6 +466,25 @@ mod tests {
         assert_eq!(j.verdict, "host-sync", "{j:#?}");
         assert!((j.diagnoses[0].ratio - 0.49).abs() < 1e-9, "{j:#?}");
         assert!(!ids(&j).contains(&"host-bound"), "{j:#?}");
+    }
+
+    #[test]
+    fn a_burst_of_calls_then_a_wait_is_a_pause_unless_workers_feed_it() {
+        // A notebook ran a cell (calls at 3 polls of 20) and waits for its user on a socket.
+        let mut w = window(&[thread(0.3, 0.0, 0.1)], 500, 5, [0, 17, 0, 0, 0], (Some(0.02), None));
+        (w.polls, w.polls_calling) = (20, 3);
+        let j = judge(&w).expect("judged");
+        assert_eq!(j.verdict, "paused", "{j:#?}");
+        assert!(j.diagnoses.is_empty(), "{j:#?}");
+        // The same with loader workers behind it: a starved loop whose batches come seldom.
+        w.workers = 2;
+        w.worker_span_ns = 2 * w.span_ns;
+        w.workers_on_cpu_ns = 2 * w.span_ns;
+        assert_eq!(judge(&w).expect("judged").verdict, "input-starved");
+        // A loop that sleeps on a timer every step calls at every poll.
+        let mut w = window(&[thread(1.0, 0.0, 0.5)], 1_000, 100, [0, 0, 30, 2, 0], (Some(0.1), None));
+        (w.polls, w.polls_calling) = (50, 50);
+        assert_eq!(judge(&w).expect("judged").verdict, "host-sleep");
     }
 
     #[test]

@@ -87,8 +87,9 @@ pub struct Judgement {
     /// Seconds judged: this window and those before it, up to 30 s.
     pub window_s: f64,
     /// The costliest diagnosis's id where one takes 10 % of the time or more; else
-    /// `gpu-bound` (the GPU was busy, or the host waited for it half the time or more), or
-    /// `no-bottleneck-found`.
+    /// `gpu-bound` (the GPU was busy, or the host waited for it half the time or more),
+    /// `paused` (its calls came in a burst and it slept most of the time since: a notebook
+    /// between cells, a server between requests), or `no-bottleneck-found`.
     pub verdict: String,
     pub time: JobTime,
     /// What the launching threads slept in at the polls when all slept outside CUDA calls,

@@ -18,6 +18,10 @@ use super::{
     sched::{self, SchedStat},
 };
 
+/// How much older than the window a worker without counters may read and still be taken
+/// as forked during it (`JobWatch::workers`): a few clock ticks.
+const FORKED_SLACK_S: f64 = 0.05;
+
 #[derive(Debug, Default)]
 pub struct JobWatch {
     /// Each watched thread's counters when the window started: thread → (process, counters).
@@ -81,6 +85,8 @@ impl JobWatch {
             let pid = processes[i].pid;
             let Some(mut window) = self.window(span_ns, activity, pid, &end) else { continue };
             window.samples = samples.remove(&pid).unwrap_or_default();
+            window.polls = activity.polls;
+            window.polls_calling = activity.polls_calling.get(&pid).copied().unwrap_or(0);
             let calls = activity.calls.get(&pid).copied().unwrap_or_default();
             window.launches = calls.kernels + calls.graphs;
             window.syncs = calls.syncs;
@@ -150,8 +156,10 @@ impl JobWatch {
             let Some((_, after)) = end.get(&w.pid) else { continue };
             let before = match self.start.get(&w.pid) {
                 Some((_, s)) => *s,
-                // Forked during the window (a loader starting its workers): all its time is the window's.
-                None if w.age_s.is_some_and(|age| age * 1e9 < window.span_ns as f64) => SchedStat::default(),
+                // Forked during the window (a loader starting its workers): all its time is the
+                // window's. Ages count in clock ticks (10 ms): one forked as the window began
+                // can read a little older than the window.
+                None if w.age_s.is_some_and(|age| age < window.span_ns as f64 / 1e9 + FORKED_SLACK_S) => SchedStat::default(),
                 None => continue,
             };
             let d = after.since(before);

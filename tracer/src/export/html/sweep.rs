@@ -37,7 +37,8 @@ pub fn render(r: &SweepReport) -> String {
         h.push_str("</table></section>\n");
     }
     h.push_str("<section><h2>Diagnoses</h2>");
-    if r.diagnoses.is_empty() {
+    let judged = r.processes.iter().filter(|p| p.judgement.as_ref().is_some_and(|j| !j.diagnoses.is_empty()));
+    if r.diagnoses.is_empty() && judged.clone().next().is_none() {
         h.push_str("<p>No problem found.</p>");
     }
     for d in &r.diagnoses {
@@ -58,6 +59,30 @@ pub fn render(r: &SweepReport) -> String {
             let _ = write!(h, "<li>{}</li>", esc(e));
         }
         let _ = write!(h, r#"</ul><p class="fix"><b>fix:</b> {}</p></article>"#, esc(&d.fix));
+    }
+    // Each job's bottlenecks over its recent windows (docs/sweep.md, "Each job's judgement").
+    for p in judged {
+        let Some(j) = &p.judgement else { continue };
+        let pct = |f: f64| format!("{:.0} %", f * 100.0);
+        let t = &j.time;
+        let _ = write!(
+            h,
+            r#"<article class="diagnosis"><h3>{} — pid {} ({}, {}), over {:.0} s</h3><p>launching threads: host {}, waiting on the GPU {}, in copies {}, for a CPU {}, asleep {}</p><ul class="evidence">"#,
+            esc(&j.verdict),
+            p.pid,
+            esc(&p.user),
+            esc(if p.command.is_empty() { &p.comm } else { &p.command }),
+            j.window_s,
+            pct(t.host),
+            pct(t.waiting_on_gpu),
+            pct(t.in_copies),
+            pct(t.waiting_for_cpu),
+            pct(t.sleeping)
+        );
+        for d in &j.diagnoses {
+            let _ = write!(h, "<li><b>{} {}</b>: {} <i>fix:</i> {}</li>", esc(&d.id), pct(d.ratio), esc(&d.summary), esc(&d.fix));
+        }
+        h.push_str("</ul></article>");
     }
     h.push_str("</section>\n<section><h2>Processes</h2><table class=\"sites\" id=\"processes\"><tr><th>pid</th><th>user</th><th>command</th><th>state</th><th>GPUs</th><th>GPU memory</th><th>launches</th><th>syncs</th><th>copies</th><th>last activity</th><th>age</th><th>container</th></tr>");
     for p in &r.processes {
