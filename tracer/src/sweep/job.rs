@@ -86,6 +86,9 @@ pub struct JobWindow {
     pub worker_span_ns: u64,
     pub workers_on_cpu_ns: u64,
     pub workers_runqueue_ns: u64,
+    /// Its children looked at over the polls, and those found in uninterruptible sleep.
+    pub worker_polls: u32,
+    pub worker_polls_disk: u32,
     /// NVML over the windows that had it: utilization and SM activity (0..1) times the span,
     /// and those spans.
     pub gpu_util_ns: f64,
@@ -146,6 +149,8 @@ impl JobWindow {
         self.worker_span_ns += o.worker_span_ns;
         self.workers_on_cpu_ns += o.workers_on_cpu_ns;
         self.workers_runqueue_ns += o.workers_runqueue_ns;
+        self.worker_polls += o.worker_polls;
+        self.worker_polls_disk += o.worker_polls_disk;
         self.gpu_util_ns += o.gpu_util_ns;
         self.gpu_util_span_ns += o.gpu_util_span_ns;
         self.sm_ns += o.sm_ns;
@@ -182,6 +187,8 @@ struct Facts {
     workers: usize,
     workers_on_cpu: f64,
     workers_runqueue: f64,
+    /// The share of its children's polls that found them on the disk.
+    workers_blocked: f64,
     /// The share of the polls at which it had called CUDA since the one before; None with
     /// too few polls to say.
     calling: Option<f64>,
@@ -253,6 +260,7 @@ pub fn judge(w: &JobWindow) -> Option<Judgement> {
         workers: w.workers,
         workers_on_cpu: worker_share(w.workers_on_cpu_ns),
         workers_runqueue: worker_share(w.workers_runqueue_ns),
+        workers_blocked: if w.worker_polls > 0 { f64::from(w.worker_polls_disk) / f64::from(w.worker_polls) } else { 0.0 },
         calling: (w.polls >= MIN_POLLS).then(|| f64::from(w.polls_calling) / f64::from(w.polls)),
     };
     let mut found = diagnoses(&facts);
@@ -274,6 +282,7 @@ pub fn judge(w: &JobWindow) -> Option<Judgement> {
         threads: w.threads,
         workers: w.workers,
         workers_on_cpu: facts.workers_on_cpu,
+        workers_on_disk: facts.workers_blocked,
         gpu_utilization: utilization,
         sm_activity,
         diagnoses: found,
@@ -300,7 +309,9 @@ fn diagnoses(f: &Facts) -> Vec<JobDiagnosis> {
     // A job that waits for its loader has workers, or calls CUDA all through the window.
     if waiting_input >= host::SLEEP_STARVED && gpu_waiting && (f.workers > 0 || f.looping()) {
         let workers = if f.workers == 1 { "its data-loading worker is".to_owned() } else { format!("its {} data-loading workers are", f.workers) };
-        let cause = if f.workers > 0 && f.workers_on_cpu >= host::WORKER_BUSY {
+        let cause = if f.workers > 0 && f.workers_blocked >= host::WORKER_BLOCKED {
+            format!("{workers} waiting on the disk {} of the time", pct(f.workers_blocked))
+        } else if f.workers > 0 && f.workers_on_cpu >= host::WORKER_BUSY {
             format!("{workers} on a CPU {} of the time and cannot keep up", pct(f.workers_on_cpu))
         } else if f.workers > 0 && f.workers_runqueue >= host::RUNQUEUE_STARVED {
             format!("{workers} waiting for a CPU")
@@ -409,6 +420,11 @@ mod tests {
         let d = &j.diagnoses[0];
         assert!((d.ratio - 0.85).abs() < 0.01, "{d:?}");
         assert!(d.summary.contains("4 data-loading workers are on a CPU 90 %"), "{d:?}");
+        // Workers found on the disk at most polls wait for it, whatever their CPU.
+        w.worker_polls = 40;
+        w.worker_polls_disk = 30;
+        let j = judge(&w).expect("judged");
+        assert!(j.diagnoses[0].summary.contains("workers are waiting on the disk 75 %"), "{j:#?}");
         let split = j.sleep.expect("sampled");
         assert!((split.input - 40.0 / 45.0).abs() < 1e-9);
     }

@@ -99,9 +99,12 @@ pub struct Judgement {
     pub syncs_per_s: f64,
     /// Threads that launched kernels or synchronized (the critical path's).
     pub threads: usize,
-    /// Its loader workers, and their mean share of time on a CPU.
+    /// Its loader workers, their mean share of time on a CPU, and the share of polls that
+    /// found them on the disk (uninterruptible sleep).
     pub workers: usize,
     pub workers_on_cpu: f64,
+    #[serde(default)]
+    pub workers_on_disk: f64,
     /// NVML on its GPU (0..1): the share of time a kernel ran, and of SMs busy (GPM).
     pub gpu_utilization: Option<f64>,
     pub sm_activity: Option<f64>,

@@ -49,6 +49,13 @@ pub fn threads(pid: u32) -> Vec<u32> {
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect()
 }
 
+/// The processes `pid`'s main thread forked that are alive (a DataLoader's workers are the
+/// main thread's children); none where the kernel does not say (`CONFIG_PROC_CHILDREN`).
+#[must_use]
+pub fn children(pid: u32) -> Vec<u32> {
+    fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).map(|t| t.split_ascii_whitespace().filter_map(|p| p.parse().ok()).collect()).unwrap_or_default()
+}
+
 /// What a sleeping thread waits for. The order is the precedence when several threads of a
 /// job sleep at once (`Sample::of`): the one that waits on the outside world says why they all
 /// wait, the ones parked on a lock or queue wait for it.

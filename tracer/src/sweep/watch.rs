@@ -31,6 +31,9 @@ pub struct JobWatch {
     whole: BTreeSet<u32>,
     /// This window's polls, by process.
     samples: BTreeMap<u32, WaitSamples>,
+    /// This window's polls of each process's children (its loader workers): how many were
+    /// looked at, and how many were in uninterruptible sleep (the disk).
+    children: BTreeMap<u32, (u32, u32)>,
     /// Each active job's recent windows, oldest first.
     recent: BTreeMap<u32, VecDeque<JobWindow>>,
 }
@@ -69,6 +72,13 @@ impl JobWatch {
         }
         for (pid, waits) in by_process {
             self.samples.entry(pid).or_default().add(&waits);
+            let polled = self.children.entry(pid).or_default();
+            for child in sched::children(pid) {
+                if let Some((state, _)) = sched::now(child, child) {
+                    polled.0 += 1;
+                    polled.1 += u32::from(state == 'D');
+                }
+            }
         }
     }
 
@@ -76,6 +86,7 @@ impl JobWatch {
     /// windows; then take the counters the next window starts from.
     pub fn judge(&mut self, span_ns: u64, activity: &Activity, processes: &mut [Process], devices: &[GpuDevice]) {
         let mut samples = std::mem::take(&mut self.samples);
+        let mut children = std::mem::take(&mut self.children);
         let mut recent = std::mem::take(&mut self.recent);
         let (end, whole) = Self::read_end(processes);
         for i in 0..processes.len() {
@@ -85,6 +96,7 @@ impl JobWatch {
             let pid = processes[i].pid;
             let Some(mut window) = self.window(span_ns, activity, pid, &end) else { continue };
             window.samples = samples.remove(&pid).unwrap_or_default();
+            (window.worker_polls, window.worker_polls_disk) = children.remove(&pid).unwrap_or_default();
             window.polls = activity.polls;
             window.polls_calling = activity.polls_calling.get(&pid).copied().unwrap_or(0);
             let calls = activity.calls.get(&pid).copied().unwrap_or_default();
