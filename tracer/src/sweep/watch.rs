@@ -62,7 +62,9 @@ impl JobWatch {
     /// probed call (`counters`, the kernel's, in call epoch `epoch`) is busy with CUDA
     /// whatever it sleeps in.
     pub fn poll(&mut self, activity: &Activity, counters: &[(u32, ThreadCounters)], epoch: u32) {
-        let in_call: BTreeMap<u32, bool> = counters.iter().map(|(tid, c)| (*tid, c.in_call(epoch))).collect();
+        // The host's whole counter map is read at each poll; only the launching threads matter.
+        let in_call: BTreeMap<u32, bool> =
+            counters.iter().filter(|(tid, _)| activity.launching.contains_key(tid)).map(|(tid, c)| (*tid, c.in_call(epoch))).collect();
         let mut by_process: BTreeMap<u32, Vec<Option<sched::Wait>>> = BTreeMap::new();
         for (&tid, &pid) in &activity.launching {
             // A thread that is gone is left out of the poll.
