@@ -5,6 +5,10 @@
 //! `GPUTRACE_EBPF_STUB=1`: an empty object is written instead, and the binary then refuses
 //! to trace with a message that says how to build it properly. Clippy runs get the stub
 //! automatically. A normal build never falls back silently.
+//!
+//! CI's builds are linted as they compile (`cargo xtask test` sets clippy-driver as the
+//! workspace's rustc wrapper and `GPUTRACE_LINTED_BUILD=1`): those get the real object, and
+//! the eBPF crate's own cargo run is spared the wrapper, which belongs to the stable toolchain.
 use std::{env, fs, path::PathBuf};
 
 use anyhow::{anyhow, Context as _};
@@ -16,9 +20,11 @@ const EBPF_OBJECT: &str = "gputrace";
 
 fn main() -> anyhow::Result<()> {
     println!("cargo:rerun-if-env-changed=GPUTRACE_EBPF_STUB");
+    println!("cargo:rerun-if-env-changed=GPUTRACE_LINTED_BUILD");
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").context("OUT_DIR not set")?);
     let under_clippy = env::var("RUSTC_WORKSPACE_WRAPPER").is_ok_and(|w| w.contains("clippy"));
-    if env::var_os("GPUTRACE_EBPF_STUB").is_some() || under_clippy {
+    let linted_build = env::var_os("GPUTRACE_LINTED_BUILD").is_some();
+    if env::var_os("GPUTRACE_EBPF_STUB").is_some() || (under_clippy && !linted_build) {
         fs::write(out_dir.join(EBPF_OBJECT), []).context("writing the eBPF stub")?;
         return Ok(());
     }
@@ -30,6 +36,10 @@ fn main() -> anyhow::Result<()> {
     }
     let cargo_metadata::Metadata { packages, .. } = cargo_metadata::MetadataCommand::new().no_deps().exec().context("cargo metadata")?;
     let ebpf = packages.into_iter().find(|p| p.name == EBPF_PACKAGE).ok_or_else(|| anyhow!("{EBPF_PACKAGE} is not a workspace member"))?;
+    // The nightly cargo that aya-build runs inherits this process's environment.
+    for wrapper in ["RUSTC_WORKSPACE_WRAPPER", "CLIPPY_ARGS"] {
+        env::remove_var(wrapper);
+    }
     aya_build::build_ebpf([ebpf])
 }
 
