@@ -113,3 +113,33 @@ fn a_pid_that_does_not_exist_is_a_clear_error() {
     assert!(stderr.contains("no process with pid 999999999"), "{stderr}");
     assert!(out.stdout.is_empty());
 }
+
+/// The doctor's link check in a report, beside the copies it slows: a job copying 8 MiB a
+/// step from pageable memory on a GPU whose link runs at Gen3 x8 under load (of Gen5 x16) is
+/// told so in the report's notes, and pinning is promised less there (the bus as it ran is
+/// the floor of the step: 8 MiB take ~1.3 ms at Gen3 x8, more than the step); the same job on
+/// a full link gets `pageable-copy` first and no note.
+#[test]
+fn a_link_trained_down_under_load_is_noted_beside_the_copies_it_slows() {
+    require_root();
+    let job = ["--steps", "150", "--driver-launches", "5", "--kernel-us", "20", "--pageable-h2d", "8388608", "--host-us", "100"];
+    let traced = |pcie: &str| {
+        let nvml = FakeNvml::new();
+        let mut command = Command::new(gputrace());
+        nvml.apply(&mut command).env("FAKE_NVML_PCIE", pcie).args(["run", "--json", "--"]).arg(fakejob()).args(job);
+        let out = command.output().expect("gputrace runs");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        gputrace_tests::report_json(&out.stdout)
+    };
+    let pageable = |r: &Value| r["diagnoses"].as_array().and_then(|ds| ds.iter().find(|d| d["id"] == "pageable-copy")).cloned().unwrap_or_else(|| panic!("no pageable-copy: {:#}", r["diagnoses"]));
+    let speedup = |r: &Value| pageable(r)["saving"]["speedup"].as_f64().unwrap_or(1.0);
+    let narrow = traced("3,5,8,16");
+    assert_eq!(narrow["gpu"]["devices"][0]["pcie_under_load"], serde_json::json!({"gen": 3, "width": 8}), "{:#}", narrow["gpu"]);
+    let notes = narrow["tracer"]["notes"].to_string();
+    assert!(notes.contains("Gen3 x8 of Gen5 x16") && notes.contains("bearing on pageable-copy"), "{notes}");
+    let full = traced("5,5,16,16");
+    assert_eq!(full["verdict"], "pageable-copy", "{:#}", full["diagnoses"]);
+    assert!(!full["tracer"]["notes"].to_string().contains("pcie-link"), "{:#}", full["tracer"]["notes"]);
+    assert!(speedup(&narrow) < speedup(&full), "pinning buys less on the narrow link: {:#} against {:#}", pageable(&narrow)["saving"], pageable(&full)["saving"]);
+}

@@ -9,6 +9,10 @@ use gputrace_tests::{fake_cuda_dir, gputrace, report_json, require_root};
 use serde_json::Value;
 
 fn run_python_job(script: &str, steps: &str) -> Value {
+    run_python_job_with(script, &[steps])
+}
+
+fn run_python_job_with(script: &str, args: &[&str]) -> Value {
     let dir = fake_cuda_dir();
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fake-cuda/frameworks").join(script);
     let out = Command::new(gputrace())
@@ -17,7 +21,7 @@ fn run_python_job(script: &str, steps: &str) -> Value {
         .args(["run", "--json", "--", "python3"])
         .arg(&script)
         .arg(&dir)
-        .arg(steps)
+        .args(args)
         .output()
         .expect("gputrace runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -66,4 +70,36 @@ fn a_jitted_jax_step_is_told_to_do_more_per_dispatch_not_to_add_loader_workers()
     let site = &d["sites"][0];
     assert!(site["file"].as_str().is_some_and(|f| f.ends_with("jax_job.py")), "{site:#}");
     assert_eq!(site["inside"]["package"], "jax", "{site:#}");
+}
+
+/// The host-side verdict of a job whose steps wait on 3 ms of host work inside its framework,
+/// and that diagnosis's fix.
+fn host_side_fix(r: &Value) -> String {
+    let verdict = r["verdict"].as_str().unwrap_or_default().to_owned();
+    assert!(["host-bound", "input-starved"].contains(&verdict.as_str()), "{:#}", r["diagnoses"]);
+    diagnosis(r, &verdict)["fix"].as_str().unwrap_or_default().to_owned()
+}
+
+/// The same planted step (two 50 µs kernels, a sync, 3 ms of host work inside the framework)
+/// under each framework's layout: each is named, and told its own knobs and no other's.
+#[test]
+fn each_framework_is_named_and_told_its_own_knobs() {
+    require_root();
+    let knobs = [
+        ("pytorch", "pytorch", "num_workers"),
+        ("hf", "hf-trainer", "TrainingArguments(dataloader_num_workers"),
+        ("deepspeed", "deepspeed", "wall_clock_breakdown"),
+        ("tensorflow", "tensorflow", "tf.data.AUTOTUNE"),
+    ];
+    // Each framework's own words, which no other framework's fix may use.
+    let own = [("hf-trainer", "TrainingArguments"), ("deepspeed", "wall_clock_breakdown"), ("tensorflow", "tf.data"), ("lightning", "Lightning"), ("jax", "jax.")];
+    for (job, framework, knob) in knobs {
+        let r = run_python_job_with("framework_job.py", &["300", job]);
+        assert_eq!(r["target"]["framework"], framework, "{job}: {:#}", r["target"]);
+        let fix = host_side_fix(&r);
+        assert!(fix.contains(knob), "{job}: {fix}");
+        for (_, word) in own.iter().filter(|(owner, _)| *owner != framework) {
+            assert!(!fix.contains(word), "{job} is told {word}: {fix}");
+        }
+    }
 }

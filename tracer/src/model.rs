@@ -702,6 +702,20 @@ pub struct GpuDevice {
     pub pcie_max_gen: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcie_max_width: Option<u32>,
+    /// The link as it ran while the GPU worked (the best read at a busy moment; an idle GPU
+    /// trains it down); null where not read. Below the maximum, copies are slower for it.
+    #[serde(default)]
+    pub pcie_under_load: Option<PcieLink>,
+    /// The NUMA node of the GPU's PCI device; null on a machine without NUMA.
+    #[serde(default)]
+    pub numa_node: Option<i32>,
+}
+
+/// A PCIe link's generation and width (lanes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct PcieLink {
+    pub gen: u32,
+    pub width: u32,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]

@@ -42,8 +42,13 @@ for d in r["diagnoses"][:3]:
         if inside:
             print(f"         inside {inside['package']}: " + "; ".join(f"{p['share']:.0%} {p['frame']}" for p in inside["parts"]))
     print(f"      fix: {d['fix']}")
-for n in r.get("notes", []):
-    if any(w in n for w in ("XLA", "PYTORCH_CUDA_ALLOC_CONF", "preallocat", "memory")):
+for d in r["diagnoses"]:
+    if d["id"] == "memory-reserved":
+        print(f"   memory-reserved: {d['summary']}\n      fix: {d['fix']}")
+for dev in (r.get("gpu") or {}).get("devices", []):
+    print(f"   GPU {dev['index']}: link under load {dev.get('pcie_under_load')}, max Gen{dev.get('pcie_max_gen')} x{dev.get('pcie_max_width')}, NUMA node {dev.get('numa_node')}")
+for n in r.get("notes", []) + r["tracer"].get("notes", []):
+    if any(w in n for w in ("XLA", "PYTORCH_CUDA_ALLOC_CONF", "preallocat", "memory", "gputrace doctor")):
         print(f"   note: {n}")
 PY
 done

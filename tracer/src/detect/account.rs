@@ -146,7 +146,7 @@ impl Account {
             host: HostTime::new(ev, window_ns),
             gpu_util: device.and_then(|d| d.utilization.as_ref()).map(|u| u.mean / 100.0),
             sm_active: device.and_then(|d| d.sm_activity_pct.as_ref()).map(|u| u.mean / 100.0),
-            bus_bytes_per_s: device.and_then(|d| crate::evidence::cost::pcie_bytes_per_s(d.pcie_max_gen?, d.pcie_max_width?)),
+            bus_bytes_per_s: device.and_then(bus_bytes_per_s),
         }
     }
 
@@ -194,8 +194,18 @@ impl Account {
 /// The device the job runs on: one where it holds memory, else the only one, else the
 /// busiest (NVML and CUDA may number devices differently, and inside a container NVML's
 /// pids are not ours).
-fn job_device(devices: &[GpuDevice]) -> Option<&GpuDevice> {
+pub(crate) fn job_device(devices: &[GpuDevice]) -> Option<&GpuDevice> {
     let util = |d: &GpuDevice| d.utilization.as_ref().map_or(0.0, |u| u.mean);
     let holding = devices.iter().filter(|d| d.target_memory_bytes.unwrap_or(0) > 0).max_by(|a, b| util(a).total_cmp(&util(b)));
     holding.or_else(|| devices.iter().max_by(|a, b| util(a).total_cmp(&util(b))))
 }
+
+/// The pinned-copy rate of the job's link: its maximum, or the link as it ran under load
+/// where NVML read it lower (a link trained down moves less, and no host fix beats that).
+fn bus_bytes_per_s(d: &crate::model::GpuDevice) -> Option<f64> {
+    let (gen, width) = (d.pcie_max_gen?, d.pcie_max_width?);
+    let (gen, width) = d.pcie_under_load.map_or((gen, width), |l| (l.gen.min(gen), l.width.min(width)));
+    crate::evidence::cost::pcie_bytes_per_s(gen, width)
+}
+
+

@@ -40,7 +40,8 @@ const LAYERS: [(&str, Framework); 8] = [
     ("/torch/", Framework::Pytorch),
 ];
 
-/// The framework the stacks show, if any.
+/// The framework the stacks show, if any: the native libraries their frames are in (the
+/// mapped libraries the job runs), and the Python files of their frames.
 #[must_use]
 pub fn of(stacks: &[StackTime]) -> Option<Framework> {
     let files = || stacks.iter().flat_map(|s| &s.frames).filter_map(|f| f.file.as_deref());
@@ -57,19 +58,84 @@ pub fn of(stacks: &[StackTime]) -> Option<Framework> {
     objects().any(|o| o.starts_with("libtorch") || o.starts_with("libc10")).then_some(Framework::Pytorch)
 }
 
-/// Say each fix in `framework`'s terms where they differ from plain PyTorch's.
+/// Say each fix in `framework`'s terms where they differ from plain PyTorch's, and each
+/// memory note where PyTorch's caching allocator is not the one that holds the memory.
 pub fn speak(found: &mut [Diagnosis], framework: Option<Framework>) {
     let Some(fw) = framework else { return };
     for d in found {
         if let Some(fix) = fix_in(fw, d) {
             d.fix = fix.into();
         }
+        if let (DiagnosisId::MemoryReserved, Some(holder)) = (d.id, holder_in(fw)) {
+            // "the job holds 100 GiB (75% of the GPU): <why>": the why is the framework's.
+            if let Some((held, _)) = d.summary.split_once(": ") {
+                d.summary = format!("{held}: {holder}");
+            }
+        }
     }
 }
 
+/// Why a job of `fw` holds memory it is not using, where not PyTorch's caching allocator.
+fn holder_in(fw: Framework) -> Option<&'static str> {
+    Some(match fw {
+        Framework::Jax => "XLA's allocator preallocates a share of the GPU at start (75 % by default) and keeps it, so nvidia-smi shows it used whatever the arrays in it",
+        Framework::Tensorflow => "TensorFlow maps nearly all of the GPU's memory at start and keeps it, so nvidia-smi shows it used whatever the tensors in it",
+        Framework::Vllm => "vLLM reserves gpu_memory_utilization of the GPU (0.9 by default) at start for the weights and the KV cache, and keeps it",
+        Framework::Sglang => "SGLang reserves --mem-fraction-static of the GPU at start for the weights and the KV cache, and keeps it",
+        _ => return None,
+    })
+}
+
 fn fix_in(fw: Framework, d: &Diagnosis) -> Option<&'static str> {
-    use DiagnosisId::{HostBound, InputStarved, LaunchBound, MemoryReserved};
+    use DiagnosisId::{HostBound, HostSync, InputStarved, LaunchBound, MemoryReserved};
     Some(match (fw, d.id) {
+        (Framework::Jax, HostSync) => {
+            "JAX dispatches asynchronously until a value is read: keep metrics on the device and read them every N steps, not each step              (float(loss), .item(), jax.device_get and block_until_ready each wait for the GPU)"
+        }
+        (Framework::Tensorflow, HostBound | InputStarved) => {
+            "in TensorFlow: feed the step from tf.data in parallel and ahead of it — dataset.map(..., num_parallel_calls=tf.data.AUTOTUNE)\
+             .prefetch(tf.data.AUTOTUNE), .cache() where the data fits; in Keras, model.compile(..., steps_per_execution=32) runs several \
+             steps per call"
+        }
+        (Framework::Tensorflow, LaunchBound) => {
+            "in TensorFlow: fewer, larger kernels — compile the step with XLA (tf.function(jit_compile=True), or model.compile(jit_compile=True)), \
+             several steps per call (model.compile(steps_per_execution=32)), a larger batch"
+        }
+        (Framework::Tensorflow, HostSync) => {
+            "in TensorFlow: reading a tensor each step (.numpy(), print of a tensor, float(loss)) waits for the GPU: keep metrics in \
+             tf.keras.metrics and read them at the end of an epoch, or every N steps"
+        }
+        (Framework::Deepspeed, LaunchBound) => {
+            "in DeepSpeed: launch fewer, larger kernels — a larger \"train_micro_batch_size_per_gpu\" (\"gradient_accumulation_steps\" keeps \
+             the effective batch), \"bf16\": {\"enabled\": true}, the engine compiled (model_engine.compile())"
+        }
+        (Framework::Deepspeed, HostBound | InputStarved) => {
+            "in DeepSpeed: give the engine's data loader workers (a DataLoader(num_workers > 0, pin_memory=True) over training_data), and keep \
+             per-step host work off the step: \"wall_clock_breakdown\": false and a large \"steps_per_print\" in the config"
+        }
+        (Framework::Accelerate, LaunchBound) => {
+            "with Accelerate: launch fewer, larger kernels — Accelerator(mixed_precision=\"bf16\", dynamo_backend=\"inductor\"), a larger batch \
+             with Accelerator(gradient_accumulation_steps=N) to keep the effective batch"
+        }
+        (Framework::Accelerate, HostBound | InputStarved) => {
+            "with Accelerate: the DataLoader given to accelerator.prepare(...) with num_workers > 0 and pin_memory=True; gather metrics \
+             (accelerator.gather_for_metrics) every N steps, not each step"
+        }
+        (Framework::Vllm, MemoryReserved) => {
+            "a problem only where other jobs need the memory: LLM(..., gpu_memory_utilization=0.5) or vllm serve --gpu-memory-utilization 0.5 \
+             (less KV cache: fewer sequences at once)"
+        }
+        (Framework::Vllm, LaunchBound | HostBound) => {
+            "in vLLM: keep CUDA graphs on (no enforce_eager=True) and batch more requests at once (max_num_seqs, more concurrent clients); \
+             the scheduler's host time per step is paid per batch, not per request"
+        }
+        (Framework::Sglang, MemoryReserved) => {
+            "a problem only where other jobs need the memory: --mem-fraction-static 0.5 (less KV cache: fewer requests at once)"
+        }
+        (Framework::Sglang, LaunchBound | HostBound) => {
+            "in SGLang: keep CUDA graphs on (no --disable-cuda-graph) with --cuda-graph-max-bs at least the running batch, and send more \
+             requests at once"
+        }
         (Framework::Jax, HostBound | InputStarved) => {
             "give each dispatch more work: a larger batch, or several steps in one jitted call (jax.lax.scan over steps); \
              check for retracing (jax.log_compiles, or jax.config.update(\"jax_explain_cache_misses\", True)); \
@@ -151,11 +217,14 @@ mod tests {
             saving: None,
             sites: Vec::new(),
         };
-        let mut found = vec![d(DiagnosisId::HostBound), d(DiagnosisId::MemoryReserved), d(DiagnosisId::HostSync)];
+        let mut found = vec![d(DiagnosisId::HostBound), d(DiagnosisId::MemoryReserved), d(DiagnosisId::HostSync), d(DiagnosisId::PageableCopy)];
+        found[1].summary = "the job holds 105 GiB (75% of the GPU): a caching allocator keeps what it reserved".into();
         speak(&mut found, Some(Framework::Jax));
         assert!(found[0].fix.contains("jax.lax.scan") && !found[0].fix.contains("DataLoader"), "{}", found[0].fix);
         assert!(found[1].fix.contains("XLA_PYTHON_CLIENT_PREALLOCATE"), "{}", found[1].fix);
-        assert_eq!(found[2].fix, "load in DataLoader workers", "a fix with no JAX wording of its own is kept");
+        assert!(found[1].summary.starts_with("the job holds 105 GiB (75% of the GPU): XLA's allocator preallocates"), "{}", found[1].summary);
+        assert!(found[2].fix.contains("block_until_ready"), "{}", found[2].fix);
+        assert_eq!(found[3].fix, "load in DataLoader workers", "a fix with no JAX wording of its own is kept");
         let mut lightning = vec![d(DiagnosisId::InputStarved), d(DiagnosisId::LaunchBound)];
         speak(&mut lightning, Some(Framework::Lightning));
         assert!(lightning[0].fix.contains("log_every_n_steps"), "{}", lightning[0].fix);
@@ -163,5 +232,15 @@ mod tests {
         let mut hf = vec![d(DiagnosisId::LaunchBound)];
         speak(&mut hf, Some(Framework::HfTrainer));
         assert!(hf[0].fix.contains("TrainingArguments(torch_compile=True"), "{}", hf[0].fix);
+        let mut vllm = vec![d(DiagnosisId::MemoryReserved), d(DiagnosisId::LaunchBound)];
+        vllm[0].summary = "the job holds 125 GiB (90% of the GPU): a caching allocator keeps what it reserved".into();
+        speak(&mut vllm, Some(Framework::Vllm));
+        assert!(vllm[0].fix.contains("gpu_memory_utilization") && vllm[0].summary.contains("KV cache"), "{:?}", vllm[0]);
+        assert!(vllm[1].fix.contains("enforce_eager"), "{}", vllm[1].fix);
+        for fw in [Framework::Tensorflow, Framework::Deepspeed, Framework::Accelerate, Framework::Sglang] {
+            let mut host = vec![d(DiagnosisId::HostBound), d(DiagnosisId::LaunchBound)];
+            speak(&mut host, Some(fw));
+            assert!(host.iter().all(|h| h.fix != "load in DataLoader workers"), "{fw:?}: {host:?}");
+        }
     }
 }

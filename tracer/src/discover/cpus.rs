@@ -96,6 +96,48 @@ pub fn parse_cpu_max(text: &str) -> Option<f64> {
     (quota > 0.0 && period > 0.0).then(|| quota / period)
 }
 
+/// The NUMA node sysfs gives a PCI device as NVML names it (`00000000:3B:00.0`); None where
+/// unknown (-1 in sysfs: a machine without NUMA).
+#[must_use]
+pub fn numa_node_of_pci(bus_id: &str) -> Option<i32> {
+    let id = bus_id.to_ascii_lowercase();
+    // NVML's domain has eight digits, sysfs's four.
+    let id = if id.len() == 16 { id[4..].to_owned() } else { id };
+    let node: i32 = fs::read_to_string(format!("/sys/bus/pci/devices/{id}/numa_node")).ok()?.trim().parse().ok()?;
+    (node >= 0).then_some(node)
+}
+
+/// Where a job may run against the machine's NUMA nodes, for the placement check of a report
+/// (`doctor::bearing`). Recorded, so that an offline report checks it too.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Placement {
+    /// The CPUs the job may run on.
+    pub cpus: Vec<u32>,
+    /// NUMA node → its CPUs.
+    pub nodes: std::collections::BTreeMap<i32, Vec<u32>>,
+}
+
+/// Process `pid`'s placement; None on a machine of one NUMA node (nothing to place) or where
+/// `/proc` and sysfs do not say.
+#[must_use]
+pub fn placement(pid: u32) -> Option<Placement> {
+    let nodes = numa_nodes();
+    (nodes.len() >= 2).then_some(())?;
+    Some(Placement { cpus: allowed(pid)?, nodes })
+}
+
+/// NUMA node → its CPUs (empty on a machine without NUMA information).
+#[must_use]
+pub fn numa_nodes() -> std::collections::BTreeMap<i32, Vec<u32>> {
+    let Ok(dir) = fs::read_dir("/sys/devices/system/node") else { return std::collections::BTreeMap::new() };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| {
+            let node = e.file_name().to_str()?.strip_prefix("node")?.parse().ok()?;
+            Some((node, parse_list(&fs::read_to_string(e.path().join("cpulist")).ok()?)?))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -66,7 +66,7 @@ pub struct GpuFacts {
 #[must_use]
 pub fn facts(pid: Option<u32>) -> GpuFacts {
     let job = pid.map(job_facts);
-    let nodes = numa_nodes();
+    let nodes = cpus::numa_nodes();
     let nvml = match Nvml::init() {
         Ok(n) => n,
         Err(e) => return GpuFacts { no_nvml: Some(e.to_string()), nodes, job, ..GpuFacts::default() },
@@ -82,7 +82,7 @@ pub fn facts(pid: Option<u32>) -> GpuFacts {
                 _ => None,
             },
             busy_pct: d.utilization_rates().ok().map(|u| u.gpu),
-            numa_node: d.pci_info().ok().and_then(|p| numa_node_of(&p.bus_id)),
+            numa_node: d.pci_info().ok().and_then(|p| cpus::numa_node_of_pci(&p.bus_id)),
             throttle: d.current_throttle_reasons().ok().map(|r| r.bits()),
             persistence: d.is_in_persistent_mode().ok(),
             mig: d.mig_mode().ok().map(|m| m.current == 1),
@@ -116,26 +116,6 @@ pub fn runtime_version(maps: &str) -> Option<(u32, Option<u32>)> {
             Some((major, parts.next().and_then(|m| m.parse().ok())))
         })
         .max()
-}
-
-/// The NUMA node sysfs gives the PCI device NVML names (`00000000:3B:00.0`); None where
-/// unknown (-1 in sysfs: a machine without NUMA).
-fn numa_node_of(bus_id: &str) -> Option<i32> {
-    let id = bus_id.to_ascii_lowercase();
-    // NVML's domain has eight digits, sysfs's four.
-    let id = if id.len() == 16 { id[4..].to_owned() } else { id };
-    let node: i32 = std::fs::read_to_string(format!("/sys/bus/pci/devices/{id}/numa_node")).ok()?.trim().parse().ok()?;
-    (node >= 0).then_some(node)
-}
-
-fn numa_nodes() -> BTreeMap<i32, Vec<u32>> {
-    let Ok(dir) = std::fs::read_dir("/sys/devices/system/node") else { return BTreeMap::new() };
-    dir.filter_map(Result::ok)
-        .filter_map(|e| {
-            let node = e.file_name().to_str()?.strip_prefix("node")?.parse().ok()?;
-            Some((node, cpus::parse_list(&std::fs::read_to_string(e.path().join("cpulist")).ok()?)?))
-        })
-        .collect()
 }
 
 /// The GPU's checks: one of each name in [`CHECKS`], skipped with the reason where NVML, the

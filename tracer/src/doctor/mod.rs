@@ -6,6 +6,7 @@
 //! reading the system once), then judge them with pure rules (`host::judge`, `gpu::judge`),
 //! which the unit tests drive with planted facts.
 
+pub mod bearing;
 pub mod gpu;
 pub mod host;
 

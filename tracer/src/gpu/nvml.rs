@@ -1,6 +1,7 @@
 //! The NVML source: what one tick reads of one device. Fast reads every tick (utilization and
 //! the driver's high-resolution utilization samples, memory, power, SM clock, throttle
-//! reasons, Hopper GPM SM activity, occupancy and tensor activity); slow reads every
+//! reasons, the PCIe link's generation and width, Hopper GPM SM activity, occupancy and
+//! tensor activity); slow reads every
 //! [`super::sampler::SLOW_EVERY`] ticks (PCIe throughput, which NVML measures over ~20 ms
 //! inside the call, and per-process utilization, which enumerates processes).
 
@@ -70,6 +71,7 @@ impl Source for NvmlSource<'_> {
                 pci_bus_id: dev.pci_info().map(|p| p.bus_id).unwrap_or_default(),
                 pcie_max_gen: dev.max_pcie_link_gen().ok(),
                 pcie_max_width: dev.max_pcie_link_width().ok(),
+                numa_node: dev.pci_info().ok().and_then(|p| crate::discover::cpus::numa_node_of_pci(&p.bus_id)),
             })
             .collect()
     }
@@ -106,6 +108,8 @@ impl Source for NvmlSource<'_> {
             power_w: dev.power_usage().ok().map(|mw| f64::from(mw) / 1000.0),
             sm_clock_mhz: dev.clock_info(Clock::SM).ok(),
             throttle_reasons: dev.current_throttle_reasons().ok().map(|r| r.bits()),
+            pcie_gen: dev.current_pcie_link_gen().ok(),
+            pcie_width: dev.current_pcie_link_width().ok(),
             sm_pct,
             occupancy_pct,
             tensor_pct,

@@ -32,6 +32,12 @@ pub struct Sample {
     /// Slow readings: PCIe throughput, and SM/memory utilization per process.
     pub pcie_rx_bytes_s: Option<f64>,
     pub pcie_tx_bytes_s: Option<f64>,
+    /// The PCIe link's current generation and width (it trains down when the
+    /// GPU idles, up under load); absent in older recordings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_gen: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_width: Option<u32>,
     pub processes: Vec<ProcessUse>,
     /// Slow readings: GPU memory each process holds on the device (pid, bytes); None where
     /// not read this tick.
@@ -70,6 +76,9 @@ pub struct DeviceInfo {
     /// maximum; the current link drops when idle): the bus a pinned copy can use.
     pub pcie_max_gen: Option<u32>,
     pub pcie_max_width: Option<u32>,
+    /// The NUMA node sysfs gives the GPU's PCI device; None on a machine without NUMA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_node: Option<i32>,
 }
 
 /// NVML's throttle reason bits and their names (nvml.h, `nvmlClocksEventReason*`).
@@ -128,6 +137,8 @@ pub fn summarize(devices: &[DeviceInfo], samples: &[Sample], cx: &Context<'_>) -
                 pci_bus_id: d.pci_bus_id.clone(),
                 pcie_max_gen: d.pcie_max_gen,
                 pcie_max_width: d.pcie_max_width,
+                pcie_under_load: link_under_load(&mine),
+                numa_node: d.numa_node,
                 memory_used_bytes: mine.iter().filter_map(|s| s.mem_used_bytes).max().unwrap_or(0),
                 memory_total_bytes: d.memory_total_bytes,
                 utilization_gpu_pct: utilization.as_ref().map(|u| u.mean.round() as u32),
@@ -219,6 +230,15 @@ fn weighted_distribution(mut values: Vec<(f64, f64)>) -> Option<Distribution> {
             .map_or(values[values.len() - 1].0, |(v, _)| *v)
     };
     Some(Distribution { mean: values.iter().map(|(v, w)| v * w).sum::<f64>() / total, p50: at(0.5), p95: at(0.95), samples: values.len() })
+}
+
+/// The PCIe link as it ran while the GPU worked: the best generation and width read at a
+/// tick whose utilization was above zero. An idle GPU trains its link down to save power,
+/// so readings at idle say nothing of the link; None where no such reading was made.
+fn link_under_load(mine: &[&Sample]) -> Option<crate::model::PcieLink> {
+    let busy = mine.iter().filter(|s| s.util_pct.is_some_and(|u| u > 0.0) || s.util_fine.iter().any(|f| f.pct > 0.0));
+    let (gen, width) = busy.filter_map(|s| Some((s.pcie_gen?, s.pcie_width?))).fold((0, 0), |(g, w), (sg, sw)| (g.max(sg), w.max(sw)));
+    (gen > 0 && width > 0).then_some(crate::model::PcieLink { gen, width })
 }
 
 /// Each throttle reason seen, with the fraction of readings it was active in (the idle

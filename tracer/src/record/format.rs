@@ -85,6 +85,9 @@ pub struct Start {
     /// The cores the target may use, when tracing began; absent in older recordings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpus: Option<f64>,
+    /// The job's CPUs against the NUMA nodes; absent on one node and in older recordings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<crate::discover::cpus::Placement>,
     /// Return probes were off.
     #[serde(default)]
     pub entry_only: bool,

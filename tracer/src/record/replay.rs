@@ -371,6 +371,7 @@ impl State {
             started_unix_s: start.started_unix_s,
             host: start.host.clone(),
             cpus: start.cpus,
+            placement: start.placement.clone(),
             // `record` refuses --max-overhead: a recording's counts are exact.
             sampling: None,
             recording: Some(RecordingNote {

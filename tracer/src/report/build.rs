@@ -91,6 +91,7 @@ pub fn build(outcome: &Outcome) -> Report {
     let probed_late = outcome.libraries.iter().map(|l| l.probed_late_for.len() as u64).sum::<u64>();
     let mut findings = detect::analyze(&detect::Inputs { start_ns: outcome.start_ns, window_ns, evidence: ev, gpu: gpu.as_ref().map(|g| g.devices.as_slice()), cpus: outcome.cpus });
     let memory = memory(outcome, &traced, &mut findings);
+    let machine = machine_notes(outcome, gpu.as_ref(), &findings.diagnoses);
     let mut processes: Vec<ProcessEntry> =
         ev.processes.iter().map(|(&pid, p)| ProcessEntry { pid, parent: p.parent, execs: p.execs, exited: p.exited }).collect();
     if !ev.processes.contains_key(&outcome.target_pid) {
@@ -156,12 +157,7 @@ pub fn build(outcome: &Outcome) -> Report {
             uprobe_links: outcome.uprobe_links,
             startup_ms: outcome.startup,
             maps_reads: outcome.maps_reads,
-            notes: notes(outcome)
-                .into_iter()
-                .chain(silent_allocator(ev, outcome))
-                .chain(findings.time.as_ref().and_then(|t| t.startup.as_ref()).map(startup_note))
-                .chain(sampling.as_ref().filter(|s| !s.met).map(budget_missed))
-                .collect(),
+            notes: tracer_notes(outcome, machine, findings.time.as_ref(), sampling.as_ref()),
             recording: outcome.recording.clone(),
             sampling,
             peak_rss_bytes: outcome.peak_rss_bytes,
@@ -328,6 +324,25 @@ fn notes(outcome: &Outcome) -> Vec<String> {
         ));
     }
     notes
+}
+
+/// Every note of the report, in order: what could not be seen, the machine's faults that
+/// bear on a diagnosis, the allocator that stayed silent, the start-up left out, a budget
+/// missed.
+fn tracer_notes(outcome: &Outcome, machine: Vec<String>, time: Option<&crate::evidence::time_account::TimeAccount>, sampling: Option<&crate::model::Sampling>) -> Vec<String> {
+    notes(outcome)
+        .into_iter()
+        .chain(machine)
+        .chain(silent_allocator(&outcome.evidence, outcome))
+        .chain(time.and_then(|t| t.startup.as_ref()).map(startup_note))
+        .chain(sampling.filter(|s| !s.met).map(budget_missed))
+        .collect()
+}
+
+/// The doctor's GPU checks that bear on a diagnosis found, judged on what the session saw.
+fn machine_notes(outcome: &Outcome, gpu: Option<&Gpu>, found: &[crate::model::Diagnosis]) -> Vec<String> {
+    let Some(device) = gpu.and_then(|g| detect::account::job_device(&g.devices)) else { return Vec::new() };
+    crate::doctor::bearing::notes(found, &crate::doctor::bearing::Seen { device, target_pid: outcome.target_pid, placement: outcome.placement.as_ref() })
 }
 
 /// Under `--tensors`, a caching allocator probed that never reported a block while the job

@@ -93,6 +93,7 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
     let pid = started.pid;
     let cuda_env = crate::model::CudaEnv::of(pid);
     let cpus = crate::discover::cpus::of(pid);
+    let placement = crate::discover::cpus::placement(pid);
     if sampler.is_some() && crate::gpu::identity::in_child_pid_namespace() {
         notes.push(OWN_PID_NAMESPACE.into());
     }
@@ -111,7 +112,7 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
         budget: None,
     };
     if let Some(r) = recorder {
-        live.begin_recording(r, &started.command, pid, attach_ms, &cuda_env, cpus).inspect_err(|_| progress.clear())?;
+        live.begin_recording(r, &started.command, pid, attach_ms, &cuda_env, (cpus, placement.as_ref())).inspect_err(|_| progress.clear())?;
     }
     let flight = live.tape.as_ref().is_some_and(|t| t.recorder.is_flight());
     let (mut sigint, mut sigterm, mut sigusr1) = stopping_signals(flight)?;
@@ -177,6 +178,7 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
     outcome.attach_ms = attach_ms;
     outcome.cuda_env = cuda_env;
     outcome.cpus = cpus;
+    outcome.placement = placement;
     Ok(outcome)
 }
 
@@ -366,6 +368,7 @@ impl Live {
             started_unix_s: 0.0,
             host: String::new(),
             cpus: None,
+            placement: None,
             sampling,
         }
     }

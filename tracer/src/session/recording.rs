@@ -72,6 +72,7 @@ pub(super) fn start_record(kernel: &ProbeSet, command: &str, pid: u32, start_ns:
         mode: String::new(),
         cuda_env: crate::model::CudaEnv::default(),
         cpus: None,
+        placement: None,
         entry_only: kernel.entry_only,
     }
 }
@@ -80,12 +81,13 @@ impl Live {
     /// Open the recording and claim its name, before the command runs: a name another
     /// recorder took meanwhile stops the session here, so that no job is traced for a
     /// recording that would be thrown away.
-    pub(super) fn begin_recording(&mut self, mut r: Recorder, command: &str, pid: u32, attach_ms: f64, cuda_env: &crate::model::CudaEnv, cpus: Option<f64>) -> crate::error::Result<()> {
+    pub(super) fn begin_recording(&mut self, mut r: Recorder, command: &str, pid: u32, attach_ms: f64, cuda_env: &crate::model::CudaEnv, (cpus, placement): (Option<f64>, Option<&crate::discover::cpus::Placement>)) -> crate::error::Result<()> {
         let mut start = start_record(&self.kernel, command, pid, self.start_ns, attach_ms, self.sampler.as_ref());
         // The same instant as the live report's `started_at`, so that both reports agree.
         start.started_unix_s = self.started_unix_s;
         start.cuda_env = cuda_env.clone();
         start.cpus = cpus;
+        start.placement = placement.cloned();
         r.begin(start);
         r.publish().map_err(|source| crate::error::TraceError::OutputTaken { path: r.path().to_owned(), source })?;
         // The first checkpoint: a baseline for files that do not start with the session.

@@ -289,12 +289,14 @@ pub fn is_importing(frames: &[Frame]) -> bool {
     frames.iter().any(|f| f.file.as_deref().is_some_and(|p| p.starts_with("<frozen importlib")))
 }
 
-/// Whether a stack is in data loading: a PyTorch loader, a dataset's `__getitem__`, a
-/// collate function, or an image or audio decoding library — not importing one (every
-/// process that imports torch passes through `torch/utils/data/`).
+/// Whether a stack is in data loading: a PyTorch loader, TensorFlow's `tf.data`, JAX's
+/// Grain, a dataset's `__getitem__`, a collate function (Hugging Face's `data_collator`), or
+/// an image or audio decoding library — not importing one (every process that imports torch
+/// passes through `torch/utils/data/`).
 #[must_use]
 pub fn is_data_loading(frames: &[Frame]) -> bool {
-    const MARKS: [&str; 7] = ["torch/utils/data/", "__getitem__", "collate", "PIL/", "torchvision/io", "torchaudio/", "cv2"];
+    const MARKS: [&str; 10] =
+        ["torch/utils/data/", "tensorflow/python/data/", "/grain/", "__getitem__", "collate", "data_collator", "PIL/", "torchvision/io", "torchaudio/", "cv2"];
     !is_importing(frames)
         && frames.iter().any(|f| {
             let file = f.file.as_deref().unwrap_or_default();

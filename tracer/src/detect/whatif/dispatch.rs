@@ -224,10 +224,12 @@ fn is_framework_frame(f: &Frame) -> bool {
 /// Python packages whose frames below the user's code produce launches.
 const FRAMEWORK_DIRS: [&str; 8] = ["/torch/", "/jax/", "/jaxlib/", "/flax/", "/optax/", "/triton/", "/tensorflow/", "/keras/"];
 /// Parts of those packages that launch processes or load data, not kernels.
-const NOT_DISPATCH: [&str; 4] = ["/torch/utils/data/", "/torch/distributed/", "/torch/multiprocessing/", "/torch/utils/tensorboard/"];
+const NOT_DISPATCH: [&str; 5] = ["/torch/utils/data/", "/torch/distributed/", "/torch/multiprocessing/", "/torch/utils/tensorboard/", "/tensorflow/python/data/"];
 
+/// A stack in the framework's code, unless it is loading data: a Keras `fit` that maps its
+/// `tf.data` input on the main thread has framework frames above the loader's.
 fn python_is_dispatch(frames: &[Frame]) -> bool {
-    frames.iter().any(is_framework_frame)
+    frames.iter().any(is_framework_frame) && !crate::stacks::sites::is_data_loading(frames)
 }
 
 #[cfg(test)]
@@ -256,6 +258,8 @@ mod tests {
         assert!(!python_is_dispatch(&[py("/w/bookkeeping.py"), py("/w/train.py")]));
         assert!(!python_is_dispatch(&[py("/w/data.py"), py("/venv/torch/utils/data/dataloader.py"), py("/w/train.py")]));
         assert!(!python_is_dispatch(&[py("/w/train.py"), py("/venv/torch/distributed/run.py")]), "a launcher below the loop");
+        let keras_fit_mapping_its_input = [py("/venv/tensorflow/python/data/ops/dataset_ops.py"), py("/venv/keras/src/trainers/trainer.py"), py("/w/train.py")];
+        assert!(!python_is_dispatch(&keras_fit_mapping_its_input), "tf.data under Keras's fit is loading");
     }
 
     fn host_stack(tid: u32, functions: &[&str], count: u64) -> StackTime {
