@@ -107,14 +107,20 @@ fn run(cmd: &mut Command) -> Result<()> {
 }
 
 fn build() -> Result<PathBuf> {
+    build_only(&[])
+}
+
+/// The release build of gputrace's binaries, or only of those named (`--bin NAME` each): the
+/// demo needs `gputrace` alone, and each other binary links the whole library again.
+fn build_only(bins: &[&str]) -> Result<PathBuf> {
     toolchain::setup()?;
-    run(Command::new("cargo").current_dir(root()).args(["build", "--release", "--package", "gputrace"]))?;
+    run(Command::new("cargo").current_dir(root()).args(["build", "--release", "--package", "gputrace"]).args(bins.iter().flat_map(|b| ["--bin", b])))?;
     Ok(root().join("target/release/gputrace"))
 }
 
 /// The demo: a planted bottleneck per run, each traced by `gputrace run` on the fake CUDA.
 fn demo() -> Result<()> {
-    let gputrace = build()?;
+    let gputrace = build_only(&["gputrace"])?;
     let fake = root().join("target/fake-cuda");
     builder::build_fake_cuda(&root().join("tests/fake-cuda"), &fake).map_err(anyhow::Error::msg)?;
     let job = fake.join("fakejob").display().to_string();

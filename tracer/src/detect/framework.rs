@@ -87,10 +87,20 @@ fn holder_in(fw: Framework) -> Option<&'static str> {
 }
 
 fn fix_in(fw: Framework, d: &Diagnosis) -> Option<&'static str> {
-    use DiagnosisId::{HostBound, HostSync, InputStarved, LaunchBound, MemoryReserved};
+    use DiagnosisId::{HostBound, HostSync, InputStarved, LaunchBound, MemoryReserved, PageableCopy};
     Some(match (fw, d.id) {
         (Framework::Jax, HostSync) => {
-            "JAX dispatches asynchronously until a value is read: keep metrics on the device and read them every N steps, not each step              (float(loss), .item(), jax.device_get and block_until_ready each wait for the GPU)"
+            "JAX dispatches asynchronously until a value is read: keep metrics on the device and read them every N steps, not each step \
+             (float(loss), .item(), jax.device_get and block_until_ready each wait for the GPU)"
+        }
+        (Framework::Jax, PageableCopy) => {
+            "JAX copies numpy inputs from pageable memory: put the next batch on the device while the step runs (jax.device_put ahead \
+             of time, as flax.jax_utils.prefetch_to_device does), or stage batches in pinned host memory (a sharding with \
+             memory_kind=\"pinned_host\")"
+        }
+        (Framework::Tensorflow, PageableCopy) => {
+            "in TensorFlow: let tf.data copy the next batch to the GPU while the step runs \
+             (dataset.apply(tf.data.experimental.prefetch_to_device(\"/gpu:0\")), after .prefetch)"
         }
         (Framework::Tensorflow, HostBound | InputStarved) => {
             "in TensorFlow: feed the step from tf.data in parallel and ahead of it — dataset.map(..., num_parallel_calls=tf.data.AUTOTUNE)\
@@ -224,7 +234,11 @@ mod tests {
         assert!(found[1].fix.contains("XLA_PYTHON_CLIENT_PREALLOCATE"), "{}", found[1].fix);
         assert!(found[1].summary.starts_with("the job holds 105 GiB (75% of the GPU): XLA's allocator preallocates"), "{}", found[1].summary);
         assert!(found[2].fix.contains("block_until_ready"), "{}", found[2].fix);
-        assert_eq!(found[3].fix, "load in DataLoader workers", "a fix with no JAX wording of its own is kept");
+        assert!(found[3].fix.contains("prefetch_to_device") && !found[3].fix.contains("DataLoader"), "{}", found[3].fix);
+        let mut kept = vec![d(DiagnosisId::CpuStarved)];
+        speak(&mut kept, Some(Framework::Jax));
+        assert_eq!(kept[0].fix, "load in DataLoader workers", "a fix with no JAX wording of its own is kept");
+        assert!(!found.iter().any(|f| f.fix.contains("  ")), "no runs of spaces from a broken line: {found:?}");
         let mut lightning = vec![d(DiagnosisId::InputStarved), d(DiagnosisId::LaunchBound)];
         speak(&mut lightning, Some(Framework::Lightning));
         assert!(lightning[0].fix.contains("log_every_n_steps"), "{}", lightning[0].fix);
