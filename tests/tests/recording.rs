@@ -349,6 +349,26 @@ fn a_version_1_recording_keeps_reading() {
     assert!(ids.contains(&r["verdict"].as_str().unwrap_or_default()), "the verdict is one of them: {r:#}");
 }
 
+/// The checked-in recording's report, byte for byte (`tests/data/v1-fakejob.report.json`): a
+/// refactor leaves every figure and sentence where it was. A change that means to alter the
+/// report rewrites the file (`GPUTRACE_WRITE_GOLDEN=1`) and says why in its commit.
+#[test]
+fn the_checked_in_recordings_report_is_unchanged_byte_for_byte() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data");
+    let out = Command::new(gputrace()).args(["report", "--json"]).arg(data.join("v1-fakejob.gtr")).output().expect("gputrace report runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let golden = data.join("v1-fakejob.report.json");
+    if std::env::var_os("GPUTRACE_WRITE_GOLDEN").is_some() {
+        std::fs::write(&golden, &out.stdout).expect("golden written");
+    }
+    let expected = std::fs::read(&golden).expect("the golden report");
+    if out.stdout != expected {
+        let (now, was) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&expected));
+        let first = now.lines().zip(was.lines()).position(|(a, b)| a != b);
+        panic!("the report changed (first differing line {first:?}); if meant, rerun with GPUTRACE_WRITE_GOLDEN=1\nnow: {now}\nwas: {was}");
+    }
+}
+
 /// The text report's colour follows `--color` and `NO_COLOR`, whatever stdout is.
 #[test]
 fn the_text_report_is_coloured_as_asked() {

@@ -112,8 +112,7 @@ const _: () = assert!(matches!(WaitKind::ALL[TIMER], WaitKind::Timer));
 fn top_waker(a: &Account) -> Option<(WaitKind, String, String)> {
     let t = a.time.as_ref()?;
     let w = t.wakers.iter().find(|w| !w.in_cuda && w.kind != WaitKind::Timer && w.kind != WaitKind::Gpu)?;
-    let who = if w.waker_pid == 0 { "an interrupt".to_owned() } else { format!("pid {} ({})", w.waker_pid, crate::output::clean(&w.waker_comm)) };
-    Some((w.kind, who, w.site.clone()))
+    Some((w.kind, w.who(), w.site.clone()))
 }
 
 pub(super) fn input_starved(ev: &Evidence, a: &Account) -> Option<Diagnosis> {

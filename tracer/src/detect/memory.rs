@@ -139,7 +139,37 @@ impl Inputs<'_> {
 
 /// The `memory` section of the report.
 #[must_use]
-pub fn view(inputs: &Inputs<'_>) -> Memory {
+/// What the memory view is made of, besides what the time analysis found.
+#[derive(Clone, Copy, Debug)]
+pub struct Sources<'a> {
+    pub evidence: &'a Evidence,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// The traced processes.
+    pub traced: &'a [u32],
+    pub gpu: Option<&'a Finished>,
+}
+
+/// The memory view, and its diagnoses added to the time analysis's findings (after the time
+/// ones: they cost memory, not time, and do not change the verdict). Growth is judged per
+/// step where the findings have steps.
+pub fn analyze(sources: &Sources<'_>, findings: &mut super::Findings) -> Memory {
+    let marker = findings.time.as_ref().and_then(|t| super::steps::best_marker(sources.evidence, t));
+    let inputs = Inputs {
+        evidence: sources.evidence,
+        start_ns: sources.start_ns,
+        end_ns: sources.end_ns,
+        traced: sources.traced,
+        gpu: sources.gpu,
+        steps_per_s: findings.steps.as_ref().map(|s| s.per_second),
+        step_times: marker.as_ref().map(|(_, times, _)| &**times),
+    };
+    let view = view(&inputs);
+    findings.diagnoses.extend(diagnose(&inputs, &view));
+    view
+}
+
+fn view(inputs: &Inputs<'_>) -> Memory {
     let a = &inputs.evidence.allocs;
     let held = inputs.held_at_end();
     // Every reservation was seen: the job created or retained its context while traced, and
@@ -319,7 +349,7 @@ fn growth_over(inputs: &Inputs<'_>, points: &[(u64, u64)], level: Level) -> Opti
 
 /// The memory diagnoses, most severe first.
 #[must_use]
-pub fn diagnose(inputs: &Inputs<'_>, view: &Memory) -> Vec<Diagnosis> {
+fn diagnose(inputs: &Inputs<'_>, view: &Memory) -> Vec<Diagnosis> {
     let window_s = inputs.end_ns.saturating_sub(inputs.start_ns) as f64 / 1e9;
     let stacks = &inputs.evidence.alloc_stacks;
     let mut found: Vec<Diagnosis> = Vec::new();

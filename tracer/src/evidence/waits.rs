@@ -82,6 +82,21 @@ pub struct Wake {
 }
 
 impl Wake {
+    /// Who woke the thread, for people. Where the kernel path was a timer, a disk or the
+    /// network, the task current at the wakeup was only the one interrupted, so it is not
+    /// named. The one naming of a waker, for the report's table and the diagnoses' evidence.
+    #[must_use]
+    pub fn who(&self) -> String {
+        match self.kind {
+            WaitKind::Gpu if self.in_cuda => "the GPU (the thread was inside a CUDA call)".into(),
+            WaitKind::Timer => "a timer".into(),
+            WaitKind::Disk => "a disk completion".into(),
+            WaitKind::Network => "the network".into(),
+            _ if self.waker_pid == 0 => "an interrupt".into(),
+            _ => format!("pid {} ({})", self.waker_pid, crate::output::clean(&self.waker_comm)),
+        }
+    }
+
     /// Whether this is the wakeup a long spell ended with.
     #[must_use]
     pub fn matches(&self, tid: u32, waker_pid: u32, stack_id: i64, in_cuda: bool) -> bool {

@@ -3,7 +3,7 @@
 use gputrace_common::{loss, Family, PROBES};
 
 use crate::model::{
-    Allocs, ContextCall, Copies, CopyClassified, CopyDir, Count, Cuda, Gpu, HostPinned, Launches, LibraryEntry, Loss, Memory, ProbeHits,
+    Allocs, ContextCall, Copies, CopyClassified, CopyDir, Count, Cuda, Gpu, HostPinned, Launches, LibraryEntry, Loss, ProbeHits,
     ProcessEntry, Report, SymbolWait, Syncs, Target, ThreadEntry, Tool, Tracer, Vmm, Window, SCHEMA,
 };
 use crate::{
@@ -41,22 +41,14 @@ fn in_its_terms(ev: &crate::evidence::Evidence, findings: &mut detect::Findings)
     framework
 }
 
-/// The memory view, and its diagnoses added to the findings (after the time ones: they cost
-/// memory, not time, and do not change the verdict).
-fn memory(outcome: &Outcome, traced: &[u32], findings: &mut detect::Findings) -> Memory {
-    let marker = findings.time.as_ref().and_then(|t| detect::steps::best_marker(&outcome.evidence, t));
-    let inputs = detect::memory::Inputs {
+fn memory_sources<'a>(outcome: &'a Outcome, traced: &'a [u32]) -> detect::memory::Sources<'a> {
+    detect::memory::Sources {
         evidence: &outcome.evidence,
         start_ns: outcome.start_ns,
         end_ns: outcome.end_ns,
         traced,
         gpu: outcome.gpu.as_ref().map(|(samples, _)| samples),
-        steps_per_s: findings.steps.as_ref().map(|s| s.per_second),
-        step_times: marker.as_ref().map(|(_, times, _)| &**times),
-    };
-    let view = detect::memory::view(&inputs);
-    findings.diagnoses.extend(detect::memory::diagnose(&inputs, &view));
-    view
+    }
 }
 
 /// Assemble the report for `outcome`, with the GPU view if NVML answered.
@@ -90,7 +82,7 @@ pub fn build(outcome: &Outcome) -> Report {
     let lost_events = lost_events(&loss);
     let probed_late = outcome.libraries.iter().map(|l| l.probed_late_for.len() as u64).sum::<u64>();
     let mut findings = detect::analyze(&detect::Inputs { start_ns: outcome.start_ns, window_ns, evidence: ev, gpu: gpu.as_ref().map(|g| g.devices.as_slice()), cpus: outcome.cpus });
-    let memory = memory(outcome, &traced, &mut findings);
+    let memory = detect::memory::analyze(&memory_sources(outcome, &traced), &mut findings);
     let machine = machine_notes(outcome, gpu.as_ref(), &findings.diagnoses);
     let mut processes: Vec<ProcessEntry> =
         ev.processes.iter().map(|(&pid, p)| ProcessEntry { pid, parent: p.parent, execs: p.execs, exited: p.exited }).collect();
@@ -372,20 +364,6 @@ fn probe_hits(ev: &Evidence, outcome: &Outcome) -> Vec<ProbeHits> {
         .collect()
 }
 
-/// Who woke a thread, for people. Where the kernel path was a timer, a disk or the network,
-/// the task current at the wakeup was only the one interrupted, so it is not named.
-fn waker_name(w: &crate::evidence::waits::Wake) -> String {
-    use crate::evidence::waits::WaitKind;
-    match w.kind {
-        WaitKind::Gpu if w.in_cuda => "the GPU (the thread was inside a CUDA call)".into(),
-        WaitKind::Timer => "a timer".into(),
-        WaitKind::Disk => "a disk completion".into(),
-        WaitKind::Network => "the network".into(),
-        _ if w.waker_pid == 0 => "an interrupt".into(),
-        _ => format!("pid {} ({})", w.waker_pid, crate::output::clean(&w.waker_comm)),
-    }
-}
-
 /// The window: its length, why it ended, and its stretches (`phases`).
 fn window(outcome: &Outcome, time: Option<&crate::evidence::time_account::TimeAccount>) -> Window {
     let window_ns = outcome.end_ns.saturating_sub(outcome.start_ns);
@@ -481,7 +459,7 @@ fn time_account(account: &crate::evidence::time_account::TimeAccount) -> crate::
                 seconds: secs(w.ns),
                 count: w.count,
                 tid: w.tid,
-                waker: waker_name(w),
+                waker: w.who(),
                 site: w.site.clone(),
             })
             .collect(),
