@@ -391,11 +391,43 @@ pub fn hits(report: &Value, symbol: &str) -> u64 {
 }
 
 /// An empty scratch folder for one test, `gputrace-SUITE-NAME-PID` under the temporary
-/// folder (emptied if a previous run left it).
+/// folder (emptied if a previous run left it), removed when the test is done with it; kept
+/// when the test fails, for a look at what it left.
 #[must_use]
-pub fn scratch(suite: &str, name: &str) -> PathBuf {
+pub fn scratch(suite: &str, name: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("gputrace-{suite}-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
+    Scratch(dir)
+}
+
+/// A test's scratch folder (see [`scratch`]): a path, removed on drop unless the thread panics.
+#[derive(Debug)]
+pub struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = PathBuf;
+    fn deref(&self) -> &PathBuf {
+        &self.0
+    }
+}
+
+impl AsRef<std::path::Path> for Scratch {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for Scratch {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
 }

@@ -26,7 +26,7 @@ fn one_with_suffix(dir: &Path, suffix: &str) -> PathBuf {
     found.into_iter().next().expect("one")
 }
 
-fn scratch(name: &str) -> PathBuf {
+fn scratch(name: &str) -> gputrace_tests::Scratch {
     gputrace_tests::scratch("dist", name)
 }
 

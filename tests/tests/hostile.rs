@@ -18,7 +18,7 @@ use std::{
 use gputrace_tests::{fake_cuda_dir, fakejob, gputrace, num, require_root, Gated, Tracer};
 use serde_json::Value;
 
-fn scratch(name: &str) -> PathBuf {
+fn scratch(name: &str) -> gputrace_tests::Scratch {
     gputrace_tests::scratch("hostile", name)
 }
 

@@ -14,7 +14,7 @@ use std::{
 
 use gputrace_tests::{gputrace, record_fakejob, report_json, require_root};
 
-fn scratch(name: &str) -> PathBuf {
+fn scratch(name: &str) -> gputrace_tests::Scratch {
     gputrace_tests::scratch("html", name)
 }
 

@@ -19,7 +19,7 @@ use serde_json::Value;
 // of CPU on two cores next to a spinning fake GPU, gets to them (docs/architecture.md).
 const JOB: &[&str] = &["--steps", "120", "--driver-launches", "50", "--kernel-us", "20", "--pageable-h2d", "65536", "--sync", "--hold-ms", "1000"];
 
-fn scratch(name: &str) -> PathBuf {
+fn scratch(name: &str) -> gputrace_tests::Scratch {
     gputrace_tests::scratch("recording", name)
 }
 
@@ -354,8 +354,13 @@ fn a_version_1_recording_keeps_reading() {
 /// report rewrites the file (`GPUTRACE_WRITE_GOLDEN=1`) and says why in its commit.
 #[test]
 fn the_checked_in_recordings_report_is_unchanged_byte_for_byte() {
+    // A relative path: the report names the file as given, and a clone may be anywhere.
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data");
-    let out = Command::new(gputrace()).args(["report", "--json"]).arg(data.join("v1-fakejob.gtr")).output().expect("gputrace report runs");
+    let out = Command::new(gputrace())
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["report", "--json", "data/v1-fakejob.gtr"])
+        .output()
+        .expect("gputrace report runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let golden = data.join("v1-fakejob.report.json");
     if std::env::var_os("GPUTRACE_WRITE_GOLDEN").is_some() {

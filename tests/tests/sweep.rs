@@ -35,8 +35,8 @@ fn names_the_idle_holder_and_counts_the_busy_job_exactly() {
     require_root();
     let idle = idle_holder();
     let mut busy = Gated::start(&["--steps", "10", "--driver-launches", "100", "--sync", "--hold-ms", "60000"]);
-    let page = std::env::temp_dir().join(format!("gputrace-sweep-page-{}.html", std::process::id()));
-    let _ = std::fs::remove_file(&page);
+    let scratch = gputrace_tests::scratch("sweep", "page");
+    let page = scratch.join("sweep.html");
 
     let sweep = Tracer::sweep(&["--duration", "3", "--html", page.to_str().expect("a UTF-8 temp path")], None);
     busy.release();
@@ -177,7 +177,8 @@ fn each_busy_job_is_judged_by_where_its_threads_spend_their_time() {
     require_root();
     // Fed by a worker process through a pipe, 2 ms an item: asleep on the pipe most of the
     // time. The worker is a forked child that computes: the job's worker, on a CPU.
-    let page = std::env::temp_dir().join(format!("gputrace-sweep-judged-{}.html", std::process::id()));
+    let scratch = gputrace_tests::scratch("sweep", "judged");
+    let page = scratch.join("sweep.html");
     let _ = std::fs::remove_file(&page);
     let (j, r) = judged(&["--steps", "100000", "--driver-launches", "5", "--pipe-worker-us", "2000"], &["--html", page.to_str().expect("a UTF-8 temp path")]);
     assert_eq!(j["verdict"], "input-starved", "{r:#}");

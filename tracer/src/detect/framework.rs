@@ -86,102 +86,97 @@ fn holder_in(fw: Framework) -> Option<&'static str> {
     })
 }
 
-fn fix_in(fw: Framework, d: &Diagnosis) -> Option<&'static str> {
-    use DiagnosisId::{HostBound, HostSync, InputStarved, LaunchBound, MemoryReserved, PageableCopy};
-    Some(match (fw, d.id) {
-        (Framework::Jax, HostSync) => {
-            "JAX dispatches asynchronously until a value is read: keep metrics on the device and read them every N steps, not each step \
-             (float(loss), .item(), jax.device_get and block_until_ready each wait for the GPU)"
-        }
-        (Framework::Jax, PageableCopy) => {
-            "JAX copies numpy inputs from pageable memory: put the next batch on the device while the step runs (jax.device_put ahead \
+/// Each framework's fix for the diagnoses it words its own way; the rest keep plain PyTorch's.
+#[rustfmt::skip]
+const FIXES: &[(Framework, &[DiagnosisId], &str)] = &[
+    (Framework::Jax, &[DiagnosisId::HostSync],
+        "JAX dispatches asynchronously until a value is read: keep metrics on the device and read them every N steps, not each step \
+             (float(loss), .item(), jax.device_get and block_until_ready each wait for the GPU)"),
+    (Framework::Jax, &[DiagnosisId::Oom],
+        "lower the peak: a smaller batch, activations rematerialized (jax.checkpoint), buffers donated to the step \
+             (jax.jit(step, donate_argnums=...)); XLA_PYTHON_CLIENT_MEM_FRACTION above its 0.75 default gives XLA more of the GPU \
+             where nothing else needs it"),
+    (Framework::Jax, &[DiagnosisId::MemoryGrowth],
+        "find the device arrays that outlive their step (a Python list of outputs or metrics: keep jax.device_get copies, or \
+             drop the references); jax.live_arrays() lists what is held; a jitted function retraced for new shapes keeps each \
+             compilation's buffers: keep shapes fixed"),
+    (Framework::Tensorflow, &[DiagnosisId::Oom],
+        "lower the peak: a smaller batch, mixed precision (tf.keras.mixed_precision.set_global_policy(\"mixed_float16\")), \
+             tf.config.experimental.set_memory_growth(gpu, True) where another process shares the GPU"),
+    (Framework::Tensorflow, &[DiagnosisId::MemoryGrowth],
+        "find the tensors that outlive their step (a Python list of results: keep .numpy() copies, or drop them), and \
+             retracing: a tf.function called with new shapes or Python values builds a new graph each time \
+             (tf.function(reduce_retracing=True), an input_signature)"),
+    (Framework::Jax, &[DiagnosisId::PageableCopy],
+        "JAX copies numpy inputs from pageable memory: put the next batch on the device while the step runs (jax.device_put ahead \
              of time, as flax.jax_utils.prefetch_to_device does), or stage batches in pinned host memory (a sharding with \
-             memory_kind=\"pinned_host\")"
-        }
-        (Framework::Tensorflow, PageableCopy) => {
-            "in TensorFlow: let tf.data copy the next batch to the GPU while the step runs \
-             (dataset.apply(tf.data.experimental.prefetch_to_device(\"/gpu:0\")), after .prefetch)"
-        }
-        (Framework::Tensorflow, HostBound | InputStarved) => {
-            "in TensorFlow: feed the step from tf.data in parallel and ahead of it — dataset.map(..., num_parallel_calls=tf.data.AUTOTUNE)\
+             memory_kind=\"pinned_host\")"),
+    (Framework::Tensorflow, &[DiagnosisId::PageableCopy],
+        "in TensorFlow: let tf.data copy the next batch to the GPU while the step runs \
+             (dataset.apply(tf.data.experimental.prefetch_to_device(\"/gpu:0\")), after .prefetch)"),
+    (Framework::Tensorflow, &[DiagnosisId::HostBound, DiagnosisId::InputStarved],
+        "in TensorFlow: feed the step from tf.data in parallel and ahead of it — dataset.map(..., num_parallel_calls=tf.data.AUTOTUNE)\
              .prefetch(tf.data.AUTOTUNE), .cache() where the data fits; in Keras, model.compile(..., steps_per_execution=32) runs several \
-             steps per call"
-        }
-        (Framework::Tensorflow, LaunchBound) => {
-            "in TensorFlow: fewer, larger kernels — compile the step with XLA (tf.function(jit_compile=True), or model.compile(jit_compile=True)), \
-             several steps per call (model.compile(steps_per_execution=32)), a larger batch"
-        }
-        (Framework::Tensorflow, HostSync) => {
-            "in TensorFlow: reading a tensor each step (.numpy(), print of a tensor, float(loss)) waits for the GPU: keep metrics in \
-             tf.keras.metrics and read them at the end of an epoch, or every N steps"
-        }
-        (Framework::Deepspeed, LaunchBound) => {
-            "in DeepSpeed: launch fewer, larger kernels — a larger \"train_micro_batch_size_per_gpu\" (\"gradient_accumulation_steps\" keeps \
-             the effective batch), \"bf16\": {\"enabled\": true}, the engine compiled (model_engine.compile())"
-        }
-        (Framework::Deepspeed, HostBound | InputStarved) => {
-            "in DeepSpeed: give the engine's data loader workers (a DataLoader(num_workers > 0, pin_memory=True) over training_data), and keep \
-             per-step host work off the step: \"wall_clock_breakdown\": false and a large \"steps_per_print\" in the config"
-        }
-        (Framework::Accelerate, LaunchBound) => {
-            "with Accelerate: launch fewer, larger kernels — Accelerator(mixed_precision=\"bf16\", dynamo_backend=\"inductor\"), a larger batch \
-             with Accelerator(gradient_accumulation_steps=N) to keep the effective batch"
-        }
-        (Framework::Accelerate, HostBound | InputStarved) => {
-            "with Accelerate: the DataLoader given to accelerator.prepare(...) with num_workers > 0 and pin_memory=True; gather metrics \
-             (accelerator.gather_for_metrics) every N steps, not each step"
-        }
-        (Framework::Vllm, MemoryReserved) => {
-            "a problem only where other jobs need the memory: LLM(..., gpu_memory_utilization=0.5) or vllm serve --gpu-memory-utilization 0.5 \
-             (less KV cache: fewer sequences at once)"
-        }
-        (Framework::Vllm, LaunchBound | HostBound) => {
-            "in vLLM: keep CUDA graphs on (no enforce_eager=True) and batch more requests at once (max_num_seqs, more concurrent clients); \
-             the scheduler's host time per step is paid per batch, not per request"
-        }
-        (Framework::Sglang, MemoryReserved) => {
-            "a problem only where other jobs need the memory: --mem-fraction-static 0.5 (less KV cache: fewer requests at once)"
-        }
-        (Framework::Sglang, LaunchBound | HostBound) => {
-            "in SGLang: keep CUDA graphs on (no --disable-cuda-graph) with --cuda-graph-max-bs at least the running batch, and send more \
-             requests at once"
-        }
-        (Framework::Jax, HostBound | InputStarved) => {
-            "give each dispatch more work: a larger batch, or several steps in one jitted call (jax.lax.scan over steps); \
+             steps per call"),
+    (Framework::Tensorflow, &[DiagnosisId::LaunchBound],
+        "in TensorFlow: fewer, larger kernels — compile the step with XLA (tf.function(jit_compile=True), or model.compile(jit_compile=True)), \
+             several steps per call (model.compile(steps_per_execution=32)), a larger batch"),
+    (Framework::Tensorflow, &[DiagnosisId::HostSync],
+        "in TensorFlow: reading a tensor each step (.numpy(), print of a tensor, float(loss)) waits for the GPU: keep metrics in \
+             tf.keras.metrics and read them at the end of an epoch, or every N steps"),
+    (Framework::Deepspeed, &[DiagnosisId::LaunchBound],
+        "in DeepSpeed: launch fewer, larger kernels — a larger \"train_micro_batch_size_per_gpu\" (\"gradient_accumulation_steps\" keeps \
+             the effective batch), \"bf16\": {\"enabled\": true}, the engine compiled (model_engine.compile())"),
+    (Framework::Deepspeed, &[DiagnosisId::HostBound, DiagnosisId::InputStarved],
+        "in DeepSpeed: give the engine's data loader workers (a DataLoader(num_workers > 0, pin_memory=True) over training_data), and keep \
+             per-step host work off the step: \"wall_clock_breakdown\": false and a large \"steps_per_print\" in the config"),
+    (Framework::Accelerate, &[DiagnosisId::LaunchBound],
+        "with Accelerate: launch fewer, larger kernels — Accelerator(mixed_precision=\"bf16\", dynamo_backend=\"inductor\"), a larger batch \
+             with Accelerator(gradient_accumulation_steps=N) to keep the effective batch"),
+    (Framework::Accelerate, &[DiagnosisId::HostBound, DiagnosisId::InputStarved],
+        "with Accelerate: the DataLoader given to accelerator.prepare(...) with num_workers > 0 and pin_memory=True; gather metrics \
+             (accelerator.gather_for_metrics) every N steps, not each step"),
+    (Framework::Vllm, &[DiagnosisId::MemoryReserved],
+        "a problem only where other jobs need the memory: LLM(..., gpu_memory_utilization=0.5) or vllm serve --gpu-memory-utilization 0.5 \
+             (less KV cache: fewer sequences at once)"),
+    (Framework::Vllm, &[DiagnosisId::LaunchBound, DiagnosisId::HostBound],
+        "in vLLM: keep CUDA graphs on (no enforce_eager=True) and batch more requests at once (max_num_seqs, more concurrent clients); \
+             the scheduler's host time per step is paid per batch, not per request"),
+    (Framework::Sglang, &[DiagnosisId::MemoryReserved],
+        "a problem only where other jobs need the memory: --mem-fraction-static 0.5 (less KV cache: fewer requests at once)"),
+    (Framework::Sglang, &[DiagnosisId::LaunchBound, DiagnosisId::HostBound],
+        "in SGLang: keep CUDA graphs on (no --disable-cuda-graph) with --cuda-graph-max-bs at least the running batch, and send more \
+             requests at once"),
+    (Framework::Jax, &[DiagnosisId::HostBound, DiagnosisId::InputStarved],
+        "give each dispatch more work: a larger batch, or several steps in one jitted call (jax.lax.scan over steps); \
              check for retracing (jax.log_compiles, or jax.config.update(\"jax_explain_cache_misses\", True)); \
-             prefetch the next batch to the device while the step runs (jax.device_put ahead of time)"
-        }
-        (Framework::Jax, LaunchBound) => {
-            "fuse more per dispatch: jit the whole step (not pieces of it), scan several steps in one call (jax.lax.scan), and keep Python out of the loop"
-        }
-        (Framework::Jax, MemoryReserved) => {
-            "JAX preallocates 75 % of the GPU at start: XLA_PYTHON_CLIENT_PREALLOCATE=false (allocate on demand), or \
-             XLA_PYTHON_CLIENT_MEM_FRACTION=0.3 for a fixed share, when the GPU is shared"
-        }
-        (Framework::Tensorflow, MemoryReserved) => {
-            "TensorFlow maps nearly all GPU memory at start: tf.config.experimental.set_memory_growth(gpu, True), or a memory_limit \
-             through tf.config.set_logical_device_configuration, when the GPU is shared"
-        }
-        (Framework::Lightning, InputStarved | HostBound) => {
-            "in Lightning: give the DataLoaders workers (DataLoader(num_workers > 0, persistent_workers=True, pin_memory=True) in the \
+             prefetch the next batch to the device while the step runs (jax.device_put ahead of time)"),
+    (Framework::Jax, &[DiagnosisId::LaunchBound],
+        "fuse more per dispatch: jit the whole step (not pieces of it), scan several steps in one call (jax.lax.scan), and keep Python out of the loop"),
+    (Framework::Jax, &[DiagnosisId::MemoryReserved],
+        "JAX preallocates 75 % of the GPU at start: XLA_PYTHON_CLIENT_PREALLOCATE=false (allocate on demand), or \
+             XLA_PYTHON_CLIENT_MEM_FRACTION=0.3 for a fixed share, when the GPU is shared"),
+    (Framework::Tensorflow, &[DiagnosisId::MemoryReserved],
+        "TensorFlow maps nearly all GPU memory at start: tf.config.experimental.set_memory_growth(gpu, True), or a memory_limit \
+             through tf.config.set_logical_device_configuration, when the GPU is shared"),
+    (Framework::Lightning, &[DiagnosisId::InputStarved, DiagnosisId::HostBound],
+        "in Lightning: give the DataLoaders workers (DataLoader(num_workers > 0, persistent_workers=True, pin_memory=True) in the \
              LightningDataModule); log less per step (self.log(..., on_step=False, on_epoch=True), Trainer(log_every_n_steps=50)); \
-             a progress bar refresh every step costs host time too (Trainer(enable_progress_bar=False) or a larger refresh_rate)"
-        }
-        (Framework::Lightning, LaunchBound) => {
-            "in Lightning: launch fewer, larger kernels — a larger batch_size in the DataLoader (with accumulate_grad_batches to keep the \
+             a progress bar refresh every step costs host time too (Trainer(enable_progress_bar=False) or a larger refresh_rate)"),
+    (Framework::Lightning, &[DiagnosisId::LaunchBound],
+        "in Lightning: launch fewer, larger kernels — a larger batch_size in the DataLoader (with accumulate_grad_batches to keep the \
              effective batch), the module compiled (torch.compile(model) before trainer.fit, mode=\"reduce-overhead\" for CUDA graphs), \
-             Trainer(precision=\"bf16-mixed\") for fewer, fused kernels; self.log(..., on_step=False) keeps logging off the step"
-        }
-        (Framework::HfTrainer, LaunchBound) => {
-            "in the HF Trainer: launch fewer, larger kernels — TrainingArguments(torch_compile=True, torch_compile_mode=\"reduce-overhead\"), \
-             a larger per_device_train_batch_size (gradient_accumulation_steps to keep the effective batch), bf16=True"
-        }
-        (Framework::HfTrainer, InputStarved | HostBound) => {
-            "in the HF Trainer: TrainingArguments(dataloader_num_workers > 0, dataloader_pin_memory=True, \
-             dataloader_persistent_workers=True); log less often (logging_steps); tokenize ahead (dataset.map(..., batched=True))"
-        }
-        _ => return None,
-    })
+             Trainer(precision=\"bf16-mixed\") for fewer, fused kernels; self.log(..., on_step=False) keeps logging off the step"),
+    (Framework::HfTrainer, &[DiagnosisId::LaunchBound],
+        "in the HF Trainer: launch fewer, larger kernels — TrainingArguments(torch_compile=True, torch_compile_mode=\"reduce-overhead\"), \
+             a larger per_device_train_batch_size (gradient_accumulation_steps to keep the effective batch), bf16=True"),
+    (Framework::HfTrainer, &[DiagnosisId::InputStarved, DiagnosisId::HostBound],
+        "in the HF Trainer: TrainingArguments(dataloader_num_workers > 0, dataloader_pin_memory=True, \
+             dataloader_persistent_workers=True); log less often (logging_steps); tokenize ahead (dataset.map(..., batched=True))"),
+];
+
+fn fix_in(fw: Framework, d: &Diagnosis) -> Option<&'static str> {
+    FIXES.iter().find(|(f, ids, _)| *f == fw && ids.contains(&d.id)).map(|(_, _, fix)| *fix)
 }
 
 #[cfg(test)]
@@ -235,6 +230,9 @@ mod tests {
         assert!(found[1].summary.starts_with("the job holds 105 GiB (75% of the GPU): XLA's allocator preallocates"), "{}", found[1].summary);
         assert!(found[2].fix.contains("block_until_ready"), "{}", found[2].fix);
         assert!(found[3].fix.contains("prefetch_to_device") && !found[3].fix.contains("DataLoader"), "{}", found[3].fix);
+        let mut memory = vec![d(DiagnosisId::Oom), d(DiagnosisId::MemoryGrowth)];
+        speak(&mut memory, Some(Framework::Jax));
+        assert!(memory[0].fix.contains("jax.checkpoint") && memory[1].fix.contains("jax.live_arrays"), "{memory:?}");
         let mut kept = vec![d(DiagnosisId::CpuStarved)];
         speak(&mut kept, Some(Framework::Jax));
         assert_eq!(kept[0].fix, "load in DataLoader workers", "a fix with no JAX wording of its own is kept");
