@@ -36,7 +36,8 @@ fn main() -> anyhow::Result<()> {
     }
     let cargo_metadata::Metadata { packages, .. } = cargo_metadata::MetadataCommand::new().no_deps().exec().context("cargo metadata")?;
     let ebpf = packages.into_iter().find(|p| p.name == EBPF_PACKAGE).ok_or_else(|| anyhow!("{EBPF_PACKAGE} is not a workspace member"))?;
-    // The nightly cargo that aya-build runs inherits this process's environment.
+    // The nightly cargo that aya-build runs inherits this process's environment; aya-build
+    // clears the wrapper itself, and this keeps clippy's arguments away as well.
     for wrapper in ["RUSTC_WORKSPACE_WRAPPER", "CLIPPY_ARGS"] {
         env::remove_var(wrapper);
     }

@@ -133,7 +133,7 @@ fn a_link_trained_down_under_load_is_noted_beside_the_copies_it_slows() {
         gputrace_tests::report_json(&out.stdout)
     };
     let pageable = |r: &Value| r["diagnoses"].as_array().and_then(|ds| ds.iter().find(|d| d["id"] == "pageable-copy")).cloned().unwrap_or_else(|| panic!("no pageable-copy: {:#}", r["diagnoses"]));
-    let speedup = |r: &Value| pageable(r)["saving"]["speedup"].as_f64().unwrap_or(1.0);
+    let speedup = |r: &Value| pageable(r)["saving"]["speedup"].as_f64().unwrap_or_else(|| panic!("a saving: {:#}", pageable(r)));
     let narrow = traced("3,5,8,16");
     assert_eq!(narrow["gpu"]["devices"][0]["pcie_under_load"], serde_json::json!({"gen": 3, "width": 8}), "{:#}", narrow["gpu"]);
     let notes = narrow["tracer"]["notes"].to_string();

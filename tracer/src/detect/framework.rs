@@ -99,10 +99,10 @@ const FIXES: &[(Framework, &[DiagnosisId], &str)] = &[
     (Framework::Jax, &[DiagnosisId::MemoryGrowth],
         "find the device arrays that outlive their step (a Python list of outputs or metrics: keep jax.device_get copies, or \
              drop the references); jax.live_arrays() lists what is held; a jitted function retraced for new shapes keeps each \
-             compilation's buffers: keep shapes fixed"),
+             compilation's executable: keep shapes fixed"),
     (Framework::Tensorflow, &[DiagnosisId::Oom],
-        "lower the peak: a smaller batch, mixed precision (tf.keras.mixed_precision.set_global_policy(\"mixed_float16\")), \
-             tf.config.experimental.set_memory_growth(gpu, True) where another process shares the GPU"),
+        "lower the peak: a smaller batch, mixed precision (tf.keras.mixed_precision.set_global_policy(\"mixed_float16\")); \
+             where another process shares the GPU, tf.config.experimental.set_memory_growth(gpu, True) lets TensorFlow take only what it uses"),
     (Framework::Tensorflow, &[DiagnosisId::MemoryGrowth],
         "find the tensors that outlive their step (a Python list of results: keep .numpy() copies, or drop them), and \
              retracing: a tf.function called with new shapes or Python values builds a new graph each time \
@@ -128,7 +128,8 @@ const FIXES: &[(Framework, &[DiagnosisId], &str)] = &[
         "in DeepSpeed: launch fewer, larger kernels — a larger \"train_micro_batch_size_per_gpu\" (\"gradient_accumulation_steps\" keeps \
              the effective batch), \"bf16\": {\"enabled\": true}, the engine compiled (model_engine.compile())"),
     (Framework::Deepspeed, &[DiagnosisId::HostBound, DiagnosisId::InputStarved],
-        "in DeepSpeed: give the engine's data loader workers (a DataLoader(num_workers > 0, pin_memory=True) over training_data), and keep \
+        "in DeepSpeed: load in workers — pass your own DataLoader(num_workers > 0, pin_memory=True) rather than training_data to \
+             deepspeed.initialize — and keep \
              per-step host work off the step: \"wall_clock_breakdown\": false and a large \"steps_per_print\" in the config"),
     (Framework::Accelerate, &[DiagnosisId::LaunchBound],
         "with Accelerate: launch fewer, larger kernels — Accelerator(mixed_precision=\"bf16\", dynamo_backend=\"inductor\"), a larger batch \

@@ -27,7 +27,7 @@ const SLOWDOWNS: [(&str, u64); 4] = [("hw-slowdown", 0x8), ("sw-thermal-slowdown
 
 /// Which diagnoses each check bears on.
 const BEARS_ON: [(&str, &[DiagnosisId]); 3] = [
-    ("pcie-link", &[DiagnosisId::PageableCopy, DiagnosisId::BlockingCopy, DiagnosisId::CheckpointStall, DiagnosisId::InputStarved]),
+    ("pcie-link", &[DiagnosisId::PageableCopy, DiagnosisId::BlockingCopy, DiagnosisId::CheckpointStall]),
     (
         "numa",
         &[
@@ -54,6 +54,9 @@ pub struct Seen<'a> {
     pub device: &'a GpuDevice,
     pub target_pid: u32,
     pub placement: Option<&'a Placement>,
+    /// The report is of a live session: the processes NVML names are this host's now (a
+    /// recording's pids name whatever runs under them where it is read).
+    pub live: bool,
 }
 
 /// One note per warning that bears on a diagnosis found, naming the diagnoses.
@@ -68,9 +71,17 @@ pub fn notes(found: &[Diagnosis], seen: &Seen<'_>) -> Vec<String> {
     };
     let checks = gpu::judge(&facts(seen, |_| false));
     for (name, ids) in BEARS_ON {
+        if name == "numa" && !off_node(seen) {
+            continue;
+        }
         if let Some(check) = checks.iter().find(|c| c.name == name) {
             say(check, ids);
         }
+    }
+    // NVML names host pids: where none is the job's (a container's own pid namespace), the
+    // job's own processes would read as others; and a recording's pids are not this host's.
+    if !seen.live || !seen.device.processes.iter().any(|p| p.traced) {
+        return notes;
     }
     let computing = gpu::judge(&facts(seen, |p| p.sm_util_pct.is_some_and(|u| u > 0.0)));
     let holding = gpu::judge(&facts(seen, |p| p.memory_bytes.is_some_and(|b| b > 0)));
@@ -82,6 +93,15 @@ pub fn notes(found: &[Diagnosis], seen: &Seen<'_>) -> Vec<String> {
         say(&check, &HOLDING_BEARS_ON);
     }
     notes
+}
+
+/// Whether none of the CPUs the job may run on is on the GPU's node. A job allowed on every
+/// CPU of a two-socket machine may well run near its GPU: the doctor warns of it, a report
+/// does not charge a diagnosis to it without the job held away from the GPU.
+fn off_node(seen: &Seen<'_>) -> bool {
+    let (Some(p), Some(node)) = (seen.placement, seen.device.numa_node) else { return false };
+    let local = p.nodes.get(&node).map_or(&[][..], Vec::as_slice);
+    !p.cpus.is_empty() && !p.cpus.iter().any(|c| local.contains(c))
 }
 
 /// The doctor's facts of what the session saw, with the other processes `keep` lets through.
@@ -153,7 +173,7 @@ mod tests {
 
     fn seen(device: &GpuDevice, placement: Option<&Placement>) -> Vec<String> {
         let found = [DiagnosisId::PageableCopy, DiagnosisId::GpuBound, DiagnosisId::HostBound, DiagnosisId::Oom].map(diagnosis);
-        notes(&found, &Seen { device, target_pid: 10, placement })
+        notes(&found, &Seen { device, target_pid: 10, placement, live: true })
     }
 
     #[test]
@@ -181,7 +201,7 @@ mod tests {
 
     fn notes_for(d: &GpuDevice, ids: &[DiagnosisId]) -> Vec<String> {
         let found: Vec<Diagnosis> = ids.iter().map(|&id| diagnosis(id)).collect();
-        notes(&found, &Seen { device: d, target_pid: 10, placement: None })
+        notes(&found, &Seen { device: d, target_pid: 10, placement: None, live: true })
     }
 
     #[test]
@@ -205,6 +225,11 @@ mod tests {
         assert!(notes_for(&d, &[DiagnosisId::GpuBound]).is_empty(), "an idle holder takes no GPU time");
         let oom = notes_for(&d, &[DiagnosisId::Oom]);
         assert!(oom.len() == 1 && oom[0].contains("77") && oom[0].contains("bearing on oom"), "{oom:?}");
+        let found = [diagnosis(DiagnosisId::Oom)];
+        assert!(notes(&found, &Seen { device: &d, target_pid: 10, placement: None, live: false }).is_empty(), "a recording's pids are not this host's");
+        let mut container = d.clone();
+        container.processes[0].traced = false;
+        assert!(notes_for(&container, &[DiagnosisId::Oom]).is_empty(), "no process known as the job's: its own would read as others");
         d.processes[1].sm_util_pct = Some(40.0);
         let busy = notes_for(&d, &[DiagnosisId::GpuBound]);
         assert!(busy.len() == 1 && busy[0].contains("77"), "{busy:?}");
@@ -216,7 +241,10 @@ mod tests {
         d.numa_node = Some(1);
         let placement = Placement { cpus: (0..8).collect(), nodes: [(0, (0..8).collect()), (1, (8..16).collect())].into_iter().collect() };
         let found = [diagnosis(DiagnosisId::LaunchBound)];
-        let notes = notes(&found, &Seen { device: &d, target_pid: 10, placement: Some(&placement) });
+        let notes = notes(&found, &Seen { device: &d, target_pid: 10, placement: Some(&placement), live: true });
         assert!(notes.len() == 1 && notes[0].contains("numactl --cpunodebind=1") && notes[0].contains("launch-bound"), "{notes:?}");
+        let unpinned = Placement { cpus: (0..16).collect(), ..placement };
+        let said = super::notes(&found, &Seen { device: &d, target_pid: 10, placement: Some(&unpinned), live: true });
+        assert!(said.is_empty(), "a job free to run near its GPU: {said:?}");
     }
 }

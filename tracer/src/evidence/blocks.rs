@@ -50,7 +50,19 @@ pub struct Blocks {
     /// The allocator's own figures at its latest report, by process and device index.
     allocator: std::collections::BTreeMap<(u32, u8), AllocatorTotals>,
     live: HashMap<(u32, u64), LiveBlock>,
+    /// A process's teardown is no state of its job: as the interpreter exits, finalizers give
+    /// every tensor back (PyTorch reported allocated 0 of 137 GiB reserved after the H200's
+    /// fragmentation job printed 130 GiB in tensors, docs/validation.md, d36). So the
+    /// allocator's figures at each process's last GPU work call (a copy, a sync, a memset)
+    /// are kept, with the blocks it gave back since, and restored if the process exits.
+    at_work: std::collections::BTreeMap<(u32, u8), AllocatorTotals>,
+    since_work: HashMap<u32, Vec<(u64, LiveBlock)>>,
+    last_work_ns: HashMap<u32, u64>,
 }
+
+/// Blocks given back after a process's last GPU work that are remembered, at most (beyond it,
+/// a process's teardown is undone in part).
+const MAX_SINCE_WORK: usize = 1 << 16;
 
 impl Blocks {
     /// Fold in one allocator call. Its time is the framework's host work, not a driver call:
@@ -82,7 +94,13 @@ impl Blocks {
         } else {
             self.frees += 1;
             match self.live.remove(&(pid, addr)) {
-                Some(b) => self.live_bytes = self.live_bytes.saturating_sub(b.bytes),
+                Some(b) => {
+                    self.live_bytes = self.live_bytes.saturating_sub(b.bytes);
+                    let since = self.since_work.entry(pid).or_default();
+                    if since.len() < MAX_SINCE_WORK {
+                        since.push((addr, b));
+                    }
+                }
                 None => self.unknown_frees += 1,
             }
         }
@@ -90,6 +108,39 @@ impl Blocks {
             Some(last) if last.0 / TIMELINE_BUCKET_NS == at / TIMELINE_BUCKET_NS => *last = (at, self.live_bytes),
             _ => self.timeline.push((at, self.live_bytes)),
         }
+    }
+
+    /// Process `pid` gave the GPU work at `at_ns` (a copy, a sync, a memset): what its
+    /// allocator holds now is the job's, whatever it gives back later.
+    pub(super) fn work(&mut self, pid: u32, at_ns: u64) {
+        if self.allocator.is_empty() {
+            return;
+        }
+        for (&key, &totals) in self.allocator.range((pid, 0)..=(pid, u8::MAX)) {
+            self.at_work.insert(key, totals);
+        }
+        self.since_work.remove(&pid);
+        self.last_work_ns.insert(pid, at_ns);
+    }
+
+    /// Process `pid` exited: what it gave back after its last GPU work was its teardown, and
+    /// is undone (its blocks live again, its allocator's figures those at that work).
+    pub(super) fn exited(&mut self, pid: u32) {
+        let Some(&cut) = self.last_work_ns.get(&pid) else { return };
+        for (addr, block) in self.since_work.remove(&pid).unwrap_or_default() {
+            if self.live.insert((pid, addr), block).is_none() {
+                self.live_bytes = self.live_bytes.saturating_add(block.bytes);
+                self.frees = self.frees.saturating_sub(1);
+            }
+        }
+        for (&key, &totals) in self.at_work.range((pid, 0)..=(pid, u8::MAX)) {
+            self.allocator.insert(key, totals);
+        }
+        // The timeline ends at that work, with the bytes live then.
+        while self.timeline.last().is_some_and(|&(t, _)| t > cut) {
+            self.timeline.pop();
+        }
+        self.timeline.push((cut, self.live_bytes));
     }
 
     /// The allocator's own totals at its last report, summed over the job's processes and
@@ -181,6 +232,27 @@ mod tests {
         let mut live: Vec<(u64, u64, u64)> = b.live().map(|(_, a, l)| (a, l.bytes, l.at_ns)).collect();
         live.sort_unstable();
         assert_eq!(live, vec![(0xa, 30, TIMELINE_BUCKET_NS + 4), (0xb, 50, 2)]);
+    }
+
+    #[test]
+    fn an_exiting_processs_teardown_is_undone_and_a_live_ones_frees_stand() {
+        let teardown = |exits: bool| {
+            let mut b = Blocks::default();
+            fold(&mut b, &[report(1, 0xa, 100, 100, 1000), report(2, 0xb, 50, 150, 1000), report(3, 0xb, -50, 100, 1000)]);
+            b.work(1, 4);
+            // The interpreter's finalizers give everything back.
+            fold(&mut b, &[report(TIMELINE_BUCKET_NS * 3, 0xa, -100, 0, 1000)]);
+            if exits {
+                b.exited(1);
+            }
+            b
+        };
+        let exited = teardown(true);
+        assert_eq!((exited.live_bytes, exited.frees, exited.allocator_totals()), (100, 1, Some((100, 1000))), "as at the last work");
+        assert_eq!(exited.live().map(|(_, a, _)| a).collect::<Vec<_>>(), vec![0xa]);
+        assert_eq!(exited.timeline.last(), Some(&(4, 100)));
+        let running = teardown(false);
+        assert_eq!((running.live_bytes, running.frees, running.allocator_totals()), (0, 2, Some((0, 1000))), "a live process's frees are its job's");
     }
 
     #[test]

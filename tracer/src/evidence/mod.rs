@@ -181,6 +181,7 @@ impl Evidence {
                 self.deaths.insert(e.header.tid, e.header.ts_ns);
                 if e.header.tid == e.header.tgid {
                     self.processes.entry(e.header.tgid).or_default().exited = true;
+                    self.blocks.exited(e.header.tgid);
                 }
             }
         }
@@ -312,6 +313,9 @@ impl Evidence {
             let t = self.thread(tid, pid);
             t.calls_seen += 1;
             t.calls_while_launches_off += u64::from(off);
+        }
+        if matches!(spec.family, Family::Copy | Family::Sync | Family::Memset) {
+            self.blocks.work(pid, call.header.ts_ns);
         }
         match spec.family {
             Family::Copy => {

@@ -232,11 +232,22 @@ fn weighted_distribution(mut values: Vec<(f64, f64)>) -> Option<Distribution> {
     Some(Distribution { mean: values.iter().map(|(v, w)| v * w).sum::<f64>() / total, p50: at(0.5), p95: at(0.95), samples: values.len() })
 }
 
-/// The PCIe link as it ran while the GPU worked: the best generation and width read at a
-/// tick whose utilization was above zero. An idle GPU trains its link down to save power,
-/// so readings at idle say nothing of the link; None where no such reading was made.
+/// Utilization (%) at or above which a tick's link reading is of a working GPU (the doctor's
+/// own threshold for an idle link).
+const LINK_BUSY_PCT: f64 = 5.0;
+/// PCIe traffic (bytes/s, both ways) at or above which the link was in use at a slow tick.
+const LINK_BUSY_BYTES_S: f64 = 1e9;
+
+/// The PCIe link as it ran while the GPU worked: the best generation and width read at ticks
+/// whose utilization was at least [`LINK_BUSY_PCT`] or whose link moved a gigabyte a second.
+/// An idle GPU trains its link down to save power, and a barely busy one keeps it down
+/// between its kernels, so readings then say nothing of the link; the best of the busy ones
+/// is the link's. None where no such reading was made.
 fn link_under_load(mine: &[&Sample]) -> Option<crate::model::PcieLink> {
-    let busy = mine.iter().filter(|s| s.util_pct.is_some_and(|u| u > 0.0) || s.util_fine.iter().any(|f| f.pct > 0.0));
+    let traffic = |s: &Sample| s.pcie_rx_bytes_s.unwrap_or(0.0) + s.pcie_tx_bytes_s.unwrap_or(0.0);
+    let busy = mine.iter().filter(|s| {
+        s.util_pct.is_some_and(|u| u >= LINK_BUSY_PCT) || s.util_fine.iter().any(|f| f.pct >= LINK_BUSY_PCT) || traffic(s) >= LINK_BUSY_BYTES_S
+    });
     let (gen, width) = busy.filter_map(|s| Some((s.pcie_gen?, s.pcie_width?))).fold((0, 0), |(g, w), (sg, sw)| (g.max(sg), w.max(sw)));
     (gen > 0 && width > 0).then_some(crate::model::PcieLink { gen, width })
 }
@@ -321,6 +332,16 @@ mod tests {
         assert_eq!(out[0].memory_used_bytes, 30);
         assert_eq!(out[1].utilization.as_ref().expect("one").samples, 1);
         assert!(out[1].sm_activity_pct.is_none(), "no GPM on that device");
+    }
+
+    #[test]
+    fn the_link_under_load_is_the_best_read_while_the_gpu_worked() {
+        let tick = |util: f64, gen: u32| Sample { util_pct: Some(util), pcie_gen: Some(gen), pcie_width: Some(16), ..Sample::default() };
+        let (idle, barely, busy, busier) = (tick(0.0, 1), tick(3.0, 1), tick(60.0, 5), tick(90.0, 4));
+        assert_eq!(link_under_load(&[&idle, &barely, &busy, &busier]), Some(crate::model::PcieLink { gen: 5, width: 16 }));
+        assert_eq!(link_under_load(&[&idle, &barely]), None, "no reading of a working GPU: nothing said of its link");
+        let copying = Sample { pcie_rx_bytes_s: Some(2e9), ..tick(0.0, 3) };
+        assert_eq!(link_under_load(&[&idle, &copying]), Some(crate::model::PcieLink { gen: 3, width: 16 }), "a link moving 2 GB/s is in use");
     }
 
     #[test]

@@ -334,7 +334,7 @@ fn tracer_notes(outcome: &Outcome, machine: Vec<String>, time: Option<&crate::ev
 /// The doctor's GPU checks that bear on a diagnosis found, judged on what the session saw.
 fn machine_notes(outcome: &Outcome, gpu: Option<&Gpu>, found: &[crate::model::Diagnosis]) -> Vec<String> {
     let Some(device) = gpu.and_then(|g| detect::account::job_device(&g.devices)) else { return Vec::new() };
-    crate::doctor::bearing::notes(found, &crate::doctor::bearing::Seen { device, target_pid: outcome.target_pid, placement: outcome.placement.as_ref() })
+    crate::doctor::bearing::notes(found, &crate::doctor::bearing::Seen { device, target_pid: outcome.target_pid, placement: outcome.placement.as_ref(), live: outcome.recording.is_none() })
 }
 
 /// Under `--tensors`, a caching allocator probed that never reported a block while the job

@@ -226,10 +226,13 @@ const FRAMEWORK_DIRS: [&str; 8] = ["/torch/", "/jax/", "/jaxlib/", "/flax/", "/o
 /// Parts of those packages that launch processes or load data, not kernels.
 const NOT_DISPATCH: [&str; 5] = ["/torch/utils/data/", "/torch/distributed/", "/torch/multiprocessing/", "/torch/utils/tensorboard/", "/tensorflow/python/data/"];
 
-/// A stack in the framework's code, unless it is loading data: a Keras `fit` that maps its
-/// `tf.data` input on the main thread has framework frames above the loader's.
+/// A stack in the framework's code, unless it is in a data loader's: a Keras `fit` that maps
+/// its `tf.data` input on the main thread has framework frames above the loader's. By path
+/// only (a JAX array's `__getitem__` is dispatch, a dataset's is not).
 fn python_is_dispatch(frames: &[Frame]) -> bool {
-    frames.iter().any(is_framework_frame) && !crate::stacks::sites::is_data_loading(frames)
+    const LOADERS: [&str; 3] = ["/torch/utils/data/", "/tensorflow/python/data/", "/grain/"];
+    let loading = frames.iter().any(|f| f.file.as_deref().is_some_and(|file| LOADERS.iter().any(|l| file.contains(l))));
+    frames.iter().any(is_framework_frame) && !loading
 }
 
 #[cfg(test)]
