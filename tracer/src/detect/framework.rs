@@ -89,6 +89,43 @@ fn holder_in(fw: Framework) -> Option<&'static str> {
 /// Each framework's fix for the diagnoses it words its own way; the rest keep plain PyTorch's.
 #[rustfmt::skip]
 const FIXES: &[(Framework, &[DiagnosisId], &str)] = &[
+    (Framework::Jax, &[DiagnosisId::BlockingCopy],
+        "JAX: read results back less often (jax.device_get and np.asarray of a device array wait for it), and put the next \
+             inputs on the device with jax.device_put ahead of the step so that the copy overlaps the one running"),
+    (Framework::Jax, &[DiagnosisId::AllocChurn],
+        "JAX: keep shapes and dtypes fixed so that XLA reuses its buffers (pad batches to a few sizes); leave \
+             XLA_PYTHON_CLIENT_ALLOCATOR at its default (\"platform\" allocates and frees on every use)"),
+    (Framework::Jax, &[DiagnosisId::SmallKernels],
+        "give each dispatch more work: a larger batch, the whole step in one jax.jit, several steps in one call (jax.lax.scan), \
+             small pieces batched with jax.vmap"),
+    (Framework::Jax, &[DiagnosisId::CpuStarved],
+        "give the job its CPUs: stop or move competing processes, raise the cgroup/container CPU limit, and keep input workers \
+             (Grain's worker_count, tf.data's parallelism) and XLA's threads within the cores you have"),
+    (Framework::Jax, &[DiagnosisId::IoStall],
+        "read input ahead of the step in worker processes (grain.DataLoader(worker_count > 0), or tf.data with prefetch), \
+             and keep the data in memory or on faster storage"),
+    (Framework::Jax, &[DiagnosisId::CheckpointStall],
+        "checkpoint asynchronously and less often (orbax.checkpoint's AsyncCheckpointer, or a CheckpointManager with async saves)"),
+    (Framework::Jax, &[DiagnosisId::Fragmentation],
+        "JAX: keep shapes fixed (pad to a few bucket sizes) so that XLA reuses its buffers, lower the peak (jax.checkpoint, \
+             donate_argnums), and leave XLA the share it preallocates (XLA_PYTHON_CLIENT_MEM_FRACTION)"),
+    (Framework::Tensorflow, &[DiagnosisId::BlockingCopy],
+        "in TensorFlow: read tensors back less often (.numpy() waits for the GPU), and let tf.data copy batches to the GPU ahead \
+             of the step (tf.data.experimental.prefetch_to_device)"),
+    (Framework::Tensorflow, &[DiagnosisId::AllocChurn, DiagnosisId::Fragmentation],
+        "in TensorFlow: keep shapes fixed (padded_batch to a few sizes, a tf.function input_signature) so that the allocator \
+             reuses its blocks; TF_GPU_ALLOCATOR=cuda_malloc_async lets the driver pool the memory"),
+    (Framework::Tensorflow, &[DiagnosisId::SmallKernels],
+        "in TensorFlow: fewer, larger kernels — XLA (tf.function(jit_compile=True)), a larger batch, several steps per call \
+             (model.compile(steps_per_execution=32))"),
+    (Framework::Tensorflow, &[DiagnosisId::CpuStarved],
+        "give the job its CPUs: stop or move competing processes, raise the cgroup/container CPU limit, and bound tf.data's \
+             threads (tf.data.Options().threading.private_threadpool_size) and TensorFlow's (tf.config.threading) to the cores you have"),
+    (Framework::Tensorflow, &[DiagnosisId::IoStall],
+        "in TensorFlow: read ahead in tf.data (interleave(..., num_parallel_calls=tf.data.AUTOTUNE), prefetch), and cache() \
+             the data in memory or on faster storage"),
+    (Framework::Tensorflow, &[DiagnosisId::CheckpointStall],
+        "checkpoint less often and off the step: tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True)"),
     (Framework::Jax, &[DiagnosisId::HostSync],
         "JAX dispatches asynchronously until a value is read: keep metrics on the device and read them every N steps, not each step \
              (float(loss), .item(), jax.device_get and block_until_ready each wait for the GPU)"),
@@ -234,7 +271,7 @@ mod tests {
         let mut memory = vec![d(DiagnosisId::Oom), d(DiagnosisId::MemoryGrowth)];
         speak(&mut memory, Some(Framework::Jax));
         assert!(memory[0].fix.contains("jax.checkpoint") && memory[1].fix.contains("jax.live_arrays"), "{memory:?}");
-        let mut kept = vec![d(DiagnosisId::CpuStarved)];
+        let mut kept = vec![d(DiagnosisId::GpuBound)];
         speak(&mut kept, Some(Framework::Jax));
         assert_eq!(kept[0].fix, "load in DataLoader workers", "a fix with no JAX wording of its own is kept");
         assert!(!found.iter().any(|f| f.fix.contains("  ")), "no runs of spaces from a broken line: {found:?}");
@@ -250,6 +287,19 @@ mod tests {
         speak(&mut vllm, Some(Framework::Vllm));
         assert!(vllm[0].fix.contains("gpu_memory_utilization") && vllm[0].summary.contains("KV cache"), "{:?}", vllm[0]);
         assert!(vllm[1].fix.contains("enforce_eager"), "{}", vllm[1].fix);
+        // Every diagnosis whose plain fix names PyTorch's APIs is said in JAX's and TensorFlow's
+        // own terms, and none of theirs names PyTorch's.
+        let worded = DiagnosisId::ALL.into_iter().filter(|id| {
+            ![DiagnosisId::HostSleep, DiagnosisId::GpuBound, DiagnosisId::NoCudaWork, DiagnosisId::NoBottleneckFound].contains(id)
+        });
+        for fw in [Framework::Jax, Framework::Tensorflow] {
+            let mut all: Vec<Diagnosis> = worded.clone().map(d).collect();
+            speak(&mut all, Some(fw));
+            for one in &all {
+                assert_ne!(one.fix, "load in DataLoader workers", "{fw:?} {} keeps PyTorch's fix", one.id);
+                assert!(!["torch", "PYTORCH", "non_blocking", "pin_memory", "num_workers"].iter().any(|w| one.fix.contains(w)), "{fw:?} {}: {}", one.id, one.fix);
+            }
+        }
         for fw in [Framework::Tensorflow, Framework::Deepspeed, Framework::Accelerate, Framework::Sglang] {
             let mut host = vec![d(DiagnosisId::HostBound), d(DiagnosisId::LaunchBound)];
             speak(&mut host, Some(fw));
