@@ -72,12 +72,14 @@ fn a_jitted_jax_step_is_told_to_do_more_per_dispatch_not_to_add_loader_workers()
     assert_eq!(site["inside"]["package"], "jax", "{site:#}");
 }
 
-/// The host-side verdict of a job whose steps wait on 3 ms of host work inside its framework,
-/// and that diagnosis's fix.
+/// The fix of the host-side diagnosis of a job whose steps wait on 3 ms of host work inside
+/// its framework. Not necessarily the verdict: on two busy cores the same job has read
+/// `cpu-starved` first (its thread runnable half the window while kernel workers ran), which
+/// is the machine's doing, not the framework's.
 fn host_side_fix(r: &Value) -> String {
-    let verdict = r["verdict"].as_str().unwrap_or_default().to_owned();
-    assert!(["host-bound", "input-starved"].contains(&verdict.as_str()), "{:#}", r["diagnoses"]);
-    diagnosis(r, &verdict)["fix"].as_str().unwrap_or_default().to_owned()
+    let host_side = r["diagnoses"].as_array().and_then(|ds| ds.iter().find(|d| d["id"] == "host-bound" || d["id"] == "input-starved"));
+    let d = host_side.unwrap_or_else(|| panic!("no host-bound or input-starved: {:#}", r["diagnoses"]));
+    d["fix"].as_str().unwrap_or_default().to_owned()
 }
 
 /// The same planted step (two 50 µs kernels, a sync, 3 ms of host work inside the framework)
