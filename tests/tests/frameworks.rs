@@ -61,9 +61,12 @@ fn a_jitted_jax_step_is_told_to_do_more_per_dispatch_not_to_add_loader_workers()
     require_root();
     let r = run_python_job("jax_job.py", "300");
     assert_eq!(r["target"]["framework"], "jax", "{:#}", r["target"]);
-    let verdict = r["verdict"].as_str().unwrap_or_default().to_owned();
-    assert!(["host-bound", "launch-bound"].contains(&verdict.as_str()), "{:#}", r["diagnoses"]);
-    let d = diagnosis(&r, &verdict);
+    // The dispatch's diagnosis wherever it ranks: on two busy cores `cpu-starved` has come
+    // first (the thread runnable 60 % of a window while kernel workers ran).
+    let d = r["diagnoses"]
+        .as_array()
+        .and_then(|ds| ds.iter().find(|d| d["id"] == "launch-bound" || d["id"] == "host-bound"))
+        .unwrap_or_else(|| panic!("no launch-bound or host-bound: {:#}", r["diagnoses"]));
     let fix = d["fix"].as_str().unwrap_or_default();
     assert!(fix.contains("jax.lax.scan") && !fix.contains("DataLoader"), "{fix}");
     // The site is the user's call of the jitted step, split by JAX's dispatch beneath it.
