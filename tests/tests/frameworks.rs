@@ -13,6 +13,22 @@ fn run_python_job(script: &str, steps: &str) -> Value {
 }
 
 fn run_python_job_with(script: &str, args: &[&str]) -> Value {
+    // A job whose thread waited for a CPU most of its window says so (`cpu-starved` first):
+    // that is the 2-core machine's state, not the framework's, and it has come 1 run in ~10
+    // when these jobs run back to back (2026-12-04). Such a run is made again, twice at most;
+    // the report of the last is judged whatever it says.
+    let mut report = run_python_once(script, args);
+    for _ in 0..2 {
+        if report["diagnoses"][0]["id"] != "cpu-starved" {
+            break;
+        }
+        eprintln!("{script}: cpu-starved first (the machine was busy); once more");
+        report = run_python_once(script, args);
+    }
+    report
+}
+
+fn run_python_once(script: &str, args: &[&str]) -> Value {
     let dir = fake_cuda_dir();
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fake-cuda/frameworks").join(script);
     let out = Command::new(gputrace())
