@@ -148,39 +148,24 @@ impl Inputs<'_> {
     }
 }
 
-/// The `memory` section of the report.
-#[must_use]
-/// What the memory view is made of, besides what the time analysis found.
-#[derive(Clone, Copy, Debug)]
-pub struct Sources<'a> {
-    pub evidence: &'a Evidence,
-    pub start_ns: u64,
-    pub end_ns: u64,
-    /// The traced processes.
-    pub traced: &'a [u32],
-    pub gpu: Option<&'a Finished>,
-}
-
 /// The memory view, and its diagnoses added to the time analysis's findings (after the time
-/// ones: they cost memory, not time, and do not change the verdict). Growth is judged per
-/// step where the findings have steps.
-pub fn analyze(sources: &Sources<'_>, findings: &mut super::Findings) -> Memory {
-    let marker = findings.time.as_ref().and_then(|t| super::steps::best_marker(sources.evidence, t));
+/// ones: they cost memory, not time, and do not change the verdict). The step figures of
+/// `inputs` (`steps_per_s`, `step_times`, `loop_start_ns`) are taken from the findings:
+/// growth is judged per step, and from the loop's start.
+pub fn analyze(inputs: Inputs<'_>, findings: &mut super::Findings) -> Memory {
+    let marker = findings.time.as_ref().and_then(|t| super::steps::best_marker(inputs.evidence, t));
     let inputs = Inputs {
-        evidence: sources.evidence,
-        start_ns: sources.start_ns,
-        end_ns: sources.end_ns,
-        traced: sources.traced,
-        gpu: sources.gpu,
         steps_per_s: findings.steps.as_ref().map(|s| s.per_second),
         step_times: marker.as_ref().map(|(_, times, _)| &**times),
         loop_start_ns: findings.time.as_ref().and_then(|t| t.startup.as_ref()).map(|s| s.mark.at_ns),
+        ..inputs
     };
     let view = view(&inputs);
     findings.diagnoses.extend(diagnose(&inputs, &view));
     view
 }
 
+/// The `memory` section of the report.
 fn view(inputs: &Inputs<'_>) -> Memory {
     let a = &inputs.evidence.allocs;
     let held = inputs.held_at_end();

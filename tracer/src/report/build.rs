@@ -41,13 +41,17 @@ fn in_its_terms(ev: &crate::evidence::Evidence, findings: &mut detect::Findings)
     framework
 }
 
-fn memory_sources<'a>(outcome: &'a Outcome, traced: &'a [u32]) -> detect::memory::Sources<'a> {
-    detect::memory::Sources {
+/// What the memory view is made of; its step figures come from the time analysis.
+fn memory_inputs<'a>(outcome: &'a Outcome, traced: &'a [u32]) -> detect::memory::Inputs<'a> {
+    detect::memory::Inputs {
         evidence: &outcome.evidence,
         start_ns: outcome.start_ns,
         end_ns: outcome.end_ns,
         traced,
         gpu: outcome.gpu.as_ref().map(|(samples, _)| samples),
+        steps_per_s: None,
+        step_times: None,
+        loop_start_ns: None,
     }
 }
 
@@ -82,7 +86,7 @@ pub fn build(outcome: &Outcome) -> Report {
     let lost_events = lost_events(&loss);
     let probed_late = outcome.libraries.iter().map(|l| l.probed_late_for.len() as u64).sum::<u64>();
     let mut findings = detect::analyze(&detect::Inputs { start_ns: outcome.start_ns, window_ns, evidence: ev, gpu: gpu.as_ref().map(|g| g.devices.as_slice()), cpus: outcome.cpus });
-    let memory = detect::memory::analyze(&memory_sources(outcome, &traced), &mut findings);
+    let memory = detect::memory::analyze(memory_inputs(outcome, &traced), &mut findings);
     let machine = machine_notes(outcome, gpu.as_ref(), &findings.diagnoses);
     let mut processes: Vec<ProcessEntry> =
         ev.processes.iter().map(|(&pid, p)| ProcessEntry { pid, parent: p.parent, execs: p.execs, exited: p.exited }).collect();
