@@ -106,6 +106,23 @@ pub struct SampleStats {
 }
 const _: () = assert!(core::mem::size_of::<SampleStats>() == 16);
 
+/// What the CPU sampler saw of one traced thread: how often it was on a CPU, and how often
+/// inside a uprobe trap. The second over the first is the share of the thread's CPU time the
+/// probes took, measured in the job itself rather than modelled (`tracer.overhead.sampled`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapSamples {
+    pub tgid: u32,
+    #[expect(clippy::pub_underscore_fields, reason = "explicit padding: wire types have no implicit padding")]
+    pub _reserved: u32,
+    /// CPU samples that found the thread on a CPU.
+    pub samples: u64,
+    /// Of those, the ones inside a trap: an exception taken from user mode (a breakpoint or
+    /// its single step) or the kernel's return-probe trampoline.
+    pub in_trap: u64,
+}
+const _: () = assert!(core::mem::size_of::<TrapSamples>() == 24);
+
 /// A traced thread's stack as it last went off the CPU: the wakeup charges the spell to it.
 /// Taking a user stack costs microseconds, and a thread that syncs 100 k times a second
 /// switches as often, so the stack is retaken at most every [`stacks::OFF_CPU_RETAKE_NS`];

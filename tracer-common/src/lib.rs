@@ -11,7 +11,7 @@ pub mod host;
 pub mod probe;
 
 pub use event::*;
-pub use host::{CallSite, CallStack, IoKey, IoStart, Layout, OffCpuStart, SampleKey, SampleStats, ThreadSched, WakeKey, WakeStats};
+pub use host::{CallSite, CallStack, IoKey, IoStart, Layout, OffCpuStart, SampleKey, SampleStats, ThreadSched, TrapSamples, WakeKey, WakeStats};
 pub use probe::*;
 
 /// Capacity of the per-thread counter map. A thread's entry is folded into user-space totals
@@ -208,6 +208,8 @@ mod pod {
     unsafe impl aya::Pod for super::SampleKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::SampleStats {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::TrapSamples {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::OffCpuStart {}
     // SAFETY: as above.

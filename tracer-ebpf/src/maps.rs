@@ -6,8 +6,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf, StackTrace},
 };
 use gputrace_common::{
-    host::stacks, loss, IoKey, IoStart, OffCpuStart, SampleKey, SampleStats, ThreadCounters, ThreadSched, WakeKey,
-    WakeStats, MAX_INFLIGHT, MAX_PROCESSES, MAX_THREADS, RING_BYTES,
+    host::stacks, loss, IoKey, IoStart, OffCpuStart, SampleKey, SampleStats, ThreadCounters, ThreadSched, TrapSamples,
+    WakeKey, WakeStats, MAX_INFLIGHT, MAX_PROCESSES, MAX_THREADS, RING_BYTES,
 };
 
 /// Processes (thread-group ids) being traced. User space seeds it; the task tracepoints add
@@ -200,6 +200,20 @@ pub fn copy_region_is_new(tgid: u32, a: u64, b: u64, c: u64) -> bool {
     true
 }
 
+/// Processes whose Python frames user space reads (`stacks::python`): only for those is an
+/// allocation's record worth waking the reader at once, so that its line is read while the
+/// thread is still on it. A wakeup costs the allocating thread ~14 µs on the 2-core machine
+/// (docs/benchmarks.md), all of it wasted on a process with no Python to read.
+#[map]
+static PYTHON_READ: HashMap<u32, u8> = HashMap::with_max_entries(MAX_PROCESSES, 0);
+
+/// Whether user space reads process `tgid`'s Python frames.
+#[inline(always)]
+pub fn python_read(tgid: u32) -> bool {
+    // SAFETY: the value is only tested for presence, never read through.
+    unsafe { PYTHON_READ.get(&tgid) }.is_some()
+}
+
 /// Whether stacks are taken (see `SAMPLE_STACKS`).
 #[inline(always)]
 pub fn stacks_on() -> bool {
@@ -221,6 +235,11 @@ pub static ALLOC_STACKS: StackTrace = StackTrace::with_max_entries(2048, 0);
 /// CPU samples and off-CPU time of traced threads, by user stack and the CUDA call they were in.
 #[map]
 pub static SAMPLES: HashMap<SampleKey, SampleStats> = HashMap::with_max_entries(16_384, 0);
+
+/// Each traced thread's CPU samples and those inside a trap (LRU: exited threads age out
+/// only once the map is full, so a short-lived thread's samples are still there at the end).
+#[map]
+pub static TRAP_SAMPLES: LruHashMap<u32, TrapSamples> = LruHashMap::with_max_entries(MAX_THREADS, 0);
 
 /// The stack a traced thread last went off the CPU with (LRU: exited threads age out).
 #[map]

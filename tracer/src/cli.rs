@@ -216,8 +216,8 @@ struct Common {
     /// itself where the kernel would kill seccomp-confined processes at a probed return.
     #[arg(long)]
     entry_only: bool,
-    /// Take no stacks: no CPU sampler, no off-CPU stacks, no Python frames, and so no
-    /// `diagnoses[].sites`.
+    /// Take no stacks: no stacks in CPU samples, no off-CPU stacks, no Python frames, and so
+    /// no `diagnoses[].sites`.
     #[arg(long)]
     no_stacks: bool,
     /// Probe the framework's caching allocator too (PyTorch's `libc10_cuda.so`): memory at the

@@ -972,16 +972,40 @@ pub struct Overhead {
     pub busiest_thread: Option<u32>,
     pub busiest_thread_s: f64,
     pub fraction_of_window: f64,
-    /// `measured` (trap costs measured on this kernel at the end of the session) or
+    /// `sampled` (the job's own CPU samples caught its threads in our traps often enough to
+    /// measure: the per-trap costs below are scaled to agree with them, see `sampled`),
+    /// `measured` (trap costs measured apart on this kernel, plus our programs' run time) or
     /// `assumed` (1 µs a trap, where no measurement exists).
     #[serde(default)]
     pub basis: String,
+    /// Traps × the costs measured apart (`measured`), all threads, before any scaling.
+    #[serde(default)]
+    pub modelled_s: f64,
+    /// The time the job's threads were seen inside our traps by their CPU samples, and the
+    /// scale it gives the modelled costs (absent where the sampler did not run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampled: Option<SampledCost>,
     /// The measured cost of a trap by the instruction it sits on, and of a return probe.
     #[serde(default)]
     pub measured: Option<TrapCosts>,
     /// Every probe that fired, costliest first.
     #[serde(default)]
     pub per_probe: Vec<ProbeCost>,
+}
+
+/// The probes' cost as the traced threads' own CPU samples saw it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SampledCost {
+    /// Samples that found a traced thread on a CPU, and those inside one of our traps.
+    pub samples: u64,
+    pub in_trap: u64,
+    /// `in_trap` / the sampling rate: the time the traced threads spent in our traps.
+    pub in_trap_s: f64,
+    /// `in_trap_s` over `modelled_s`, applied to every cost in this section once `in_trap`
+    /// reaches `min_in_trap` (its statistical error is then within about ±20 %); null
+    /// before, when the modelled costs stand.
+    pub scale: Option<f64>,
+    pub min_in_trap: u64,
 }
 
 /// What one probed symbol cost the job.
@@ -1270,6 +1294,20 @@ pub struct TrapCosts {
     /// recordings made before it existed.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub program_ns: BTreeMap<u32, ProgramNs>,
+    /// The traced threads' CPU samples over the session, and those that caught a thread
+    /// inside a trap: the probes' cost measured in the job itself. Absent where the sampler
+    /// did not run, and in recordings made before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampled: Option<TrapSampling>,
+}
+
+/// CPU samples of the traced threads (a perf event at `hz` per CPU), and how many of them
+/// found a thread inside a uprobe trap: each stands for 1/`hz` s of that thread's time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TrapSampling {
+    pub samples: u64,
+    pub in_trap: u64,
+    pub hz: u64,
 }
 
 /// One probe's programs' mean run time, ns, and how many times its entry program ran.

@@ -53,9 +53,9 @@ measure "untraced_$((REPS + 1))"
 echo quit >&"$to"
 exec {to}>&- {from}<&-
 wait "$pid"
-python3 - "$REPS" "$SECOND_NAME" <<'PY' | tee -a budget.txt
+python3 - "$REPS" "$SECOND_NAME" "$SECS" <<'PY' | tee -a budget.txt
 import json, sys
-reps, second = int(sys.argv[1]), sys.argv[2]
+reps, second, secs = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
 for r in range(1, reps + 1):
     for name in (f"full_{r}", f"{second}_{r}"):
         rep = json.load(open(f"{name}.json"))
@@ -70,6 +70,12 @@ for r in range(1, reps + 1):
               f"probes off {len(s.get('probes', []))}, "
               f"(trapped {counted}), est. overhead {t['overhead']['fraction_of_window']:.2%}, "
               f"on {s.get('on_fraction', 1):.3f}, cycles {s.get('cycles', 0)}, met {s.get('met')}, verdict {rep['verdict']}")
+        # The estimate as a slowdown of the measured phase (the job idles outside it): the
+        # busiest thread's estimated cost over the phase's seconds, and the model's alone.
+        o = t["overhead"]
+        model_s = o.get("modelled_s", 0) * (o["busiest_thread_s"] / o["estimated_s"] if o["estimated_s"] else 0)
+        print(f"estimate {name.rsplit('_', 1)[0]} {r} {o['busiest_thread_s'] / secs:.4f} {model_s / secs:.4f} {o.get('basis')} "
+              f"sampled {json.dumps(o.get('sampled'))}")
 PY
 python3 - "$MODE" <<'PY' | tee -a budget.txt
 import re, statistics, sys
@@ -85,6 +91,17 @@ for kind, by_rep in rates.items():
     # Each traced phase against the mean of the untraced phases around its rep.
     slow = [1 - r / ((u[i] + u[i + 1]) / 2) for i, r in by_rep.items() if i in u and i + 1 in u]
     print(f"{kind}: slowdown median {statistics.median(slow):.1%}, per rep {', '.join(f'{s:.1%}' for s in slow)}")
+    est = {}
+    for line in open("budget.txt"):
+        f = line.split()
+        if len(f) > 4 and f[0] == "estimate" and f[1] == kind:
+            est[int(f[2])] = (float(f[3]), float(f[4]))
+    if est:
+        # A slowdown s of a phase is s of its time lost: the estimate's own terms.
+        e = [est[i][0] for i in sorted(est)]
+        m = [est[i][1] for i in sorted(est)]
+        print(f"{kind}: estimated slowdown median {statistics.median(e):.1%} (model alone {statistics.median(m):.1%}), "
+              f"per rep {', '.join(f'{x:.1%}' for x in e)}; estimate / measured {statistics.median(e) / statistics.median(slow):.2f}")
 # The same on the main thread's CPU time per step (overhead.py's 4th field): the cost the
 # probes add to the thread itself, without the waits for a CPU that wall time includes.
 cpu = {}

@@ -26,8 +26,12 @@ for line in open(os.path.join(out, "call_cost.txt")):
     ns[(kind, phase)].append(float(parts[4] if use_cpu else v))
     calls[(kind, phase)].append(int(n))
 
-# gputrace's estimate per call, per traced report (files KIND.VARIANT.REP.json), in phase order.
+# gputrace's estimate per call, per traced report (files KIND.VARIANT.REP.json), in phase order,
+# and the model's alone (tracer.overhead.modelled_s: the costs measured apart, before the
+# job's own CPU samples scale them), with the basis the report gave.
 estimates = defaultdict(list)
+modelled = defaultdict(list)
+bases = defaultdict(set)
 for path in sorted(glob.glob(os.path.join(out, "*.*.*.json"))):
     kind, variant, rep = os.path.basename(path)[:-5].split(".")
     try:
@@ -37,7 +41,11 @@ for path in sorted(glob.glob(os.path.join(out, "*.*.*.json"))):
     n = calls.get((kind, variant), [])
     i = int(rep) - 1
     if i < len(n) and n[i] > 0:
-        estimates[(kind, variant)].append(r["tracer"]["overhead"]["estimated_s"] * 1e9 / n[i])
+        o = r["tracer"]["overhead"]
+        estimates[(kind, variant)].append(o["estimated_s"] * 1e9 / n[i])
+        if "modelled_s" in o:
+            modelled[(kind, variant)].append(o["modelled_s"] * 1e9 / n[i])
+        bases[(kind, variant)].add(o.get("basis", "?"))
 
 kinds = sorted({k for k, _ in ns}, key=lambda k: "launch item d2h h2d sync event alloc".split().index(k) if k in "launch item d2h h2d sync event alloc".split() else 99)
 variants = sorted({p for _, p in ns} - {"untraced", "floor"})
@@ -53,5 +61,8 @@ for k in kinds:
         est = med(estimates[(k, v)])
         ratio = (add / floor) if floor > 0 else float("nan")
         err = (est / add - 1) * 100 if add > 0 else float("nan")
-        row += f"  {v}: {add:+6.0f} ns, {ratio:4.2f}x floor, est {est:6.0f} ns ({err:+4.0f} %)"
+        model = med(modelled[(k, v)])
+        model_err = (model / add - 1) * 100 if add > 0 else float("nan")
+        basis = "/".join(sorted(bases[(k, v)]))
+        row += f"  {v}: {add:+6.0f} ns, {ratio:4.2f}x floor, est {est:6.0f} ns ({err:+4.0f} %, {basis}; model {model:6.0f} ns, {model_err:+4.0f} %)"
     print(row + f"   [A/A spread untraced {spread:.0f} ns]")

@@ -136,8 +136,9 @@ fn timed(mode: Mode, release: &Path, fake: &Path, args: &[String]) -> Result<(f6
 }
 
 /// Steps of each per-kind loop: one call of its kind a step (the `.item()` one: a copy and
-/// a synchronize).
-const KIND_STEPS: u64 = 20_000;
+/// a synchronize). Enough that the job's own CPU samples land in traps often enough to set
+/// the estimate (`tracer.overhead.basis` "sampled") on a machine whose traps cost ~1 µs.
+const KIND_STEPS: u64 = 100_000;
 
 /// The kinds of call of the second table: name and fakejob arguments.
 const KINDS: [(&str, &[&str]); 4] = [
@@ -150,38 +151,48 @@ const KINDS: [(&str, &[&str]); 4] = [
 /// Per kind of call (issue 34): the added cost per step under the bare programs on
 /// gputrace's own traps (the floor) and under gputrace, with and without a reader wakeup
 /// per copy record, beside gputrace's own estimate (`tracer.overhead.estimated_s` over
-/// the steps). Modes alternate within each round; medians of `REPEATS` rounds.
+/// the steps) and the model's alone (`modelled_s`: the trap costs measured apart, before the
+/// job's samples scale them). Modes alternate within each round; medians of `REPEATS` rounds.
 #[expect(clippy::print_stdout, reason = "the table is this command's output")]
 pub fn call_kinds(release: &Path, fake: &Path) -> Result<()> {
     const MODES: [Mode; 4] = [Mode::Untraced, Mode::FloorLikeGputrace, Mode::Gputrace, Mode::GputraceEveryCopy];
-    println!("\n| call, {KIND_STEPS} steps (median of {REPEATS}) | untraced ns/step | floor: bare programs on the same traps | gputrace | × floor | gputrace's estimate | every copy wakes the reader |");
-    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "\n| call, {KIND_STEPS} steps (median of {REPEATS}) | untraced ns/step | floor: bare programs on the same traps | gputrace | × floor | gputrace's estimate (basis) | the model alone | every copy wakes the reader |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
     for (name, extra) in KINDS {
         let args: Vec<String> = ["--kernel-us", "0", "--steps", &KIND_STEPS.to_string()].iter().chain(extra).map(|s| (*s).to_owned()).collect();
         let mut ns: Vec<Vec<f64>> = vec![Vec::new(); MODES.len()];
         let mut estimated = Vec::new();
+        let mut modelled = Vec::new();
+        let mut basis_seen = std::collections::BTreeSet::new();
         for _ in 0..REPEATS {
             for (i, mode) in MODES.iter().enumerate() {
                 let (work, report) = timed(*mode, release, fake, &args)?;
                 ns[i].push(work / KIND_STEPS as f64);
                 if *mode == Mode::Gputrace {
                     let report: serde_json::Value = serde_json::from_str(&report.unwrap_or_default()).context("gputrace printed no report")?;
-                    if report.pointer("/tracer/overhead/basis").and_then(serde_json::Value::as_str) != Some("measured") {
+                    let basis = report.pointer("/tracer/overhead/basis").and_then(serde_json::Value::as_str).unwrap_or_default().to_owned();
+                    if !matches!(basis.as_str(), "measured" | "sampled") {
                         bail!("the trap costs were not measured: {}", report.pointer("/tracer/notes").unwrap_or(&serde_json::Value::Null));
                     }
-                    let est = report.pointer("/tracer/overhead/estimated_s").and_then(serde_json::Value::as_f64).context("no overhead estimate")?;
-                    estimated.push(est * 1e9 / KIND_STEPS as f64);
+                    basis_seen.insert(basis);
+                    let figure = |name: &str| report.pointer(&format!("/tracer/overhead/{name}")).and_then(serde_json::Value::as_f64).context("no overhead estimate");
+                    estimated.push(figure("estimated_s")? * 1e9 / KIND_STEPS as f64);
+                    modelled.push(figure("modelled_s")? * 1e9 / KIND_STEPS as f64);
                 }
             }
         }
-        eprintln!("{name}: ns/step by mode {ns:.0?}; estimated {estimated:.0?}");
+        eprintln!("{name}: ns/step by mode {ns:.0?}; estimated {estimated:.0?}; modelled {modelled:.0?}");
         let m: Vec<f64> = ns.into_iter().map(median).collect();
         let (base, floor, ours, every) = (m[0], m[1] - m[0], m[2] - m[0], m[3] - m[0]);
-        let est = median(estimated);
+        let (est, model) = (median(estimated), median(modelled));
+        let bases = basis_seen.into_iter().collect::<Vec<_>>().join("/");
         println!(
-            "| {name} | {base:.0} | {floor:+.0} | {ours:+.0} | {:.2} | {est:.0} ({:+.0} %) | {every:+.0} |",
+            "| {name} | {base:.0} | {floor:+.0} | {ours:+.0} | {:.2} | {est:.0} ({:+.0} %, {bases}) | {model:.0} ({:+.0} %) | {every:+.0} |",
             ours / floor,
-            (est / ours - 1.0) * 100.0
+            (est / ours - 1.0) * 100.0,
+            (model / ours - 1.0) * 100.0
         );
     }
     Ok(())

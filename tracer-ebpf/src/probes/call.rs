@@ -22,7 +22,7 @@ use gputrace_common::{
 };
 
 use crate::{
-    maps::{call_epoch as current_call_epoch, copy_region_is_new, count_loss, cuda_caller, returns_probed, stacks_on, thread_counters, Current, ALLOC_STACKS, BPF_F_USER_STACK, EVENTS, THREADS, USER_STACKS},
+    maps::{call_epoch as current_call_epoch, copy_region_is_new, count_loss, cuda_caller, python_read, returns_probed, stacks_on, thread_counters, Current, ALLOC_STACKS, BPF_F_USER_STACK, EVENTS, THREADS, USER_STACKS},
     stack_copy::{copy_user_stack, remember_return, take_call_stack},
 };
 
@@ -227,8 +227,9 @@ fn on_return(ctx: &RetProbeContext, probe: u32, prompt: bool, first_sight: bool)
         out,
     });
     // Copies need the prompt wakeup only for memory user space has not classified yet;
-    // allocations only while stacks are taken (for the Python line read beside them).
-    let prompt = prompt && if first_sight { copy_region_is_new(tgid, call.args[0], call.args[1], call.args[3]) } else { stacks_on() };
+    // allocations only while stacks are taken, in a process whose Python line is read beside
+    // them.
+    let prompt = prompt && if first_sight { copy_region_is_new(tgid, call.args[0], call.args[1], call.args[3]) } else { stacks_on() && python_read(tgid) };
     entry.submit(if prompt { crate::maps::FORCE_WAKEUP } else { crate::maps::batched_submit() });
     0
 }

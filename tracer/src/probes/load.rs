@@ -58,28 +58,25 @@ impl ProbeSet {
         }
         startup.return_check_ms = ms_since(phase);
         let phase = std::time::Instant::now();
-        // Before any probe can fire: the programs' own run time per call, for the overhead
-        // estimate (`program_costs`). Costs two clock reads a program run while held.
-        // `GPUTRACE_BPF_STATS=off`: the per-call cost benchmark's switch, to measure what the
-        // accounting itself costs (docs/benchmarks.md); not a user setting.
-        let run_stats = if std::env::var_os("GPUTRACE_BPF_STATS").is_some_and(|v| v == "off") {
-            None
-        } else {
-            aya::sys::enable_stats(aya::sys::Stats::RunTime).map_err(|e| log::info!("the programs' run time is not measured: {e}")).ok()
-        };
+        // Before any probe can fire.
+        let run_stats = hold_run_stats();
         let mut tracepoint_links = Vec::new();
         let groups: &[(Tracepoints, &str)] = if scope == Scope::Tree { &TRACEPOINT_GROUPS } else { &[] };
         let attached = attach_tracepoint_groups(&mut ebpf, groups, tracefs.as_ref().map(|_| ()), &mut tracepoint_links, &mut notes);
         let [_tasks_followed, sched_traced, io_traced, waking_attached, _io_start_attached] = attached;
         // Wakers only mean something on top of the scheduler accounting.
         let wakers_traced = waking_attached && sched_traced;
-        let cpu_sampled = stacks_wanted && sampler::attach_or_note(&mut ebpf, &mut notes);
+        // The sampler measures the probes' cost in the job too (`TRAP_SAMPLES`): on with `--no-stacks`.
+        let sampler_running = scope == Scope::Tree && sampler::attach_or_note(&mut ebpf, stacks_wanted, &mut notes);
+        let cpu_sampled = sampler_running && stacks_wanted;
         startup.tracepoints_ms = ms_since(phase);
 
         let take = |ebpf: &mut Ebpf, name: &str| ebpf.take_map(name).ok_or_else(|| map_error(name));
         let traced = BpfHashMap::try_from(take(&mut ebpf, "TRACED")?).map_err(|_| map_error("TRACED"))?;
         let threads_map = take(&mut ebpf, "THREADS")?;
         let threads_id = hash_map_id(&threads_map);
+        // Left in the `Ebpf`: only the Python reader's thread writes it, by a handle of its own.
+        let python_read_id = ebpf.map("PYTHON_READ").and_then(hash_map_id);
         let threads = BpfHashMap::try_from(threads_map).map_err(|_| map_error("THREADS"))?;
         let loss = PerCpuArray::try_from(take(&mut ebpf, "LOSS")?).map_err(|_| map_error("LOSS"))?;
         let ring = RingBuf::try_from(take(&mut ebpf, "EVENTS")?).map_err(|_| map_error("EVENTS"))?;
@@ -88,6 +85,7 @@ impl ProbeSet {
         let wakes = BpfHashMap::try_from(take(&mut ebpf, "WAKES")?).map_err(|_| map_error("WAKES"))?;
         let wake_stacks = aya::maps::StackTraceMap::try_from(take(&mut ebpf, "WAKE_STACKS")?).map_err(|_| map_error("WAKE_STACKS"))?;
         let samples = BpfHashMap::try_from(take(&mut ebpf, "SAMPLES")?).map_err(|_| map_error("SAMPLES"))?;
+        let trap_samples = BpfHashMap::try_from(take(&mut ebpf, "TRAP_SAMPLES")?).map_err(|_| map_error("TRAP_SAMPLES"))?;
         let user_stacks = aya::maps::StackTraceMap::try_from(take(&mut ebpf, "USER_STACKS")?).map_err(|_| map_error("USER_STACKS"))?;
         let alloc_stacks = aya::maps::StackTraceMap::try_from(take(&mut ebpf, "ALLOC_STACKS")?).map_err(|_| map_error("ALLOC_STACKS"))?;
         Ok((
@@ -96,12 +94,14 @@ impl ProbeSet {
                 traced,
                 threads,
                 threads_id,
+                python_read_id,
                 loss,
                 sched,
                 preempted_by,
                 wakes,
                 wake_stacks,
                 samples,
+                trap_samples,
                 user_stacks,
                 alloc_stacks,
                 run_stats,
@@ -124,10 +124,22 @@ impl ProbeSet {
                 io_traced,
                 wakers_traced,
                 cpu_sampled,
+                sampler_running,
                 stacks_wanted,
                 entry_only,
             },
             ring,
         ))
     }
+}
+
+/// The kernel's accounting of our programs' run time per call, for the overhead estimate
+/// (`program_costs`), held while the returned descriptor is. Costs two clock reads a program
+/// run. `GPUTRACE_BPF_STATS=off`: the per-call cost benchmark's switch, to measure what the
+/// accounting itself costs (docs/benchmarks.md); not a user setting.
+fn hold_run_stats() -> Option<std::os::fd::OwnedFd> {
+    if std::env::var_os("GPUTRACE_BPF_STATS").is_some_and(|v| v == "off") {
+        return None;
+    }
+    aya::sys::enable_stats(aya::sys::Stats::RunTime).map_err(|e| log::info!("the programs' run time is not measured: {e}")).ok()
 }

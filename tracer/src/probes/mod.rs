@@ -32,7 +32,7 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use gputrace_common::{
-    globals, host::LAYOUT_GLOBAL, ProbeSpec, Shed, SampleKey, SampleStats, ThreadCounters, ThreadSched, WakeKey, WakeStats, PROBES,
+    globals, host::LAYOUT_GLOBAL, ProbeSpec, Shed, SampleKey, SampleStats, ThreadCounters, TrapSamples, ThreadSched, WakeKey, WakeStats, PROBES,
 };
 
 use crate::{
@@ -98,12 +98,16 @@ pub struct ProbeSet {
     traced: BpfHashMap<MapData, u32, u32>,
     threads: BpfHashMap<MapData, u32, ThreadCounters>,
     threads_id: Option<u32>,
+    /// The `PYTHON_READ` map's id: the processes whose Python frames are read.
+    python_read_id: Option<u32>,
     loss: PerCpuArray<MapData, u64>,
     sched: BpfHashMap<MapData, u32, ThreadSched>,
     preempted_by: aya::maps::HashMap<MapData, u32, u64>,
     wakes: BpfHashMap<MapData, WakeKey, WakeStats>,
     wake_stacks: aya::maps::StackTraceMap<MapData>,
     samples: BpfHashMap<MapData, SampleKey, SampleStats>,
+    /// Each traced thread's CPU samples, and those inside a trap (the probes' sampled cost).
+    trap_samples: BpfHashMap<MapData, u32, TrapSamples>,
     user_stacks: aya::maps::StackTraceMap<MapData>,
     alloc_stacks: aya::maps::StackTraceMap<MapData>,
     /// Held while the kernel keeps our programs' run time (`BPF_ENABLE_STATS`; the
@@ -146,6 +150,8 @@ pub struct ProbeSet {
     /// Whether the CPU sampler runs (user stacks on CPU); off-CPU stacks come with
     /// `sched_traced` when stacks are wanted.
     pub cpu_sampled: bool,
+    /// Whether the CPU sampler runs at all (also under `--no-stacks`, for the sampled cost).
+    sampler_running: bool,
     /// Whether stacks were wanted at all (not `--no-stacks`).
     pub stacks_wanted: bool,
     /// Return probes are off: calls are counted from their entries only.

@@ -10,6 +10,7 @@ use gputrace_common::SampleKey;
 use gputrace_common::SampleStats;
 use gputrace_common::ThreadCounters;
 use gputrace_common::ThreadSched;
+use gputrace_common::TrapSamples;
 use gputrace_common::WakeKey;
 use gputrace_common::WakeStats;
 use gputrace_common::loss;
@@ -68,6 +69,24 @@ impl ProbeSet {
         Some(value)
     }
 
+    /// Each traced thread's CPU samples and those inside a trap, summed: what the probes
+    /// cost the job, sampled (`tracer.overhead.sampled`). None where the sampler is not
+    /// running.
+    #[must_use]
+    pub fn trap_sampling(&self) -> Option<trap_cost::TrapSampling> {
+        self.trap_sampling_of(|_| true)
+    }
+
+    /// [`Self::trap_sampling`] of the threads `keep` accepts.
+    #[must_use]
+    pub fn trap_sampling_of(&self, keep: impl Fn(u32) -> bool) -> Option<trap_cost::TrapSampling> {
+        self.sampler_running.then(|| {
+            let kept = self.trap_samples.iter().filter_map(std::result::Result::ok).filter(|(tid, _)| keep(*tid));
+            let (samples, in_trap) = kept.fold((0u64, 0u64), |(s, t), (_, v): (u32, TrapSamples)| (s.saturating_add(v.samples), t.saturating_add(v.in_trap)));
+            trap_cost::TrapSampling { samples, in_trap, hz: gputrace_common::host::stacks::SAMPLE_HZ }
+        })
+    }
+
     /// Scheduler accounting of every traced thread alive now.
     #[must_use]
     pub fn sched_stats(&self) -> Vec<(u32, ThreadSched)> {
@@ -96,6 +115,12 @@ impl ProbeSet {
     #[must_use]
     pub fn threads_map_id(&self) -> Option<u32> {
         self.threads_id
+    }
+
+    /// The id of the `PYTHON_READ` map, for the Python reader to say which processes it reads.
+    #[must_use]
+    pub fn python_read_map_id(&self) -> Option<u32> {
+        self.python_read_id
     }
 
     /// CPU samples and off-CPU spells by user stack, cumulative: the kernel's (`SAMPLES`) and

@@ -12,7 +12,8 @@ use aya::{
 };
 use gputrace_common::host::stacks::SAMPLE_HZ;
 
-/// Set by `--no-stacks`: take no stacks at all (no sampler, no off-CPU stacks, no Python).
+/// Set by `--no-stacks`: take no stacks at all (no stacks in CPU samples, no off-CPU stacks,
+/// no Python).
 static NO_STACKS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Turn stack sampling off for this process's sessions.
@@ -52,13 +53,15 @@ pub fn attach(ebpf: &mut Ebpf) -> Result<Vec<PerfEventLinkId>, String> {
     Ok(links)
 }
 
-/// [`attach`], or a note saying what is missing when it fails (the session goes on).
-pub fn attach_or_note(ebpf: &mut Ebpf, notes: &mut Vec<String>) -> bool {
+/// [`attach`], or a note saying what is missing when it fails (the session goes on):
+/// `stacks_wanted`, whether it was to sample host code too.
+pub fn attach_or_note(ebpf: &mut Ebpf, stacks_wanted: bool, notes: &mut Vec<String>) -> bool {
     match attach(ebpf) {
         Ok(_links) => true, // owned by the program, detached when the `Ebpf` is dropped
         Err(why) => {
             log::warn!("{why}");
-            notes.push(format!("{why}: host code is not sampled (diagnoses[].sites shows off-CPU sites only)"));
+            let lost = if stacks_wanted { "host code is not sampled (diagnoses[].sites shows off-CPU sites only), and " } else { "" };
+            notes.push(format!("{why}: {lost}the overhead estimate rests on the trap costs measured apart (tracer.overhead.sampled is null)"));
             false
         }
     }

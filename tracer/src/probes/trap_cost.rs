@@ -23,7 +23,7 @@ use aya::{
 use gputrace_common::PROBES;
 use super::{uprobes::Uprobes, AttachedLibrary};
 
-pub use crate::model::{EntryKind, ProgramNs, TrapCosts};
+pub use crate::model::{EntryKind, ProgramNs, TrapCosts, TrapSampling};
 
 /// The kind of the instruction that starts `code` (x86-64 encodings; other architectures
 /// single-step everything as far as this model goes).
@@ -246,6 +246,8 @@ pub fn calibrate(ebpf: &mut Ebpf, links: &mut Uprobes) -> Result<TrapCosts, Stri
             return_ns: (cost(3) - cost(0)).max(0.0),
             // Read from the kernel's accounting when the costs are used (`program_costs`).
             program_ns: BTreeMap::new(),
+            // Read from the sampler when the costs are used (`trap_sampling`).
+            sampled: None,
         })
     })();
     drop(code);

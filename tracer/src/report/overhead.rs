@@ -1,36 +1,69 @@
-//! What tracing cost the job, from what the probes counted and what a trap was measured to
-//! cost here: every probe hit is a uprobe trap on the job's thread, whose cost depends on the
-//! instruction the probe sits on (`probes::trap_cost`), plus a return probe's own cost for
-//! calls that have one. The thread that paid the most was slowed the most.
+//! What tracing cost the job. Two measures, one correcting the other:
+//! - the **model**: every probe hit is a uprobe trap on the job's thread, whose cost depends
+//!   on the instruction the probe sits on (`probes::trap_cost`, measured apart at the end of
+//!   the session), plus a return probe's own cost and our programs' run time as the kernel
+//!   accounted it. It says which probe cost what, but its trap costs come from gputrace's own
+//!   calibration code, and the same trap costs the job's threads more or less from one run,
+//!   even one second, to the next (docs/benchmarks.md).
+//! - the **samples**: the CPU sampler sees, 99 times a second, whether a traced thread is
+//!   inside one of our traps. The share it finds is the cost in the job itself, all of it,
+//!   but only a total, and a noisy one until enough samples land in traps.
+//!
+//! Once [`MIN_IN_TRAP`] samples have, the model's costs are scaled to agree with them. The
+//! thread that paid the most was slowed the most.
 
 use gputrace_common::spec_of;
 
-use crate::model::{Overhead, ProbeCost};
+use crate::model::{Overhead, ProbeCost, SampledCost};
 use crate::{
     evidence::Evidence,
     probes::{
-        trap_cost::{costs_by_probe, has_return, TrapCosts},
+        trap_cost::{costs_by_probe, has_return, TrapCosts, TrapSampling},
         AttachedLibrary,
     },
 };
+
+/// In-trap samples needed before they correct the model: the count's Poisson error is then
+/// 1/√30 ≈ 18 %.
+pub const MIN_IN_TRAP: u64 = 30;
+
+/// How much the model's costs are to be scaled to agree with the samples: what they saw
+/// spent in traps over what the model charged for the same threads (`modelled_ns`). None
+/// while too few samples landed in a trap to say.
+#[must_use]
+pub fn sampled_scale(sampling: &TrapSampling, modelled_ns: f64) -> Option<f64> {
+    (sampling.in_trap >= MIN_IN_TRAP && sampling.hz > 0 && modelled_ns > 0.0).then(|| in_trap_ns(sampling) / modelled_ns)
+}
+
+fn in_trap_ns(sampling: &TrapSampling) -> f64 {
+    if sampling.hz == 0 {
+        return 0.0;
+    }
+    sampling.in_trap as f64 * 1e9 / sampling.hz as f64
+}
 
 #[must_use]
 pub fn estimate(ev: &Evidence, window_ns: u64, entry_only: bool, libraries: &[AttachedLibrary], measured: Option<&TrapCosts>) -> Overhead {
     let costs = costs_by_probe(libraries, measured, entry_only);
     let traps_of = |id: u32, n: u64| n.saturating_mul(if has_return(id, entry_only) { 2 } else { 1 });
-    let ns_of = |id: u32, n: u64| costs.get(&id).map_or(0.0, |(_, e, r)| n as f64 * (e + r));
+    let modelled_of = |id: u32, n: u64| costs.get(&id).map_or(0.0, |(_, e, r)| n as f64 * (e + r));
     let per_thread: Vec<(u32, u64, f64)> = ev
         .threads
         .iter()
         .map(|(tid, t)| {
             let hits = t.hits.iter().enumerate().map(|(id, &n)| (id as u32, n));
-            let (traps, ns) = hits.fold((0u64, 0.0), |(traps, ns), (id, n)| (traps.saturating_add(traps_of(id, n)), ns + ns_of(id, n)));
+            let (traps, ns) = hits.fold((0u64, 0.0), |(traps, ns), (id, n)| (traps.saturating_add(traps_of(id, n)), ns + modelled_of(id, n)));
             (*tid, traps, ns)
         })
         .collect();
     let traps: u64 = per_thread.iter().map(|(_, n, _)| *n).fold(0, u64::saturating_add);
-    let total_ns: f64 = per_thread.iter().map(|(_, _, ns)| ns).sum();
-    let (busiest_tid, _, busiest_ns) = per_thread.iter().copied().max_by(|a, b| a.2.total_cmp(&b.2)).unwrap_or_default();
+    let modelled_ns: f64 = per_thread.iter().map(|(_, _, ns)| ns).sum();
+    let sampling = measured.and_then(|m| m.sampled);
+    let scale = sampling.and_then(|s| sampled_scale(&s, modelled_ns));
+    let k = scale.unwrap_or(1.0);
+    let total_ns = modelled_ns * k;
+    let (busiest_tid, _, busiest_modelled_ns) = per_thread.iter().copied().max_by(|a, b| a.2.total_cmp(&b.2)).unwrap_or_default();
+    let busiest_ns = busiest_modelled_ns * k;
     let mut per_probe: Vec<ProbeCost> = ev
         .hits()
         .into_iter()
@@ -38,10 +71,15 @@ pub fn estimate(ev: &Evidence, window_ns: u64, entry_only: bool, libraries: &[At
             let spec = spec_of(id)?;
             let (kind, entry_ns, return_ns) = costs.get(&id).copied()?;
             let program_ns = measured.and_then(|m| m.program_ns.get(&id)).map(|p| p.entry_ns + if return_ns > 0.0 { p.return_ns } else { 0.0 });
-            Some(ProbeCost { symbol: spec.symbol.into(), entry: kind, entry_ns, return_ns, program_ns, hits, cost_s: ns_of(id, hits) / 1e9 })
+            Some(ProbeCost { symbol: spec.symbol.into(), entry: kind, entry_ns: entry_ns * k, return_ns: return_ns * k, program_ns, hits, cost_s: modelled_of(id, hits) * k / 1e9 })
         })
         .collect();
     per_probe.sort_by(|a, b| b.cost_s.total_cmp(&a.cost_s));
+    let basis = match (measured, scale) {
+        (_, Some(_)) => "sampled",
+        (Some(_), None) => "measured",
+        (None, None) => "assumed",
+    };
     Overhead {
         traps,
         trap_ns: if traps == 0 { measured.map_or(TrapCosts::ASSUMED_NS, |c| c.push_ns) } else { total_ns / traps as f64 },
@@ -50,7 +88,9 @@ pub fn estimate(ev: &Evidence, window_ns: u64, entry_only: bool, libraries: &[At
         busiest_thread_s: busiest_ns / 1e9,
         // The slowdown of the most-trapped thread: its lost time over the window.
         fraction_of_window: if window_ns == 0 { 0.0 } else { (busiest_ns / window_ns as f64).min(1.0) },
-        basis: if measured.is_some() { "measured" } else { "assumed" }.into(),
+        basis: basis.into(),
+        modelled_s: modelled_ns / 1e9,
+        sampled: sampling.map(|s| SampledCost { samples: s.samples, in_trap: s.in_trap, in_trap_s: in_trap_ns(&s) / 1e9, scale, min_in_trap: MIN_IN_TRAP }),
         measured: measured.cloned(),
         per_probe,
     }
@@ -122,5 +162,39 @@ mod tests {
         let sync_cost = o.per_probe.iter().find(|p| p.symbol == sync.symbol).expect("the sync");
         assert_eq!(sync_cost.program_ns, Some(1_500.0));
         assert!(o.per_probe.iter().find(|p| p.symbol == launch.symbol).expect("the launch").program_ns.is_none());
+    }
+
+    #[test]
+    fn enough_samples_in_traps_scale_the_model_to_agree_with_them() {
+        let sync = gputrace_common::PROBES.iter().find(|p| p.family == Family::Sync).expect("a sync probe");
+        let mut ev = Evidence::default();
+        let mut a = gputrace_common::ThreadCounters { tgid: 1, drained_at_ns: 0, ..gputrace_common::ThreadCounters::ZERO };
+        a.hits[sync.id as usize] = 100_000;
+        ev.add_counters(10, &a);
+        // The model: 100,000 syncs at 1 µs a trap and a return: 0.2 s.
+        let model = TrapCosts { stepped_ns: 500.0, return_ns: 500.0, ..TrapCosts::default() };
+        let o = estimate(&ev, 2_000_000_000, false, &[], Some(&model));
+        assert_eq!(o.basis, "measured");
+        assert!((o.estimated_s - 0.1).abs() < 1e-9 && (o.modelled_s - 0.1).abs() < 1e-9, "{}", o.estimated_s);
+        assert!(o.sampled.is_none());
+
+        // 99 samples a second found the thread in a trap 30 times: 0.303 s, three times the model.
+        let sampled = TrapCosts { sampled: Some(TrapSampling { samples: 198, in_trap: 30, hz: 99 }), ..model.clone() };
+        let o = estimate(&ev, 2_000_000_000, false, &[], Some(&sampled));
+        assert_eq!(o.basis, "sampled");
+        let k = 30.0 / 99.0 / 0.1;
+        assert!((o.estimated_s - 30.0 / 99.0).abs() < 1e-9, "{}", o.estimated_s);
+        assert!((o.modelled_s - 0.1).abs() < 1e-9);
+        assert!((o.fraction_of_window - 30.0 / 99.0 / 2.0).abs() < 1e-9);
+        assert!((o.per_probe[0].cost_s - o.estimated_s).abs() < 1e-9, "the probes' costs add up to the total");
+        assert!((o.per_probe[0].entry_ns - 500.0 * k).abs() < 1e-6);
+        assert!(o.sampled.as_ref().and_then(|s| s.scale).is_some_and(|s| (s - k).abs() < 1e-9));
+
+        // Too few samples in traps to say: the model stands, and the samples are shown.
+        let few = TrapCosts { sampled: Some(TrapSampling { samples: 198, in_trap: MIN_IN_TRAP - 1, hz: 99 }), ..model };
+        let o = estimate(&ev, 2_000_000_000, false, &[], Some(&few));
+        assert_eq!(o.basis, "measured");
+        assert!((o.estimated_s - 0.1).abs() < 1e-9);
+        assert_eq!(o.sampled.as_ref().map(|s| (s.in_trap, s.scale)), Some((MIN_IN_TRAP - 1, None)));
     }
 }

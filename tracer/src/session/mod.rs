@@ -310,6 +310,7 @@ impl Live {
         let trap_costs = match measured {
             Ok(mut c) => {
                 c.program_ns = self.kernel.program_costs();
+                c.sampled = self.kernel.trap_sampling();
                 Some(c)
             }
             Err(why) => {

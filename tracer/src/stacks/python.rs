@@ -84,16 +84,18 @@ pub struct Work {
 
 impl PythonSampler {
     /// Start the reader thread. `threads_map` is the kernel's `THREADS` map id (the thread
-    /// opens its own handle, to read which call each thread is in), `call_epoch` the call
-    /// epoch its entries are read against (`ThreadCounters::in_call`).
+    /// opens its own handle, to read which call each thread is in), `python_read_map` that of
+    /// `PYTHON_READ` (where it lists the processes it reads, whose allocations then wake the
+    /// session at once), `call_epoch` the call epoch its entries are read against
+    /// (`ThreadCounters::in_call`).
     #[must_use]
-    pub fn start(threads_map: Option<u32>, call_epoch: Arc<std::sync::atomic::AtomicU32>) -> Self {
+    pub fn start(threads_map: Option<u32>, python_read_map: Option<u32>, call_epoch: Arc<std::sync::atomic::AtomicU32>) -> Self {
         let shared = Arc::new(Mutex::new(Shared::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let (add, added) = mpsc::channel();
         let handle = {
             let (shared, stop) = (Arc::clone(&shared), Arc::clone(&stop));
-            std::thread::Builder::new().name("gputrace-py".into()).spawn(move || run(&shared, &stop, &added, threads_map, &call_epoch)).ok()
+            std::thread::Builder::new().name("gputrace-py".into()).spawn(move || run(&shared, &stop, &added, threads_map, python_read_map, &call_epoch)).ok()
         };
         Self { shared, stop, add, handle }
     }
@@ -182,8 +184,9 @@ struct Spied {
     spy: PythonSpy,
 }
 
-fn run(shared: &Mutex<Shared>, stop: &AtomicBool, asked: &mpsc::Receiver<Ask>, threads_map: Option<u32>, call_epoch: &std::sync::atomic::AtomicU32) {
+fn run(shared: &Mutex<Shared>, stop: &AtomicBool, asked: &mpsc::Receiver<Ask>, threads_map: Option<u32>, python_read_map: Option<u32>, call_epoch: &std::sync::atomic::AtomicU32) {
     let threads = threads_map.and_then(|id| MapData::from_id(id).ok()).and_then(|m| BpfHashMap::<MapData, u32, ThreadCounters>::try_from(Map::HashMap(m)).ok());
+    let mut python_read = python_read_map.and_then(|id| MapData::from_id(id).ok()).and_then(|m| BpfHashMap::<MapData, u32, u8>::try_from(Map::HashMap(m)).ok());
     let mut spied: Vec<Spied> = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     let period = Duration::from_nanos(1_000_000_000 / TARGET_HZ);
@@ -198,7 +201,15 @@ fn run(shared: &Mutex<Shared>, stop: &AtomicBool, asked: &mpsc::Receiver<Ask>, t
         let weight = began.duration_since(last);
         last = began;
         launched = launched || threads.as_ref().is_some_and(any_launch);
-        spied.retain_mut(|s| if launched { read(s, weight, threads.as_ref(), call_epoch.load(Ordering::Relaxed), shared) } else { std::path::Path::new(&format!("/proc/{}", s.pid)).exists() });
+        spied.retain_mut(|s| {
+            let kept = if launched { read(s, weight, threads.as_ref(), call_epoch.load(Ordering::Relaxed), shared) } else { std::path::Path::new(&format!("/proc/{}", s.pid)).exists() };
+            if !kept {
+                if let Some(m) = python_read.as_mut() {
+                    let _ = m.remove(&s.pid);
+                }
+            }
+            kept
+        });
         let took = began.elapsed();
         if let Ok(mut sh) = shared.lock() {
             sh.reads += 1;
@@ -221,7 +232,7 @@ fn run(shared: &Mutex<Shared>, stop: &AtomicBool, asked: &mpsc::Receiver<Ask>, t
             let mut batch: Vec<Ask> = std::iter::once(first).chain(asked.try_iter()).collect();
             batch.sort_by_key(|a| matches!(a, Ask::Alloc { block: Some(_), .. }));
             for ask in batch {
-                answer(ask, &mut spied, &mut seen, &mut alloc_reads, shared);
+                answer(ask, &mut spied, &mut seen, &mut alloc_reads, python_read.as_mut(), shared);
             }
         }
     }
@@ -231,12 +242,24 @@ fn run(shared: &Mutex<Shared>, stop: &AtomicBool, asked: &mpsc::Receiver<Ask>, t
 type AllocReads = (Instant, u32, u32, u32);
 
 /// Do what the session asked: follow a process, or read an allocation's line.
-fn answer(ask: Ask, spied: &mut Vec<Spied>, seen: &mut std::collections::BTreeSet<u32>, alloc_reads: &mut AllocReads, shared: &Mutex<Shared>) {
+fn answer(
+    ask: Ask,
+    spied: &mut Vec<Spied>,
+    seen: &mut std::collections::BTreeSet<u32>,
+    alloc_reads: &mut AllocReads,
+    python_read: Option<&mut BpfHashMap<MapData, u32, u8>>,
+    shared: &Mutex<Shared>,
+) {
     match ask {
         Ask::Follow(pid) => {
             if seen.insert(pid) {
                 match open(pid) {
-                    Ok(spy) => spied.push(Spied { pid, spy }),
+                    Ok(spy) => {
+                        spied.push(Spied { pid, spy });
+                        if let Some(m) = python_read {
+                            let _ = m.insert(pid, 1, 0);
+                        }
+                    }
                     Err(Some(why)) => note(shared, why),
                     Err(None) => {}
                 }
