@@ -1,4 +1,4 @@
-//! Builds the fake CUDA (libcuda.so.1, libcudart.so.13), the fake caching allocator
+//! Builds the fake CUDA (libcuda.so.1, libcudart.so.13), the fake NCCL (libnccl.so.2), the fake caching allocator
 //! (`c10/libc10.so` and `c10/libc10_cuda.so`, C++), the `fakejob` workload and the fake NVML (`nvml/libnvidia-ml.so.1`) with the system C compiler. Shared by `tests/build.rs` and `cargo xtask demo` through `#[path]`,
 //! so there is one recipe.
 
@@ -13,7 +13,7 @@ pub fn build_fake_cuda(src: &Path, out: &Path) -> Result<(), String> {
     // Frame pointers and line tables, as a user's debug build has: the kernel unwinds user
     // stacks by frame pointer, and the sites name file:line from DWARF.
     let debuggable = ["-g", "-fno-omit-frame-pointer"];
-    let steps: [Vec<String>; 3] = [
+    let steps: [Vec<String>; 4] = [
         vec![
             "-O2".into(),
             "-shared".into(),
@@ -32,6 +32,18 @@ pub fn build_fake_cuda(src: &Path, out: &Path) -> Result<(), String> {
             "-o".into(),
             o("libcudart.so.13"),
             s("libcudart.c"),
+            format!("-L{}", out.display()),
+            "-l:libcuda.so.1".into(),
+            "-Wl,-rpath,$ORIGIN".into(),
+        ],
+        vec![
+            "-O2".into(),
+            "-shared".into(),
+            "-fPIC".into(),
+            "-Wl,-soname,libnccl.so.2".into(),
+            "-o".into(),
+            o("libnccl.so.2"),
+            s("libnccl.c"),
             format!("-L{}", out.display()),
             "-l:libcuda.so.1".into(),
             "-Wl,-rpath,$ORIGIN".into(),

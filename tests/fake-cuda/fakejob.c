@@ -61,6 +61,15 @@
  *   --hold-ms M            after the workload, print "holding PID" and sleep M ms still
  *                          holding its device memory (an idle GPU holder, for sweep)
  *   --lib-dir DIR          where libcuda.so.1 and libcudart.so.13 are (default: beside the binary)
+ *   --ranks N              a data-parallel job, as torchrun starts one: after the gate, start N rank
+ *                          processes (this program again, with RANK, LOCAL_RANK and WORLD_SIZE in
+ *                          its environment) and wait for them; the launcher itself makes no CUDA
+ *                          call. Each rank joins one communicator of the fake NCCL (libnccl.so.2)
+ *                          and runs the workload (after --settle-ms: time for a tracer to find
+ *                          the libraries it loaded, as a real job's imports give it)
+ *   --allreduce-bytes B    per step, after the launches: one ncclAllReduce of B bytes (float32,
+ *                          sum) on the default stream, then cudaStreamSynchronize
+ *   --straggler-host-us U  the last rank's --host-us per step instead (a straggler)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -121,7 +130,19 @@ static int (*drv_mem_unmap)(uint64_t, size_t);
 static int (*drv_launch)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **, void **);
 static int (*drv_launch_ex)(const launch_config *, void *, void **, void **);
 
+/* The fake NCCL's entry points (nccl.h's signatures, handles reduced to pointers). */
+typedef struct { char internal[128]; } nccl_unique_id;
+static int (*nccl_get_unique_id)(nccl_unique_id *);
+static int (*nccl_comm_init_rank)(void **, int, nccl_unique_id, int);
+static int (*nccl_all_reduce)(const void *, void *, size_t, int, int, void *, void *);
+static int (*nccl_comm_destroy)(void *);
+/* This rank's communicator (--ranks), and its rank. */
+static void *nccl_comm;
+static int nccl_rank;
+
 static struct {
+    int ranks;
+    long allreduce_bytes, straggler_host_us;
     int gate, threads, steps, runtime_launches, driver_launches, ex_launches, graphs, item, item_sync, sync, alloc_churn, fork, vmm;
     int load_after_gate, pin_after_gate, print_time, pipe_worker_us, checkpoint_every, cache_pct, idle_children;
     size_t leak, oom_at_end;
@@ -179,6 +200,15 @@ static void load_cuda(void) {
     drv_mem_unmap = sym(drv, "cuMemUnmap");
     drv_launch = sym(drv, "cuLaunchKernel");
     drv_launch_ex = sym(drv, "cuLaunchKernelEx");
+    if (opt.ranks) {
+        snprintf(path, sizeof path, "%s/libnccl.so.2", opt.lib_dir);
+        void *nccl = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+        if (!nccl) die(dlerror());
+        nccl_get_unique_id = sym(nccl, "ncclGetUniqueId");
+        nccl_comm_init_rank = sym(nccl, "ncclCommInitRank");
+        nccl_all_reduce = sym(nccl, "ncclAllReduce");
+        nccl_comm_destroy = sym(nccl, "ncclCommDestroy");
+    }
     if (opt.device_memory_mib) {
         void (*set_limit)(uint64_t) = sym(drv, "fake_cuda_set_memory_limit");
         set_limit((uint64_t)opt.device_memory_mib << 20);
@@ -343,7 +373,8 @@ static void *worker(void *arg) {
             char item;
             if (read(feeder_rd, &item, 1) != 1) die("the feeder closed its pipe");
         }
-        if (opt.host_us) compute_on_host(opt.host_us);
+        long host_us = nccl_comm && nccl_rank == opt.ranks - 1 && opt.straggler_host_us ? opt.straggler_host_us : opt.host_us;
+        if (host_us) compute_on_host(host_us);
         if (pageable) {
             rt_memcpy_async(device_buf, pageable, opt.pageable_h2d, 1, 0);
             rt_stream_sync(0);
@@ -357,6 +388,10 @@ static void *worker(void *arg) {
         if (rows_3d) copy_3d(rows_3d);
         if (pinned_d2h_buf) {
             rt_memcpy_async(pinned_d2h_buf, device_buf, opt.blocking_d2h, D2H, 0);
+            rt_stream_sync(0);
+        }
+        if (nccl_comm && opt.allreduce_bytes) {
+            if (nccl_all_reduce(device_buf, device_buf, (size_t)opt.allreduce_bytes / 4, 7, 0, nccl_comm, 0)) die("ncclAllReduce failed");
             rt_stream_sync(0);
         }
         for (int i = 0; i < opt.item; i++) read_scalar(&scalar);
@@ -451,7 +486,60 @@ static long num(const char *s) {
     return v;
 }
 
+/* The communicator's unique id, passed from the launcher to its ranks. */
+#define RANK_ID_ENV "FAKE_NCCL_UNIQUE_ID"
+static char **job_argv;
+
+/* --ranks, in a rank (started by the launcher with RANK and the unique id in its environment):
+ * join the communicator. Returns 0 where this process is no rank. */
+static int join_as_rank(void) {
+    const char *id_text = getenv(RANK_ID_ENV), *rank = getenv("RANK");
+    if (!id_text || !rank) return 0;
+    nccl_unique_id id;
+    memset(&id, 0, sizeof id);
+    snprintf(id.internal, sizeof id.internal, "%s", id_text);
+    nccl_rank = (int)num(rank);
+    if (nccl_comm_init_rank(&nccl_comm, opt.ranks, id, nccl_rank)) die("ncclCommInitRank failed");
+    return 1;
+}
+
+/* --ranks, in the launcher: start the ranks as torchrun does, each this program again with
+ * RANK, LOCAL_RANK and WORLD_SIZE in its environment; returns once they are all done. */
+static void start_ranks(void) {
+    if (opt.ranks > 16) die("--ranks takes at most 16");
+    nccl_unique_id id;
+    if (nccl_get_unique_id(&id)) die("ncclGetUniqueId failed");
+    pid_t pids[16];
+    for (int r = 0; r < opt.ranks; r++) {
+        pids[r] = fork();
+        if (pids[r] < 0) die("fork");
+        if (pids[r] == 0) {
+            char v[16];
+            snprintf(v, sizeof v, "%d", r);
+            setenv("RANK", v, 1);
+            setenv("LOCAL_RANK", v, 1);
+            snprintf(v, sizeof v, "%d", opt.ranks);
+            setenv("WORLD_SIZE", v, 1);
+            setenv(RANK_ID_ENV, id.internal, 1);
+            execv("/proc/self/exe", job_argv);
+            die("execv");
+        }
+    }
+    int failed = 0;
+    for (int r = 0; r < opt.ranks; r++) {
+        int status;
+        failed |= waitpid(pids[r], &status, 0) != pids[r] || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    }
+    char path[200];
+    snprintf(path, sizeof path, "/dev/shm/%s", id.internal);
+    unlink(path);
+    printf("done %d\n", getpid());
+    if (failed) die("a rank failed");
+}
+
+
 int main(int argc, char **argv) {
+    job_argv = argv;
     ssize_t len = readlink("/proc/self/exe", opt.lib_dir, sizeof opt.lib_dir - 1);
     if (len > 0) {
         opt.lib_dir[len] = 0;
@@ -471,6 +559,7 @@ int main(int argc, char **argv) {
         NUM("--pinned-h2d", pinned_h2d) NUM("--item", item) NUM("--item-sync", item_sync) NUM("--alloc-churn", alloc_churn)
         NUM("--settle-ms", settle_ms) NUM("--hold-ms", hold_ms) NUM("--device-memory-mib", device_memory_mib) NUM("--sleep-ms", sleep_ms) NUM("--read-bytes", read_bytes) NUM("--read-per-step", read_per_step) NUM("--startup-read", startup_read)
         NUM("--copy2d", copy2d) NUM("--copy3d", copy3d) NUM("--vmm", vmm) NUM("--blocking-d2h", blocking_d2h) NUM("--pipe-worker-us", pipe_worker_us)
+        NUM("--ranks", ranks) NUM("--allreduce-bytes", allreduce_bytes) NUM("--straggler-host-us", straggler_host_us)
         NUM("--checkpoint-every", checkpoint_every) NUM("--leak", leak) NUM("--cache-pct", cache_pct) NUM("--oom-at-end", oom_at_end) NUM("--idle-children", idle_children)
         if (!strcmp(a, "--read-file")) { snprintf(opt.read_file, sizeof opt.read_file, "%s", v); i++; continue; }
         if (!strcmp(a, "--lib-dir")) { snprintf(opt.lib_dir, sizeof opt.lib_dir, "%s", v); i++; continue; }
@@ -497,7 +586,7 @@ int main(int argc, char **argv) {
             for (;;) pause();
         }
     }
-    if (opt.gate) {
+    if (opt.gate && !getenv(RANK_ID_ENV)) {
         printf("ready %d\n", getpid());
         fflush(stdout);
         char line[16];
@@ -505,6 +594,10 @@ int main(int argc, char **argv) {
     }
     if (opt.load_after_gate) load_cuda();
     if (opt.settle_ms) usleep((useconds_t)opt.settle_ms * 1000);
+    if (opt.ranks && !join_as_rank()) {
+        start_ranks();
+        return 0; /* the launcher, once every rank is done */
+    }
     if (opt.load_after_gate || opt.pin_after_gate) pin_buffer();
     if (rt_malloc(&device_buf, 64 << 20)) die("cudaMalloc failed");
     pid_t reader = opt.read_file[0] && !opt.read_per_step ? start_reader() : 0;
@@ -522,6 +615,7 @@ int main(int argc, char **argv) {
     if (reader > 0 && child == 0 && !opt.fork) waitpid(reader, NULL, 0);
     if (reader > 0 && opt.fork && child > 0) waitpid(reader, NULL, 0);
     rt_free(device_buf);
+    if (nccl_comm) nccl_comm_destroy(nccl_comm);
     if (opt.fork && child > 0) waitpid(child, NULL, 0);
     if (opt.gate || child > 0 || !opt.fork) printf("done %d\n", getpid());
     return out_of_memory ? 3 : 0;

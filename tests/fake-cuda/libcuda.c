@@ -124,8 +124,51 @@ __attribute__((destructor)) static void close_ledger(void) {
  * replay runs its kernels back to back. */
 #define ISOLATED_LAUNCH_NS 1150
 
+/* The fake NCCL's collective in flight, if any (libnccl.c): the device reached it when it was
+ * queued, and it ends only once every rank of its communicator has reached it too, which
+ * `pending_fn` waits for and returns. Settled before any later work is queued or waited for:
+ * the host then blocks at its next sync, as with real NCCL, whose kernel spins on the device
+ * until its peers arrive. */
+typedef uint64_t (*fake_pending_fn)(void *arg);
+static fake_pending_fn pending_fn;
+static void *pending_arg;
+
+static void settle(void) {
+    pthread_mutex_lock(&lock);
+    fake_pending_fn fn = pending_fn;
+    void *arg = pending_arg;
+    pending_fn = NULL;
+    pthread_mutex_unlock(&lock);
+    if (!fn) return;
+    uint64_t end = fn(arg);
+    pthread_mutex_lock(&lock);
+    if (queue_end_ns < end) {
+        /* The device spins in the collective until then: busy, as NVML would say. */
+        enqueued_ns += end - queue_end_ns;
+        queue_end_ns = end;
+    }
+    publish();
+    pthread_mutex_unlock(&lock);
+}
+
+/* For the fake NCCL: queue a collective settled by `fn(arg)`; returns when the device reaches
+ * it (the end of the work queued before). One is in flight at a time: a second settles the
+ * first. */
+NOINLINE uint64_t fake_cuda_enqueue_collective(fake_pending_fn fn, void *arg) {
+    settle();
+    pthread_mutex_lock(&lock);
+    uint64_t n = now_ns();
+    if (queue_end_ns < n) queue_end_ns = n;
+    uint64_t ready = queue_end_ns;
+    pending_fn = fn;
+    pending_arg = arg;
+    pthread_mutex_unlock(&lock);
+    return ready;
+}
+
 /* Append `ns` of device work (a kernel's where `kernel`); returns when it will be done. */
 static uint64_t enqueue_work(uint64_t ns, int kernel) {
+    settle();
     pthread_mutex_lock(&lock);
     uint64_t n = now_ns();
     if (queue_end_ns < n) {
@@ -143,6 +186,7 @@ static uint64_t enqueue_work(uint64_t ns, int kernel) {
 static uint64_t enqueue(uint64_t ns) { return enqueue_work(ns, 0); }
 
 static uint64_t queue_end(void) {
+    settle();
     pthread_mutex_lock(&lock);
     uint64_t end = queue_end_ns;
     pthread_mutex_unlock(&lock);

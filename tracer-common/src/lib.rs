@@ -8,6 +8,7 @@
 pub mod cuda;
 pub mod event;
 pub mod host;
+pub mod nccl;
 pub mod probe;
 
 pub use event::*;

@@ -60,6 +60,14 @@ pub enum Family {
     /// only: the call carries everything, and a return probe on a C++ call path would break
     /// an exception's unwinding through it.
     Block = 13,
+    /// A NCCL collective or point-to-point call (`ncclAllReduce`, `ncclSend`, …): queued on a
+    /// stream, it returns at once, and the host waits for it later, in a synchronize. Entry
+    /// and return; the entry reads its arguments by [`ProbeSpec::nccl`] (some are on the
+    /// stack).
+    Collective = 14,
+    /// A NCCL communicator made or destroyed, or a group of calls ended (`ncclGroupEnd`,
+    /// where grouped calls are queued). Entry and return.
+    Comm = 15,
 }
 
 /// Direction of a copy as the entry point's name fixes it.
@@ -136,6 +144,8 @@ pub struct ProbeSpec {
     pub drains_queue: bool,
     /// A synchronous copy API: the host waits for the copy by contract.
     pub sync_api: bool,
+    /// Where a collective's arguments are ([`Family::Collective`] only).
+    pub nccl: Option<crate::nccl::Layout>,
 }
 
 const fn spec(id: u32, symbol: &'static str, family: Family) -> ProbeSpec {
@@ -150,6 +160,7 @@ const fn spec(id: u32, symbol: &'static str, family: Family) -> ProbeSpec {
         addr_arg: None,
         drains_queue: false,
         sync_api: false,
+        nccl: None,
     }
 }
 
@@ -234,6 +245,18 @@ const fn vmm(id: u32, symbol: &'static str, family: Family) -> ProbeSpec {
 /// A caching allocator's report of a block (`Family::Block`): the program is `program` (the
 /// symbol is found by its demangled name: [`ALLOCATOR_SYMBOLS`]); the address at argument 0,
 /// the signed size at argument 1.
+const fn collective(id: u32, symbol: &'static str, layout: crate::nccl::Layout) -> ProbeSpec {
+    let mut s = spec(id, symbol, Family::Collective);
+    s.nccl = Some(layout);
+    s
+}
+
+const fn comm(id: u32, symbol: &'static str, out: Option<u8>) -> ProbeSpec {
+    let mut s = spec(id, symbol, Family::Comm);
+    s.out_arg = out;
+    s
+}
+
 const fn block(id: u32, program: &'static str) -> ProbeSpec {
     let mut s = spec(id, program, Family::Block);
     s.addr_arg = Some(0);
@@ -338,7 +361,31 @@ pub const PROBES: &[ProbeSpec] = &[
     // size_t total_allocated, size_t total_reserved, c10::Device device), with a positive
     // size when a block is handed out and a negative one when it is given back.
     block(84, "c10_report_memory"),
+    // NCCL (`libnccl.so.2`), by the names the job calls; the library defines each as a weak
+    // alias of its `pnccl*` twin, where user space finds it if the alias is missing.
+    // `ncclGroupStart` only opens a group; ids 85-95 are the last below PROBE_SLOTS.
+    collective(85, "ncclAllReduce", crate::nccl::ALL_REDUCE),
+    collective(86, "ncclAllGather", crate::nccl::ALL_GATHER),
+    collective(87, "ncclReduceScatter", crate::nccl::REDUCE_SCATTER),
+    collective(88, "ncclBroadcast", crate::nccl::BROADCAST),
+    collective(89, "ncclReduce", crate::nccl::REDUCE),
+    collective(90, "ncclSend", crate::nccl::SEND),
+    collective(91, "ncclRecv", crate::nccl::RECV),
+    comm(92, "ncclGroupEnd", None),
+    comm(93, "ncclCommInitRank", Some(crate::nccl::init::COMM_OUT as u8)),
+    comm(94, "ncclCommInitRankConfig", Some(crate::nccl::init::COMM_OUT as u8)),
+    comm(95, "ncclCommDestroy", None),
 ];
+
+/// Where collective `id`'s arguments are, `None` for every other probe (compile-time helper
+/// for eBPF).
+#[must_use]
+pub const fn nccl_layout(id: u32) -> Option<crate::nccl::Layout> {
+    match spec_of(id) {
+        Some(s) => s.nccl,
+        None => None,
+    }
+}
 
 /// The caching allocators' functions gputrace probes, by the demangled name and signature
 /// their library's symbol table gives them, and the program of [`PROBES`] each takes. A

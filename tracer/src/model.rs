@@ -41,7 +41,68 @@ pub struct Report {
     /// holds, over time (docs/report.md, "memory").
     #[serde(default)]
     pub memory: Option<Memory>,
+    /// NCCL as the job's ranks used it (docs/report.md, "nccl"); null where no traced
+    /// process called it.
+    #[serde(default)]
+    pub nccl: Option<Nccl>,
     pub tracer: Tracer,
+}
+
+/// NCCL, all ranks together and each apart.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Nccl {
+    /// Collective and point-to-point calls, all ranks.
+    pub calls: u64,
+    /// Host time in the waits that drained a queue after a collective, all ranks: an upper
+    /// bound on the collectives' own time (the device work queued before them is in it).
+    pub wait_s: f64,
+    /// By kind: `allreduce`, `allgather`, `reducescatter`, `broadcast`, `reduce`, `send`,
+    /// `recv`.
+    pub by_op: BTreeMap<String, NcclOp>,
+    /// Every process that called NCCL, by rank.
+    pub ranks: Vec<NcclRank>,
+}
+
+/// One kind of collective, all ranks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct NcclOp {
+    pub count: u64,
+    /// Each call's count times its datatype's size, summed: the buffers the calls name.
+    pub bytes: u64,
+    /// The waits charged to this kind (`wait_s`).
+    pub wait_s: f64,
+    /// Host time inside the calls themselves.
+    pub call_s: f64,
+}
+
+/// One rank: a process that called NCCL.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct NcclRank {
+    pub pid: u32,
+    /// From its communicator's set-up (`ncclCommInitRank`); null where that came before the
+    /// trace began.
+    pub rank: Option<u64>,
+    pub world_size: Option<u64>,
+    /// `LOCAL_RANK` from its environment, and the GPU it is taken to use: the `LOCAL_RANK`-th
+    /// device `CUDA_VISIBLE_DEVICES` names (or that index where it names none); null where
+    /// unknown.
+    pub local_rank: Option<u32>,
+    pub gpu: Option<String>,
+    pub calls: u64,
+    pub bytes: u64,
+    pub launches: u64,
+    /// Shares of the rank's own time account (its launching threads, as `time_account` is
+    /// the job's): waiting for the GPU after collectives, inside NCCL calls, and its host
+    /// phase (everything but waiting for the GPU). Null without an account (no launches).
+    pub wait_share: Option<f64>,
+    pub in_calls_share: Option<f64>,
+    pub host_share: Option<f64>,
+    /// The rank's own verdict: what most of its host phase was, as a diagnosis id
+    /// (`input-starved`, `host-bound`, `cpu-starved`, `io-stall`, `host-sleep`, `pageable-copy`,
+    /// `blocking-copy`, `alloc-churn`), or `gpu-bound` where it mostly waits for the GPU.
+    pub verdict: Option<DiagnosisId>,
+    /// That bucket's share of the rank's time.
+    pub verdict_share: Option<f64>,
 }
 
 /// GPU memory of the traced processes: reserved through the driver's allocation calls (what
@@ -785,10 +846,14 @@ pub enum DiagnosisId {
     NoCudaWork,
     /// A verdict only: CUDA work, no detector fired, and nothing says the GPU is the limiter.
     NoBottleneckFound,
+    /// One rank's host phase makes the other ranks wait in their collectives.
+    Straggler,
+    /// Collectives, not compute nor a rank, bound the step.
+    CommBound,
 }
 
 impl DiagnosisId {
-    pub const ALL: [Self; 19] = [Self::LaunchBound, Self::HostBound, Self::HostSync, Self::PageableCopy, Self::BlockingCopy, Self::AllocChurn, Self::CpuStarved, Self::IoStall, Self::InputStarved, Self::HostSleep, Self::SmallKernels, Self::CheckpointStall, Self::GpuBound, Self::Oom, Self::Fragmentation, Self::MemoryGrowth, Self::MemoryReserved, Self::NoCudaWork, Self::NoBottleneckFound];
+    pub const ALL: [Self; 21] = [Self::LaunchBound, Self::HostBound, Self::HostSync, Self::PageableCopy, Self::BlockingCopy, Self::AllocChurn, Self::CpuStarved, Self::IoStall, Self::InputStarved, Self::HostSleep, Self::SmallKernels, Self::CheckpointStall, Self::GpuBound, Self::Oom, Self::Fragmentation, Self::MemoryGrowth, Self::MemoryReserved, Self::NoCudaWork, Self::NoBottleneckFound, Self::Straggler, Self::CommBound];
 
     /// Its place in [`Self::ALL`] (an exhaustive match: a new id gets a place here, and
     /// `detect::catalog`'s test then finds `ALL` short until it is listed there too).
@@ -814,6 +879,8 @@ impl DiagnosisId {
             Self::MemoryReserved => 16,
             Self::NoCudaWork => 17,
             Self::NoBottleneckFound => 18,
+            Self::Straggler => 19,
+            Self::CommBound => 20,
         }
     }
 
@@ -840,6 +907,8 @@ impl DiagnosisId {
             Self::MemoryReserved => "memory-reserved",
             Self::NoCudaWork => "no-cuda-work",
             Self::NoBottleneckFound => "no-bottleneck-found",
+            Self::Straggler => "straggler",
+            Self::CommBound => "comm-bound",
         }
     }
 }

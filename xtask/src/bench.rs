@@ -65,11 +65,12 @@ fn launch_loop() -> Vec<String> {
 
 /// One timed run: nanoseconds per launch.
 fn once(mode: Mode, release: &Path, fake: &Path) -> Result<f64> {
-    Ok(timed(mode, release, fake, &launch_loop())?.0 / (STEPS * LAUNCHES_PER_STEP) as f64)
+    Ok(timed(mode, release, fake, &launch_loop(), &["libcuda.so.1"])?.0 / (STEPS * LAUNCHES_PER_STEP) as f64)
 }
 
 /// One timed run of fakejob with `args`: its work time in ns, and gputrace's JSON report.
-fn timed(mode: Mode, release: &Path, fake: &Path, args: &[String]) -> Result<(f64, Option<String>)> {
+/// The floor modes set their traps in each of `libraries` (files of the fake CUDA folder).
+fn timed(mode: Mode, release: &Path, fake: &Path, args: &[String], libraries: &[&str]) -> Result<(f64, Option<String>)> {
     let mut job = Command::new(fake.join("fakejob"))
         .args(["--gate", "--print-time"])
         .args(args)
@@ -79,21 +80,24 @@ fn timed(mode: Mode, release: &Path, fake: &Path, args: &[String]) -> Result<(f6
     let mut job_out = BufReader::new(job.stdout.take().context("stdout")?);
     let ready = read_line(&mut job_out)?;
     let pid = ready.strip_prefix("ready ").context("fakejob did not get ready")?.to_owned();
-    let mut tracer: Option<Child> = match mode {
-        Mode::Untraced => None,
-        Mode::Floor | Mode::FloorLikeGputrace => {
+    let mut floors: Vec<Child> = Vec::new();
+    if matches!(mode, Mode::Floor | Mode::FloorLikeGputrace) {
+        for library in libraries {
             let mut c = Command::new(release.join("gputrace-uprobe-floor"))
-                .arg(fake.join("libcuda.so.1"))
+                .arg(fake.join(library))
                 .arg(if mode == Mode::Floor { "cuLaunchKernel" } else { "--like-gputrace" })
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .spawn()?;
             let mut out = BufReader::new(c.stdout.take().context("stdout")?);
             if !read_line(&mut out)?.starts_with("armed") {
-                bail!("the floor probe did not arm");
+                bail!("the floor probe did not arm on {library}");
             }
-            Some(c)
+            floors.push(c);
         }
+    }
+    let mut tracer: Option<Child> = match mode {
+        Mode::Untraced | Mode::Floor | Mode::FloorLikeGputrace => None,
         Mode::Gputrace | Mode::GputraceEveryCopy => {
             let mut c = Command::new(release.join("gputrace"))
                 .env("GPUTRACE_PROMPT_EVERY_COPY", if mode == Mode::GputraceEveryCopy { "1" } else { "0" })
@@ -119,13 +123,14 @@ fn timed(mode: Mode, release: &Path, fake: &Path, args: &[String]) -> Result<(f6
     let timing = read_line(&mut job_out)?;
     let ns: f64 = timing.strip_prefix("work_ns ").context("fakejob printed no time")?.parse()?;
     job.wait()?;
+    for mut c in floors {
+        drop(c.stdin.take());
+        c.wait()?;
+    }
     let mut report = None;
     if let Some(mut c) = tracer.take() {
-        match mode {
-            Mode::Floor | Mode::FloorLikeGputrace => drop(c.stdin.take()),
-            _ => kill(c.id(), "INT"),
-        }
-        if let Some(mut out) = c.stdout.take().filter(|_| matches!(mode, Mode::Gputrace | Mode::GputraceEveryCopy)) {
+        kill(c.id(), "INT");
+        if let Some(mut out) = c.stdout.take() {
             let mut s = String::new();
             std::io::Read::read_to_string(&mut out, &mut s)?;
             report = Some(s);
@@ -140,12 +145,19 @@ fn timed(mode: Mode, release: &Path, fake: &Path, args: &[String]) -> Result<(f6
 /// the estimate (`tracer.overhead.basis` "sampled") on a machine whose traps cost ~1 µs.
 const KIND_STEPS: u64 = 100_000;
 
-/// The kinds of call of the second table: name and fakejob arguments.
-const KINDS: [(&str, &[&str]); 4] = [
-    ("`.item()`: D2H copy + stream sync", &["--item", "1"]),
-    ("pageable H2D copy + stream sync", &["--pageable-h2d", "4096"]),
-    ("context sync", &["--sync"]),
-    ("alloc + free (1 MiB)", &["--alloc-churn", "1"]),
+/// The libraries of the fake CUDA whose traps a kind's floor sets.
+const DRIVER: &[&str] = &["libcuda.so.1"];
+const DRIVER_AND_NCCL: &[&str] = &["libcuda.so.1", "libnccl.so.2"];
+
+/// The kinds of call of the second table: name, fakejob arguments, the floor's libraries.
+const KINDS: [(&str, &[&str], &[&str]); 5] = [
+    ("`.item()`: D2H copy + stream sync", &["--item", "1"], DRIVER),
+    ("pageable H2D copy + stream sync", &["--pageable-h2d", "4096"], DRIVER),
+    ("context sync", &["--sync"], DRIVER),
+    ("alloc + free (1 MiB)", &["--alloc-churn", "1"], DRIVER),
+    // One rank (its collectives wait for no other): a 4-byte all-reduce and the stream sync
+    // after it, a step; the rank starts after 500 ms, time for gputrace to probe its NCCL.
+    ("NCCL all-reduce (4 B, 1 rank) + stream sync", &["--ranks", "1", "--settle-ms", "500", "--allreduce-bytes", "4"], DRIVER_AND_NCCL),
 ];
 
 /// Per kind of call (issue 34): the added cost per step under the bare programs on
@@ -160,7 +172,7 @@ pub fn call_kinds(release: &Path, fake: &Path) -> Result<()> {
         "\n| call, {KIND_STEPS} steps (median of {REPEATS}) | untraced ns/step | floor: bare programs on the same traps | gputrace | × floor | gputrace's estimate (basis) | the model alone | every copy wakes the reader |"
     );
     println!("|---|---|---|---|---|---|---|---|");
-    for (name, extra) in KINDS {
+    for (name, extra, libraries) in KINDS {
         let args: Vec<String> = ["--kernel-us", "0", "--steps", &KIND_STEPS.to_string()].iter().chain(extra).map(|s| (*s).to_owned()).collect();
         let mut ns: Vec<Vec<f64>> = vec![Vec::new(); MODES.len()];
         let mut estimated = Vec::new();
@@ -168,7 +180,7 @@ pub fn call_kinds(release: &Path, fake: &Path) -> Result<()> {
         let mut basis_seen = std::collections::BTreeSet::new();
         for _ in 0..REPEATS {
             for (i, mode) in MODES.iter().enumerate() {
-                let (work, report) = timed(*mode, release, fake, &args)?;
+                let (work, report) = timed(*mode, release, fake, &args, libraries)?;
                 ns[i].push(work / KIND_STEPS as f64);
                 if *mode == Mode::Gputrace {
                     let report: serde_json::Value = serde_json::from_str(&report.unwrap_or_default()).context("gputrace printed no report")?;

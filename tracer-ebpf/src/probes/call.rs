@@ -17,7 +17,7 @@ use aya_ebpf::{
 use gputrace_common::{
     call_epoch, copy_layout,
     cuda::{memory_type, slot, CopyLayout},
-    drains_queue_after, is_probe, loss, out_arg, stack_source, takes_call_stack, CallEvent, EventHeader, InflightCall, ThreadCounters, CALL_ARGS,
+    drains_queue_after, is_probe, loss, nccl, nccl_layout, out_arg, stack_source, takes_call_stack, CallEvent, EventHeader, InflightCall, ThreadCounters, CALL_ARGS,
     KIND_CALL,
 };
 
@@ -279,6 +279,69 @@ macro_rules! struct_copy_probes {
     )*};
 }
 
+/// Argument `position` (0-based) of the call at its entry: a register for the first six, else
+/// the stack above the return address (x86-64); 0 where the call has none or it cannot be
+/// read.
+#[inline(always)]
+fn arg_at(ctx: &ProbeContext, position: u8) -> u64 {
+    if position == nccl::NONE {
+        return 0;
+    }
+    if position < 6 {
+        return ctx.arg::<u64>(usize::from(position)).unwrap_or(0);
+    }
+    // SAFETY: the probe context's registers are the traced thread's at the call's entry.
+    let sp = unsafe { (*ctx.regs).rsp };
+    user_field::<u64>(sp, 8 * (u64::from(position) - 5))
+}
+
+/// Entry of a NCCL collective: its count, datatype, reduction/root/peer, communicator and
+/// stream, wherever its signature puts them, into the slots of `gputrace_common::nccl::slot`.
+#[inline(always)]
+fn on_enter_collective(ctx: &ProbeContext, probe: u32, layout: &nccl::Layout) -> u32 {
+    let Some(cur) = cuda_caller() else { return 0 };
+    let mut args = [0; CALL_ARGS];
+    args[nccl::slot::COUNT] = arg_at(ctx, layout.count);
+    args[nccl::slot::DATATYPE] = arg_at(ctx, layout.datatype);
+    args[nccl::slot::EXTRA] = arg_at(ctx, layout.extra);
+    args[nccl::slot::COMM] = arg_at(ctx, layout.comm);
+    args[nccl::slot::STREAM] = arg_at(ctx, layout.stream);
+    remember(thread_counters(&cur), probe, args, false);
+    0
+}
+
+/// As `call_probes!`, for NCCL collectives: the entry reads the arguments where the probe
+/// table's layout says; an id that is not a collective there fails the build.
+macro_rules! collective_probes {
+    ($($symbol:ident / $ret:ident = $id:literal;)*) => {$(
+        #[uprobe]
+        pub fn $symbol(ctx: ProbeContext) -> u32 {
+            const _: () = assert!(is_probe($id, stringify!($symbol)), "id and symbol disagree with PROBES");
+            const LAYOUT: nccl::Layout = match nccl_layout($id) {
+                Some(layout) => layout,
+                None => panic!("not a collective in gputrace_common::PROBES"),
+            };
+            const _: () = assert!(!gputrace_common::Shed::may_take_id($id), "collectives are never shed");
+            on_enter_collective(&ctx, $id, &LAYOUT)
+        }
+
+        #[uretprobe]
+        pub fn $ret(ctx: RetProbeContext) -> u32 {
+            on_return(&ctx, $id, false, false)
+        }
+    )*};
+}
+
+collective_probes! {
+    ncclAllReduce / ncclAllReduce_ret = 85;
+    ncclAllGather / ncclAllGather_ret = 86;
+    ncclReduceScatter / ncclReduceScatter_ret = 87;
+    ncclBroadcast / ncclBroadcast_ret = 88;
+    ncclReduce / ncclReduce_ret = 89;
+    ncclSend / ncclSend_ret = 90;
+    ncclRecv / ncclRecv_ret = 91;
+}
+
 // Ids and symbols: gputrace_common::probe::PROBES. Each program checks its id against the
 // table at compile time; user space loads a program by each symbol's name, so a missing
 // one fails at load.
@@ -328,6 +391,10 @@ call_probes! {
     cuCtxCreate_v4 / cuCtxCreate_v4_ret = 62;
     cuMemMap / cuMemMap_ret = 80;
     cuMemUnmap / cuMemUnmap_ret = 81;
+    ncclGroupEnd / ncclGroupEnd_ret = 92;
+    ncclCommInitRank / ncclCommInitRank_ret = 93;
+    ncclCommInitRankConfig / ncclCommInitRankConfig_ret = 94;
+    ncclCommDestroy / ncclCommDestroy_ret = 95;
 }
 
 struct_copy_probes! {

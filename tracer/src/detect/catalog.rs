@@ -16,6 +16,8 @@ pub enum Source {
     Memory,
     /// A verdict only, when no diagnosis applies.
     VerdictOnly,
+    /// The ranks' NCCL and time accounts (`detect::nccl`).
+    Collectives,
 }
 
 /// The stacks whose call sites a diagnosis names: their activities, and on or off the CPU
@@ -37,7 +39,7 @@ const HOST_ON_CPU: Option<Stacks> = Some((&[Activity::Host], Some(true)));
 #[must_use]
 pub const fn entry(id: DiagnosisId) -> Entry {
     use super::{checkpoint_stall, host_rules, rules};
-    use Source::{Memory, Time, VerdictOnly};
+    use Source::{Collectives, Memory, Time, VerdictOnly};
     let (source, stacks): (Source, Option<Stacks>) = match id {
         DiagnosisId::LaunchBound => (Time(rules::launch_bound), HOST_ON_CPU),
         DiagnosisId::HostBound => (Time(rules::host_bound), HOST_ON_CPU),
@@ -56,6 +58,7 @@ pub const fn entry(id: DiagnosisId) -> Entry {
         DiagnosisId::GpuBound => (Time(rules::gpu_bound), None),
         DiagnosisId::Oom | DiagnosisId::Fragmentation | DiagnosisId::MemoryGrowth | DiagnosisId::MemoryReserved => (Memory, None),
         DiagnosisId::NoCudaWork | DiagnosisId::NoBottleneckFound => (VerdictOnly, None),
+        DiagnosisId::Straggler | DiagnosisId::CommBound => (Collectives, None),
     };
     Entry { source, stacks }
 }
@@ -71,7 +74,8 @@ pub const fn effort(id: DiagnosisId) -> u8 {
     match id {
         DiagnosisId::AllocChurn | DiagnosisId::HostSync | DiagnosisId::HostSleep | DiagnosisId::CheckpointStall => 0,
         DiagnosisId::InputStarved | DiagnosisId::PageableCopy | DiagnosisId::BlockingCopy | DiagnosisId::CpuStarved | DiagnosisId::IoStall => 1,
-        DiagnosisId::LaunchBound | DiagnosisId::HostBound | DiagnosisId::SmallKernels => 2,
+        // The straggler's fix is its own bottleneck's; comm-bound's restructures the job.
+        DiagnosisId::LaunchBound | DiagnosisId::HostBound | DiagnosisId::SmallKernels | DiagnosisId::Straggler | DiagnosisId::CommBound => 2,
         DiagnosisId::GpuBound
         | DiagnosisId::Oom
         | DiagnosisId::Fragmentation
@@ -87,7 +91,7 @@ pub const fn effort(id: DiagnosisId) -> u8 {
 pub fn time_rules() -> impl Iterator<Item = (DiagnosisId, Rule)> {
     DiagnosisId::ALL.into_iter().filter_map(|id| match entry(id).source {
         Source::Time(rule) => Some((id, rule)),
-        Source::Memory | Source::VerdictOnly => None,
+        Source::Memory | Source::VerdictOnly | Source::Collectives => None,
     })
 }
 

@@ -109,6 +109,12 @@ const FIXES: &[(Framework, &[DiagnosisId], &str)] = &[
     (Framework::Jax, &[DiagnosisId::Fragmentation],
         "JAX: keep shapes fixed (pad to a few bucket sizes) so that XLA reuses its buffers, lower the peak (jax.checkpoint, \
              donate_argnums), and leave XLA the share it preallocates (XLA_PYTHON_CLIENT_MEM_FRACTION)"),
+    (Framework::Jax, &[DiagnosisId::CommBound],
+        "JAX: move fewer bytes between devices (bf16 gradients, sharding the state with jax.sharding instead of replicating \
+             it), accumulate gradients over several micro-batches before each psum, or use a faster interconnect (NVLink rather than PCIe)"),
+    (Framework::Tensorflow, &[DiagnosisId::CommBound],
+        "in TensorFlow: move fewer bytes between devices (mixed precision, gradient accumulation before each all-reduce), pack \
+             them (tf.distribute.experimental.CommunicationOptions(bytes_per_pack=...)), or use a faster interconnect (NVLink rather than PCIe)"),
     (Framework::Tensorflow, &[DiagnosisId::BlockingCopy],
         "in TensorFlow: read tensors back less often (.numpy() waits for the GPU), and let tf.data copy batches to the GPU ahead \
              of the step (tf.data.experimental.prefetch_to_device)"),
@@ -290,7 +296,9 @@ mod tests {
         // Every diagnosis whose plain fix names PyTorch's APIs is said in JAX's and TensorFlow's
         // own terms, and none of theirs names PyTorch's.
         let worded = DiagnosisId::ALL.into_iter().filter(|id| {
-            ![DiagnosisId::HostSleep, DiagnosisId::GpuBound, DiagnosisId::NoCudaWork, DiagnosisId::NoBottleneckFound].contains(id)
+            // A straggler's fix is its own cause's, worded without any framework's API where it
+            // is made (`detect::nccl::fix_of`).
+            ![DiagnosisId::HostSleep, DiagnosisId::GpuBound, DiagnosisId::NoCudaWork, DiagnosisId::NoBottleneckFound, DiagnosisId::Straggler].contains(id)
         });
         for fw in [Framework::Jax, Framework::Tensorflow] {
             let mut all: Vec<Diagnosis> = worded.clone().map(d).collect();

@@ -12,6 +12,7 @@ mod diagnosis;
 mod gpu_idle;
 pub(crate) mod host_rules;
 pub mod memory;
+pub mod nccl;
 pub(crate) mod rules;
 pub mod sites;
 pub mod startup;
@@ -68,6 +69,8 @@ pub struct Findings {
     pub steps: Option<Steps>,
     /// The step model the savings were simulated on.
     pub step_model: Option<crate::model::StepModel>,
+    /// The ranks' NCCL (`nccl`); None without it.
+    pub nccl: Option<crate::model::Nccl>,
 }
 
 /// Ranked diagnoses and the verdict (see [`analyze`]).
@@ -88,6 +91,10 @@ pub fn analyze(inputs: &Inputs<'_>) -> Findings {
     let mut found: Vec<Diagnosis> = catalog::time_rules()
         .filter_map(|(id, rule)| rule(inputs.evidence, &account).inspect(|d| debug_assert_eq!(d.id, id, "the rule listed for {id} found {}", d.id)))
         .collect();
+    let nccl = nccl::analyze(inputs.evidence, &account, inputs.start_ns, inputs.start_ns.saturating_add(inputs.window_ns)).map(|(section, multi_gpu)| {
+        found.extend(multi_gpu);
+        section
+    });
     found.sort_by(|a, b| b.impact.total_cmp(&a.impact));
     let threads = account.time.as_ref().map(|t| t.threads.clone()).unwrap_or_default();
     checkpoint_stall::drop_pageable_of_checkpoints(&mut found, inputs.evidence);
@@ -116,7 +123,7 @@ pub fn analyze(inputs: &Inputs<'_>) -> Findings {
         DiagnosisId::NoCudaWork
     };
     let gpu_idle = gpu_idle::gpu_idle(&account);
-    Findings { verdict, diagnoses: found, time: account.time, gpu_idle, steps, step_model }
+    Findings { verdict, diagnoses: found, time: account.time, gpu_idle, steps, step_model, nccl }
 }
 
 /// The step model as the report shows it.

@@ -34,6 +34,19 @@ pub fn is_driver_library(file_name: &str) -> bool {
     file_name == "libcuda.so" || file_name.strip_prefix("libcuda.so.").is_some_and(|v| !v.is_empty())
 }
 
+/// Is this file name NCCL (`libnccl.so`, `libnccl.so.2`, `libnccl.so.2.28.9`), whose
+/// collectives are probed beside the driver's calls?
+#[must_use]
+pub fn is_collective_library(file_name: &str) -> bool {
+    file_name == "libnccl.so" || file_name.strip_prefix("libnccl.so.").is_some_and(|v| !v.is_empty())
+}
+
+/// A library whose exported symbols gputrace probes: the driver, or NCCL.
+#[must_use]
+pub fn is_probed_library(file_name: &str) -> bool {
+    is_driver_library(file_name) || is_collective_library(file_name)
+}
+
 /// Is this file name PyTorch's core library (`libc10.so`), whose profiler hook its caching
 /// allocator reports every block to (`gputrace_common::ALLOCATOR_SYMBOLS`)?
 #[must_use]
@@ -41,18 +54,18 @@ pub fn is_allocator_library(file_name: &str) -> bool {
     file_name == "libc10.so"
 }
 
-/// CUDA driver libraries mapped by `pid`, one per inode.
+/// The libraries gputrace probes (the CUDA driver, NCCL) mapped by `pid`, one per inode.
 #[must_use]
 pub fn mapped_by(pid: u32) -> Vec<Library> {
-    mapped_matching(pid, is_driver_library)
+    mapped_matching(pid, is_probed_library)
 }
 
-/// The driver libraries and the caching-allocator libraries `pid` maps, from one reading of
-/// its memory map.
+/// The probed libraries (the driver, NCCL) and the caching-allocator libraries `pid` maps,
+/// from one reading of its memory map.
 #[must_use]
 pub fn mapped_driver_and_allocators(pid: u32) -> (Vec<Library>, Vec<Library>) {
-    let all = mapped_matching(pid, |name| is_driver_library(name) || is_allocator_library(name));
-    all.into_iter().partition(|l| is_driver_library(l.file_name()))
+    let all = mapped_matching(pid, |name| is_probed_library(name) || is_allocator_library(name));
+    all.into_iter().partition(|l| is_probed_library(l.file_name()))
 }
 
 impl Library {
@@ -180,6 +193,12 @@ mod tests {
     fn tells_the_driver_from_other_cuda_libraries() {
         for yes in ["libcuda.so", "libcuda.so.1", "libcuda.so.580.159.04"] {
             assert!(is_driver_library(yes), "{yes}");
+        }
+        for yes in ["libnccl.so", "libnccl.so.2", "libnccl.so.2.28.9"] {
+            assert!(is_collective_library(yes) && is_probed_library(yes) && !is_driver_library(yes), "{yes}");
+        }
+        for no in ["libnccl.so.", "libnccl-net.so", "libnccl_static.a"] {
+            assert!(!is_collective_library(no), "{no}");
         }
         for no in ["libcudart.so.13", "libcudnn.so.9", "libcuda.so.", "libcuda_stub.so", "xlibcuda.so.1", "libcuda.sox"] {
             assert!(!is_driver_library(no), "{no}");

@@ -250,6 +250,21 @@ pub struct ContextCall {
     pub result: u32,
 }
 
+impl ContextCall {
+    /// The context call `call` of probe `spec`.
+    #[must_use]
+    pub fn of(spec: &gputrace_common::ProbeSpec, call: &gputrace_common::CallEvent) -> Self {
+        Self {
+            symbol: spec.symbol,
+            pid: call.header.tgid,
+            tid: call.header.tid,
+            ts_ns: call.header.ts_ns,
+            duration_ns: call.header.ts_ns.saturating_sub(call.start_ns),
+            result: call.ret as u32,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use gputrace_common::{spec_of, EventHeader, CALL_ARGS, KIND_CALL};

@@ -5,6 +5,7 @@
 pub mod time_account;
 pub mod blocks;
 pub mod bursts;
+pub mod collectives;
 mod copies;
 pub mod cost;
 pub mod host;
@@ -71,6 +72,10 @@ pub struct Evidence {
     pub host_pins: HostPinStats,
     pub vmm: VmmStats,
     pub contexts: Vec<ContextCall>,
+    /// NCCL, per rank.
+    pub collectives: collectives::Collectives,
+    /// Where each rank runs, from its environment (read while it lived).
+    pub rank_env: BTreeMap<u32, RankEnv>,
     pub threads: BTreeMap<u32, ThreadStats>,
     pub processes: BTreeMap<u32, ProcessSeen>,
     /// Records that failed to decode (a kernel/user version mismatch or a damaged recording).
@@ -128,6 +133,37 @@ pub struct Evidence {
     /// (`scale_sampled_launches`): counted, then scaled again, they made short windows'
     /// estimates 5–40 % high.
     pub lingering_hits: BTreeMap<u32, [u64; gputrace_common::PROBE_SLOTS]>,
+}
+
+/// A rank's placement, as its launcher set it in its environment.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RankEnv {
+    /// `LOCAL_RANK`.
+    pub local_rank: Option<u32>,
+    /// `CUDA_VISIBLE_DEVICES`, as given.
+    pub visible_devices: Option<String>,
+}
+
+impl RankEnv {
+    /// From a process's environment (`/proc/PID/environ`: NUL-separated `NAME=value`).
+    #[must_use]
+    pub fn parse(environ: &[u8]) -> Self {
+        let value = |name: &str| {
+            environ.split(|&b| b == 0).find_map(|kv| kv.strip_prefix(name.as_bytes())?.strip_prefix(b"=")).map(|v| String::from_utf8_lossy(v).into_owned())
+        };
+        Self { local_rank: value("LOCAL_RANK").and_then(|v| v.trim().parse().ok()), visible_devices: value("CUDA_VISIBLE_DEVICES") }
+    }
+
+    /// The GPU the rank uses by convention: the `LOCAL_RANK`-th device `CUDA_VISIBLE_DEVICES`
+    /// names, or device `LOCAL_RANK` where that names none.
+    #[must_use]
+    pub fn gpu(&self) -> Option<String> {
+        let local = self.local_rank?;
+        match self.visible_devices.as_deref().map(str::trim).filter(|v| !v.is_empty()) {
+            Some(list) => list.split(',').nth(local as usize).map(|d| d.trim().to_owned()),
+            None => Some(local.to_string()),
+        }
+    }
 }
 
 impl Evidence {
@@ -348,6 +384,9 @@ impl Evidence {
                 if drained && dir == Direction::DeviceToHost && bytes <= SCALAR_READ_BYTES {
                     self.synchronous_scalar_read(tid, pid, duration);
                 }
+                if drained {
+                    self.collectives.drained(pid, duration);
+                }
             }
             Family::Memset => {
                 self.memsets.count += 1;
@@ -356,6 +395,7 @@ impl Evidence {
             Family::Sync => {
                 self.syncs.count += 1;
                 self.syncs.wait_ns += duration;
+                self.collectives.drained(pid, duration);
                 let e = self.syncs.by_symbol.entry(spec.symbol).or_default();
                 e.0 += 1;
                 e.1 += duration;
@@ -396,14 +436,9 @@ impl Evidence {
                 t.alloc_ns += duration;
             }
             Family::HostPin | Family::HostUnpin => self.host_pins.record(spec, call),
-            Family::Context => self.contexts.push(ContextCall {
-                symbol: spec.symbol,
-                pid,
-                tid,
-                ts_ns: call.header.ts_ns,
-                duration_ns: duration,
-                result: call.ret as u32,
-            }),
+            Family::Context => self.contexts.push(ContextCall::of(spec, call)),
+            // Queued like a launch: the host's time inside is the call's own.
+            Family::Collective | Family::Comm => self.collectives.record(spec, call, pid),
             Family::Launch | Family::GraphLaunch | Family::Block => {}
         }
         let t = self.thread(tid, pid);
@@ -443,9 +478,16 @@ impl Evidence {
     /// The thread that launched the most kernels (the "main" thread of the contract).
     #[must_use]
     pub fn main_thread(&self) -> Option<(u32, &ThreadStats)> {
-        self.threads
-            .iter()
-            .max_by_key(|(tid, t)| (t.kernel_launches() + t.graph_launches(), t.syncs, std::cmp::Reverse(**tid)))
-            .map(|(tid, t)| (*tid, t))
+        Self::busiest(self.threads.iter())
+    }
+
+    /// [`Self::main_thread`] among the threads of process `pid`.
+    #[must_use]
+    pub fn main_thread_of(&self, pid: u32) -> Option<(u32, &ThreadStats)> {
+        Self::busiest(self.threads.iter().filter(|(_, t)| t.pid == pid))
+    }
+
+    fn busiest<'a>(threads: impl Iterator<Item = (&'a u32, &'a ThreadStats)>) -> Option<(u32, &'a ThreadStats)> {
+        threads.max_by_key(|(tid, t)| (t.kernel_launches() + t.graph_launches(), t.syncs, std::cmp::Reverse(**tid))).map(|(tid, t)| (*tid, t))
     }
 }

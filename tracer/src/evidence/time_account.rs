@@ -215,9 +215,21 @@ impl TimeAccount {
     /// it is left out like a pause (`startup`).
     #[must_use]
     pub fn critical_path_since(ev: &Evidence, start_ns: u64, end_ns: u64, since: Option<&Mark>) -> Option<Self> {
+        Self::around(ev, ev.main_thread(), start_ns, end_ns, since)
+    }
+
+    /// As [`Self::critical_path`], for process `pid` alone: one rank of a multi-process job,
+    /// its own main thread and the threads of its critical path.
+    #[must_use]
+    pub fn critical_path_of(ev: &Evidence, pid: u32, start_ns: u64, end_ns: u64) -> Option<Self> {
+        Self::around(ev, ev.main_thread_of(pid), start_ns, end_ns, None)
+    }
+
+    /// The account around the main thread `main` (module docs).
+    fn around(ev: &Evidence, main: Option<(u32, &ThreadStats)>, start_ns: u64, end_ns: u64, since: Option<&Mark>) -> Option<Self> {
         let window_ns = end_ns.saturating_sub(start_ns);
         let launches = |t: &ThreadStats| t.kernel_launches() + t.graph_launches();
-        let (main_tid, main) = ev.main_thread().filter(|(_, t)| launches(t) > 0)?;
+        let (main_tid, main) = main.filter(|(_, t)| launches(t) > 0)?;
         let mut threads = vec![main_tid];
         // Without scheduler evidence a thread's sleep is unknown, so threads that take turns
         // cannot be told from threads that run at once: the main thread stands alone.

@@ -277,5 +277,7 @@ fn family_name(f: Family) -> &'static str {
         Family::HostPin | Family::HostUnpin => "host-pinning",
         Family::Block => "tensor-memory",
         Family::Context => "context",
+        Family::Collective => "collective",
+        Family::Comm => "communicator",
     }
 }

@@ -59,8 +59,7 @@ impl Floor {
         }
         crate::preflight::check()?;
         let mut ebpf = Ebpf::load(OBJECT).map_err(crate::preflight::classify_load_error)?;
-        let wanted: Vec<&str> = PROBES.iter().map(|p| p.symbol).collect();
-        let offsets = symbols::file_offsets(library, &wanted)?;
+        let offsets = super::probed_offsets(library)?;
         let mut covered = 0;
         for (program, returns) in [("uprobe_floor", false), ("uretprobe_floor", true)] {
             let prog: &mut UProbe =

@@ -270,6 +270,22 @@ fn stack_ips(stacks: &aya::maps::StackTraceMap<MapData>, id: i64) -> Vec<u64> {
 }
 
 /// The kernel's id of a hash map (for readers that open a handle of their own).
+/// Where each symbol of [`PROBES`] that the library at `path` exports lies in the file, by
+/// symbol. NCCL defines each `ncclX` as a weak alias of `pncclX`: one code, found by either
+/// name.
+pub(crate) fn probed_offsets(path: &std::path::Path) -> Result<std::collections::HashMap<String, u64>> {
+    let nccl = || PROBES.iter().filter(|p| matches!(p.family, gputrace_common::Family::Collective | gputrace_common::Family::Comm));
+    let aliased: Vec<String> = nccl().map(|p| format!("p{}", p.symbol)).collect();
+    let wanted: Vec<&str> = PROBES.iter().map(|p| p.symbol).chain(aliased.iter().map(String::as_str)).collect();
+    let mut found = crate::discover::symbols::file_offsets(path, &wanted)?;
+    for p in nccl() {
+        if let Some(offset) = found.get(&format!("p{}", p.symbol)).copied() {
+            found.entry(p.symbol.to_owned()).or_insert(offset);
+        }
+    }
+    Ok(found)
+}
+
 fn hash_map_id(map: &aya::maps::Map) -> Option<u32> {
     match map {
         aya::maps::Map::HashMap(data) => data.info().ok().map(|i| i.id()),

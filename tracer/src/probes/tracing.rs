@@ -1,7 +1,7 @@
 //! What is traced: the processes in the `TRACED` set, and the uprobes attached to each CUDA
 //! library's inode as it is found.
 
-use super::{AttachedLibrary, ProbeSet, has_return, map_error, open_library, return_program, shedding, trap_cost, uprobes};
+use super::{AttachedLibrary, ProbeSet, has_return, map_error, open_library, probed_offsets, return_program, shedding, trap_cost, uprobes};
 use crate::discover::files;
 use crate::discover::libraries::Library;
 use crate::discover::symbols;
@@ -86,8 +86,7 @@ impl ProbeSet {
             }
             found.into_iter().map(|(program, offset)| (program.to_owned(), offset)).collect()
         } else {
-            let wanted: Vec<&str> = PROBES.iter().map(|p| p.symbol).collect();
-            symbols::file_offsets(&library.open_path, &wanted).map_err(|e| e.naming(&library.name))?
+            probed_offsets(&library.open_path).map_err(|e| e.naming(&library.name))?
         };
         let mut attached = Vec::new();
         let mut entry = BTreeMap::new();

@@ -131,6 +131,7 @@ pub fn build(outcome: &Outcome) -> Report {
         steps: findings.steps,
         step_model: findings.step_model,
         memory: Some(memory),
+        nccl: findings.nccl,
         tracer: Tracer {
             lost_events,
             overhead: overhead.clone(),

@@ -349,6 +349,9 @@ fn cuda_section(out: &mut String, st: &Style, r: &Report) {
         );
     }
     let _ = writeln!(out, "  pinned     {} host allocations ({})", c.host_pinned.count, bytes(c.host_pinned.bytes));
+    if let Some(n) = &r.nccl {
+        nccl_lines(out, n);
+    }
     if !c.threads.is_empty() {
         let _ =
             writeln!(out, "\n  {:>8} {:>8} {:>10} {:>7} {:>7} {:>9} {:>9}", "tid", "pid", "kernels", "graphs", "syncs", "wait s", "idle s");
@@ -359,6 +362,27 @@ fn cuda_section(out: &mut String, st: &Style, r: &Report) {
                 t.tid, t.pid, t.kernels, t.graphs, t.syncs, t.sync_wait_s, t.queue_idle_s
             );
         }
+    }
+}
+
+/// NCCL: the collectives by kind, then one line a rank.
+fn nccl_lines(out: &mut String, n: &crate::model::Nccl) {
+    let kinds: Vec<String> = n.by_op.iter().map(|(op, o)| format!("{} {op} ({})", o.count, bytes(o.bytes))).collect();
+    wrap(out, "  nccl       ", &format!("{} calls: {}; {:.3} s waited after them", n.calls, kinds.join(", "), n.wait_s));
+    let share = |v: Option<f64>| v.map_or_else(|| "?".to_owned(), |f| format!("{:.0}%", f * 100.0));
+    for r in &n.ranks {
+        let rank = r.rank.map_or_else(|| "?".to_owned(), |v| v.to_string());
+        let world = r.world_size.map_or_else(|| "?".to_owned(), |v| v.to_string());
+        let gpu = r.gpu.as_deref().map(|g| format!(", GPU {}", clean(g))).unwrap_or_default();
+        let verdict = r.verdict.map(|v| format!(", mostly {v} ({})", share(r.verdict_share))).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "    rank {rank}/{world} pid {}{gpu}: {} calls, host {}, waiting after collectives {}{verdict}",
+            r.pid,
+            r.calls,
+            share(r.host_share),
+            share(r.wait_share)
+        );
     }
 }
 

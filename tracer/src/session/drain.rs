@@ -11,7 +11,7 @@ use crate::{
     collect::{host_memory::ProcMaps, ring::RingReader},
     decode::{encode, user_stack, Event},
     discover::process,
-    evidence::{Evidence, HostClass, HostMemory},
+    evidence::{Evidence, HostClass, HostMemory, RankEnv},
     probes::ProbeSet,
     record::format::HostAnswer,
     stacks::{copied::is_copy, python::PythonSampler},
@@ -74,6 +74,11 @@ pub(super) fn drain_ring(
         }
         match event {
             Event::Call(c) => {
+                // A rank's placement, read from its environment while it lives (not taped: a
+                // recording's report leaves it out).
+                if spec_of(c.header.probe).is_some_and(|s| matches!(s.family, Family::Collective | Family::Comm)) {
+                    evidence.rank_env.entry(pid).or_insert_with(|| std::fs::read(format!("/proc/{pid}/environ")).map(|e| RankEnv::parse(&e)).unwrap_or_default());
+                }
                 if let (Some(py), Some(spec)) = (python, spec_of(c.header.probe)) {
                     let bytes = spec.size_arg.map_or(0, |i| c.args[usize::from(i)]);
                     match spec.family {

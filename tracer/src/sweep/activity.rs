@@ -42,7 +42,7 @@ impl Calls {
             Family::Alloc => &mut self.allocs,
             Family::Free => &mut self.frees,
             Family::Context => &mut self.contexts,
-            Family::HostPin | Family::HostUnpin | Family::Map | Family::Unmap | Family::Block => &mut self.other,
+            Family::HostPin | Family::HostUnpin | Family::Map | Family::Unmap | Family::Block | Family::Collective | Family::Comm => &mut self.other,
         };
         *slot += hits;
     }
@@ -317,7 +317,8 @@ mod tests {
     fn unknown_probe_ids_and_context_floods_are_bounded() {
         let mut a = Activity::default();
         let mut bad = call(1, "cuMemAlloc_v2", [0; 5], 0, 0, 0, 1);
-        bad.header.probe = 95;
+        // An id no probe has (82 and 83 are free).
+        bad.header.probe = 83;
         a.apply(&bad);
         bad.header.probe = u32::MAX;
         a.apply(&bad);

@@ -76,7 +76,12 @@ pub fn of(d: &Diagnosis, m: &StepModel, sm_over_util: Option<f64>) -> Option<(Fi
             let scale = sm_over_util?.clamp(0.0, 1.0);
             (Fix { gpu_scale: scale, ..n }, format!("the same work filling the SMs takes {:.0}% of the GPU time it takes now", scale * 100.0))
         }
-        DiagnosisId::GpuBound
+        // The others' wait for the straggler goes once its own bottleneck is fixed.
+        DiagnosisId::Straggler => (Fix { cut: d.impact, ..n }, "with the straggler's own bottleneck fixed, the other ranks no longer wait for it in their collectives".into()),
+        // How much overlap or fewer bytes hide depends on what the GPU computes meanwhile,
+        // which the host cannot see: no promise.
+        DiagnosisId::CommBound
+        | DiagnosisId::GpuBound
         | DiagnosisId::Oom
         | DiagnosisId::Fragmentation
         | DiagnosisId::MemoryGrowth

@@ -1,0 +1,275 @@
+//! Multi-GPU: each rank's NCCL and time, and who waits for whom.
+//!
+//! Ranks of a data-parallel job run in lockstep: every collective ends only once every rank
+//! has reached it. So a step lasts as long as the slowest rank's host phase (everything it
+//! does that is not waiting for its GPU) plus the device work, and the other ranks spend the
+//! difference waiting after their collectives. Each rank's own time account
+//! (`TimeAccount::critical_path_of`) says how long its host phase is and what fills it:
+//! - **straggler**: one rank's host phase is longer than the others', and the others wait in
+//!   their collectives about that much longer than it does. The rank is named with what its
+//!   host phase is (its own verdict): fixing that is the fix, the others' waiting goes with it.
+//! - **comm-bound**: the ranks are even, all wait after their collectives, and the bytes the
+//!   collectives move over the link NVML describes take most of that wait: the step is bound
+//!   by communication, not by a rank nor by compute.
+
+use std::collections::BTreeMap;
+
+use gputrace_common::nccl::Op;
+
+use super::{
+    diagnosis::{diagnosis, pct},
+    Account,
+};
+use crate::{
+    evidence::{collectives::RankSeen, time_account::TimeAccount, waits::WaitKind, Evidence},
+    model::{Diagnosis, DiagnosisId, Nccl, NcclOp, NcclRank, TimeBucket},
+};
+
+/// The others must wait at least this share of their time more than the straggler does.
+const STRAGGLER_EXCESS_WAIT: f64 = 0.10;
+/// ... and the straggler's longer host phase must explain at least this part of that wait:
+/// otherwise the others wait for something else (their own GPU, a link).
+const STRAGGLER_EXPLAINED: f64 = 0.5;
+/// Ranks whose host phases differ by less than this share are even.
+const EVEN_HOST_SPREAD: f64 = 0.10;
+/// Even ranks that wait at least this share after their collectives...
+const COMM_WAIT: f64 = 0.30;
+/// ... are comm-bound where moving their bytes over the link takes at least this part of it.
+const COMM_EXPLAINED: f64 = 0.5;
+
+/// One rank as the detectors see it.
+struct Rank<'a> {
+    pid: u32,
+    seen: &'a RankSeen,
+    account: Option<TimeAccount>,
+    launches: u64,
+}
+
+impl Rank<'_> {
+    fn share(&self, ns: u64) -> Option<f64> {
+        self.account.as_ref().map(|a| a.fraction(ns))
+    }
+
+    fn host_share(&self) -> Option<f64> {
+        self.account.as_ref().map(|a| 1.0 - a.fraction(a.waiting_on_gpu_ns))
+    }
+
+    fn label(&self) -> String {
+        match self.seen.rank {
+            Some(r) => format!("rank {r} (pid {})", self.pid),
+            None => format!("pid {}", self.pid),
+        }
+    }
+}
+
+/// What a rank's account says it mostly does, and that bucket's share: the largest bucket,
+/// as the diagnosis it would be alone.
+fn verdict_of(a: &TimeAccount) -> (DiagnosisId, f64) {
+    let input = a.sleep_split().map_or(0.0, |s| s[WaitKind::ALL.iter().position(|k| *k == WaitKind::InputWorker).unwrap_or(0)]);
+    let copies = if a.pageable_staging_ns * 2 >= a.in_copies_ns { DiagnosisId::PageableCopy } else { DiagnosisId::BlockingCopy };
+    let candidates = [
+        (DiagnosisId::GpuBound, a.waiting_on_gpu_ns),
+        (DiagnosisId::HostBound, a.launching_and_host_ns),
+        (copies, a.in_copies_ns),
+        (DiagnosisId::AllocChurn, a.allocating_ns),
+        (DiagnosisId::CpuStarved, a.waiting_for_cpu_ns),
+        (DiagnosisId::IoStall, a.io_wait_ns),
+        (if input >= 0.5 { DiagnosisId::InputStarved } else { DiagnosisId::HostSleep }, a.sleeping_ns),
+    ];
+    let (id, ns) = candidates.into_iter().max_by_key(|(_, ns)| *ns).unwrap_or((DiagnosisId::GpuBound, 0));
+    (id, a.fraction(ns))
+}
+
+/// What fixing a rank's own bottleneck means, in a phrase that names no framework's API (the
+/// ranks may be PyTorch's, JAX's or TensorFlow's; tracing the rank alone gives its own fix in
+/// its framework's terms).
+fn fix_of(id: DiagnosisId) -> &'static str {
+    match id {
+        DiagnosisId::InputStarved => "feed its input faster (more loader workers, lighter decoding, data read ahead)",
+        DiagnosisId::HostBound => "move its host work off the training thread or cut it",
+        DiagnosisId::CpuStarved => "give it its CPUs back (other processes, a cgroup limit, thread pinning)",
+        DiagnosisId::IoStall => "read its data ahead of the step, off the training thread",
+        DiagnosisId::HostSleep => "remove the sleep or wait in its loop",
+        DiagnosisId::PageableCopy => "copy from pinned host memory, asynchronously",
+        DiagnosisId::BlockingCopy => "make its copies asynchronous",
+        DiagnosisId::AllocChurn => "keep its allocator's memory warm (steady shapes, no cache flushes)",
+        _ => "find what its host phase is doing",
+    }
+}
+
+/// Bytes each rank sends over its link for `op` moving `bytes` (each call's buffer as named)
+/// among `n` ranks, by the ring algorithms NCCL uses for large messages.
+fn wire_bytes(op: Op, bytes: u64, n: u64) -> f64 {
+    let n = n.max(1) as f64;
+    let b = bytes as f64;
+    match op {
+        Op::AllReduce => 2.0 * (n - 1.0) / n * b,
+        // The count is each rank's part: it receives every other rank's.
+        Op::AllGather | Op::ReduceScatter => (n - 1.0) * b,
+        Op::Broadcast | Op::Reduce | Op::Send | Op::Recv => b,
+    }
+}
+
+/// The `nccl` section and the multi-GPU diagnoses; None where no process called NCCL.
+#[must_use]
+pub fn analyze(ev: &Evidence, account: &Account, start_ns: u64, end_ns: u64) -> Option<(Nccl, Vec<Diagnosis>)> {
+    if !ev.collectives.any() {
+        return None;
+    }
+    let ranks: Vec<Rank<'_>> = ev
+        .collectives
+        .ranks
+        .iter()
+        .map(|(&pid, seen)| Rank {
+            pid,
+            seen,
+            account: TimeAccount::critical_path_of(ev, pid, start_ns, end_ns),
+            launches: ev.threads.values().filter(|t| t.pid == pid).map(|t| t.kernel_launches() + t.graph_launches()).sum(),
+        })
+        .collect();
+    let mut by_op: BTreeMap<String, NcclOp> = BTreeMap::new();
+    for r in &ranks {
+        for (op, o) in &r.seen.by_op {
+            let e = by_op.entry(op.as_str().into()).or_insert(NcclOp { count: 0, bytes: 0, wait_s: 0.0, call_s: 0.0 });
+            e.count += o.calls;
+            e.bytes = e.bytes.saturating_add(o.bytes);
+            e.wait_s += o.wait_ns as f64 / 1e9;
+            e.call_s += o.call_ns as f64 / 1e9;
+        }
+    }
+    let env = &ev.rank_env;
+    let mut table: Vec<NcclRank> = ranks
+        .iter()
+        .map(|r| {
+            let verdict = r.account.as_ref().map(verdict_of);
+            let placed = env.get(&r.pid);
+            NcclRank {
+                pid: r.pid,
+                rank: r.seen.rank,
+                world_size: r.seen.nranks,
+                local_rank: placed.and_then(|p| p.local_rank),
+                gpu: placed.and_then(crate::evidence::RankEnv::gpu),
+                calls: r.seen.calls(),
+                bytes: r.seen.by_op.values().map(|o| o.bytes).sum(),
+                launches: r.launches,
+                wait_share: r.share(r.seen.wait_ns()),
+                in_calls_share: r.share(r.seen.call_ns()),
+                host_share: r.host_share(),
+                verdict: verdict.map(|v| v.0),
+                verdict_share: verdict.map(|v| v.1),
+            }
+        })
+        .collect();
+    table.sort_by_key(|r| (r.rank.unwrap_or(u64::MAX), r.pid));
+    let section = Nccl {
+        calls: ranks.iter().map(|r| r.seen.calls()).sum(),
+        wait_s: ranks.iter().map(|r| r.seen.wait_ns()).sum::<u64>() as f64 / 1e9,
+        by_op,
+        ranks: table,
+    };
+    let found = straggler(&ranks).or_else(|| comm_bound(&ranks, account));
+    Some((section, found.into_iter().collect()))
+}
+
+/// One rank's host phase longer than the others', the others waiting for it (module docs).
+fn straggler(ranks: &[Rank<'_>]) -> Option<Diagnosis> {
+    let timed: Vec<(&Rank<'_>, f64, f64)> = ranks.iter().filter_map(|r| Some((r, r.host_share()?, r.share(r.seen.wait_ns())?))).collect();
+    if timed.len() < 2 {
+        return None;
+    }
+    let (slow, slow_host, slow_wait) = *timed.iter().max_by(|a, b| a.1.total_cmp(&b.1))?;
+    let others: Vec<&(&Rank<'_>, f64, f64)> = timed.iter().filter(|t| t.0.pid != slow.pid).collect();
+    let mean = |f: fn(&(&Rank<'_>, f64, f64)) -> f64| others.iter().map(|t| f(t)).sum::<f64>() / others.len() as f64;
+    let (others_host, others_wait) = (mean(|t| t.1), mean(|t| t.2));
+    let excess = others_wait - slow_wait;
+    if excess < STRAGGLER_EXCESS_WAIT || slow_host - others_host < STRAGGLER_EXPLAINED * excess {
+        return None;
+    }
+    let (cause, cause_share) = slow.account.as_ref().map(verdict_of)?;
+    let mut evidence = vec![format!(
+        "{}: host phase {} of its time, {} waiting after collectives; the other ranks: host phase {}, waiting {}",
+        slow.label(),
+        pct(slow_host),
+        pct(slow_wait),
+        pct(others_host),
+        pct(others_wait)
+    )];
+    evidence.push(format!("{}'s own time: mostly {} ({} of it)", slow.label(), cause.as_str(), pct(cause_share)));
+    evidence.extend(others.iter().map(|t| format!("{} waits {} of its time after its collectives", t.0.label(), pct(t.2))));
+    let fix = format!(
+        "{} sets the pace: {}. The other ranks then stop waiting for it in their collectives; look at it alone with `gputrace attach --pid {}`.",
+        slow.label(),
+        fix_of(cause),
+        slow.pid
+    );
+    Some(diagnosis(
+        DiagnosisId::Straggler,
+        TimeBucket::WaitingOnGpu,
+        excess,
+        format!("{} is a straggler ({}): the other ranks wait {} of their time in collectives for it", slow.label(), cause.as_str(), pct(excess)),
+        evidence,
+        &fix,
+    ))
+}
+
+/// Even ranks that all wait after their collectives, the wait mostly their bytes on the link.
+fn comm_bound(ranks: &[Rank<'_>], account: &Account) -> Option<Diagnosis> {
+    let timed: Vec<(&Rank<'_>, f64, f64)> = ranks.iter().filter_map(|r| Some((r, r.host_share()?, r.share(r.seen.wait_ns())?))).collect();
+    let hosts = timed.iter().map(|t| t.1);
+    let spread = hosts.clone().fold(f64::MIN, f64::max) - hosts.fold(f64::MAX, f64::min);
+    let wait = timed.iter().map(|t| t.2).sum::<f64>() / timed.len().max(1) as f64;
+    if timed.is_empty() || spread > EVEN_HOST_SPREAD || wait < COMM_WAIT {
+        return None;
+    }
+    let bus = account.bus_bytes_per_s?;
+    // What one rank's collectives take on its link, as a share of its time.
+    let transfer = timed
+        .iter()
+        .filter_map(|(r, _, _)| {
+            let n = r.seen.nranks?;
+            let secs = r.seen.by_op.iter().map(|(op, o)| wire_bytes(*op, o.bytes, n)).sum::<f64>() / bus;
+            r.account.as_ref().map(|a| secs * 1e9 / a.window_ns.max(1) as f64)
+        })
+        .fold(0.0, f64::max);
+    if transfer < COMM_EXPLAINED * wait {
+        return None;
+    }
+    let impact = transfer.min(wait);
+    let evidence = vec![
+        format!("every rank waits after its collectives: {} of its time on average; their host phases are even (within {})", pct(wait), pct(spread)),
+        format!("the bytes their collectives move over the link ({:.1} GB/s, NVML) take {} of a rank's time", bus / 1e9, pct(transfer)),
+    ];
+    Some(diagnosis(
+        DiagnosisId::CommBound,
+        TimeBucket::WaitingOnGpu,
+        impact,
+        format!("communication bounds the step: collectives keep every rank waiting {} of its time", pct(impact)),
+        evidence,
+        "Overlap the collectives with compute (DDP's bucket_cap_mb, gradient accumulation with no_sync() between steps), move fewer bytes (bf16 or compressed gradients, ZeRO/FSDP sharding), or use a faster interconnect (NVLink rather than PCIe).",
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ring_moves_what_each_kind_of_collective_needs() {
+        assert!((wire_bytes(Op::AllReduce, 1000, 2) - 1000.0).abs() < 1e-9);
+        assert!((wire_bytes(Op::AllReduce, 1000, 4) - 1500.0).abs() < 1e-9);
+        assert!((wire_bytes(Op::AllGather, 1000, 4) - 3000.0).abs() < 1e-9);
+        assert!((wire_bytes(Op::Send, 1000, 8) - 1000.0).abs() < 1e-9);
+        assert!(wire_bytes(Op::AllReduce, 1000, 1).abs() < 1e-9, "a rank alone moves nothing");
+    }
+
+    #[test]
+    fn a_ranks_verdict_is_its_largest_bucket() {
+        let mut a = TimeAccount { window_ns: 100, waiting_on_gpu_ns: 20, launching_and_host_ns: 30, sleeping_ns: 50, ..TimeAccount::default() };
+        assert_eq!(verdict_of(&a), (DiagnosisId::HostSleep, 0.5));
+        a.sleep_by_kind_ns[0] = 40;
+        a.sleep_by_kind_ns[2] = 10;
+        assert_eq!(verdict_of(&a).0, DiagnosisId::InputStarved, "woken by its input workers");
+        a.waiting_on_gpu_ns = 60;
+        assert_eq!(verdict_of(&a), (DiagnosisId::GpuBound, 0.6));
+    }
+}
