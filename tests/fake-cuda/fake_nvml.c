@@ -452,6 +452,16 @@ PCIE_GETTER(nvmlDeviceGetMaxPcieLinkGeneration, 1)
 PCIE_GETTER(nvmlDeviceGetCurrPcieLinkWidth, 2)
 PCIE_GETTER(nvmlDeviceGetMaxPcieLinkWidth, 3)
 
+/* FAKE_NVML_NVLINKS=N: links 0..N-1 active, the rest inactive; without it NVLink is "not
+ * supported" here, as on a PCIe card. */
+API nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned link, int *is_active) {
+    CHECK_DEVICE(device, is_active);
+    const char *v = getenv("FAKE_NVML_NVLINKS");
+    if (!v) return NVML_ERROR_NOT_SUPPORTED;
+    *is_active = link < strtoul(v, NULL, 10);
+    return NVML_SUCCESS;
+}
+
 API nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long *reasons) {
     CHECK_DEVICE(device, reasons);
     const char *v = getenv("FAKE_NVML_THROTTLE");

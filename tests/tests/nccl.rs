@@ -107,8 +107,14 @@ fn a_job_without_nccl_reports_none() {
 
 /// `fakejob --ranks 2 ARGS` under `gputrace run` with the fake NVML describing a Gen4 x16 link.
 fn two_ranks_on_gen4(args: &[&str]) -> Value {
+    two_ranks_with_nvml(&[], args)
+}
+
+/// As [`two_ranks_on_gen4`], with `env` set for the fake NVML and NCCL too.
+fn two_ranks_with_nvml(env: &[(&str, &str)], args: &[&str]) -> Value {
     let nvml = gputrace_tests::FakeNvml::new();
     let mut command = std::process::Command::new(gputrace_tests::gputrace());
+    command.envs(env.iter().copied());
     nvml.apply(&mut command).env("FAKE_NVML_PCIE", "4,4,16,16").args(["run", "--json", "--"]).arg(gputrace_tests::fakejob());
     command.args(["--ranks", "2", "--settle-ms", "500", "--steps", "300", "--host-us", "200"]).args(args);
     let out = command.output().expect("gputrace runs");
@@ -134,4 +140,22 @@ fn even_ranks_that_wait_for_their_bytes_on_the_link_are_comm_bound() {
     let waits: Vec<f64> = compute["nccl"]["ranks"].as_array().expect("ranks").iter().map(|r| r["wait_share"].as_f64().expect("wait")).collect();
     assert!(waits.iter().all(|w| *w > 0.5), "they wait as long, for their kernels: {waits:?}");
     assert!(!ids(&compute).iter().any(|id| id == "comm-bound" || id == "straggler"), "{:?}", ids(&compute));
+}
+
+/// The same bytes over two NVLink links (NVML says so; the fake NCCL moves 50 GB/s, what two
+/// links carry): the collectives' rate is the links', not the PCIe link's. Slow enough here to
+/// bound the step, and said so with the links named.
+#[test]
+fn ranks_on_nvlink_are_judged_by_the_links_rate() {
+    require_root();
+    let env = [("FAKE_NVML_NVLINKS", "2"), ("FAKE_NCCL_BYTES_PER_US", "50000")];
+    let r = two_ranks_with_nvml(&env, &["--driver-launches", "2", "--kernel-us", "50", "--allreduce-bytes", "67108864"]);
+    assert_eq!(r["gpu"]["devices"][0]["nvlinks_active"].as_u64(), Some(2), "{:#}", r["gpu"]["devices"][0]);
+    let d = r["diagnoses"].as_array().expect("diagnoses").iter().find(|d| d["id"] == "comm-bound").cloned();
+    let d = d.unwrap_or_else(|| panic!("no comm-bound: {:#} {:#}", r["diagnoses"], r["nccl"]));
+    assert!(d["evidence"].to_string().contains("2 NVLink links (50.0 GB/s"), "{d:#}");
+    // A quarter of the bytes beside kernels that take longer than they do: the ranks wait
+    // for their kernels, not the links.
+    let light = two_ranks_with_nvml(&env, &["--driver-launches", "2", "--kernel-us", "600", "--allreduce-bytes", "16777216"]);
+    assert!(!ids(&light).iter().any(|id| id == "comm-bound"), "{:?}: {:#}", ids(&light), light["nccl"]);
 }

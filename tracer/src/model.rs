@@ -767,6 +767,10 @@ pub struct GpuDevice {
     /// trains it down); null where not read. Below the maximum, copies are slower for it.
     #[serde(default)]
     pub pcie_under_load: Option<PcieLink>,
+    /// NVLink links NVML reports active on this GPU (null where NVML does not support
+    /// NVLink here): where there are some, GPUs of one host talk over them, not PCIe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlinks_active: Option<u32>,
     /// The NUMA node of the GPU's PCI device; null on a machine without NUMA.
     #[serde(default)]
     pub numa_node: Option<i32>,

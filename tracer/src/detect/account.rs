@@ -30,6 +30,8 @@ pub struct Account {
     /// What a pinned copy moves per second over that device's PCIe link (NVML); None
     /// without NVML or where it did not describe the link.
     pub bus_bytes_per_s: Option<f64>,
+    /// Active NVLink links of that device (NVML); None where NVML did not say.
+    pub nvlinks: Option<u32>,
 }
 
 /// A process of the tree that ran, blocked or waited for a CPU less than this fraction of the
@@ -147,6 +149,7 @@ impl Account {
             gpu_util: device.and_then(|d| d.utilization.as_ref()).map(|u| u.mean / 100.0),
             sm_active: device.and_then(|d| d.sm_activity_pct.as_ref()).map(|u| u.mean / 100.0),
             bus_bytes_per_s: device.and_then(bus_bytes_per_s),
+            nvlinks: device.and_then(|d| d.nvlinks_active),
         }
     }
 

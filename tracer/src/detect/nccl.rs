@@ -37,6 +37,10 @@ const COMM_WAIT: f64 = 0.30;
 /// ... are comm-bound where moving their bytes over the link takes at least this part of it.
 const COMM_EXPLAINED: f64 = 0.5;
 
+/// What one NVLink link carries each way, bytes per second: 25 GB/s for NVLink 2, 3 and 4
+/// alike (NVIDIA's figures; a link's version changes how many a GPU has, not this).
+const NVLINK_BYTES_PER_S: f64 = 25e9;
+
 /// One rank as the detectors see it.
 struct Rank<'a> {
     pid: u32,
@@ -221,7 +225,11 @@ fn comm_bound(ranks: &[Rank<'_>], account: &Account) -> Option<Diagnosis> {
     if timed.is_empty() || spread > EVEN_HOST_SPREAD || wait < COMM_WAIT {
         return None;
     }
-    let bus = account.bus_bytes_per_s?;
+    // Ranks on one host talk over NVLink where the GPU has active links, else over PCIe.
+    let (bus, link) = match account.nvlinks {
+        Some(n) if n > 0 => (f64::from(n) * NVLINK_BYTES_PER_S, format!("{n} NVLink links")),
+        _ => (account.bus_bytes_per_s?, "the PCIe link".to_owned()),
+    };
     // What one rank's collectives take on its link, as a share of its time.
     let transfer = timed
         .iter()
@@ -237,7 +245,7 @@ fn comm_bound(ranks: &[Rank<'_>], account: &Account) -> Option<Diagnosis> {
     let impact = transfer.min(wait);
     let evidence = vec![
         format!("every rank waits after its collectives: {} of its time on average; their host phases are even (within {})", pct(wait), pct(spread)),
-        format!("the bytes their collectives move over the link ({:.1} GB/s, NVML) take {} of a rank's time", bus / 1e9, pct(transfer)),
+        format!("the bytes their collectives move over {link} ({:.1} GB/s, NVML) take {} of a rank's time", bus / 1e9, pct(transfer)),
     ];
     Some(diagnosis(
         DiagnosisId::CommBound,

@@ -57,6 +57,16 @@ fn wall_us() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
 }
 
+/// nvml.h's `NVML_NVLINK_MAX_LINKS`: the links a GPU may have.
+const NVLINK_MAX_LINKS: u32 = 18;
+
+/// How many of the GPU's NVLink links are active; None where NVML answers for none of them
+/// (no NVLink on this GPU, or a driver without the call).
+fn nvlinks_active(dev: &nvml_wrapper::Device<'_>) -> Option<u32> {
+    let states: Vec<bool> = (0..NVLINK_MAX_LINKS).filter_map(|link| dev.link_wrapper_for(link).is_active().ok()).collect();
+    (!states.is_empty()).then(|| states.iter().filter(|a| **a).count() as u32)
+}
+
 impl Source for NvmlSource<'_> {
     fn devices(&self) -> Vec<DeviceInfo> {
         self.devices
@@ -72,6 +82,7 @@ impl Source for NvmlSource<'_> {
                 pcie_max_gen: dev.max_pcie_link_gen().ok(),
                 pcie_max_width: dev.max_pcie_link_width().ok(),
                 numa_node: dev.pci_info().ok().and_then(|p| crate::discover::cpus::numa_node_of_pci(&p.bus_id)),
+                nvlinks_active: nvlinks_active(dev),
             })
             .collect()
     }

@@ -79,6 +79,9 @@ pub struct DeviceInfo {
     /// The NUMA node sysfs gives the GPU's PCI device; None on a machine without NUMA.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub numa_node: Option<i32>,
+    /// NVLink links active (None where NVML does not support NVLink on this GPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlinks_active: Option<u32>,
 }
 
 /// NVML's throttle reason bits and their names (nvml.h, `nvmlClocksEventReason*`).
@@ -139,6 +142,7 @@ pub fn summarize(devices: &[DeviceInfo], samples: &[Sample], cx: &Context<'_>) -
                 pcie_max_width: d.pcie_max_width,
                 pcie_under_load: link_under_load(&mine),
                 numa_node: d.numa_node,
+                nvlinks_active: d.nvlinks_active,
                 memory_used_bytes: mine.iter().filter_map(|s| s.mem_used_bytes).max().unwrap_or(0),
                 memory_total_bytes: d.memory_total_bytes,
                 utilization_gpu_pct: utilization.as_ref().map(|u| u.mean.round() as u32),
