@@ -2,6 +2,8 @@
 //! torchrun starts them (`fakejob --ranks 2`), each all-reducing once a step. Exact counts and
 //! bytes per collective and per rank, a planted straggler named with its own cause, and a
 //! healthy pair and a job without NCCL that get no multi-GPU diagnosis.
+use std::os::unix::process::CommandExt as _;
+
 use gputrace_tests::{require_root, run_fakejob};
 use serde_json::Value;
 
@@ -158,4 +160,40 @@ fn ranks_on_nvlink_are_judged_by_the_links_rate() {
     // for their kernels, not the links.
     let light = two_ranks_with_nvml(&env, &["--driver-launches", "2", "--kernel-us", "600", "--allreduce-bytes", "16777216"]);
     assert!(!ids(&light).iter().any(|id| id == "comm-bound"), "{:?}: {:#}", ids(&light), light["nccl"]);
+}
+
+/// `attach --pid` on the launcher of ranks already running (as on `torchrun`'s pid): every
+/// rank is followed, each named by its placement from its environment; their communicators
+/// were made before the trace, so their rank numbers are unknown and said so (null).
+#[test]
+fn attaching_to_a_running_launcher_follows_every_rank() {
+    require_root();
+    let mut job = std::process::Command::new(gputrace_tests::fakejob())
+        .env("LD_LIBRARY_PATH", gputrace_tests::fake_cuda_dir())
+        // A group of its own, so that the ranks go with the launcher at the end.
+        .process_group(0)
+        .args(["--ranks", "2", "--steps", "4000", "--driver-launches", "5", "--kernel-us", "200", "--host-us", "1000", "--allreduce-bytes", "1048576"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("fakejob starts");
+    // The ranks are set up and all-reducing well before this.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let out = std::process::Command::new(gputrace_tests::gputrace())
+        .args(["attach", "--json", "--nvml-hz", "0", "--duration", "2", "--pid", &job.id().to_string()])
+        .output()
+        .expect("gputrace runs");
+    let _ = std::process::Command::new("kill").args(["-KILL", "--", &format!("-{}", job.id())]).status();
+    let _ = job.wait();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let r = gputrace_tests::report_json(&out.stdout);
+    let ranks = r["nccl"]["ranks"].as_array().unwrap_or_else(|| panic!("no ranks: {:#}", r["nccl"]));
+    assert_eq!(ranks.len(), 2, "{:#}", r["nccl"]);
+    let mut local: Vec<u64> = ranks.iter().map(|r| r["local_rank"].as_u64().unwrap_or(99)).collect();
+    local.sort_unstable();
+    assert_eq!(local, [0, 1], "{:#}", r["nccl"]);
+    for rank in ranks {
+        assert!(rank["rank"].is_null(), "the communicator was made before the trace: {rank:#}");
+        // About 2 s of steps of ~2 ms each, every one with its all-reduce.
+        assert!(rank["calls"].as_u64().is_some_and(|n| n > 300), "{rank:#}");
+    }
 }
