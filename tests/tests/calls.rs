@@ -221,11 +221,11 @@ fn each_calls_estimate_includes_our_programs_run_time() {
     }
 }
 
-/// The job's own CPU samples, caught inside our traps, set the estimate once there are enough
-/// of them (issue 34): the modelled costs are scaled to agree, with stacks or without (the
-/// sampler runs under `--no-stacks` for this alone).
+/// The job's own CPU samples, caught inside our traps, are shown beside the model once there
+/// are enough of them (issue 34), with stacks or without (the sampler runs under
+/// `--no-stacks` for this alone). Not applied: page faults and interrupts look alike to them.
 #[test]
-fn the_estimate_agrees_with_the_time_the_jobs_samples_saw_in_traps() {
+fn the_time_the_jobs_samples_saw_in_traps_is_shown_beside_the_model() {
     require_root();
     // 200,000 `.item()` steps: 800,000 traps, a second or more of them on any machine.
     let job = ["--kernel-us", "0", "--steps", "200000", "--item", "1"];
@@ -237,11 +237,11 @@ fn the_estimate_agrees_with_the_time_the_jobs_samples_saw_in_traps() {
         let s = &o["sampled"];
         let (samples, in_trap) = (s["samples"].as_u64().expect("samples"), s["in_trap"].as_u64().expect("in_trap"));
         assert!(in_trap >= 30 && in_trap <= samples, "{options:?}: {o:#}");
-        assert_eq!(o["basis"], "sampled", "{options:?}: {o:#}");
+        assert_eq!(o["basis"], "measured", "{options:?}: {o:#}");
         let scale = s["scale"].as_f64().expect("a scale");
-        // What the samples saw is the estimate; the model's figure is kept beside it.
-        assert!((f("estimated_s") - s["in_trap_s"].as_f64().expect("in_trap_s")).abs() < 1e-9, "{o:#}");
-        assert!((f("estimated_s") - f("modelled_s") * scale).abs() < 1e-9, "{o:#}");
+        // The samples' time over the model's; the estimate is the model's.
+        assert!((f("estimated_s") - f("modelled_s")).abs() < 1e-9, "{o:#}");
+        assert!((s["in_trap_s"].as_f64().expect("in_trap_s") - f("modelled_s") * scale).abs() < 1e-9, "{o:#}");
         let probes: f64 = o["per_probe"].as_array().expect("per_probe").iter().map(|p| p["cost_s"].as_f64().expect("cost_s")).sum();
         assert!((probes - f("estimated_s")).abs() < 1e-6, "the probes' costs add up to the estimate: {o:#}");
         // A loop of nothing but traps: the samples and the costs measured apart agree to a few

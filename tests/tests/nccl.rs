@@ -86,9 +86,9 @@ fn a_rank_whose_host_phase_is_three_times_longer_is_named_the_straggler_with_its
     let wait = |i: usize| ranks[i]["wait_share"].as_f64().expect("wait_share");
     assert!(wait(0) > wait(1) + 0.2, "{:#}", r["nccl"]);
     // The step is 2 ms longer on rank 1 than rank 0's host work: about that much of rank 0's
-    // step goes waiting; the diagnosis claims the others' excess wait.
+    // step goes waiting; the diagnosis claims the others' excess wait, at most.
     let impact = d["impact"].as_f64().expect("impact");
-    assert!((impact - (wait(0) - wait(1))).abs() < 1e-6, "{d:#}");
+    assert!(impact > 0.3 && impact <= wait(0) - wait(1) + 1e-9, "{d:#}");
     assert!(d["fix"].as_str().is_some_and(|f| f.contains("rank 1") && f.contains("--pid")), "{d:#}");
     // The promise, against the fixed twin: rank 1 with the others' host phase.
     let promised = d["saving"]["steps_per_s_after"].as_f64().unwrap_or_else(|| panic!("no steps/s after: {d:#}"));
@@ -155,7 +155,7 @@ fn ranks_on_nvlink_are_judged_by_the_links_rate() {
     assert_eq!(r["gpu"]["devices"][0]["nvlinks_active"].as_u64(), Some(2), "{:#}", r["gpu"]["devices"][0]);
     let d = r["diagnoses"].as_array().expect("diagnoses").iter().find(|d| d["id"] == "comm-bound").cloned();
     let d = d.unwrap_or_else(|| panic!("no comm-bound: {:#} {:#}", r["diagnoses"], r["nccl"]));
-    assert!(d["evidence"].to_string().contains("2 NVLink links (50.0 GB/s"), "{d:#}");
+    assert!(d["evidence"].to_string().contains("2 NVLink links (NVML), at 25 GB/s each assumed, 50.0 GB/s"), "{d:#}");
     // A quarter of the bytes beside kernels that take longer than they do: the ranks wait
     // for their kernels, not the links.
     let light = two_ranks_with_nvml(&env, &["--driver-launches", "2", "--kernel-us", "600", "--allreduce-bytes", "16777216"]);

@@ -1045,17 +1045,15 @@ pub struct Overhead {
     pub busiest_thread: Option<u32>,
     pub busiest_thread_s: f64,
     pub fraction_of_window: f64,
-    /// `sampled` (the job's own CPU samples caught its threads in our traps often enough to
-    /// measure: the per-trap costs below are scaled to agree with them, see `sampled`),
     /// `measured` (trap costs measured apart on this kernel, plus our programs' run time) or
     /// `assumed` (1 µs a trap, where no measurement exists).
     #[serde(default)]
     pub basis: String,
-    /// Traps × the costs measured apart (`measured`), all threads, before any scaling.
+    /// Traps × the costs measured apart (`measured`), all threads: `estimated_s`.
     #[serde(default)]
     pub modelled_s: f64,
-    /// The time the job's threads were seen inside our traps by their CPU samples, and the
-    /// scale it gives the modelled costs (absent where the sampler did not run).
+    /// The time the job's threads were seen inside our traps by their CPU samples, beside the
+    /// model (absent where the sampler did not run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampled: Option<SampledCost>,
     /// The measured cost of a trap by the instruction it sits on, and of a return probe.
@@ -1074,9 +1072,9 @@ pub struct SampledCost {
     pub in_trap: u64,
     /// `in_trap` / the sampling rate: the time the traced threads spent in our traps.
     pub in_trap_s: f64,
-    /// `in_trap_s` over `modelled_s`, applied to every cost in this section once `in_trap`
-    /// reaches `min_in_trap` (its statistical error is then within about ±20 %); null
-    /// before, when the modelled costs stand.
+    /// `in_trap_s` over `modelled_s`, once `in_trap` reaches `min_in_trap` (its statistical
+    /// error is then within about ±20 %); null before. Shown, not applied: the samples also
+    /// take page faults and interrupts for traps (an upper bound; docs/report.md).
     pub scale: Option<f64>,
     pub min_in_trap: u64,
 }

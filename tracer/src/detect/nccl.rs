@@ -38,7 +38,8 @@ const COMM_WAIT: f64 = 0.30;
 const COMM_EXPLAINED: f64 = 0.5;
 
 /// What one NVLink link carries each way, bytes per second: 25 GB/s for NVLink 2, 3 and 4
-/// alike (NVIDIA's figures; a link's version changes how many a GPU has, not this).
+/// (NVIDIA's figures); NVLink 5 (Blackwell) carries twice that, so there the transfer is
+/// overstated. NVML's link count is read; the rate is assumed, and the evidence says so.
 const NVLINK_BYTES_PER_S: f64 = 25e9;
 
 /// One rank as the detectors see it.
@@ -110,7 +111,9 @@ fn wire_bytes(op: Op, bytes: u64, n: u64) -> f64 {
         Op::AllReduce => 2.0 * (n - 1.0) / n * b,
         // The count is each rank's part: it receives every other rank's.
         Op::AllGather | Op::ReduceScatter => (n - 1.0) * b,
-        Op::Broadcast | Op::Reduce | Op::Send | Op::Recv => b,
+        Op::Broadcast | Op::Reduce | Op::Send => b,
+        // What a rank receives crosses the link the other way: its send is counted.
+        Op::Recv => 0.0,
     }
 }
 
@@ -186,9 +189,13 @@ fn straggler(ranks: &[Rank<'_>]) -> Option<Diagnosis> {
     let mean = |f: fn(&(&Rank<'_>, f64, f64)) -> f64| others.iter().map(|t| f(t)).sum::<f64>() / others.len() as f64;
     let (others_host, others_wait) = (mean(|t| t.1), mean(|t| t.2));
     let excess = others_wait - slow_wait;
-    if excess < STRAGGLER_EXCESS_WAIT || slow_host - others_host < STRAGGLER_EXPLAINED * excess {
+    let longer = slow_host - others_host;
+    if excess < STRAGGLER_EXCESS_WAIT || longer < STRAGGLER_EXPLAINED * excess {
         return None;
     }
+    // Fixing the straggler gives back what its longer host phase makes the others wait, no
+    // more: a wait beyond it is for something else.
+    let impact = excess.min(longer);
     let (cause, cause_share) = slow.account.as_ref().map(verdict_of)?;
     let mut evidence = vec![format!(
         "{}: host phase {} of its time, {} waiting after collectives; the other ranks: host phase {}, waiting {}",
@@ -209,8 +216,8 @@ fn straggler(ranks: &[Rank<'_>]) -> Option<Diagnosis> {
     Some(diagnosis(
         DiagnosisId::Straggler,
         TimeBucket::WaitingOnGpu,
-        excess,
-        format!("{} is a straggler ({}): the other ranks wait {} of their time in collectives for it", slow.label(), cause.as_str(), pct(excess)),
+        impact,
+        format!("{} is a straggler ({}): the other ranks wait {} of their time in collectives for it", slow.label(), cause.as_str(), pct(impact)),
         evidence,
         &fix,
     ))
@@ -222,13 +229,14 @@ fn comm_bound(ranks: &[Rank<'_>], account: &Account) -> Option<Diagnosis> {
     let hosts = timed.iter().map(|t| t.1);
     let spread = hosts.clone().fold(f64::MIN, f64::max) - hosts.fold(f64::MAX, f64::min);
     let wait = timed.iter().map(|t| t.2).sum::<f64>() / timed.len().max(1) as f64;
-    if timed.is_empty() || spread > EVEN_HOST_SPREAD || wait < COMM_WAIT {
+    // One rank alone may be waiting for a rank not traced here: even ranks take two.
+    if timed.len() < 2 || spread > EVEN_HOST_SPREAD || wait < COMM_WAIT {
         return None;
     }
     // Ranks on one host talk over NVLink where the GPU has active links, else over PCIe.
     let (bus, link) = match account.nvlinks {
-        Some(n) if n > 0 => (f64::from(n) * NVLINK_BYTES_PER_S, format!("{n} NVLink links")),
-        _ => (account.bus_bytes_per_s?, "the PCIe link".to_owned()),
+        Some(n) if n > 0 => (f64::from(n) * NVLINK_BYTES_PER_S, format!("{n} NVLink links (NVML), at 25 GB/s each assumed")),
+        _ => (account.bus_bytes_per_s?, "the PCIe link (NVML)".to_owned()),
     };
     // What one rank's collectives take on its link, as a share of its time.
     let transfer = timed
@@ -245,7 +253,7 @@ fn comm_bound(ranks: &[Rank<'_>], account: &Account) -> Option<Diagnosis> {
     let impact = transfer.min(wait);
     let evidence = vec![
         format!("every rank waits after its collectives: {} of its time on average; their host phases are even (within {})", pct(wait), pct(spread)),
-        format!("the bytes their collectives move over {link} ({:.1} GB/s, NVML) take {} of a rank's time", bus / 1e9, pct(transfer)),
+        format!("the bytes their collectives move over {link}, {:.1} GB/s, take {} of a rank's time", bus / 1e9, pct(transfer)),
     ];
     Some(diagnosis(
         DiagnosisId::CommBound,
@@ -267,6 +275,7 @@ mod tests {
         assert!((wire_bytes(Op::AllReduce, 1000, 4) - 1500.0).abs() < 1e-9);
         assert!((wire_bytes(Op::AllGather, 1000, 4) - 3000.0).abs() < 1e-9);
         assert!((wire_bytes(Op::Send, 1000, 8) - 1000.0).abs() < 1e-9);
+        assert!(wire_bytes(Op::Recv, 1000, 8).abs() < 1e-9, "a send and its recv cross the link once");
         assert!(wire_bytes(Op::AllReduce, 1000, 1).abs() < 1e-9, "a rank alone moves nothing");
     }
 

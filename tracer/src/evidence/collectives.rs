@@ -82,12 +82,13 @@ impl Collectives {
                 let o = r.by_op.entry(layout.op).or_default();
                 o.calls += 1;
                 o.call_ns += duration;
-                match nccl::datatype_bytes(call.args[nccl::slot::DATATYPE]) {
+                // An int-sized enum: the register's upper half is not the caller's.
+                match nccl::datatype_bytes(call.args[nccl::slot::DATATYPE] & 0xffff_ffff) {
                     Some(size) => o.bytes = o.bytes.saturating_add(call.args[nccl::slot::COUNT].saturating_mul(size)),
                     None => o.unknown_datatype += 1,
                 }
-                // A failed call queued nothing.
-                if call.ret == 0 {
+                // A failed call queued nothing (`ncclResult_t`, int-sized).
+                if call.ret as u32 == 0 {
                     r.pending = Some(layout.op);
                 }
             }
@@ -95,7 +96,7 @@ impl Collectives {
             (Family::Comm, _) if spec.symbol == "ncclCommDestroy" => r.comms_destroyed += 1,
             (Family::Comm, _) => {
                 r.init_ns += duration;
-                if call.ret == 0 {
+                if call.ret as u32 == 0 {
                     r.comms_made += 1;
                     if r.comm.is_none() {
                         r.rank = Some(call.args[nccl::init::RANK] & 0xffff_ffff);

@@ -72,12 +72,7 @@ impl ProbeSet {
     /// Each traced thread's CPU samples and those inside a trap, summed: what the probes
     /// cost the job, sampled (`tracer.overhead.sampled`). None where the sampler is not
     /// running.
-    #[must_use]
-    pub fn trap_sampling(&self) -> Option<trap_cost::TrapSampling> {
-        self.trap_sampling_of(|_| true)
-    }
-
-    /// [`Self::trap_sampling`] of the threads `keep` accepts.
+    /// Only the threads `keep` accepts count.
     #[must_use]
     pub fn trap_sampling_of(&self, keep: impl Fn(u32) -> bool) -> Option<trap_cost::TrapSampling> {
         self.sampler_running.then(|| {

@@ -37,11 +37,8 @@ pub(super) struct Budgeting {
     pub(super) costs: Option<crate::probes::trap_cost::TrapCosts>,
     /// Threads closing launch links taken off (a grace period each, off the loop).
     pub(super) closing: Vec<std::thread::JoinHandle<()>>,
-    /// When `costs.program_ns` and `scale` were last read.
+    /// When `costs.program_ns` was last read.
     programs_read_ns: u64,
-    /// What the traced threads' CPU samples say the modelled costs are to be scaled by
-    /// (`report::overhead::sampled_scale`); 1 until enough samples landed in traps.
-    scale: f64,
     /// The wakeups of the off phases where calls went off too (`evidence::sampled_calls`).
     wakes_off: crate::evidence::sampled_calls::WakesOff,
 }
@@ -53,15 +50,6 @@ fn over_budget_with_blocks(counters: &[(u32, gputrace_common::ThreadCounters)], 
     let blocks = counters.iter().any(|(_, c)| c.hits.iter().enumerate().any(|(id, &n)| n > 0 && is_block(id)));
     let busiest = counters.iter().map(|(_, c)| c.hits.iter().zip(cost_ns).map(|(&n, &ns)| n as f64 * ns).sum::<f64>()).fold(0.0, f64::max);
     blocks && elapsed_ns > 0 && busiest > limit * elapsed_ns as f64
-}
-
-/// The scale the live threads' CPU samples give the modelled costs `cost_ns` (by probe id),
-/// once enough of them landed in traps.
-fn live_scale(kernel: &crate::probes::ProbeSet, counters: &[(u32, gputrace_common::ThreadCounters)], cost_ns: &[f64; gputrace_common::PROBE_SLOTS]) -> Option<f64> {
-    let modelled_ns: f64 = counters.iter().map(|(_, c)| c.hits.iter().zip(cost_ns).map(|(&n, &ns)| n as f64 * ns).sum::<f64>()).sum();
-    let live: std::collections::BTreeSet<u32> = counters.iter().map(|(tid, _)| *tid).collect();
-    let sampling = kernel.trap_sampling_of(|tid| live.contains(&tid))?;
-    crate::report::overhead::sampled_scale(&sampling, modelled_ns)
 }
 
 /// How often the budget re-reads what our programs cost per run (a system call a program).
@@ -85,7 +73,7 @@ impl Live {
         let calls_may_go = !self.kernel.entry_only;
         let controller = budget_controller::Budget::new(limit, clock::monotonic_ns(), &self.kernel.thread_counters(), calls_may_go);
         let wakes_off = crate::evidence::sampled_calls::WakesOff::default();
-        self.budget = Some(Budgeting { controller, costs, closing: Vec::new(), programs_read_ns: 0, scale: 1.0, wakes_off });
+        self.budget = Some(Budgeting { controller, costs, closing: Vec::new(), programs_read_ns: 0, wakes_off });
     }
 
     pub(super) fn budget_due(&self) -> Option<tokio::time::Instant> {
@@ -99,18 +87,13 @@ impl Live {
     pub(super) fn budget_step(&mut self) {
         let Some(b) = self.budget.as_mut() else { return };
         let now = clock::monotonic_ns();
-        let counters = self.kernel.thread_counters();
-        let mut costs = crate::probes::trap_cost::hit_ns(&self.kernel.attached_libraries(), b.costs.as_ref(), self.kernel.entry_only);
         if let Some(c) = b.costs.as_mut().filter(|_| now.saturating_sub(b.programs_read_ns) >= PROGRAM_COSTS_EVERY_NS) {
             // The trap alone understates a call: our programs' own work is charged too.
             c.program_ns = self.kernel.program_costs();
-            costs = crate::probes::trap_cost::hit_ns(&self.kernel.attached_libraries(), Some(c), self.kernel.entry_only);
-            b.scale = live_scale(&self.kernel, &counters, &costs).unwrap_or(b.scale);
             b.programs_read_ns = now;
         }
-        for ns in &mut costs {
-            *ns *= b.scale;
-        }
+        let costs = crate::probes::trap_cost::hit_ns(&self.kernel.attached_libraries(), b.costs.as_ref(), self.kernel.entry_only);
+        let counters = self.kernel.thread_counters();
         // The caching allocator's probes go first, and for good, once the busiest thread has
         // paid more than the budget since the start: they cost traps per tensor, and their
         // view needs every give-back, so they are not cycled with the launches.

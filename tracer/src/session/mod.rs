@@ -310,7 +310,9 @@ impl Live {
         let trap_costs = match measured {
             Ok(mut c) => {
                 c.program_ns = self.kernel.program_costs();
-                c.sampled = self.kernel.trap_sampling();
+                // The threads the model charges: those that hit a probe.
+                let hit = |tid: u32| self.evidence.threads.get(&tid).is_some_and(|t| t.hits.iter().any(|&h| h > 0));
+                c.sampled = self.kernel.trap_sampling_of(hit);
                 Some(c)
             }
             Err(why) => {
