@@ -178,9 +178,15 @@ pub fn analyze(ev: &Evidence, account: &Account, start_ns: u64, end_ns: u64) -> 
     Some((section, found.into_iter().collect()))
 }
 
+/// The ranks that have a time account, each with its host phase's share and its share
+/// waiting after collectives.
+fn timed<'a, 'b>(ranks: &'a [Rank<'b>]) -> Vec<(&'a Rank<'b>, f64, f64)> {
+    ranks.iter().filter_map(|r| Some((r, r.host_share()?, r.share(r.seen.wait_ns())?))).collect()
+}
+
 /// One rank's host phase longer than the others', the others waiting for it (module docs).
 fn straggler(ranks: &[Rank<'_>]) -> Option<Diagnosis> {
-    let timed: Vec<(&Rank<'_>, f64, f64)> = ranks.iter().filter_map(|r| Some((r, r.host_share()?, r.share(r.seen.wait_ns())?))).collect();
+    let timed = timed(ranks);
     if timed.len() < 2 {
         return None;
     }
@@ -225,7 +231,7 @@ fn straggler(ranks: &[Rank<'_>]) -> Option<Diagnosis> {
 
 /// Even ranks that all wait after their collectives, the wait mostly their bytes on the link.
 fn comm_bound(ranks: &[Rank<'_>], account: &Account) -> Option<Diagnosis> {
-    let timed: Vec<(&Rank<'_>, f64, f64)> = ranks.iter().filter_map(|r| Some((r, r.host_share()?, r.share(r.seen.wait_ns())?))).collect();
+    let timed = timed(ranks);
     let hosts = timed.iter().map(|t| t.1);
     let spread = hosts.clone().fold(f64::MIN, f64::max) - hosts.fold(f64::MAX, f64::min);
     let wait = timed.iter().map(|t| t.2).sum::<f64>() / timed.len().max(1) as f64;

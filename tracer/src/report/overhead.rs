@@ -61,12 +61,11 @@ pub fn estimate(ev: &Evidence, window_ns: u64, entry_only: bool, libraries: &[At
     let traps: u64 = per_thread.iter().map(|(_, n, _)| *n).fold(0, u64::saturating_add);
     let modelled_ns: f64 = per_thread.iter().map(|(_, _, ns)| ns).sum();
     let sampling = measured.and_then(|m| m.sampled);
+    // Shown beside the model, not applied to it (module docs).
     let scale = sampling.and_then(|s| sampled_scale(&s, modelled_ns));
-    // Shown, not applied (module docs).
-    let k = 1.0;
-    let total_ns = modelled_ns * k;
+    let total_ns = modelled_ns;
     let (busiest_tid, _, busiest_modelled_ns) = per_thread.iter().copied().max_by(|a, b| a.2.total_cmp(&b.2)).unwrap_or_default();
-    let busiest_ns = busiest_modelled_ns * k;
+    let busiest_ns = busiest_modelled_ns;
     let mut per_probe: Vec<ProbeCost> = ev
         .hits()
         .into_iter()
@@ -74,7 +73,7 @@ pub fn estimate(ev: &Evidence, window_ns: u64, entry_only: bool, libraries: &[At
             let spec = spec_of(id)?;
             let (kind, entry_ns, return_ns) = costs.get(&id).copied()?;
             let program_ns = measured.and_then(|m| m.program_ns.get(&id)).map(|p| p.entry_ns + if return_ns > 0.0 { p.return_ns } else { 0.0 });
-            Some(ProbeCost { symbol: spec.symbol.into(), entry: kind, entry_ns: entry_ns * k, return_ns: return_ns * k, program_ns, hits, cost_s: modelled_of(id, hits) * k / 1e9 })
+            Some(ProbeCost { symbol: spec.symbol.into(), entry: kind, entry_ns, return_ns, program_ns, hits, cost_s: modelled_of(id, hits) / 1e9 })
         })
         .collect();
     per_probe.sort_by(|a, b| b.cost_s.total_cmp(&a.cost_s));

@@ -74,12 +74,13 @@ pub(super) fn drain_ring(
         }
         match event {
             Event::Call(c) => {
+                let spec = spec_of(c.header.probe);
                 // A rank's placement, read from its environment while it lives (not taped: a
                 // recording's report leaves it out).
-                if spec_of(c.header.probe).is_some_and(|s| matches!(s.family, Family::Collective | Family::Comm)) {
+                if spec.is_some_and(|s| matches!(s.family, Family::Collective | Family::Comm)) {
                     evidence.rank_env.entry(pid).or_insert_with(|| std::fs::read(format!("/proc/{pid}/environ")).map(|e| RankEnv::parse(&e)).unwrap_or_default());
                 }
-                if let (Some(py), Some(spec)) = (python, spec_of(c.header.probe)) {
+                if let (Some(py), Some(spec)) = (python, spec) {
                     let bytes = spec.size_arg.map_or(0, |i| c.args[usize::from(i)]);
                     match spec.family {
                         Family::Alloc => py.allocated(c.header.tgid, c.header.tid, bytes, c.ret != 0, c.header.ts_ns, None),
