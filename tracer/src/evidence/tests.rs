@@ -356,3 +356,19 @@ fn with_call_probes_off_part_of_the_time_calls_and_the_wakes_of_on_phases_scale_
     // Calls on throughout: nothing to scale.
     assert_eq!(Evidence::default().scale_sampled_calls(0, 10_000_000, &sampled_calls::WakesOff::default()), None);
 }
+
+#[test]
+fn a_ranks_placement_is_read_from_any_environment_without_panic() {
+    let env = b"PATH=/bin\0LOCAL_RANK=1\0CUDA_VISIBLE_DEVICES=GPU-aa, GPU-bb\0";
+    let r = super::RankEnv::parse(env);
+    assert_eq!((r.local_rank, r.gpu().as_deref()), (Some(1), Some("GPU-bb")));
+    // No list: device LOCAL_RANK; a list too short: unknown.
+    assert_eq!(super::RankEnv::parse(b"LOCAL_RANK=3\0").gpu().as_deref(), Some("3"));
+    assert_eq!(super::RankEnv::parse(b"LOCAL_RANK=3\0CUDA_VISIBLE_DEVICES=0,1\0").gpu(), None);
+    // Not a number, not UTF-8, a name that only starts alike, nothing: no placement.
+    assert_eq!(super::RankEnv::parse(b"LOCAL_RANK=x\0").local_rank, None);
+    assert_eq!(super::RankEnv::parse(b"LOCAL_RANK=\xff\0").local_rank, None);
+    assert_eq!(super::RankEnv::parse(b"LOCAL_RANKS=2\0").local_rank, None);
+    assert_eq!(super::RankEnv::parse(b""), super::RankEnv::default());
+    assert!(super::RankEnv::parse(b"CUDA_VISIBLE_DEVICES=\xff\0").visible_devices.is_some());
+}
