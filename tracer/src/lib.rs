@@ -4,11 +4,16 @@
 //! `discover` (processes, libraries, symbols) → `probes` (load and attach eBPF) →
 //! `collect` (ring buffer, memory maps) → `decode` (bytes → events) → `evidence` (totals) →
 //! `stacks` (call sites) → `detect` (diagnoses) → `report` (JSON, text). `model` (the report's
-//! types) and `outcome` (what a session hands the report) are leaves the stages import.
+//! types) is a crate of its own, `tracer-model`, that depends on nothing here; `outcome` (what
+//! a session hands the report) gathers what the stages produced.
 //! `session` sequences the stages; `cli` is the command line; `gpu` is the NVML view; `sweep`
 //! is the host-wide census, `serve` its windows as Prometheus metrics and `top` as a live view.
 
 pub mod cli;
+/// The report's types, a crate of their own (`tracer-model/`) so that none can import a stage.
+pub use gputrace_model as model;
+/// How bad a diagnosis is, shared by the detectors, the sweep and the reports.
+pub use gputrace_model::severity;
 pub mod clock;
 pub mod collect;
 pub mod decode;
@@ -20,7 +25,6 @@ pub mod evidence;
 pub mod export;
 pub mod fuzzing;
 pub mod gpu;
-pub mod model;
 mod preflight;
 pub mod outcome;
 pub mod output;
@@ -30,7 +34,6 @@ pub mod report;
 pub mod serve;
 pub mod session;
 pub mod top;
-pub mod severity;
 pub mod stacks;
 pub mod sweep;
 pub mod usage;

@@ -10,23 +10,6 @@ use crate::{
 
 pub use crate::model::Framework;
 
-impl Framework {
-    #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Pytorch => "pytorch",
-            Self::Lightning => "lightning",
-            Self::HfTrainer => "hf-trainer",
-            Self::Accelerate => "accelerate",
-            Self::Deepspeed => "deepspeed",
-            Self::Vllm => "vllm",
-            Self::Sglang => "sglang",
-            Self::Jax => "jax",
-            Self::Tensorflow => "tensorflow",
-        }
-    }
-}
-
 /// Python paths that mark a layer over PyTorch, the outermost first (a Lightning job may
 /// also run Accelerate or `DeepSpeed` beneath it).
 const LAYERS: [(&str, Framework); 8] = [

@@ -5,65 +5,66 @@
 use super::DeviceInfo;
 use crate::model::CudaEnv;
 
-impl CudaEnv {
-    /// Read `pid`'s environment (its initial one: a later `os.environ` change is not seen).
-    #[must_use]
-    pub fn of(pid: u32) -> Self {
-        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-        Self::parse(&env)
-    }
+/// The CUDA device variables of `pid`'s environment (its initial one: a later `os.environ`
+/// change is not seen); none where the process is gone or not ours to read.
+#[must_use]
+pub fn cuda_env_of(pid: u32) -> CudaEnv {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    parse_cuda_env(&env)
+}
 
-    #[must_use]
-    pub fn parse(environ: &[u8]) -> Self {
-        let mut out = Self::default();
-        for var in environ.split(|b| *b == 0) {
-            let var = String::from_utf8_lossy(var);
-            if let Some(v) = var.strip_prefix("CUDA_VISIBLE_DEVICES=") {
-                out.visible_devices = Some(v.to_owned());
-            } else if let Some(v) = var.strip_prefix("CUDA_DEVICE_ORDER=") {
-                out.device_order = Some(v.to_owned());
-            }
+/// The CUDA device variables of an environment block (`NAME=value` entries, NUL apart).
+#[must_use]
+pub fn parse_cuda_env(environ: &[u8]) -> CudaEnv {
+    let mut out = CudaEnv::default();
+    for var in environ.split(|b| *b == 0) {
+        let var = String::from_utf8_lossy(var);
+        if let Some(v) = var.strip_prefix("CUDA_VISIBLE_DEVICES=") {
+            out.visible_devices = Some(v.to_owned());
+        } else if let Some(v) = var.strip_prefix("CUDA_DEVICE_ORDER=") {
+            out.device_order = Some(v.to_owned());
         }
-        out
     }
+    out
+}
 
-    /// Whether the job can see `device`: Some(true/false) where the environment decides it,
-    /// None where it cannot be told (integer indices in CUDA's default, fastest-first order).
-    #[must_use]
-    pub fn sees(&self, device: &DeviceInfo, all: &[DeviceInfo]) -> Option<bool> {
-        let Some(list) = &self.visible_devices else { return Some(true) };
-        let by_bus = self.device_order.as_deref() == Some("PCI_BUS_ID");
-        let mut undecided = false;
-        // CUDA stops at the first entry it cannot parse; so does this.
-        for entry in list.split(',').map(str::trim).take_while(|e| !e.is_empty()) {
-            if entry.starts_with("MIG-") {
-                // A MIG instance's UUID is not its GPU's: which GPU it lives on is not told here.
-                undecided = true;
-            } else if entry.starts_with("GPU-") {
-                // A unique prefix of the UUID is enough for CUDA.
-                if device.uuid.starts_with(entry) {
+/// Whether a job with environment `env` can see `device`: Some(true/false) where the
+/// environment decides it, None where it cannot be told (integer indices in CUDA's default,
+/// fastest-first order).
+#[must_use]
+pub fn sees(env: &CudaEnv, device: &DeviceInfo, all: &[DeviceInfo]) -> Option<bool> {
+    let Some(list) = &env.visible_devices else { return Some(true) };
+    let by_bus = env.device_order.as_deref() == Some("PCI_BUS_ID");
+    let mut undecided = false;
+    // CUDA stops at the first entry it cannot parse; so does this.
+    for entry in list.split(',').map(str::trim).take_while(|e| !e.is_empty()) {
+        if entry.starts_with("MIG-") {
+            // A MIG instance's UUID is not its GPU's: which GPU it lives on is not told here.
+            undecided = true;
+        } else if entry.starts_with("GPU-") {
+            // A unique prefix of the UUID is enough for CUDA.
+            if device.uuid.starts_with(entry) {
+                return Some(true);
+            }
+        } else if let Ok(i) = entry.parse::<usize>() {
+            if by_bus || all.len() == 1 {
+                // NVML's order is by PCI bus id: the same as CUDA's in this mode.
+                let mut by_pci: Vec<&DeviceInfo> = all.iter().collect();
+                by_pci.sort_by(|a, b| a.pci_bus_id.cmp(&b.pci_bus_id));
+                if by_pci.get(i).is_some_and(|d| d.uuid == device.uuid) {
                     return Some(true);
                 }
-            } else if let Ok(i) = entry.parse::<usize>() {
-                if by_bus || all.len() == 1 {
-                    // NVML's order is by PCI bus id: the same as CUDA's in this mode.
-                    let mut by_pci: Vec<&DeviceInfo> = all.iter().collect();
-                    by_pci.sort_by(|a, b| a.pci_bus_id.cmp(&b.pci_bus_id));
-                    if by_pci.get(i).is_some_and(|d| d.uuid == device.uuid) {
-                        return Some(true);
-                    }
-                } else {
-                    undecided = true;
-                }
             } else {
-                break;
+                undecided = true;
             }
-        }
-        if undecided {
-            None
         } else {
-            Some(false)
+            break;
         }
+    }
+    if undecided {
+        None
+    } else {
+        Some(false)
     }
 }
 
@@ -89,18 +90,18 @@ mod tests {
     #[test]
     fn visible_devices_by_uuid_and_by_bus_order() {
         let all = [dev("GPU-aaaa", "0000:81:00.0"), dev("GPU-bbbb", "0000:01:00.0")];
-        let env = CudaEnv::parse(b"HOME=/root\0CUDA_VISIBLE_DEVICES=GPU-bb\0");
-        assert_eq!(env.sees(&all[1], &all), Some(true));
-        assert_eq!(env.sees(&all[0], &all), Some(false));
+        let env = parse_cuda_env(b"HOME=/root\0CUDA_VISIBLE_DEVICES=GPU-bb\0");
+        assert_eq!(sees(&env, &all[1], &all), Some(true));
+        assert_eq!(sees(&env, &all[0], &all), Some(false));
         let by_bus = CudaEnv { visible_devices: Some("0".into()), device_order: Some("PCI_BUS_ID".into()) };
-        assert_eq!(by_bus.sees(&all[1], &all), Some(true), "index 0 by bus is 0000:01");
-        assert_eq!(by_bus.sees(&all[0], &all), Some(false));
+        assert_eq!(sees(&by_bus, &all[1], &all), Some(true), "index 0 by bus is 0000:01");
+        assert_eq!(sees(&by_bus, &all[0], &all), Some(false));
         let fastest_first = CudaEnv { visible_devices: Some("1".into()), device_order: None };
-        assert_eq!(fastest_first.sees(&all[0], &all), None, "CUDA's default order cannot be known from NVML");
-        assert_eq!(CudaEnv::default().sees(&all[0], &all), Some(true), "no variable: every device");
+        assert_eq!(sees(&fastest_first, &all[0], &all), None, "CUDA's default order cannot be known from NVML");
+        assert_eq!(sees(&CudaEnv::default(), &all[0], &all), Some(true), "no variable: every device");
         let empty = CudaEnv { visible_devices: Some(String::new()), device_order: None };
-        assert_eq!(empty.sees(&all[0], &all), Some(false), "an empty list hides every device");
+        assert_eq!(sees(&empty, &all[0], &all), Some(false), "an empty list hides every device");
         let bad = CudaEnv { visible_devices: Some("x,GPU-aaaa".into()), device_order: None };
-        assert_eq!(bad.sees(&all[0], &all), Some(false), "CUDA stops at the first bad entry");
+        assert_eq!(sees(&bad, &all[0], &all), Some(false), "CUDA stops at the first bad entry");
     }
 }

@@ -49,24 +49,6 @@ pub fn entry_kind_at(path: &Path, offset: u64) -> EntryKind {
     }
 }
 
-impl TrapCosts {
-    /// What the old model assumed for every trap: ~0.9 µs measured for a bare uprobe on a
-    /// `push`-led function on the GPU machine, rounded up (docs/facts.md). Used where no
-    /// measurement exists (a recording cut before its end record).
-    pub const ASSUMED_NS: f64 = 1_000.0;
-
-    #[must_use]
-    pub fn entry_ns(&self, kind: EntryKind) -> f64 {
-        match kind {
-            EntryKind::Push => self.push_ns,
-            EntryKind::Nop => self.nop_ns,
-            EntryKind::Endbr => self.endbr_ns,
-            EntryKind::Branch => self.branch_ns,
-            EntryKind::Stepped => self.stepped_ns,
-        }
-    }
-}
-
 /// The calibration code (x86-64): tiny functions, each beginning with one kind of
 /// instruction, 16 bytes apart. It lives in a private memfd, not in gputrace's own binary:
 /// a probe sits on an inode for every process that maps it, and a probe on the shared

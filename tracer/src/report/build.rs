@@ -69,7 +69,7 @@ pub fn build(outcome: &Outcome) -> Report {
             end_ns: outcome.end_ns,
         });
         for (d, info) in devices.iter_mut().zip(&samples.devices) {
-            d.visible_to_target = outcome.cuda_env.sees(info, &samples.devices);
+            d.visible_to_target = crate::gpu::identity::sees(&outcome.cuda_env, info, &samples.devices);
         }
         Gpu {
             available: true,

@@ -91,7 +91,7 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
     let start_ns = clock::monotonic_ns();
     let started_unix_s = unix_now_s();
     let pid = started.pid;
-    let cuda_env = crate::model::CudaEnv::of(pid);
+    let cuda_env = crate::gpu::identity::cuda_env_of(pid);
     let cpus = crate::discover::cpus::of(pid);
     let placement = crate::discover::cpus::placement(pid);
     if sampler.is_some() && crate::gpu::identity::in_child_pid_namespace() {

@@ -17,7 +17,8 @@ mod build;
 mod classify;
 mod job;
 pub mod engine;
-pub mod model;
+/// The sweep report's types, beside the trace report's in `tracer-model/`.
+pub use gputrace_model::sweep as model;
 mod nvml;
 mod privacy;
 mod scan;

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::Tool;
+use crate::Tool;
 
 pub const SCHEMA: &str = "gputrace.sweep/1";
 

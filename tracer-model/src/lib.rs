@@ -1,5 +1,13 @@
-//! The report's JSON shape, `gputrace.report/1` (docs/report.md). Field names are a contract
-//! (docs/contract.md): add freely, rename nothing.
+//! The report's JSON shape, `gputrace.report/1` (docs/report.md), and the sweep's,
+//! `gputrace.sweep/1` (`sweep`). Field names are a contract (docs/contract.md): add freely,
+//! rename nothing.
+//!
+//! A crate of its own so that it stays a leaf: it depends on serde and schemars alone, so a
+//! report type cannot reach into a stage of the tracer (the compiler refuses the import), and
+//! the stages, the sweep and the readers of recordings all fill the one set of types.
+
+pub mod severity;
+pub mod sweep;
 
 use std::collections::BTreeMap;
 
@@ -1259,6 +1267,24 @@ pub enum Framework {
     Tensorflow,
 }
 
+impl Framework {
+    /// The name the JSON report uses (`pytorch`, `hf-trainer`, …).
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Pytorch => "pytorch",
+            Self::Lightning => "lightning",
+            Self::HfTrainer => "hf-trainer",
+            Self::Accelerate => "accelerate",
+            Self::Deepspeed => "deepspeed",
+            Self::Vllm => "vllm",
+            Self::Sglang => "sglang",
+            Self::Jax => "jax",
+            Self::Tensorflow => "tensorflow",
+        }
+    }
+}
+
 /// One code location and the time charged to it (`diagnoses[].sites`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Site {
@@ -1370,6 +1396,25 @@ pub struct TrapCosts {
     /// did not run, and in recordings made before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampled: Option<TrapSampling>,
+}
+
+impl TrapCosts {
+    /// What the model assumes for every trap where no measurement exists (a recording cut
+    /// before its end record): ~0.9 µs measured for a bare uprobe on a `push`-led function
+    /// on the GPU machine, rounded up (docs/facts.md).
+    pub const ASSUMED_NS: f64 = 1_000.0;
+
+    /// The measured cost of one trap on a function that begins with `kind`.
+    #[must_use]
+    pub fn entry_ns(&self, kind: EntryKind) -> f64 {
+        match kind {
+            EntryKind::Push => self.push_ns,
+            EntryKind::Nop => self.nop_ns,
+            EntryKind::Endbr => self.endbr_ns,
+            EntryKind::Branch => self.branch_ns,
+            EntryKind::Stepped => self.stepped_ns,
+        }
+    }
 }
 
 /// CPU samples of the traced threads (a perf event at `hz` per CPU), and how many of them
