@@ -666,8 +666,25 @@ pub struct CgroupThrottle {
     pub throttled_s: f64,
 }
 
+/// The block I/O the traced tree issued over the window (`io`), from the block tracepoints.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Io {
+    /// The requests by kind, summed exactly as the evidence counted them.
+    #[serde(flatten)]
+    pub counts: IoCounts,
+    /// Sum of request latencies, submission to completion.
+    pub wait_s: f64,
+    /// Latency quantiles (upper edges of log2 buckets), null without I/O.
+    pub latency_us: Option<Quantiles>,
+    pub by_process: Vec<IoEntry>,
+    pub by_device: Vec<IoEntry>,
+}
+
+/// Block I/O requests by kind: what the evidence sums per process, per device and in all,
+/// and what the report's `io` section shows unchanged (its own fields beside them, in
+/// seconds, are converted from the evidence's nanoseconds).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct IoCounts {
     pub reads: u64,
     pub read_bytes: u64,
     pub writes: u64,
@@ -675,12 +692,6 @@ pub struct Io {
     /// Discards, flushes and other requests.
     pub others: u64,
     pub errors: u64,
-    /// Sum of request latencies, submission to completion.
-    pub wait_s: f64,
-    /// Latency quantiles (upper edges of log2 buckets), null without I/O.
-    pub latency_us: Option<Quantiles>,
-    pub by_process: Vec<IoEntry>,
-    pub by_device: Vec<IoEntry>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]

@@ -70,17 +70,17 @@ pub(super) fn io_stall(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     }
     let io = &ev.io.total;
     let mut evidence = vec![format!("the launching threads were blocked in uninterruptible I/O wait {} of the window", pct(blocked))];
-    if io.reads + io.writes > 0 {
+    if io.counts.reads + io.counts.writes > 0 {
         evidence.push(format!(
             "block I/O of the job: {} reads ({} bytes), {} writes ({} bytes), p95 latency {} µs",
-            io.reads,
-            io.read_bytes,
-            io.writes,
-            io.write_bytes,
+            io.counts.reads,
+            io.counts.read_bytes,
+            io.counts.writes,
+            io.counts.write_bytes,
             ev.io.latency_quantile_us(0.95).unwrap_or(0)
         ));
     }
-    let writes = io.write_bytes > io.read_bytes;
+    let writes = io.counts.write_bytes > io.counts.read_bytes;
     Some(diagnosis(
         DiagnosisId::IoStall,
         TimeBucket::IoWait,
@@ -167,8 +167,8 @@ pub(super) fn input_starved(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
             pct(h.workers_runqueue)
         ));
     }
-    if ev.io.total.reads > 0 {
-        evidence.push(format!("the job read {} bytes in {} requests", ev.io.total.read_bytes, ev.io.total.reads));
+    if ev.io.total.counts.reads > 0 {
+        evidence.push(format!("the job read {} bytes in {} requests", ev.io.total.counts.read_bytes, ev.io.total.counts.reads));
     }
     evidence.extend(gpu_line(a));
     Some(diagnosis(DiagnosisId::InputStarved, TimeBucket::Sleeping, sleeping, format!("the GPU waits for input: {cause}"), evidence, fix))

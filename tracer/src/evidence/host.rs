@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use gputrace_common::{host::state, IoEvent, ThreadSched};
 
+use crate::model::IoCounts;
+
 /// One thread's time, by scheduler state.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SchedStats {
@@ -94,32 +96,30 @@ pub fn op_of(rwbs: u32) -> IoOp {
     IoOp::Other
 }
 
+/// One process's, one device's or the whole job's block I/O: the counts the report shows as
+/// they are, and the latency kept in whole nanoseconds so that sums stay exact.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IoTotals {
-    pub reads: u64,
-    pub read_bytes: u64,
-    pub writes: u64,
-    pub write_bytes: u64,
-    pub others: u64,
-    pub errors: u64,
+    pub counts: IoCounts,
     /// Sum of request latencies (submission to completion).
     pub wait_ns: u64,
 }
 
 impl IoTotals {
     fn add(&mut self, op: IoOp, bytes: u64, latency_ns: u64, error: bool) {
+        let c = &mut self.counts;
         match op {
             IoOp::Read => {
-                self.reads += 1;
-                self.read_bytes += bytes;
+                c.reads += 1;
+                c.read_bytes += bytes;
             }
             IoOp::Write => {
-                self.writes += 1;
-                self.write_bytes += bytes;
+                c.writes += 1;
+                c.write_bytes += bytes;
             }
-            IoOp::Other => self.others += 1,
+            IoOp::Other => c.others += 1,
         }
-        self.errors += u64::from(error);
+        c.errors += u64::from(error);
         self.wait_ns += latency_ns;
     }
 }
@@ -205,8 +205,8 @@ mod tests {
                 error: 0,
             });
         }
-        assert_eq!((io.total.reads, io.total.read_bytes, io.total.writes, io.total.write_bytes), (2, 12288, 1, 512));
-        assert_eq!(io.by_process[&1].read_bytes, 12288);
+        assert_eq!((io.total.counts.reads, io.total.counts.read_bytes, io.total.counts.writes, io.total.counts.write_bytes), (2, 12288, 1, 512));
+        assert_eq!(io.by_process[&1].counts.read_bytes, 12288);
         assert_eq!(io.total.wait_ns, 3_150_000);
         assert_eq!(io.latency_quantile_us(0.5), Some(128), "100 µs lies in [64, 128)");
         assert_eq!(io.latency_quantile_us(1.0), Some(4096));

@@ -61,7 +61,8 @@ pub fn cpu(outcome: &Outcome) -> Cpu {
 }
 
 fn entry(t: &IoTotals, pid: Option<u32>, device: Option<String>) -> IoEntry {
-    IoEntry { pid, device, reads: t.reads, read_bytes: t.read_bytes, writes: t.writes, write_bytes: t.write_bytes, wait_s: secs(t.wait_ns) }
+    let c = &t.counts;
+    IoEntry { pid, device, reads: c.reads, read_bytes: c.read_bytes, writes: c.writes, write_bytes: c.write_bytes, wait_s: secs(t.wait_ns) }
 }
 
 pub fn io(s: &IoStats) -> Io {
@@ -73,12 +74,7 @@ pub fn io(s: &IoStats) -> Io {
         max: s.latency_quantile_us(1.0).unwrap_or(p50),
     });
     Io {
-        reads: t.reads,
-        read_bytes: t.read_bytes,
-        writes: t.writes,
-        write_bytes: t.write_bytes,
-        others: t.others,
-        errors: t.errors,
+        counts: t.counts,
         wait_s: secs(t.wait_ns),
         latency_us,
         by_process: s.by_process.iter().map(|(&pid, t)| entry(t, Some(pid), None)).collect(),

@@ -108,14 +108,14 @@ pub fn render(r: &Report, color: bool) -> String {
         let _ = writeln!(out, "  main thread {}: on CPU {:.3} s, waiting for a CPU {:.3} s,", m.tid, f(m.on_cpu_s), f(m.runqueue_s));
         let _ = writeln!(out, "  {:>12}  I/O wait {:.3} s, sleeping {:.3} s", "", f(m.io_wait_s), f(m.sleep_s));
     }
-    if let Some(io) = r.io.as_ref().filter(|io| io.reads + io.writes > 0) {
+    if let Some(io) = r.io.as_ref().filter(|io| io.counts.reads + io.counts.writes > 0) {
         let _ = writeln!(
             out,
             "  block I/O   {} reads ({}), {} writes ({}), {:.3} s in flight",
-            io.reads,
-            bytes(io.read_bytes),
-            io.writes,
-            bytes(io.write_bytes),
+            io.counts.reads,
+            bytes(io.counts.read_bytes),
+            io.counts.writes,
+            bytes(io.counts.write_bytes),
             io.wait_s
         );
     }
