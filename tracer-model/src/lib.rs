@@ -6,6 +6,8 @@
 //! report type cannot reach into a stage of the tracer (the compiler refuses the import), and
 //! the stages, the sweep and the readers of recordings all fill the one set of types.
 
+#![warn(missing_docs)]
+
 pub mod severity;
 pub mod sweep;
 
@@ -13,26 +15,44 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+/// The value of `schema` in every report.
 pub const SCHEMA: &str = "gputrace.report/1";
 
+/// One session's report, `gputrace.report/1`: the JSON object `gputrace attach|run --json`
+/// prints, and `gputrace report FILE` makes from a recording (`docs/report.md`).
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Report {
+    /// Always `gputrace.report/1`.
     pub schema: String,
+    /// The program that wrote the report, and its version.
     pub tool: Tool,
-    /// When tracing began (RFC 3339, UTC), and the host it ran on.
+    /// When tracing began (RFC 3339, UTC).
     #[serde(default)]
     pub started_at: String,
+    /// The host name of the machine traced (`/proc/sys/kernel/hostname`); empty where it could
+    /// not be read.
     #[serde(default)]
     pub host: String,
+    /// The traced process, the command it runs and the process tree seen under it.
     pub target: Target,
+    /// How long tracing lasted, what ended it, and its active, paused, start-up and outside
+    /// stretches.
     pub window: Window,
+    /// CUDA driver evidence: launches, copies, memsets, syncs, allocations and per-thread figures.
     pub cuda: Cuda,
+    /// Scheduler evidence of the traced tree: the main thread, the busiest threads, who
+    /// preempted them and cgroup throttling.
     pub cpu: Cpu,
     /// Block I/O of the traced tree; null until scheduler and block tracing are enabled.
     pub io: Option<Io>,
     /// NVML view; null where NVML is unavailable.
     pub gpu: Option<Gpu>,
+    /// The headline, as a diagnosis id: the problem whose fix buys the most if that is at least
+    /// `medium`, else `gpu-bound` where found, else the largest problem whose fix buys at least
+    /// 3 %, else `no-bottleneck-found`; `no-cuda-work` where no CUDA driver call was seen.
     pub verdict: DiagnosisId,
+    /// Every problem found, ranked by what its fix buys; the memory diagnoses come after the
+    /// others.
     pub diagnoses: Vec<Diagnosis>,
     /// Where the main thread's wall time went; null when no thread launched kernels.
     pub time_account: Option<TimeAccount>,
@@ -53,6 +73,7 @@ pub struct Report {
     /// process called it.
     #[serde(default)]
     pub nccl: Option<Nccl>,
+    /// Completeness and cost of the trace: lost events, probes, notes, overhead.
     pub tracer: Tracer,
 }
 
@@ -74,6 +95,7 @@ pub struct Nccl {
 /// One kind of collective, all ranks.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NcclOp {
+    /// Calls of this kind, all ranks.
     pub count: u64,
     /// Each call's count times its datatype's size, summed: the buffers the calls name.
     pub bytes: u64,
@@ -86,24 +108,32 @@ pub struct NcclOp {
 /// One rank: a process that called NCCL.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NcclRank {
+    /// The rank's process id.
     pub pid: u32,
     /// From its communicator's set-up (`ncclCommInitRank`); null where that came before the
     /// trace began.
     pub rank: Option<u64>,
+    /// The number of ranks in that communicator; null where its set-up was not seen.
     pub world_size: Option<u64>,
-    /// `LOCAL_RANK` from its environment, and the GPU it is taken to use: the `LOCAL_RANK`-th
-    /// device `CUDA_VISIBLE_DEVICES` names (or that index where it names none); null where
-    /// unknown.
+    /// `LOCAL_RANK` from its environment; null where unknown.
     pub local_rank: Option<u32>,
+    /// The device the rank is taken to use, as `CUDA_VISIBLE_DEVICES` names it (an index or a
+    /// UUID), or `LOCAL_RANK` itself where that variable names none; null where unknown.
     pub gpu: Option<String>,
+    /// The rank's collective and point-to-point calls.
     pub calls: u64,
+    /// The bytes those calls name, each call's count times its datatype's size.
     pub bytes: u64,
+    /// Kernel and graph launches by the rank's threads.
     pub launches: u64,
     /// Shares of the rank's own time account (its launching threads, as `time_account` is
     /// the job's): waiting for the GPU after collectives, inside NCCL calls, and its host
     /// phase (everything but waiting for the GPU). Null without an account (no launches).
     pub wait_share: Option<f64>,
+    /// Share of the rank's time inside NCCL calls (0..1); null without an account.
     pub in_calls_share: Option<f64>,
+    /// Share of the rank's time in its host phase, everything but waiting for the GPU (0..1);
+    /// null without an account.
     pub host_share: Option<f64>,
     /// The rank's own verdict: what most of its host phase was, as a diagnosis id
     /// (`input-starved`, `host-bound`, `cpu-starved`, `io-stall`, `host-sleep`, `pageable-copy`,
@@ -119,6 +149,7 @@ pub struct NcclRank {
 pub struct Memory {
     /// Reserved through traced allocation calls and not freed, at the end and at most.
     pub reserved_bytes: u64,
+    /// The most reserved at any moment of the window, in bytes.
     pub peak_reserved_bytes: u64,
     /// NVML: what the traced processes hold on their GPUs at the end (null without NVML).
     pub held_bytes: Option<u64>,
@@ -136,10 +167,13 @@ pub struct Memory {
     /// before it existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub growth_bytes_per_step: Option<f64>,
-    /// Allocations that failed for lack of memory; of them, those the job recovered from by
-    /// freeing cached memory and retrying, and those that failed for good.
+    /// Allocations that failed for lack of memory.
     pub out_of_memory: u64,
+    /// Failed requests the job made again successfully after freeing memory (a caching
+    /// allocator's retry).
     pub recovered_by_retry: u64,
+    /// Failed requests the job never got: it went on to other sizes, asked again only later, or
+    /// never did.
     pub failed_for_good: u64,
     /// One point a second (at most): reserved and NVML-held bytes.
     pub timeline: Vec<MemoryPoint>,
@@ -155,9 +189,11 @@ pub struct Memory {
 pub struct TensorMemory {
     /// Bytes in blocks handed out while traced and not given back, at the end and at most.
     pub allocated_bytes: u64,
+    /// The most bytes live in such blocks at any moment while traced.
     pub peak_allocated_bytes: u64,
     /// Blocks handed out and given back while traced.
     pub blocks: u64,
+    /// Blocks given back while traced, `unknown_frees` among them.
     pub frees: u64,
     /// Gives back of blocks handed out before tracing began (their size unknown): with
     /// these, `allocated_bytes` counts only the window's own blocks, not all the job holds.
@@ -166,13 +202,15 @@ pub struct TensorMemory {
     /// `memory_reserved()`, summed over the job's processes and devices): whole, whenever
     /// tracing began.
     pub allocator_allocated_bytes: u64,
+    /// The allocator's reserved total at its last report (`memory_reserved()`), in bytes.
     pub allocator_reserved_bytes: u64,
     /// `allocator_reserved − allocator_allocated`: cached memory no tensor uses.
     pub cached_bytes: u64,
     /// Seconds into the window when `--max-overhead` took the allocator's probes off for
     /// good: the figures are of the window up to then (absent: on throughout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub until_s: Option<f64>,    /// The live blocks by size, a power of two apart (`[from_bytes, 2 × from_bytes)`), the
+    pub until_s: Option<f64>,
+    /// The live blocks by size, a power of two apart (`[from_bytes, 2 × from_bytes)`), the
     /// smallest first; sizes with none are left out.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub live_by_size: Vec<BlockSizes>,
@@ -181,15 +219,21 @@ pub struct TensorMemory {
 /// Live blocks of one size class.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BlockSizes {
+    /// The class's lower edge: its blocks hold from this many bytes to twice as many.
     pub from_bytes: u64,
+    /// Live blocks in the class.
     pub blocks: u64,
+    /// Their bytes, summed.
     pub bytes: u64,
 }
 
+/// One point of `memory.timeline`, at the end of its interval (a second; longer in a window
+/// of over an hour).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MemoryPoint {
     /// Seconds since the window began.
     pub t_s: f64,
+    /// Bytes reserved through traced allocation calls and not freed at that moment.
     pub reserved_bytes: u64,
     /// NVML's reading for the traced processes (null where none was taken in that second).
     pub held_bytes: Option<u64>,
@@ -201,6 +245,7 @@ pub struct GpuIdle {
     /// Time the GPU queue was known to be empty (from a synchronize's or synchronous D→H
     /// copy's return to the next launch) on the threads of the time account.
     pub lower_bound_s: f64,
+    /// `lower_bound_s` as a share of the active time (`window.active_s`), 0..1.
     pub lower_bound_fraction: f64,
     /// 1 − NVML's mean `utilization.gpu` (time no kernel ran); null without NVML.
     pub nvml_idle_fraction: Option<f64>,
@@ -209,6 +254,7 @@ pub struct GpuIdle {
     pub consistent: Option<bool>,
 }
 
+/// The job's training steps, found from the rhythm of a call it makes once a step.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Steps {
     /// The recurring call taken as one per step.
@@ -219,25 +265,34 @@ pub struct Steps {
     pub on_beat: f64,
     /// Steps per second (1 / mean step time).
     pub per_second: f64,
+    /// The intervals between consecutive markers, seconds: mean, median and 95th percentile.
     pub step_time_s: StepTime,
+    /// Figures of the active time (`window.active_s`) divided by its number of steps.
     pub per_step: PerStep,
 }
 
+/// Step times (intervals between markers), seconds.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StepTime {
+    /// The mean interval between markers, seconds.
     pub mean: f64,
+    /// The median interval, seconds.
     pub p50: f64,
+    /// The 95th percentile interval, seconds.
     pub p95: f64,
 }
 
-/// Figures of the window divided by its steps (`window.duration_s / step_time_s.mean`).
+/// Figures of the window divided by its steps: the active time (`window.active_s`, less a
+/// start-up the account leaves out) over `step_time_s.mean`.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PerStep {
     /// Kernel and graph launches by the time account's threads.
     pub launches: f64,
     /// Synchronizing calls by the time account's threads.
     pub syncs: f64,
+    /// Bytes the traced tree copied host to device, per step.
     pub h2d_bytes: f64,
+    /// Bytes the traced tree copied device to host, per step.
     pub d2h_bytes: f64,
     /// The time account's `sleeping`: waiting for input.
     pub input_wait_s: f64,
@@ -248,7 +303,9 @@ pub struct PerStep {
 /// A partition of the window for the main (launching) thread: the fractions add up to 1.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TimeAccount {
+    /// The main thread: the one that launched the most kernels.
     pub tid: u32,
+    /// The active time (`window.active_s`), seconds: what every fraction here is of.
     pub window_s: f64,
     /// Bucket name → seconds and fraction of the window, in a fixed order.
     pub buckets: Vec<Bucket>,
@@ -275,7 +332,9 @@ pub struct TimeAccount {
 pub struct Waker {
     /// A `waits` key.
     pub kind: String,
+    /// Off-CPU time these wakeups ended, seconds.
     pub seconds: f64,
+    /// How many wakeups of this kind.
     pub count: u64,
     /// The woken thread.
     pub tid: u32,
@@ -296,21 +355,25 @@ pub struct StepModel {
     pub time_s: f64,
     /// Host segments with a share above zero: `name` (`launch`, `user`, `staging`,
     /// `transfer`, `alloc`, `cpu_wait`, `io_wait`, `input_wait`, `timer`) and `phase`: `idle`
-    /// (after a queue-draining call, the GPU has nothing to run) or `overlap` (the GPU may
-    /// work meanwhile).
+    /// (after a queue-draining call, the GPU has nothing to run), `overlap` (the GPU may work
+    /// meanwhile) or `serial` (copy work after a drain, which the GPU runs after its own).
     pub segments: Vec<StepSegment>,
     /// Share blocked waiting for queued GPU work.
     pub gpu_wait: f64,
-    /// The GPU's busy time as a share, `[low, point, high]`, and its source: `nvml` or
-    /// `structure` (the host's evidence alone).
+    /// The GPU's busy time as a share, `[low, point, high]`.
     pub gpu_busy: [f64; 3],
+    /// Where `gpu_busy` comes from: `nvml` (its utilization, rescaled to the active time) or
+    /// `structure` (no NVML: bounded by the host's waits for the GPU and its empty-queue spells).
     pub gpu_source: String,
-    /// Of the host time, the share that is launching and dispatch, `[low, point, high]`, and
-    /// its source: `stacks` or `launch-cost`.
+    /// Of the host time, the share that is launching and dispatch, `[low, point, high]`.
     pub launching: [f64; 3],
+    /// Where `launching` comes from: `stacks` (on-CPU samples of the launching threads) or
+    /// `launch-cost` (no stacks: launches times an eager launch's host cost).
     pub launching_source: String,
-    /// Cores the job may use (null: unknown) and the cores its threads kept busy.
+    /// Cores the job may use (affinity, cgroup quota); null where unknown.
     pub cpus: Option<f64>,
+    /// Cores the traced tree's threads kept busy on average over the whole window (pauses and
+    /// start-up included).
     pub job_cpu: f64,
     /// The two fixes that buy the most together; null with fewer than two.
     pub best_pair: Option<FixPair>,
@@ -318,18 +381,32 @@ pub struct StepModel {
     pub notes: Vec<String>,
 }
 
+/// One host segment of the step model (`step_model.segments`).
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StepSegment {
+    /// What the time is: `launch`, `user`, `staging`, `transfer`, `alloc`, `cpu_wait`, `io_wait`,
+    /// `input_wait` or `timer`.
     pub name: String,
+    /// When it happens: `idle` (after a queue-draining call, the GPU has nothing to run),
+    /// `overlap` (the GPU may work meanwhile) or `serial` (copy work after a drain, before the
+    /// GPU's next work).
     pub phase: String,
+    /// Its share of the step, or of the active window where no steps were found
+    /// (`step_model.basis`), 0..1.
     pub fraction: f64,
 }
 
+/// The two fixes that buy the most applied together (`step_model.best_pair`).
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FixPair {
+    /// The two diagnoses whose fixes are combined.
     pub ids: [DiagnosisId; 2],
+    /// Today's step time over the step time with both fixes, simulated on the step model.
     pub speedup: f64,
+    /// `[low, high]`: the speed-ups the evidence allows.
     pub range: [f64; 2],
+    /// What limits the step after both fixes: `gpu`, `cores`, `launch-rate`, `input`, `host` or
+    /// `bus`.
     pub bound: String,
     /// Steps per second with both fixes, where steps were found.
     pub steps_per_s_after: Option<f64>,
@@ -338,7 +415,9 @@ pub struct FixPair {
 /// A stretch of the window.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Phase {
+    /// Where the stretch begins, seconds from the window's start.
     pub start_s: f64,
+    /// Where it ends, seconds from the window's start.
     pub end_s: f64,
     /// `active`, `paused`, `startup` (the job's start-up: from the stretch's start to where
     /// its steps kept their beat; left out like a pause) or `outside` (before the launching
@@ -346,12 +425,17 @@ pub struct Phase {
     pub kind: String,
 }
 
+/// A part of a bucket that diagnoses are charged with (`time_account.parts`).
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Part {
+    /// `host_while_queue_empty`, `copy_transfer_waits`, `pageable_staging` or
+    /// `sync_copy_transfer` (`docs/report.md`, "Parts").
     pub name: String,
     /// The bucket it lies in.
     pub bucket: TimeBucket,
+    /// Its time, seconds.
     pub seconds: f64,
+    /// Its share of the active time, 0..1.
     pub fraction: f64,
 }
 
@@ -403,22 +487,33 @@ impl std::fmt::Display for TimeBucket {
     }
 }
 
+/// One bucket of the time account (`time_account.buckets`).
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Bucket {
+    /// Which bucket.
     pub name: TimeBucket,
+    /// Its time, seconds.
     pub seconds: f64,
+    /// Its share of the active time, 0..1; the buckets' fractions add up to 1.
     pub fraction: f64,
 }
 
+/// The program that wrote a report.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Tool {
+    /// Always `gputrace`.
     pub name: String,
+    /// gputrace's version.
     pub version: String,
 }
 
+/// What was traced (`target`).
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Target {
+    /// The traced process id: the one `--pid` named (its process where it names a thread), or
+    /// the command `gputrace run` started.
     pub pid: u32,
+    /// Its command line, for people.
     pub command: String,
     /// Exit code of a command started by `gputrace run` (128+signal if killed), else null.
     pub exit_code: Option<i32>,
@@ -436,18 +531,27 @@ pub struct Target {
     pub framework: Option<Framework>,
 }
 
+/// One process of the traced tree (`target.processes`).
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProcessEntry {
+    /// The process id.
     pub pid: u32,
+    /// The process that created it, where its creation was seen; null for the root and for
+    /// processes that already existed when tracing began.
     pub parent: Option<u32>,
+    /// How many times it called `exec` while traced.
     pub execs: u32,
+    /// Whether it exited while traced.
     pub exited: bool,
 }
 
+/// The traced window (`window`).
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Window {
+    /// The window's length, seconds.
     pub duration_s: f64,
-    /// `duration`, `signal` or `target-exited`.
+    /// `duration`, `signal` or `target-exited`; for a file of a recording, also `rotated` (the
+    /// recording went on in the next file), `recording-cut` (no end record) or `flight-dump`.
     pub stopped_by: String,
     /// The window less its pauses: what every share of the time account is of.
     #[serde(default)]
@@ -458,29 +562,43 @@ pub struct Window {
     pub phases: Vec<Phase>,
 }
 
+/// CUDA driver evidence (`cuda`), from the probes on the driver library.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Cuda {
+    /// Kernel and graph launch calls.
     pub launches: Launches,
+    /// Copies by direction.
     pub copies: Copies,
+    /// Memset calls and the bytes they named.
     pub memsets: Count,
+    /// Host-blocking synchronize calls (stream, context, event) and the time blocked in them.
     pub syncs: Syncs,
+    /// Device memory allocation and free calls.
     pub allocs: Allocs,
+    /// Pinned host allocations and registrations.
     pub host_pinned: HostPinned,
     /// Virtual-memory mappings (`cuMemMap`/`cuMemUnmap`: PyTorch's expandable segments).
     pub vmm: Vmm,
+    /// Context create, retain, release and destroy calls, in the order seen.
     pub contexts: Vec<ContextCall>,
     /// Sum over threads of time between a queue-draining call's return and that thread's
     /// next launch: the GPU queue was empty then. A lower bound on GPU idle time.
     pub queue_idle_s: f64,
+    /// Per thread that made CUDA calls, the most launches first.
     pub threads: Vec<ThreadEntry>,
 }
 
+/// Kernel and graph launch calls (`cuda.launches`), counted at the driver layer only.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Launches {
     /// Kernel launch calls, each counted once (driver layer).
     pub kernels: u64,
+    /// Graph launch calls (`cuGraphLaunch`); the kernels inside a graph are not counted as
+    /// launches.
     pub graphs: u64,
+    /// Cooperative kernel launches, included in `kernels`.
     pub cooperative: u64,
+    /// Kernel launches a second: `kernels` over `window.duration_s`.
     pub per_second: f64,
     /// Whether these counts (and the per-thread and per-step ones) are estimates:
     /// `--max-overhead` took the launch probes off part of the window (`tracer.sampling`).
@@ -488,23 +606,33 @@ pub struct Launches {
     pub estimated: bool,
 }
 
+/// Copies by direction (`cuda.copies`).
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Copies {
+    /// Host to device.
     pub h2d: CopyDir,
+    /// Device to host.
     pub d2h: CopyDir,
+    /// Device to device, and 2D/3D copies whose struct could not be read (counted with 0
+    /// bytes).
     pub d2d: CopyDir,
+    /// Between devices, through the peer copy calls (`cuMemcpyPeer`, `cuMemcpyPeerAsync`).
     pub peer: CopyDir,
     /// Host-to-host copies made through the driver (2D/3D copies between host buffers,
     /// `cuMemcpy` between host pointers); the host side is not classified.
     pub h2h: CopyDir,
 }
 
+/// The copies of one direction (`cuda.copies.h2d`, …).
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CopyDir {
+    /// Copy calls.
     pub count: u64,
+    /// Bytes the copy calls named.
     pub bytes: u64,
     /// Copies whose host memory is pageable (not pinned).
     pub pageable: u64,
+    /// Bytes of the pageable copies.
     pub pageable_bytes: u64,
     /// Host time spent blocked inside the copy calls.
     pub blocking_s: f64,
@@ -515,12 +643,15 @@ pub struct CopyDir {
     /// Async copies followed by a synchronize on the same thread (`non_blocking=False`,
     /// `.cpu()`), and that wait.
     pub then_synced: u64,
+    /// Seconds blocked in the synchronizes that followed those copies.
     pub then_synced_wait_s: f64,
     /// Copies of at most 256 bytes to the host followed by a synchronize (`.item()`).
     pub scalar_reads: u64,
+    /// Seconds blocked in the synchronizes or synchronous copies of those reads.
     pub scalar_read_wait_s: f64,
 }
 
+/// How the host side of each copy of one direction was classified; each copy counts once.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CopyClassified {
     /// Pinned by a host-allocation or registration call we traced.
@@ -533,83 +664,134 @@ pub struct CopyClassified {
     pub unknown: u64,
 }
 
+/// Calls and the bytes they named (`cuda.memsets`).
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Count {
+    /// Calls.
     pub count: u64,
+    /// Bytes the calls named; for the 32-bit forms (`cuMemsetD32*`), the element count.
     pub bytes: u64,
 }
 
+/// Host-blocking synchronize calls (`cuda.syncs`).
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Syncs {
+    /// Synchronize calls.
     pub count: u64,
+    /// Host time blocked in them, seconds.
     pub wait_s: f64,
+    /// The same, by driver function.
     pub by_symbol: Vec<SymbolWait>,
 }
 
+/// Synchronize calls of one driver function.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SymbolWait {
+    /// The driver function (`cuStreamSynchronize`, `cuCtxSynchronize_v2`, …).
     pub symbol: String,
+    /// Its calls.
     pub count: u64,
+    /// Host time blocked in them, seconds.
     pub wait_s: f64,
 }
 
+/// Device memory allocation and free calls (`cuda.allocs`), all traced processes.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Allocs {
+    /// Allocations that succeeded.
     pub count: u64,
+    /// Frees that succeeded, including those of blocks allocated before tracing.
     pub frees: u64,
+    /// Bytes allocated while tracing.
     pub bytes: u64,
+    /// Bytes freed, counting only blocks allocated while tracing (an earlier block's size is
+    /// unknown).
     pub freed_bytes: u64,
+    /// Allocation calls that failed, for any reason.
     pub failures: u64,
+    /// Of those, the ones that failed with `CUDA_ERROR_OUT_OF_MEMORY`.
     pub out_of_memory: u64,
     /// Bytes allocated while tracing and not freed by its end.
     pub live_bytes: u64,
+    /// The most bytes live at any moment, over blocks allocated while tracing.
     pub peak_live_bytes: u64,
 }
 
+/// Pinned host memory calls (`cuda.host_pinned`): allocations and registrations.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HostPinned {
+    /// Pinning calls (allocations and registrations) that succeeded.
     pub count: u64,
+    /// Bytes those calls pinned.
     pub bytes: u64,
+    /// Frees and unregistrations that succeeded.
     pub frees: u64,
+    /// Pinning calls that failed.
     pub failures: u64,
 }
 
+/// Virtual-memory mappings (`cuda.vmm`): how PyTorch's expandable segments grow and shrink.
+/// The physical memory behind them counts in `allocs`, never twice.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Vmm {
+    /// `cuMemMap` calls that succeeded.
     pub maps: u64,
+    /// `cuMemUnmap` calls that succeeded.
     pub unmaps: u64,
+    /// Bytes those maps mapped.
     pub mapped_bytes: u64,
+    /// Bytes those unmaps unmapped.
     pub unmapped_bytes: u64,
+    /// Map and unmap calls that failed.
     pub failures: u64,
     /// Host time inside map and unmap calls.
     pub call_s: f64,
 }
 
+/// One context call (`cuda.contexts`).
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ContextCall {
+    /// The driver function (`cuCtxCreate_v2`, `cuDevicePrimaryCtxRetain`, …).
     pub symbol: String,
+    /// The calling process.
     pub pid: u32,
+    /// The calling thread.
     pub tid: u32,
+    /// The process's owner (real uid), looked up while it lived; null where unknown.
     pub uid: Option<u32>,
     /// Seconds from the start of the window.
     pub at_s: f64,
+    /// Time inside the call, seconds.
     pub duration_s: f64,
+    /// The `CUresult` it returned (0: success).
     pub result: u32,
 }
 
+/// One thread's CUDA calls (`cuda.threads`).
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ThreadEntry {
+    /// The thread id.
     pub tid: u32,
+    /// Its process id.
     pub pid: u32,
+    /// Kernel launches (an estimate under `--max-overhead`, as `launches.estimated` says).
     pub kernels: u64,
+    /// Graph launches (an estimate under `--max-overhead`, as for `kernels`).
     pub graphs: u64,
+    /// Copy calls.
     pub copies: u64,
+    /// Host time inside copy calls, seconds.
     pub copy_s: f64,
+    /// Synchronize calls.
     pub syncs: u64,
+    /// Host time blocked in them, seconds.
     pub sync_wait_s: f64,
+    /// Time from each queue-draining call's return to this thread's next launch, seconds: the
+    /// GPU queue was empty then.
     pub queue_idle_s: f64,
 }
 
+/// Scheduler evidence of the traced tree (`cpu`), from the scheduler tracepoints.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Cpu {
     /// The thread that launches the most kernels.
@@ -625,7 +807,9 @@ pub struct Cpu {
 /// Scheduler figures are null where scheduler tracing is unavailable (see `tracer.notes`).
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MainThread {
+    /// The thread id.
     pub tid: u32,
+    /// Time on a CPU, seconds; null without scheduler tracing.
     pub on_cpu_s: Option<f64>,
     /// Runnable but not running: waiting for a CPU.
     pub runqueue_s: Option<f64>,
@@ -633,36 +817,57 @@ pub struct MainThread {
     pub io_wait_s: Option<f64>,
     /// Interruptible sleep (`S`): locks, queues, pipes, timers.
     pub sleep_s: Option<f64>,
+    /// Times it was switched out while still runnable; null without scheduler tracing.
     pub preemptions: Option<u64>,
+    /// Times it gave up the CPU itself (blocking or sleeping); null without scheduler tracing.
     pub voluntary_switches: Option<u64>,
 }
 
+/// One thread's scheduler figures (`cpu.threads`), seconds in each state over the window.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ThreadTime {
+    /// The thread id.
     pub tid: u32,
+    /// Its process id.
     pub pid: u32,
+    /// Time on a CPU, seconds.
     pub on_cpu_s: f64,
+    /// Runnable but not running, seconds: waiting for a CPU.
     pub runqueue_s: f64,
+    /// Uninterruptible sleep (`D`), seconds: mostly I/O.
     pub io_wait_s: f64,
+    /// Interruptible sleep (`S`), seconds: locks, queues, pipes, timers.
     pub sleep_s: f64,
+    /// Times it was switched out while still runnable.
     pub preemptions: u64,
+    /// Times it gave up the CPU itself (blocking or sleeping).
     pub voluntary_switches: u64,
 }
 
+/// A thread that took the CPU from a traced thread that was still runnable
+/// (`cpu.preempted_by`: the most preemptions first, at most 16).
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Preemptor {
+    /// The preempting thread.
     pub tid: u32,
     /// Its process, if it still existed at the end.
     pub pid: Option<u32>,
+    /// Its command, read at the end; empty if it had exited.
     pub command: String,
+    /// How many times it preempted a traced thread.
     pub count: u64,
 }
 
+/// CPU throttling of one cgroup holding the traced tree, over the window (`cpu.cgroups`).
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CgroupThrottle {
+    /// The cgroup's `cpu.stat` file.
     pub path: String,
+    /// Enforcement periods of its CPU quota in the window (`nr_periods`).
     pub periods: u64,
+    /// Of them, the periods in which it was throttled (`nr_throttled`).
     pub throttled_periods: u64,
+    /// Time its tasks were throttled in the window, seconds.
     pub throttled_s: f64,
 }
 
@@ -676,7 +881,9 @@ pub struct Io {
     pub wait_s: f64,
     /// Latency quantiles (upper edges of log2 buckets), null without I/O.
     pub latency_us: Option<Quantiles>,
+    /// Per traced process (entries with `pid`).
     pub by_process: Vec<IoEntry>,
+    /// Per block device (entries with `device`).
     pub by_device: Vec<IoEntry>,
 }
 
@@ -685,69 +892,98 @@ pub struct Io {
 /// seconds, are converted from the evidence's nanoseconds).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct IoCounts {
+    /// Read requests.
     pub reads: u64,
+    /// Bytes read.
     pub read_bytes: u64,
+    /// Write requests.
     pub writes: u64,
+    /// Bytes written.
     pub write_bytes: u64,
     /// Discards, flushes and other requests.
     pub others: u64,
+    /// Requests that completed with an error.
     pub errors: u64,
 }
 
+/// Request latency quantiles, in microseconds: each the upper edge of a log2 bucket.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Quantiles {
+    /// Median, microseconds.
     pub p50: u64,
+    /// 95th percentile, microseconds.
     pub p95: u64,
+    /// 99th percentile, microseconds.
     pub p99: u64,
+    /// The upper edge of the slowest request's bucket, microseconds.
     pub max: u64,
 }
 
 /// I/O totals of one process (`pid`) or one device (`device`, `major:minor`).
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct IoEntry {
+    /// The process, in a per-process entry; absent in a per-device one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
+    /// The block device (`major:minor`), in a per-device entry; absent in a per-process one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device: Option<String>,
+    /// Read requests.
     pub reads: u64,
+    /// Bytes read.
     pub read_bytes: u64,
+    /// Write requests.
     pub writes: u64,
+    /// Bytes written.
     pub write_bytes: u64,
+    /// Sum of request latencies, submission to completion, seconds.
     pub wait_s: f64,
 }
 
+/// NVML's view of the GPUs (`gpu`), sampled through the window.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Gpu {
+    /// Always true: where NVML is unavailable the whole `gpu` section is null.
     pub available: bool,
+    /// The NVIDIA driver's version as NVML gives it; null where it did not.
     pub driver_version: Option<String>,
     /// NVML sampling rate.
     pub sample_hz: f64,
+    /// Every GPU NVML lists.
     pub devices: Vec<GpuDevice>,
     /// The target's `CUDA_VISIBLE_DEVICES` and `CUDA_DEVICE_ORDER` at attach.
     #[serde(default)]
     pub cuda_env: CudaEnv,
 }
 
+/// One GPU as NVML saw it over the window (`gpu.devices`).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GpuDevice {
     /// NVML's index (CUDA may number devices differently; match by `uuid`).
     pub index: u32,
+    /// NVML's UUID of the device (`GPU-…`).
     pub uuid: String,
+    /// The product name.
     pub name: String,
     /// Highest memory use seen in the window.
     pub memory_used_bytes: u64,
+    /// The device's total memory, bytes.
     pub memory_total_bytes: u64,
     /// Mean utilization over the window (percent of time some kernel ran).
     pub utilization_gpu_pct: Option<u32>,
+    /// Percent of time some kernel ran, over the window (`utilization_source` says from what);
+    /// null where NVML gave no reading.
     pub utilization: Option<Distribution>,
     /// `sample-buffer` (the driver's high-resolution samples) or `utilization.gpu`.
     #[serde(default)]
     pub utilization_source: String,
     /// Hopper GPM SM activity (percent of SM time busy): how much of the GPU worked.
     pub sm_activity_pct: Option<Distribution>,
+    /// Hopper GPM tensor-core activity, percent; null where GPM gave no reading.
     pub tensor_activity_pct: Option<Distribution>,
     /// GPU memory the traced processes hold on this device.
     pub target_memory_bytes: Option<u64>,
+    /// The device's PCI bus id, as NVML gives it.
     #[serde(default)]
     pub pci_bus_id: String,
     /// Percent of time device memory was read or written.
@@ -756,13 +992,17 @@ pub struct GpuDevice {
     /// Hopper GPM: resident warps over the maximum.
     #[serde(default)]
     pub sm_occupancy_pct: Option<Distribution>,
+    /// Board power, watts; null where NVML gave no reading.
     #[serde(default)]
     pub power_w: Option<Distribution>,
+    /// SM clock, megahertz; null where NVML gave no reading.
     #[serde(default)]
     pub sm_clock_mhz: Option<Distribution>,
     /// PCIe throughput, MB/s (read once a second).
     #[serde(default)]
     pub pcie_rx_mb_s: Option<Distribution>,
+    /// PCIe throughput the GPU sent (NVML's transmit counter), MB/s, read once a second; null
+    /// where NVML gave no reading.
     #[serde(default)]
     pub pcie_tx_mb_s: Option<Distribution>,
     /// Clock throttle reasons seen, with the fraction of readings each was active in.
@@ -780,6 +1020,7 @@ pub struct GpuDevice {
     /// The PCIe link's best generation and width (NVML's maximum for this GPU in this system).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcie_max_gen: Option<u32>,
+    /// The PCIe link's best width (lanes), as for `pcie_max_gen`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcie_max_width: Option<u32>,
     /// The link as it ran while the GPU worked (the best read at a busy moment; an idle GPU
@@ -798,31 +1039,47 @@ pub struct GpuDevice {
 /// A PCIe link's generation and width (lanes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PcieLink {
+    /// The PCIe generation.
     pub gen: u32,
+    /// The link width, lanes.
     pub width: u32,
 }
 
+/// One clock throttle reason seen (`gpu.devices[].throttle_reasons`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ThrottleSeen {
+    /// NVML's reason, in words: `sw-power-cap`, `hw-slowdown`, `sync-boost`,
+    /// `sw-thermal-slowdown`, `hw-thermal-slowdown`, `hw-power-brake-slowdown`,
+    /// `applications-clocks-setting` or `display-clock-setting` (idle is left out).
     pub reason: String,
+    /// The share of readings it was active in, 0..1.
     pub fraction: f64,
 }
 
+/// A process on a GPU (`gpu.devices[].processes`), traced or not.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GpuProcess {
+    /// Its host process id, as NVML reports it.
     pub pid: u32,
     /// Whether it is one of the traced processes (NVML reports host pids: see docs/report.md).
     pub traced: bool,
+    /// GPU memory it held on this device at the end, bytes; null where it was only seen using
+    /// the SMs.
     pub memory_bytes: Option<u64>,
+    /// Its mean SM utilization per NVML, percent; null where it was never seen using the SMs.
     pub sm_util_pct: Option<f64>,
 }
 
 /// A summary of samples over the window.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Distribution {
+    /// The mean.
     pub mean: f64,
+    /// The median.
     pub p50: f64,
+    /// The 95th percentile.
     pub p95: f64,
+    /// How many readings (or driver samples) it is made of.
     pub samples: usize,
 }
 
@@ -876,6 +1133,7 @@ pub enum DiagnosisId {
 }
 
 impl DiagnosisId {
+    /// Every id, in [`Self::index`] order.
     pub const ALL: [Self; 21] = [Self::LaunchBound, Self::HostBound, Self::HostSync, Self::PageableCopy, Self::BlockingCopy, Self::AllocChurn, Self::CpuStarved, Self::IoStall, Self::InputStarved, Self::HostSleep, Self::SmallKernels, Self::CheckpointStall, Self::GpuBound, Self::Oom, Self::Fragmentation, Self::MemoryGrowth, Self::MemoryReserved, Self::NoCudaWork, Self::NoBottleneckFound, Self::Straggler, Self::CommBound];
 
     /// Its place in [`Self::ALL`] (an exhaustive match: a new id gets a place here, and
@@ -942,15 +1200,21 @@ impl std::fmt::Display for DiagnosisId {
     }
 }
 
+/// One problem found (`diagnoses`), with what it costs, why it was found and the fix.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Diagnosis {
+    /// What it is.
     pub id: DiagnosisId,
     /// `high`, `medium`, `low` or `info`.
     pub severity: crate::severity::Severity,
-    /// Fraction of the window's wall time this costs (0..1).
+    /// Share of the active time (`window.active_s`) this costs, 0..1; for a diagnosis with a
+    /// simulated fix, the share its fix gives back.
     pub impact: f64,
+    /// The problem in one sentence.
     pub summary: String,
+    /// The measurements it rests on, in sentences.
     pub evidence: Vec<String>,
+    /// What to change, in the framework's terms where the stacks show one.
     pub fix: String,
     /// The time-account bucket (`time_account.buckets[].name`) the impact is a part of.
     pub bucket: Option<TimeBucket>,
@@ -964,9 +1228,9 @@ pub struct Diagnosis {
 /// An estimate of what a diagnosis's fix, applied alone, would save over the window.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Saving {
-    /// Fraction of the window (never more than the impact).
+    /// Share of the active time (`window.active_s`) the fix gives back.
     pub fraction: f64,
-    /// `fraction × window.duration_s`.
+    /// `fraction × window.active_s`.
     pub seconds: f64,
     /// Steps per second after the fix, when steps were found.
     pub steps_per_s_after: Option<f64>,
@@ -991,6 +1255,7 @@ pub struct Saving {
     pub workers: Option<u32>,
 }
 
+/// Completeness and cost of the trace (`tracer`).
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Tracer {
     /// Events lost anywhere (sum of `loss`); 0 means the counts are complete.
@@ -1001,14 +1266,20 @@ pub struct Tracer {
     /// What tracing cost the job, estimated from the probe hits.
     #[serde(default)]
     pub overhead: Overhead,
+    /// Whether every count is exact: no lost events, no process probed late, launch counts
+    /// not estimated, and for a recording, a closed, undamaged file with no frame dropped.
     pub complete: bool,
     /// Processes that ran with a CUDA driver library mapped before it was probed (a file
     /// replaced on disk, a library loaded from an unexpected place): some of their calls,
     /// at most one rescan interval (200 ms) each, were not seen. Not `complete` when > 0.
     #[serde(default)]
     pub probed_late: u64,
+    /// Per place where an event or a detail could be lost; `lost_events` sums those that lose
+    /// events.
     pub loss: Loss,
+    /// Hits per probed symbol.
     pub probes: Vec<ProbeHits>,
+    /// The libraries gputrace attached probes to.
     pub libraries: Vec<LibraryEntry>,
     /// Milliseconds from start to all probes armed.
     pub attach_ms: f64,
@@ -1023,6 +1294,8 @@ pub struct Tracer {
     pub startup_ms: Option<Startup>,
     /// Times a process memory map was read to classify copies.
     pub maps_reads: u64,
+    /// What gputrace could not see, and the doctor's checks that bear on a diagnosis, in
+    /// sentences.
     pub notes: Vec<String>,
     /// gputrace's peak resident memory while tracing (`VmHWM`), where known.
     #[serde(default)]
@@ -1059,10 +1332,12 @@ pub struct Overhead {
     pub trap_ns: f64,
     /// Traps × cost, all threads.
     pub estimated_s: f64,
-    /// The thread that took the most traps, its cost, and that cost over the window: the
-    /// slowdown of the job's most affected thread.
+    /// The thread whose probes cost it the most (modelled); null without traps.
     pub busiest_thread: Option<u32>,
+    /// That thread's modelled cost, seconds.
     pub busiest_thread_s: f64,
+    /// `busiest_thread_s` over the whole window, at most 1: the slowdown of the job's most
+    /// affected thread.
     pub fraction_of_window: f64,
     /// `measured` (trap costs measured apart on this kernel, plus our programs' run time) or
     /// `assumed` (1 µs a trap, where no measurement exists).
@@ -1086,21 +1361,24 @@ pub struct Overhead {
 /// The probes' cost as the traced threads' own CPU samples saw it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SampledCost {
-    /// Samples that found a traced thread on a CPU, and those inside one of our traps.
+    /// Samples that found a traced thread on a CPU.
     pub samples: u64,
+    /// Of those samples, the ones inside one of our traps.
     pub in_trap: u64,
     /// `in_trap` / the sampling rate: the time the traced threads spent in our traps.
     pub in_trap_s: f64,
     /// `in_trap_s` over `modelled_s`, once `in_trap` reaches `min_in_trap` (its statistical
-    /// error is then within about ±20 %); null before. Shown, not applied: the samples also
+    /// error is then about ±18 %); null before. Shown, not applied: the samples also
     /// take page faults and interrupts for traps (an upper bound; docs/report.md).
     pub scale: Option<f64>,
+    /// The in-trap samples needed before `scale` is given (30).
     pub min_in_trap: u64,
 }
 
 /// What one probed symbol cost the job.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProbeCost {
+    /// The probed function.
     pub symbol: String,
     /// The instruction the probe sits on (null where unknown: an old recording).
     pub entry: Option<EntryKind>,
@@ -1112,21 +1390,32 @@ pub struct ProbeCost {
     /// (absent where that accounting was off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub program_ns: Option<f64>,
+    /// Its hits, all threads.
     pub hits: u64,
+    /// What they cost the job, seconds: hits × (`entry_ns` + `return_ns`).
     pub cost_s: f64,
 }
 
+/// Events and details lost, per place (`tracer.loss`).
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Loss {
+    /// Events dropped because the ring buffer was full.
     pub ring_full: u64,
     /// Of `ring_full`, CUDA call records (already in `ring_full`; not added twice).
     #[serde(default)]
     pub ring_full_calls: u64,
+    /// A thread's counters could not be kept (the thread map was full).
     pub thread_map_full: u64,
+    /// A call's entry could not be remembered: its thread was inside two other probed calls.
     pub inflight_full: u64,
+    /// Returns whose entry was not seen (calls in flight at attach, or entered while
+    /// `--max-overhead` had their probes off): not a loss, not in `lost_events`.
     pub unmatched_return: u64,
+    /// A child process could not be traced (the process map was full).
     pub process_map_full: u64,
+    /// A thread's scheduler accounting could not be kept (the scheduler map was full).
     pub sched_map_full: u64,
+    /// A block request could not be remembered until its completion (the I/O map was full).
     pub io_map_full: u64,
     /// Kinds of wakeup that could not be counted (the waker map was full): the split of
     /// off-CPU time by waker (`time_account.waits`) is then partial. Not a lost event.
@@ -1139,6 +1428,8 @@ pub struct Loss {
     /// pointer stacks stood in, shorter where the code has no frame pointers. Not a lost event.
     #[serde(default)]
     pub stack_copy_failed: u64,
+    /// Records user space could not decode (a kernel and user-space version mismatch, or a
+    /// damaged recording).
     pub undecodable: u64,
 }
 
@@ -1147,6 +1438,7 @@ pub struct Loss {
 /// allocations). Sites' shares are of usable stacks only.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StackCounts {
+    /// Stacks taken, each counted as many times as it stands for.
     pub taken: u64,
     /// Stacks that reach code beyond the system's and CUDA's libraries, or a thread's root.
     pub usable: u64,
@@ -1161,24 +1453,38 @@ pub struct StackCounts {
 /// [`StackCounts`] of one process.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProcessStackCounts {
+    /// The process id.
     pub pid: u32,
+    /// Stacks taken in this process.
     pub taken: u64,
+    /// Of them, usable.
     pub usable: u64,
+    /// Of them, cut short.
     pub cut_short: u64,
+    /// Of them, failed.
     pub failed: u64,
 }
 
+/// One probed symbol and its hits (`tracer.probes`).
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProbeHits {
+    /// The probed function.
     pub symbol: String,
+    /// Every library it was probed in, comma-separated (one program serves them all, so the
+    /// hits cannot be split by library).
     pub library: String,
+    /// Its hits: calls by traced threads.
     pub hits: u64,
 }
 
+/// A library gputrace attached probes to (`tracer.libraries`).
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LibraryEntry {
+    /// Its path, as the process names it.
     pub path: String,
+    /// Its inode.
     pub inode: u64,
+    /// How many of its symbols were probed.
     pub symbols: usize,
 }
 
@@ -1213,7 +1519,9 @@ pub struct Sampling {
 /// The job's CUDA device environment, read from `/proc/PID/environ` at attach.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CudaEnv {
+    /// `CUDA_VISIBLE_DEVICES`; null where unset.
     pub visible_devices: Option<String>,
+    /// `CUDA_DEVICE_ORDER`; null where unset.
     pub device_order: Option<String>,
 }
 
@@ -1245,11 +1553,15 @@ mod tests {
 /// Where a report's evidence came from when it was read from a recording.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct RecordingNote {
+    /// The recording file's path, as given.
     pub file: String,
     /// `file` or `flight`.
     pub mode: String,
+    /// Which file of a rotated session: 0 for the first, one more for each rotation.
     pub segment: u32,
+    /// Whether the file began with the session (false for a file opened by rotation).
     pub from_session_start: bool,
+    /// Frames read from the file.
     pub frames: u64,
     /// Frames the recorder could not write (a full disk).
     pub frames_dropped: u64,
@@ -1267,14 +1579,23 @@ pub struct RecordingNote {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Framework {
+    /// Plain PyTorch.
     Pytorch,
+    /// PyTorch Lightning.
     Lightning,
+    /// Hugging Face Transformers' `Trainer`.
     HfTrainer,
+    /// Hugging Face Accelerate.
     Accelerate,
+    /// `DeepSpeed`.
     Deepspeed,
+    /// `vLLM`.
     Vllm,
+    /// `SGLang`.
     Sglang,
+    /// JAX.
     Jax,
+    /// `TensorFlow`.
     Tensorflow,
 }
 
@@ -1301,9 +1622,13 @@ impl Framework {
 pub struct Site {
     /// `train.py:42 in train_step`.
     pub frame: String,
+    /// The source file; null where unknown.
     pub file: Option<String>,
+    /// The line in it; null where unknown.
     pub line: Option<u32>,
+    /// The function, demangled, or its address in hex where unknown.
     pub function: String,
+    /// Time charged to it, seconds; 0 for a memory diagnosis, whose sites are weighed by bytes.
     pub seconds: f64,
     /// Of the time of the stacks considered (the diagnosis's activity), this site's part; for
     /// a memory diagnosis, of the bytes.
@@ -1341,6 +1666,7 @@ pub struct InsidePart {
     pub frame: String,
     /// Of the site's time (or bytes).
     pub share: f64,
+    /// Stacks charged to this part.
     pub stacks: u64,
 }
 
@@ -1390,10 +1716,15 @@ pub enum EntryKind {
 /// Measured cost per trap, ns, by what the probe sits on.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TrapCosts {
+    /// A trap on a function that begins with `push`, ns.
     pub push_ns: f64,
+    /// A trap on a function that begins with a NOP, ns.
     pub nop_ns: f64,
+    /// A trap on a function that begins with `endbr64`, ns.
     pub endbr_ns: f64,
+    /// A trap on a function that begins with a relative jump, call or branch, ns.
     pub branch_ns: f64,
+    /// A trap on a function that begins with any other instruction (single-stepped), ns.
     pub stepped_ns: f64,
     /// A return probe's own cost (its entry excluded).
     pub return_ns: f64,
@@ -1432,16 +1763,21 @@ impl TrapCosts {
 /// found a thread inside a uprobe trap: each stands for 1/`hz` s of that thread's time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TrapSampling {
+    /// CPU samples that found a traced thread on a CPU.
     pub samples: u64,
+    /// Of them, those that found it inside a uprobe trap.
     pub in_trap: u64,
+    /// The sampling rate, samples a second per CPU.
     pub hz: u64,
 }
 
 /// One probe's programs' mean run time, ns, and how many times its entry program ran.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProgramNs {
+    /// The entry program's mean run time, ns.
     pub entry_ns: f64,
     /// 0 where the probe has no return program.
     pub return_ns: f64,
+    /// How many times the entry program ran.
     pub runs: u64,
 }

@@ -6,9 +6,13 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Severity {
+    /// The worst: act on it first (`high`; a report's diagnosis with an `impact` of 0.25 or more).
     High,
+    /// Worth fixing (`medium`; an `impact` of 0.10 or more).
     Medium,
+    /// Minor, or seen on thin evidence (`low`; an `impact` of 0.03 or more).
     Low,
+    /// Below that, or a fact worth knowing rather than a loss (`info`).
     Info,
 }
 

@@ -19,6 +19,7 @@ use crate::{
     sweep,
 };
 
+/// The raw command line as clap parses it; [`Cli::job`] turns it into a validated [`Job`].
 #[derive(Debug, Parser)]
 #[command(name = "gputrace", version, about = "Tells you why your GPU sits idle: traces a CUDA job with eBPF, no code change")]
 pub struct Cli {
@@ -27,6 +28,7 @@ pub struct Cli {
     /// More logging on stderr (-v info, -vv debug); `RUST_LOG` overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// `--color`: when the text report is coloured.
     #[arg(
         long,
         global = true,
@@ -320,46 +322,73 @@ fn parse_size(s: &str) -> Result<u64, String> {
 /// A validated job.
 #[derive(Debug)]
 pub enum Job {
+    /// Trace a process live (`attach`, `run`), or record it to a file (`record`).
     Trace {
+        /// The process to attach to, or the command to start.
         target: Target,
+        /// How long to trace; `None`: until the target exits or Ctrl-C.
         duration: Option<Duration>,
+        /// Print the report as JSON on stdout rather than as text.
         json: bool,
         /// Zero: NVML off.
         nvml_interval: Duration,
+        /// Where and how to write the recording; `None` for `attach` and `run`, which record nothing.
         record: Option<Plan>,
         /// `--max-overhead`, a fraction.
         max_overhead: Option<f64>,
     },
+    /// `report`: the report of a recording, computed offline.
     Report {
+        /// The recording to read.
         file: PathBuf,
+        /// Print the report as JSON on stdout rather than as text.
         json: bool,
+        /// Where to write the report also as an HTML page (never stdout); `None`: no page.
         html: Option<Destination>,
     },
+    /// `export`: a recording as a Perfetto trace, an HTML page, or both (at least one is given).
     Export {
+        /// The recording to read.
         file: PathBuf,
+        /// Where to write the Chrome trace-event JSON; `None`: not asked for.
         perfetto: Option<Destination>,
+        /// Where to write the HTML page; `None`: not asked for.
         html: Option<Destination>,
     },
+    /// `sweep`: every GPU process on the host, judged once.
     Sweep {
+        /// How long to watch, and whether to show other users' command lines.
         options: sweep::Options,
+        /// Print the sweep as JSON on stdout rather than as text.
         json: bool,
+        /// Where to write the sweep also as an HTML page (never stdout); `None`: no page.
         html: Option<Destination>,
     },
+    /// `doctor`: check this machine for tracing and its GPU path.
     Doctor {
+        /// A job whose process to check too (NUMA placement, CUDA runtime, GPU sharing); `None`: the machine only.
         pid: Option<u32>,
+        /// Print the checks as JSON on stdout rather than as text.
         json: bool,
     },
+    /// `serve`: the sweep, window after window, as Prometheus metrics over HTTP.
     Serve {
+        /// The address to listen on, the window length and how series are labelled.
         options: crate::serve::Options,
     },
+    /// `top`: the sweep, window after window, as a live terminal view.
     Top {
+        /// The window length, and whether to show other users' command lines.
         options: crate::top::Options,
     },
+    /// `completions`: print a shell completion script.
     Completions {
+        /// The shell to write the script for.
         shell: clap_complete::Shell,
     },
     /// A man page: gputrace's, or a subcommand's (checked to be one).
     Man {
+        /// The subcommand whose page to print; `None`: the page of gputrace itself.
         subcommand: Option<String>,
     },
 }

@@ -1,6 +1,7 @@
 //! The one clock: `CLOCK_MONOTONIC`, which is what `bpf_ktime_get_ns` reads, so kernel and
 //! user-space timestamps can be compared directly.
 
+/// Now on `CLOCK_MONOTONIC`, in ns: the clock of every event timestamp (`ts_ns`, `start_ns`).
 #[must_use]
 pub fn monotonic_ns() -> u64 {
     let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);

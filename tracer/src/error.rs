@@ -5,6 +5,7 @@ use std::{io, path::PathBuf};
 
 /// Exit codes, documented in docs/cli.md.
 pub mod exit {
+    /// Success: a report was printed.
     pub const OK: i32 = 0;
     /// Something failed that has no more specific code.
     pub const FAILURE: i32 = 1;
@@ -22,91 +23,159 @@ pub mod exit {
 
 // The aya error sources are boxed: they are hundreds of bytes, and unboxed they would make
 // every `Result<_, TraceError>` that large, even on the success path.
+/// An error that stops a gputrace run; its message says what to do, and
+/// [`TraceError::exit_code`] gives the process exit code it maps to.
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
     #[error("no process with pid {pid}; check it with `ps -p {pid}`")]
-    NoSuchProcess { pid: u32 },
+    /// No process has the pid given to trace.
+    NoSuchProcess {
+        /// The pid asked for.
+        pid: u32,
+    },
 
     #[error("process {pid} exited before tracing could start")]
-    TargetExited { pid: u32 },
+    /// The target process exited before the probes were in place.
+    TargetExited {
+        /// The target's pid.
+        pid: u32,
+    },
 
     #[error("process {pid} was replaced by another process with the same pid while attaching; nothing was traced")]
-    PidReused { pid: u32 },
+    /// The target exited and a new process took its pid while gputrace attached, so the
+    /// probes would have watched the wrong process.
+    PidReused {
+        /// The pid that was reused.
+        pid: u32,
+    },
 
     #[error(
         "tracing needs root, or the capabilities {missing}; run gputrace with sudo \
          (or grant them: setcap cap_bpf,cap_perfmon,cap_sys_ptrace,cap_dac_read_search+ep gputrace)"
     )]
-    Permission { missing: String },
+    /// gputrace lacks privileges it needs: it runs without root and misses capabilities, or
+    /// the kernel refused to create BPF maps.
+    Permission {
+        /// The missing capabilities, for the message (e.g. "`CAP_BPF` and `CAP_PERFMON`").
+        missing: String,
+    },
 
     #[error("this kernel cannot run gputrace: {what}")]
-    Kernel { what: String },
+    /// The running kernel lacks a feature gputrace needs.
+    Kernel {
+        /// Which feature is missing and why it is needed, for the message.
+        what: String,
+    },
 
     #[error(
         "this gputrace binary was built without its eBPF programs (GPUTRACE_EBPF_STUB was set); \
          run `cargo xtask setup` and rebuild"
     )]
+    /// The binary was built with `GPUTRACE_EBPF_STUB`, so it carries no eBPF programs to load.
     NoEbpfObject,
 
     #[error("loading the eBPF object: {source}")]
+    /// The kernel refused the eBPF object as a whole (its maps, BTF or relocations).
     LoadObject {
+        /// The loader's error.
         #[source]
         source: Box<aya::EbpfError>,
     },
 
     #[error("loading eBPF program `{program}`: {source}{}", verifier_hint(.source))]
+    /// The kernel refused one eBPF program; the message carries the verifier log when there is one.
     LoadProgram {
+        /// The program's name in the eBPF object.
         program: String,
+        /// The loader's error.
         #[source]
         source: Box<aya::programs::ProgramError>,
     },
 
     #[error("no CUDA symbol of {} could be probed (the notes say why for each)", .library.display())]
-    NothingProbed { library: PathBuf },
+    /// Not one CUDA symbol of a library could be probed, so tracing it would record nothing.
+    NothingProbed {
+        /// The library, as its name is known to the user.
+        library: PathBuf,
+    },
 
     #[error("attaching to `{symbol}` in {}: {source}", .library.display())]
+    /// Attaching a uprobe to a symbol of a library failed.
     AttachUprobe {
+        /// The probed symbol.
         symbol: String,
+        /// The library that holds the symbol.
         library: PathBuf,
+        /// Why the kernel refused the attachment.
         #[source]
         source: Box<AttachError>,
     },
 
     #[error("attaching tracepoint {category}:{name}: {source}")]
+    /// Attaching an eBPF program to a kernel tracepoint failed.
     AttachTracepoint {
+        /// The tracepoint's category (e.g. `sched`).
         category: String,
+        /// The tracepoint's name within its category (e.g. `sched_switch`).
         name: String,
+        /// Why the kernel refused the attachment.
         #[source]
         source: Box<aya::programs::ProgramError>,
     },
 
     #[error("eBPF map `{name}` is missing from the object or has the wrong type")]
-    Map { name: String },
+    /// A map the tracer needs is missing from the eBPF object, or has another type: the
+    /// binary and its eBPF programs do not match.
+    Map {
+        /// The map's name in the eBPF object.
+        name: String,
+    },
 
     #[error("{} has no symbol `{symbol}`", .library.display())]
-    NoSymbol { symbol: String, library: PathBuf },
+    /// A library lacks a symbol that must be probed.
+    NoSymbol {
+        /// The symbol looked for.
+        symbol: String,
+        /// The library searched.
+        library: PathBuf,
+    },
 
     #[error("eBPF program `{name}` is missing from the object or has the wrong type")]
-    Program { name: String },
+    /// A program the tracer needs is missing from the eBPF object, or has another type: the
+    /// binary and its eBPF programs do not match.
+    Program {
+        /// The program's name in the eBPF object.
+        name: String,
+    },
 
     #[error("reading the ELF symbols of {}: {source}", .path.display())]
+    /// A library's ELF symbol tables could not be read.
     Elf {
+        /// The library's file, as its name is known to the user.
         path: PathBuf,
+        /// The ELF parser's error.
         #[source]
         source: object::read::Error,
     },
 
     #[error("cannot listen on {addr}: {source}; give --listen an address of this host and a free port (ADDR:PORT)")]
+    /// The HTTP server could not bind the address given with `--listen`.
     Listen {
+        /// The address asked for, as `ADDR:PORT`.
         addr: String,
+        /// Why binding failed.
         #[source]
         source: io::Error,
     },
 
     #[error("{what} {}: {source}", .path.display())]
+    /// An I/O operation failed.
     Io {
+        /// What was being done, placed before `path` in the message (e.g. "reading library").
         what: &'static str,
+        /// What it was done to: a file, or a description such as "the terminal".
         path: PathBuf,
+        /// The I/O error.
         #[source]
         source: io::Error,
     },
@@ -116,15 +185,22 @@ pub enum TraceError {
          — choose another name, or pass --force to replace what is there",
         .path.display()
     )]
+    /// A recording could not be published under its name, because something else took the
+    /// name after the command line was checked.
     OutputTaken {
+        /// The recording's path.
         path: PathBuf,
+        /// Why publishing failed.
         #[source]
         source: io::Error,
     },
 
     #[error("starting `{command}`: {source}")]
+    /// The command to trace could not be started.
     Spawn {
+        /// The command line, joined with spaces (bytes that are not UTF-8 shown replaced).
         command: String,
+        /// Why starting it failed.
         #[source]
         source: io::Error,
     },
@@ -182,6 +258,7 @@ impl TraceError {
     }
 }
 
+/// A `Result` whose error defaults to [`TraceError`].
 pub type Result<T, E = TraceError> = std::result::Result<T, E>;
 
 #[cfg(test)]
@@ -203,8 +280,10 @@ mod tests {
 /// nothing of the stages that raise it).
 #[derive(Debug, thiserror::Error)]
 pub enum AttachError {
+    /// Attaching through a perf-event link failed.
     #[error(transparent)]
     PerfEvent(#[from] aya::programs::ProgramError),
+    /// The `bpf()` call that creates a multi-uprobe link failed.
     #[error("{0}")]
     Multi(#[from] std::io::Error),
 }

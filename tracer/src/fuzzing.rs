@@ -173,6 +173,8 @@ fn json<T: serde::Serialize>(value: &T) -> Vec<u8> {
     serde_json::to_vec(value).unwrap_or_default()
 }
 
+/// A small, whole recording (preamble, start, checkpoint, events with their host answers,
+/// NVML samples, end): the seed of the `read_recording` target.
 #[must_use]
 pub fn seed_recording() -> Vec<u8> {
     let mut file = format::preamble().to_vec();

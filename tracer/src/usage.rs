@@ -4,7 +4,9 @@
 /// This process's use so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Usage {
+    /// CPU time in user mode, seconds.
     pub user_s: f64,
+    /// CPU time in the kernel on this process's behalf, seconds.
     pub system_s: f64,
     /// Peak resident set (`ru_maxrss`, the `VmHWM` of `/proc/self/status`).
     pub peak_rss_bytes: u64,

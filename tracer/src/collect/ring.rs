@@ -6,6 +6,7 @@ use tokio::io::unix::AsyncFd;
 
 use crate::decode::{decode, DecodeError, Event};
 
+/// Reads the eBPF ring buffer of events as they arrive, on the async runtime.
 pub struct RingReader {
     fd: AsyncFd<RingBuf<MapData>>,
 }
@@ -17,6 +18,7 @@ impl std::fmt::Debug for RingReader {
 }
 
 impl RingReader {
+    /// Registers the ring's descriptor with the runtime; fails where it cannot be polled.
     pub fn new(ring: RingBuf<MapData>) -> std::io::Result<Self> {
         // SAFETY: the map's descriptor is owned by `ring`, which the AsyncFd owns for its whole
         // life, so it stays open and names the same map until both are dropped together.

@@ -9,17 +9,26 @@ use gputrace_common::{
 /// One decoded record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
+    /// A probed CUDA call, written at its return (`KIND_CALL`).
     Call(CallEvent),
+    /// The first launch on a thread after its device queue was drained (`KIND_IDLE_END`).
     IdleEnd(IdleEndEvent),
+    /// A traced process created a thread or process (`KIND_TASK_NEW`).
     TaskNew(TaskEvent),
+    /// A traced task exited (`KIND_TASK_EXIT`).
     TaskExit(TaskEvent),
+    /// A traced task called exec (`KIND_TASK_EXEC`).
     TaskExec(TaskEvent),
+    /// A traced thread's final scheduler accounting, as it died (`KIND_SCHED_FINAL`).
     SchedFinal(SchedFinalEvent),
+    /// A traced thread woke from a long off-CPU spell (`KIND_LONG_SLEEP`).
     LongSleep(LongSleepEvent),
+    /// A block request of the traced tree completed (`KIND_IO`).
     Io(IoEvent),
 }
 
 impl Event {
+    /// The header every record starts with: its kind, probe id, tgid and tid, and monotonic timestamp.
     #[must_use]
     pub fn header(&self) -> &EventHeader {
         match self {
@@ -33,14 +42,31 @@ impl Event {
     }
 }
 
+/// Why a record's bytes are not a valid record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
+    /// The record is too short to hold an [`EventHeader`].
     #[error("record of {len} bytes is shorter than a header")]
-    NoHeader { len: usize },
+    NoHeader {
+        /// The record's length, in bytes.
+        len: usize,
+    },
+    /// The record's length is not the size of its kind's struct.
     #[error("record of kind {kind} has {len} bytes, expected {expected}")]
-    WrongSize { kind: u32, len: usize, expected: usize },
+    WrongSize {
+        /// The kind its header gives.
+        kind: u32,
+        /// The record's length, in bytes.
+        len: usize,
+        /// The size of that kind's struct, in bytes.
+        expected: usize,
+    },
+    /// The header's kind is none this tracer knows.
     #[error("unknown record kind {kind}")]
-    UnknownKind { kind: u32 },
+    UnknownKind {
+        /// The kind its header gives.
+        kind: u32,
+    },
 }
 
 /// Marker for the `#[repr(C)]` plain-integer records that may be read from any bytes.
@@ -88,6 +114,8 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
 /// (those are copied about), and it is consumed as it is drained, never recorded.
 #[derive(Clone, Copy, Debug)]
 pub struct UserStack<'a> {
+    /// The record's fixed part: the thread's user registers, the copied length and the
+    /// frame-pointer stack that stands in when unwinding fails.
     pub event: UserStackHead,
     /// The copied bytes from `event.sp` up (`event.len` of them, at most what the record holds).
     pub stack: &'a [u8],

@@ -12,8 +12,12 @@ use crate::{
     model::GpuDevice,
 };
 
+/// The figures every detector reads: the time account, rates, the loader workers and NVML's
+/// view of the job's device, computed once per analysis.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Account {
+    /// Seconds of the window the rates are over: its active time, pauses (and a start-up left
+    /// out) excluded; the whole window where there is no time account.
     pub window_s: f64,
     /// Kernel launches per second, whole traced tree.
     pub launch_rate: f64,
@@ -26,6 +30,7 @@ pub struct Account {
     /// NVML: mean fraction of time a kernel ran, and of SM time busy (Hopper GPM), on the
     /// device the job uses; None without NVML.
     pub gpu_util: Option<f64>,
+    /// NVML: mean share of SM time busy (0..1, Hopper GPM) on the job's device; None without it.
     pub sm_active: Option<f64>,
     /// What a pinned copy moves per second over that device's PCIe link (NVML); None
     /// without NVML or where it did not describe the link.
@@ -126,6 +131,8 @@ impl Account {
 }
 
 impl Account {
+    /// The account of the window from `start_ns` (monotonic ns) for `window_ns`, with NVML's view
+    /// of the job's device where `gpu` has it.
     #[must_use]
     pub fn new(ev: &Evidence, start_ns: u64, window_ns: u64, gpu: Option<&[GpuDevice]>) -> Self {
         let time = super::startup::account(ev, start_ns, start_ns + window_ns);

@@ -27,6 +27,7 @@ pub type Stacks = (&'static [Activity], Option<bool>);
 /// One diagnosis's entry.
 #[derive(Clone, Copy, Debug)]
 pub struct Entry {
+    /// Where the diagnosis is found.
     pub source: Source,
     /// None: it names no code (the GPU-bound verdict; memory diagnoses rank allocation
     /// stacks by bytes instead, `stacks::alloc`).

@@ -54,13 +54,17 @@ fn total(values: impl Iterator<Item = u64>) -> u64 {
 /// What the memory view is made from.
 #[derive(Clone, Copy, Debug)]
 pub struct Inputs<'a> {
+    /// What the probes collected over the window (allocations, frees, failed requests).
     pub evidence: &'a Evidence,
+    /// The window's start, monotonic ns (the events' clock).
     pub start_ns: u64,
+    /// The window's end, monotonic ns.
     pub end_ns: u64,
     /// The traced processes.
     pub traced: &'a [u32],
     /// NVML's devices, samples and the holders at the end (None without NVML).
     pub gpu: Option<&'a Finished>,
+    /// Training steps a second, where steps were found; None otherwise.
     pub steps_per_s: Option<f64>,
     /// When each step began (the step marker's times, the newest 4096), to count the steps
     /// a span of the window holds.

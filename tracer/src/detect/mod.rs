@@ -32,8 +32,11 @@ use crate::{
 pub struct Inputs<'a> {
     /// The window: where it starts (monotonic ns, as the events' times) and how long it is.
     pub start_ns: u64,
+    /// Its length, ns.
     pub window_ns: u64,
+    /// What the probes and the samplers collected over the window.
     pub evidence: &'a Evidence,
+    /// NVML's devices and their figures over the window; None where NVML is unavailable.
     pub gpu: Option<&'a [GpuDevice]>,
     /// The cores the job may use, if known (work moved off the training thread runs there).
     pub cpus: Option<f64>,
@@ -41,9 +44,12 @@ pub struct Inputs<'a> {
 
 /// Impact at or above which a problem is `high`, `medium`, `low`.
 pub const HIGH: f64 = 0.25;
+/// Impact at or above which a problem is `medium`.
 pub const MEDIUM: f64 = 0.10;
+/// Impact at or above which a problem is `low`; below it, `info`.
 pub const LOW: f64 = 0.03;
 
+/// The severity of a diagnosis whose impact (a share of the window, 0..1) is `impact`.
 #[must_use]
 pub fn severity(impact: f64) -> Severity {
     if impact >= HIGH {
@@ -60,12 +66,16 @@ pub fn severity(impact: f64) -> Severity {
 /// Everything the analysis concludes.
 #[derive(Debug)]
 pub struct Findings {
+    /// The diagnosis the report leads with (see [`analyze`]).
     pub verdict: DiagnosisId,
     /// Largest impact first, each with its saving.
     pub diagnoses: Vec<Diagnosis>,
     /// The time account the impacts are parts of.
     pub time: Option<TimeAccount>,
+    /// How long the GPU was known to be idle, and what NVML says; None when no thread launched
+    /// kernels.
     pub gpu_idle: Option<GpuIdle>,
+    /// The job's training steps, if its critical path keeps a steady rhythm; None otherwise.
     pub steps: Option<Steps>,
     /// The step model the savings were simulated on.
     pub step_model: Option<crate::model::StepModel>,

@@ -7,8 +7,11 @@ use std::{collections::BTreeMap, fs};
 /// The `cpu.stat` counters that matter here.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CpuStat {
+    /// Enforcement periods that elapsed with a quota set.
     pub nr_periods: u64,
+    /// Of those, the periods in which the cgroup ran out of quota and was throttled.
     pub nr_throttled: u64,
+    /// Time its threads were throttled, microseconds (cgroup v1's nanoseconds converted).
     pub throttled_usec: u64,
 }
 

@@ -33,6 +33,7 @@ impl KernelSymbols {
         Self { symbols }
     }
 
+    /// Whether no symbol was read (no `/proc/kallsyms`, or addresses hidden from this user).
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.symbols.is_empty()

@@ -19,7 +19,9 @@ use super::maps;
 /// A library file identified by device and inode.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Library {
+    /// The device of the file system holding it (`st_dev`).
     pub dev: u64,
+    /// Its inode on that device.
     pub inode: u64,
     /// Path used to read and probe the file (may be a `/proc/.../map_files/...` link).
     pub open_path: PathBuf,

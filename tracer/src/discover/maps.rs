@@ -4,20 +4,26 @@
 /// One line of `/proc/PID/maps`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mapping {
+    /// First address of the mapping.
     pub start: u64,
+    /// Address one past its last byte.
     pub end: u64,
     /// `rwxp`/`rwxs` permissions.
     pub perms: [u8; 4],
+    /// Offset in the file where the mapping begins, bytes.
     pub offset: u64,
     /// Device as the kernel prints it, major and minor.
     pub dev_major: u32,
+    /// Minor device number (see `dev_major`).
     pub dev_minor: u32,
+    /// Inode of the mapped file; 0 for anonymous memory.
     pub inode: u64,
     /// Path or pseudo-name (`[heap]`, `/dev/zero (deleted)`), empty for anonymous memory.
     pub path: String,
 }
 
 impl Mapping {
+    /// Whether the mapping is shared (`s`) rather than private (`p`).
     #[must_use]
     pub fn shared(&self) -> bool {
         self.perms[3] == b's'
@@ -29,11 +35,13 @@ impl Mapping {
         libc::makedev(self.dev_major, self.dev_minor)
     }
 
+    /// Whether the mapping is executable (code).
     #[must_use]
     pub fn executable(&self) -> bool {
         self.perms[2] == b'x'
     }
 
+    /// Whether `addr` lies in the mapping.
     #[must_use]
     pub fn contains(&self, addr: u64) -> bool {
         (self.start..self.end).contains(&addr)

@@ -8,12 +8,15 @@ use crate::error::{Result, TraceError};
 /// Facts from `/proc/PID/stat` that identify a process instance.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProcStat {
+    /// The process id, as the file gives it.
     pub pid: u32,
+    /// Its parent's pid.
     pub ppid: u32,
     /// Start time in clock ticks since boot: with the pid, a unique process identity.
     pub start_ticks: u64,
     /// State letter (R, S, D, Z, ...).
     pub state: char,
+    /// The kernel's short name of the command (15 bytes at most), as read between the parentheses.
     pub comm: String,
 }
 

@@ -52,7 +52,9 @@ const HOLDING_BEARS_ON: [DiagnosisId; 4] = [DiagnosisId::Oom, DiagnosisId::Memor
 pub struct Seen<'a> {
     /// The device the job ran on.
     pub device: &'a GpuDevice,
+    /// The traced job's pid (its process tree's root).
     pub target_pid: u32,
+    /// The CPUs the job may run on and the machine's NUMA nodes; None where not known.
     pub placement: Option<&'a Placement>,
     /// The report is of a live session: the processes NVML names are this host's now (a
     /// recording's pids name whatever runs under them where it is read).

@@ -15,31 +15,43 @@ pub const CHECKS: [&str; 8] = ["nvml", "pcie-link", "numa", "clocks", "persisten
 /// One GPU, as NVML and sysfs describe it; None where the driver did not say.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DeviceFacts {
+    /// NVML's device index.
     pub index: u32,
+    /// The product name NVML gives.
     pub name: String,
     /// Current generation and width, and the most this card and slot can train to.
     pub pcie: Option<Pcie>,
     /// Utilization (%), to tell a link trained down for idling from a bad one.
     pub busy_pct: Option<u32>,
+    /// The NUMA node the GPU's PCIe slot is attached to, from sysfs.
     pub numa_node: Option<i32>,
+    /// NVML's current clock throttle reasons, as its bitmask (`ThrottleReasons`).
     pub throttle: Option<u64>,
+    /// Whether persistence mode is on.
     pub persistence: Option<bool>,
+    /// Whether MIG mode is on (the current mode, not a pending one).
     pub mig: Option<bool>,
     /// Processes using the GPU: pid and the memory it holds (None where not reported).
     pub processes: Vec<(u32, Option<u64>)>,
 }
 
+/// A PCIe link: the generation and lane width it runs at now, and the most it can train to.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Pcie {
+    /// Generation it runs at now (3, 4, 5, …).
     pub gen: u32,
+    /// The highest generation the card and slot support.
     pub max_gen: u32,
+    /// Lanes it runs with now.
     pub width: u32,
+    /// The most lanes the card and slot support.
     pub max_width: u32,
 }
 
 /// The job `--pid` names.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct JobFacts {
+    /// The job's pid.
     pub pid: u32,
     /// The job and its descendants.
     pub tree: Vec<u32>,
@@ -49,16 +61,20 @@ pub struct JobFacts {
     pub runtime: Option<(u32, Option<u32>)>,
 }
 
+/// Everything the GPU checks judge, gathered once by `facts`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GpuFacts {
     /// Why there is no NVML (None: it answered).
     pub no_nvml: Option<String>,
+    /// The driver's version (`580.95.05`, …); None without NVML or where it would not say.
     pub driver: Option<String>,
     /// The CUDA version the driver supports, as NVML gives it (13000 for 13.0).
     pub cuda_driver: Option<i32>,
+    /// Every device NVML could open; empty without NVML.
     pub devices: Vec<DeviceFacts>,
     /// NUMA node → its CPUs (empty on a machine without NUMA information).
     pub nodes: BTreeMap<i32, Vec<u32>>,
+    /// The job `--pid` names, if any.
     pub job: Option<JobFacts>,
 }
 

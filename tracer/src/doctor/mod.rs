@@ -16,6 +16,7 @@ use serde::Serialize;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
+    /// Checked and sound.
     Pass,
     /// Tracing works, or the job runs, but something costs time or evidence.
     Warn,
@@ -26,6 +27,7 @@ pub enum Status {
 }
 
 impl Status {
+    /// The name the text and `--json` use: `pass`, `warn`, `fail` or `skip`.
     #[must_use]
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -42,12 +44,14 @@ impl Status {
 pub struct Check {
     /// A stable name (`uprobes`, `pcie-link`, …; docs/cli.md lists them).
     pub name: String,
+    /// How it came out.
     pub status: Status,
     /// What was found, and for a warn or fail what to do.
     pub detail: String,
 }
 
 impl Check {
+    /// A check named `name` that came out `status`, with what was found.
     #[must_use]
     pub fn new(name: &str, status: Status, detail: impl Into<String>) -> Self {
         Self { name: name.into(), status, detail: detail.into() }
@@ -59,8 +63,11 @@ impl Check {
 pub struct Findings {
     /// The process the job checks were about (`--pid`), if any.
     pub pid: Option<u32>,
+    /// Every check, in the order they were made (the host's, then the GPU's).
     pub checks: Vec<Check>,
+    /// How many checks failed; any makes the command exit non-zero.
     pub fails: usize,
+    /// How many checks warned.
     pub warns: usize,
 }
 

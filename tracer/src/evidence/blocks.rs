@@ -14,6 +14,7 @@ use super::memory::TIMELINE_BUCKET_NS;
 /// One block handed out and not yet given back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LiveBlock {
+    /// The block's size in bytes.
     pub bytes: u64,
     /// When the allocation returned (its record's time): with the address, which block it
     /// is (the allocator hands the same address out again after a free).
@@ -34,6 +35,7 @@ pub struct AllocatorTotals {
 pub struct Blocks {
     /// Blocks handed out, and their bytes.
     pub count: u64,
+    /// Their bytes, summed.
     pub bytes: u64,
     /// Blocks given back.
     pub frees: u64,
@@ -41,6 +43,7 @@ pub struct Blocks {
     pub unknown_frees: u64,
     /// Bytes in blocks handed out and not given back (seen while traced).
     pub live_bytes: u64,
+    /// The most `live_bytes` reached.
     pub peak_live_bytes: u64,
     /// `live_bytes` over time: (time, bytes) at the end of each 100 ms bucket that changed it.
     pub timeline: Vec<(u64, u64)>,
@@ -157,6 +160,7 @@ impl Blocks {
         self.stopped_at_ns.get_or_insert(at_ns);
     }
 
+    /// Whether the overhead budget took the allocator's probes off (`stopped_at_ns`).
     #[must_use]
     pub const fn stopped(&self) -> bool {
         self.stopped_at_ns.is_some()

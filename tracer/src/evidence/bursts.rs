@@ -20,16 +20,22 @@ const MAX_BURSTS: usize = 4096;
 /// A run of bulk copies, and the time the loop stood still for it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Burst {
+    /// The thread that made the copies.
     pub tid: u32,
+    /// When the burst's first copy began (monotonic ns).
     pub start_ns: u64,
     /// The first launch after the burst, or its last copy's end where none was seen.
     pub end_ns: u64,
+    /// Bytes copied.
     pub bytes: u64,
+    /// Bulk copies in the burst.
     pub copies: u64,
     /// Of `bytes`, copied into pageable memory.
     pub pageable_bytes: u64,
 }
 
+/// Each thread's bursts of bulk device-to-host copies: the open ones, and the most recent
+/// 4096 closed ones.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Bursts {
     done: VecDeque<Burst>,

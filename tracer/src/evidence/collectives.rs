@@ -19,6 +19,7 @@ use gputrace_common::{
 /// One kind of collective on one rank.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OpSeen {
+    /// Calls made, failed ones included.
     pub calls: u64,
     /// The calls' count times the datatype's size: each rank's buffer (all-gather's and
     /// reduce-scatter's per-rank part), as the call names it.
@@ -37,29 +38,38 @@ pub struct RankSeen {
     /// From its communicator's set-up (`ncclCommInitRank*`): its rank and the world's size,
     /// and the communicator's handle. The first communicator made is the one kept.
     pub rank: Option<u64>,
+    /// The world's size: ranks in that communicator.
     pub nranks: Option<u64>,
+    /// The communicator's handle, as its set-up returned it.
     pub comm: Option<u64>,
+    /// Communicator set-up calls that succeeded.
     pub comms_made: u64,
+    /// `ncclCommDestroy` calls.
     pub comms_destroyed: u64,
+    /// `ncclGroupEnd` calls.
     pub group_ends: u64,
     /// Host time inside communicator set-up calls (the ranks meet there).
     pub init_ns: u64,
+    /// Each kind of collective's totals.
     pub by_op: BTreeMap<Op, OpSeen>,
     /// The collective queued last since the queue was last drained.
     pending: Option<Op>,
 }
 
 impl RankSeen {
+    /// Collective calls of every kind.
     #[must_use]
     pub fn calls(&self) -> u64 {
         self.by_op.values().map(|o| o.calls).sum()
     }
 
+    /// Host time in the waits charged to its collectives (module docs), ns.
     #[must_use]
     pub fn wait_ns(&self) -> u64 {
         self.by_op.values().map(|o| o.wait_ns).sum()
     }
 
+    /// Host time inside its collective calls, ns.
     #[must_use]
     pub fn call_ns(&self) -> u64 {
         self.by_op.values().map(|o| o.call_ns).sum()
@@ -69,6 +79,7 @@ impl RankSeen {
 /// Every rank's NCCL, by process id.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Collectives {
+    /// Each process's NCCL, by pid.
     pub ranks: BTreeMap<u32, RankSeen>,
 }
 

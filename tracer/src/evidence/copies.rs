@@ -8,11 +8,17 @@ use gputrace_common::{
 
 use super::{AllocStats, HostPinStats};
 
+/// Which way a copy went: from its entry point, or where that does not say, from its
+/// pointers or memory types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Direction {
+    /// Host memory to device memory.
     HostToDevice,
+    /// Device memory to host memory.
     DeviceToHost,
+    /// Within device memory.
     DeviceToDevice,
+    /// Between the devices of two contexts (`cuMemcpyPeer`).
     Peer,
     /// Both ends in host memory (a 2D/3D copy between two host buffers, or `cuMemcpy`
     /// between two host pointers). The driver copies on the CPU: nothing crosses the bus, so
@@ -52,14 +58,22 @@ pub enum CopyClass {
     Unknown,
 }
 
+/// Totals of the copies in one direction.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DirStats {
+    /// Copy calls.
     pub count: u64,
+    /// Bytes they named.
     pub bytes: u64,
+    /// Copies whose host side was pageable memory.
     pub pageable: u64,
+    /// Bytes of those pageable copies.
     pub pageable_bytes: u64,
+    /// Copies whose host side was pinned by a call we traced.
     pub pinned_traced: u64,
+    /// Copies whose host side lay in a pinned mapping made before we attached.
     pub pinned_by_map: u64,
+    /// Copies whose host address was no longer mapped when looked up (not classified).
     pub unknown_host: u64,
     /// Host time spent inside copy calls.
     pub call_ns: u64,
@@ -68,23 +82,32 @@ pub struct DirStats {
     /// Async copies followed by a synchronize on the same thread (`non_blocking=False`,
     /// `.cpu()`), and the time those synchronizes waited.
     pub then_synced: u64,
+    /// Time those synchronizes waited, ns.
     pub then_synced_wait_ns: u64,
     /// Device-to-host copies of a few bytes followed by a synchronize (`.item()`), and
     /// the time those synchronizes waited.
     pub scalar_reads: u64,
+    /// Time those reads waited, ns (the synchronize's, or a synchronous copy's own).
     pub scalar_read_wait_ns: u64,
 }
 
+/// Copy totals, one per direction.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CopyStats {
+    /// Host to device.
     pub h2d: DirStats,
+    /// Device to host.
     pub d2h: DirStats,
+    /// Device to device.
     pub d2d: DirStats,
+    /// Between devices (`cuMemcpyPeer`).
     pub peer: DirStats,
+    /// Host to host: both ends in host memory.
     pub h2h: DirStats,
 }
 
 impl CopyStats {
+    /// The totals of direction `dir`.
     pub fn dir_mut(&mut self, dir: Direction) -> &mut DirStats {
         match dir {
             Direction::HostToDevice => &mut self.h2d,

@@ -10,7 +10,9 @@ use crate::model::IoCounts;
 /// One thread's time, by scheduler state.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SchedStats {
+    /// The thread's process (tgid).
     pub pid: u32,
+    /// Running on a CPU, ns.
     pub on_cpu_ns: u64,
     /// Runnable but not running: waiting for a CPU.
     pub runqueue_ns: u64,
@@ -18,7 +20,9 @@ pub struct SchedStats {
     pub blocked_ns: u64,
     /// Interruptible sleep (`S`): waiting on a lock, a queue, a pipe, a timer.
     pub sleep_ns: u64,
+    /// Switches out while still runnable (involuntary).
     pub preemptions: u64,
+    /// Switches out by blocking or sleeping.
     pub voluntary_switches: u64,
 }
 
@@ -67,6 +71,7 @@ impl SchedStats {
         }
     }
 
+    /// Time in all four states, ns: the thread's life as the scheduler accounted it.
     #[must_use]
     pub fn total_ns(&self) -> u64 {
         self.on_cpu_ns + self.runqueue_ns + self.blocked_ns + self.sleep_ns
@@ -76,7 +81,9 @@ impl SchedStats {
 /// What a block request did, from the first letters of its `rwbs` string.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IoOp {
+    /// A read (`R`).
     Read,
+    /// A write (`W`).
     Write,
     /// Discard, flush-only, secure erase and the rest.
     Other,
@@ -100,6 +107,7 @@ pub fn op_of(rwbs: u32) -> IoOp {
 /// they are, and the latency kept in whole nanoseconds so that sums stay exact.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IoTotals {
+    /// Requests and bytes by operation, and errors.
     pub counts: IoCounts,
     /// Sum of request latencies (submission to completion).
     pub wait_ns: u64,
@@ -127,16 +135,23 @@ impl IoTotals {
 /// Number of log2 latency buckets: bucket `i` holds latencies in [2^i, 2^(i+1)) µs.
 pub const LATENCY_BUCKETS: usize = 24;
 
+/// Block I/O of the traced tree: totals, per process and per device, and a latency
+/// histogram.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IoStats {
+    /// The whole tree's.
     pub total: IoTotals,
+    /// By the submitting thread's process (pid).
     pub by_process: BTreeMap<u32, IoTotals>,
     /// By device number (`dev_t` as the block tracepoints give it: major << 20 | minor).
     pub by_device: BTreeMap<u32, IoTotals>,
+    /// Requests by latency: bucket `i` counts those from 2^i to 2^(i+1) µs, the first
+    /// also anything shorter, the last anything longer.
     pub latency_log2_us: [u64; LATENCY_BUCKETS],
 }
 
 impl IoStats {
+    /// Fold in one completed request.
     pub fn record(&mut self, e: &IoEvent) {
         let op = op_of(e.rwbs);
         let latency = e.header.ts_ns.saturating_sub(e.start_ns);

@@ -32,17 +32,24 @@ pub const TIMELINE_BUCKET_NS: u64 = 100_000_000;
 /// Allocations charged to one user stack of one thread (`slot::ALLOC_STACK`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StackAllocs {
+    /// Successful allocations.
     pub count: u64,
+    /// Bytes they allocated.
     pub bytes: u64,
+    /// Allocations that failed, whatever the error.
     pub failed: u64,
+    /// Bytes those failed allocations asked for.
     pub failed_bytes: u64,
 }
 
 /// An allocation that failed for lack of memory, and what came after on its thread.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Failure {
+    /// The process that asked.
     pub pid: u32,
+    /// The thread that asked.
     pub tid: u32,
+    /// When the failed call returned (monotonic ns).
     pub at_ns: u64,
     /// The size asked for.
     pub bytes: u64,
@@ -51,6 +58,7 @@ pub struct Failure {
     /// Frees the thread made after it, before it allocated again (the allocator emptying its
     /// cache to retry).
     pub frees_after: u64,
+    /// Bytes those frees gave back (0 for blocks allocated before tracing began).
     pub freed_bytes_after: u64,
     /// When the thread next allocated (0: it has not).
     pub recovered_at_ns: u64,
@@ -116,16 +124,24 @@ impl Failures {
     }
 }
 
+/// Device memory allocated and freed through the driver, over all traced processes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AllocStats {
+    /// Successful allocation calls.
     pub count: u64,
+    /// Bytes they allocated.
     pub bytes: u64,
+    /// Successful free calls.
     pub frees: u64,
+    /// Bytes those frees gave back, where the allocation was seen (see `unknown_frees`).
     pub freed_bytes: u64,
     /// Allocation calls that failed, and of those, how many for lack of memory.
     pub failures: u64,
+    /// Of `failures`, those that returned `CUDA_ERROR_OUT_OF_MEMORY`.
     pub out_of_memory: u64,
+    /// Bytes allocated while traced and not freed yet.
     pub live_bytes: u64,
+    /// The most `live_bytes` reached.
     pub peak_live_bytes: u64,
     /// Host time inside allocation and free calls.
     pub call_ns: u64,
@@ -133,6 +149,7 @@ pub struct AllocStats {
     pub timeline: Vec<(u64, u64)>,
     /// Device allocations by process, thread and user stack id (-1: none).
     pub by_stack: BTreeMap<(u32, u32, i64), StackAllocs>,
+    /// The out-of-memory failures, by how they ended.
     pub out_of_memory_failures: Failures,
     /// Frees of blocks allocated before tracing began (their size is unknown).
     pub unknown_frees: u64,
@@ -203,11 +220,17 @@ impl AllocStats {
     }
 }
 
+/// Pinned host memory: host allocations and registrations through the driver, and their
+/// frees.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HostPinStats {
+    /// Successful pinning calls (host allocations and registrations).
     pub count: u64,
+    /// Bytes they pinned.
     pub bytes: u64,
+    /// Successful unpinning calls (host frees and unregistrations).
     pub frees: u64,
+    /// Pinning calls that failed.
     pub failures: u64,
     ranges: Ranges,
 }
@@ -233,6 +256,8 @@ impl HostPinStats {
         }
     }
 
+    /// Whether memory pinned in `pid` by a call we traced, and not unpinned since, holds
+    /// `addr`.
     #[must_use]
     pub fn contains(&self, pid: u32, addr: u64) -> bool {
         self.ranges.contains(pid, addr)
@@ -242,11 +267,17 @@ impl HostPinStats {
 /// One context call (create, primary retain/release, destroy).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ContextCall {
+    /// The entry point called.
     pub symbol: &'static str,
+    /// The calling process.
     pub pid: u32,
+    /// The calling thread.
     pub tid: u32,
+    /// When the call returned (monotonic ns).
     pub ts_ns: u64,
+    /// Host time inside the call, ns.
     pub duration_ns: u64,
+    /// The `CUresult` it returned (0: success).
     pub result: u32,
 }
 

@@ -38,7 +38,9 @@ pub const SCALAR_READ_BYTES: u64 = 256;
 /// Totals for one kind of synchronize call.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SyncStats {
+    /// Calls made.
     pub count: u64,
+    /// Host time inside those calls, ns.
     pub wait_ns: u64,
     /// Per symbol: calls and wait.
     pub by_symbol: BTreeMap<&'static str, (u64, u64)>,
@@ -47,41 +49,59 @@ pub struct SyncStats {
 /// A process of the traced tree as the task events saw it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProcessSeen {
+    /// The process that created it, where its creation was seen during the window; None for
+    /// one that existed before tracing began.
     pub parent: Option<u32>,
+    /// Times it called exec during the window.
     pub execs: u32,
+    /// Whether it exited (its main thread did) during the window.
     pub exited: bool,
 }
 
 /// Calls of one kind and the bytes they named.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Calls {
+    /// Calls made.
     pub count: u64,
+    /// Bytes they named, summed.
     pub bytes: u64,
 }
 
+/// Everything the probes said over a window, folded per kind of call, per thread and per
+/// process: what the detectors and the report are built from. Times are monotonic ns.
 #[derive(Clone, Debug, Default)]
 pub struct Evidence {
+    /// Copies, by direction.
     pub copies: CopyStats,
     /// Bulk device-to-host copies in bursts (checkpoints).
     pub d2h_bursts: bursts::Bursts,
+    /// Memset calls and the bytes they set.
     pub memsets: Calls,
+    /// Synchronize calls and the time they waited.
     pub syncs: SyncStats,
+    /// Device memory allocated and freed through the driver.
     pub allocs: AllocStats,
     /// A caching allocator's blocks (tensors), where its probes were attached.
     pub blocks: blocks::Blocks,
+    /// Host memory pinned and unpinned through the driver.
     pub host_pins: HostPinStats,
+    /// Virtual memory mappings (`cuMemMap`, `cuMemUnmap`).
     pub vmm: VmmStats,
+    /// Context calls, in the order they arrived.
     pub contexts: Vec<ContextCall>,
     /// NCCL, per rank.
     pub collectives: collectives::Collectives,
     /// Where each rank runs, from its environment (read while it lived).
     pub rank_env: BTreeMap<u32, RankEnv>,
+    /// Per-thread figures, by tid, of each thread that made a CUDA call or hit a probe.
     pub threads: BTreeMap<u32, ThreadStats>,
+    /// Processes (by pid) that task events named: created, exec'd or exited during the window.
     pub processes: BTreeMap<u32, ProcessSeen>,
     /// Records that failed to decode (a kernel/user version mismatch or a damaged recording).
     pub decode_errors: u64,
     /// Records delivered through the ring buffer and folded in; of them, CUDA call records.
     pub delivered: u64,
+    /// Of `delivered`, call records (CUDA, NCCL and caching-allocator probes).
     pub calls_delivered: u64,
     /// Events whose probe id we do not know.
     pub unknown_probes: u64,
@@ -123,6 +143,8 @@ pub struct Evidence {
     /// Each thread's probe hits, and its empty-queue time and spells, when the launch probes
     /// first went off (all seen until then).
     pub hits_at_first_shed: BTreeMap<u32, [u64; gputrace_common::PROBE_SLOTS]>,
+    /// Each thread's empty-queue time (ns) and spells at that moment (`queue_idle_ns`,
+    /// `idle_periods`).
     pub spells_at_first_shed: BTreeMap<u32, (u64, u64)>,
     /// Each thread's hits when the launch probes last went off, until they are back on
     /// (kept for a thread that ended meanwhile: its last hits are its final ones).

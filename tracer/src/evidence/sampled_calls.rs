@@ -33,8 +33,11 @@ use super::{CopyStats, DirStats, Evidence};
 /// Off-CPU time the wakeups of one key ended during the off phases, and how often.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OffPhaseWakes {
+    /// Wakeups.
     pub count: u64,
+    /// Off-CPU time they ended, ns.
     pub ns: u64,
+    /// Of `ns`, uninterruptible (`D`) time.
     pub blocked_ns: u64,
 }
 
@@ -42,6 +45,8 @@ pub struct OffPhaseWakes {
 #[derive(Clone, Debug, Default)]
 pub struct WakesOff {
     at_shed: Option<Vec<(WakeKey, WakeStats)>>,
+    /// Deltas summed over the off phases, by (woken tid, waker pid, waker stack id, inside a
+    /// CUDA call).
     pub by_key: BTreeMap<(u32, u32, i64, bool), OffPhaseWakes>,
 }
 

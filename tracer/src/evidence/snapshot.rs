@@ -17,12 +17,16 @@ use crate::discover::cgroup::CpuStat;
 /// A thread's launch and call counters: `(probe id, hits)` for the probes it hit.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ThreadHits {
+    /// The thread.
     pub tid: u32,
+    /// Its process.
     pub tgid: u32,
+    /// `(probe id, hits)` for each probe with hits, cumulative as the kernel counts them.
     pub hits: Vec<(u32, u64)>,
 }
 
 impl ThreadHits {
+    /// Thread `tid`'s nonzero counters, from the kernel's per-thread counters `c`.
     #[must_use]
     pub fn of(tid: u32, c: &ThreadCounters) -> Self {
         let hits = c.hits.iter().enumerate().filter(|&(_, &n)| n > 0).map(|(id, &n)| (id as u32, n)).collect();
@@ -50,18 +54,26 @@ impl ThreadHits {
 /// A thread's scheduler accounting as the kernel keeps it (the state it is in is still open).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ThreadTime {
+    /// The thread.
     pub tid: u32,
+    /// Its accounting, as read.
     pub sched: SchedRaw,
 }
 
 /// [`ThreadSched`], in a form serde can write.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SchedRaw {
+    /// The thread's process.
     pub tgid: u32,
+    /// The state it is in (`gputrace_common::host::state`).
     pub state: u32,
+    /// When it entered that state (monotonic ns).
     pub since_ns: u64,
+    /// Time spent in each state, indexed by state, ns; the open spell is not in it.
     pub spent_ns: [u64; 4],
+    /// Switches out while still runnable (involuntary).
     pub preemptions: u64,
+    /// Switches out by blocking or sleeping.
     pub voluntary_switches: u64,
 }
 
@@ -100,18 +112,27 @@ impl SchedRaw {
 /// process and command.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Preemptor {
+    /// The thread that took the CPU.
     pub tid: u32,
+    /// Times it took a CPU from a traced thread.
     pub count: u64,
+    /// Its process; None where the thread was gone when looked up.
     pub pid: Option<u32>,
+    /// Its command name; empty where the thread was gone when looked up.
     pub command: String,
 }
 
+/// One reading of the kernel maps (module docs): a live session folds one in at its end;
+/// a recording writes one every second.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {
     /// Monotonic time of the reading.
     pub at_ns: u64,
+    /// Per-thread probe counters, cumulative.
     pub threads: Vec<ThreadHits>,
+    /// Per-thread scheduler accounting, cumulative.
     pub sched: Vec<ThreadTime>,
+    /// Who took CPUs from traced threads, cumulative.
     pub preempted_by: Vec<Preemptor>,
     /// CPU throttling of the tree's cgroups since the session began, by `cpu.stat` file.
     pub cgroups: Vec<(String, CpuStat)>,

@@ -29,10 +29,14 @@ pub const MIN_SPAN: f64 = 0.5;
 /// what was copied just before (0: nothing, else the direction's number and scalar-ness).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct MarkerKind {
+    /// The probe id of the call.
     pub probe: u32,
+    /// For copies, log2 of the bytes; for synchronizes, 0 after no copy, 1 after a scalar
+    /// read, else 2 plus the bulk copy's `Direction` as a number.
     pub class: u32,
 }
 
+/// One thread's recurring calls: the latest times each kind returned (monotonic ns).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Markers {
     by_kind: BTreeMap<MarkerKind, VecDeque<u64>>,
@@ -51,6 +55,7 @@ impl Markers {
         times.push_back(ts_ns);
     }
 
+    /// Each marker kind with its times, oldest first.
     pub fn kinds(&self) -> impl Iterator<Item = (&MarkerKind, &VecDeque<u64>)> {
         self.by_kind.iter()
     }
@@ -61,6 +66,7 @@ impl Markers {
 pub struct Rhythm {
     /// Step times (intervals between markers), sorted, in ns.
     pub intervals: Vec<u64>,
+    /// The median interval in ns.
     pub median_ns: u64,
     /// Share of intervals within `TOLERANCE` of the median.
     pub on_beat: f64,

@@ -4,29 +4,45 @@ use gputrace_common::{Family, PROBES, PROBE_SLOTS};
 
 use super::Direction;
 
+/// One thread's CUDA calls, probe hits, and the host time it spent inside the calls (ns).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ThreadStats {
+    /// The thread's process (tgid).
     pub pid: u32,
     /// Probe hits, by probe id (from the kernel's per-thread counters).
     pub hits: [u64; PROBE_SLOTS],
+    /// Copy calls.
     pub copies: u64,
+    /// Host time inside copy calls, ns.
     pub copy_ns: u64,
+    /// Synchronize calls, and synchronous scalar reads (a blocking copy of a few bytes to the
+    /// host drains the queue as a synchronize does).
     pub syncs: u64,
+    /// Host time inside synchronize calls, ns (a synchronous scalar read's stays in `copy_ns`).
     pub sync_wait_ns: u64,
     /// Host time inside device allocation, free, map and unmap calls, and those calls.
     pub alloc_ns: u64,
+    /// Device allocation, free, map and unmap calls.
     pub allocs: u64,
     /// Time between a queue-draining call's return and this thread's next launch: the
     /// device queue was empty then (a lower bound on GPU idle time).
     pub queue_idle_ns: u64,
+    /// Empty-queue spells counted in `queue_idle_ns` (an estimate where the launch probes were
+    /// off part of the time).
     pub idle_periods: u64,
+    /// When its first CUDA call began (monotonic ns; 0 before any).
     pub first_ns: u64,
+    /// When its last CUDA call returned (monotonic ns; 0 before any).
     pub last_ns: u64,
     /// What the copies cost by their own doing, as estimated per call (see
-    /// `evidence::copy_cost`): pageable copies' staging, synchronous copy APIs' transfer, and
+    /// `evidence::cost`): pageable copies' staging, synchronous copy APIs' transfer, and
     /// the transfer part of the synchronizes that waited for async bulk copies.
     pub pageable_copy_cost_ns: u64,
+    /// Of `copy_ns`, the transfer of synchronous copies between host and device whose host
+    /// side was not found pageable, estimated at pinned speed, ns.
     pub sync_copy_cost_ns: u64,
+    /// Of `copy_sync_wait_ns`, the transfer part, estimated from the bytes copied at
+    /// pinned speed, ns.
     pub copy_wait_transfer_ns: u64,
     /// Synchronize waits that followed an async bulk copy (the whole wait: GPU work queued
     /// before the copy, then the copy).
@@ -42,10 +58,12 @@ pub struct ThreadStats {
     /// CUDA calls (with a return probe) of this thread since the budget first took the
     /// launch probes off, and of them those made while they were off.
     pub calls_seen: u64,
+    /// Of `calls_seen`, those made while the launch probes were off.
     pub calls_while_launches_off: u64,
 }
 
 impl ThreadStats {
+    /// Empty figures for a thread of process `pid`.
     #[must_use]
     pub fn new(pid: u32) -> Self {
         Self {
@@ -84,6 +102,7 @@ impl ThreadStats {
         self.family_hits(Family::Launch)
     }
 
+    /// CUDA graph launches; an estimate where the launch probes were on part of the time.
     #[must_use]
     pub fn graph_launches(&self) -> u64 {
         self.family_hits(Family::GraphLaunch)

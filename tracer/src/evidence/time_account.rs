@@ -33,8 +33,14 @@ use super::{
 /// Helper threads that launch once in a while (a logger, a memset at start) stay out.
 pub const CRITICAL_PATH_SHARE: f64 = 0.05;
 
+/// Where the accounted threads' time went: a partition into buckets that never overlap,
+/// in ns. In a job's account (`critical_path`) the seven buckets, `waiting_on_gpu_ns` to
+/// `launching_and_host_ns`, add up to `window_ns`; in one thread's (`of`) they cover the part
+/// of the window it lived. The other figures are parts of buckets, or lie beside them.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TimeAccount {
+    /// The time accounted for, ns: in a job's account, the stretch its threads worked in, less
+    /// pauses and any start-up left out (`whole_ns` adds them back).
     pub window_ns: u64,
     /// The threads accounted for, the main thread first.
     pub threads: Vec<u32>,
@@ -72,11 +78,13 @@ pub struct TimeAccount {
     /// more with nothing launched. They are left out: `window_ns` is the active time, and
     /// every bucket and share is of it.
     pub pauses: Vec<(u64, u64)>,
+    /// The pauses' total, ns.
     pub paused_ns: u64,
     /// The stretch the accounted threads lived in and worked for the job (`span_of`), and
     /// the window's time outside it (before the first of them began, after the last ended):
     /// left out like pauses.
     pub span: (u64, u64),
+    /// The window's time outside `span`, ns.
     pub outside_ns: u64,
     /// The job's start-up, left out like pauses where it was found (`detect::startup`): from
     /// the stretch's start to the timeline's mark where the account begins, whose figures
@@ -86,6 +94,7 @@ pub struct TimeAccount {
     /// `WaitKind::ALL`, pauses excluded; and of it, outside CUDA calls and not in `D` state:
     /// what the `sleeping` bucket is made of.
     pub waits_ns: [u64; 7],
+    /// Of `waits_ns`, outside CUDA calls and not in `D` state, ns.
     pub sleep_by_kind_ns: [u64; 7],
     /// The wakeups behind those figures, most time first.
     pub wakers: Vec<waits::Wake>,
@@ -94,11 +103,15 @@ pub struct TimeAccount {
 /// A start-up left out of the account: from `from_ns` (where the stretch began) to the mark.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StartUp {
+    /// Where the stretch began (monotonic ns).
     pub from_ns: u64,
+    /// The timeline's mark where the account begins: its figures are those the account's
+    /// are counted from.
     pub mark: Mark,
 }
 
 impl StartUp {
+    /// The start-up's length, ns.
     #[must_use]
     pub const fn ns(&self) -> u64 {
         self.mark.at_ns.saturating_sub(self.from_ns)

@@ -19,16 +19,24 @@ pub const MAX_MARKS: usize = 256;
 /// The time a thread spent in CUDA calls, by what the time account asks of it, so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CudaTimes {
+    /// Inside synchronize calls, ns.
     pub sync_wait_ns: u64,
+    /// Inside copy calls, ns.
     pub copy_ns: u64,
+    /// Inside allocation, free, map and unmap calls, ns.
     pub alloc_ns: u64,
+    /// The GPU queue known empty, ns (`ThreadStats::queue_idle_ns`).
     pub queue_idle_ns: u64,
+    /// Pageable copies' staging, estimated, ns.
     pub pageable_copy_cost_ns: u64,
+    /// Synchronous copies' transfer, estimated, ns.
     pub sync_copy_cost_ns: u64,
+    /// The transfer part of the synchronizes after async bulk copies, estimated, ns.
     pub copy_wait_transfer_ns: u64,
 }
 
 impl CudaTimes {
+    /// Thread `t`'s figures so far.
     #[must_use]
     pub fn of(t: &ThreadStats) -> Self {
         Self {
@@ -60,30 +68,40 @@ impl CudaTimes {
 /// One thread at a mark.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ThreadMark {
+    /// The thread.
     pub tid: u32,
     /// The scheduler's accounting, its open state closed at the mark; None where the
     /// scheduler was not traced.
     pub sched: Option<SchedStats>,
+    /// Its time in CUDA calls so far.
     pub cuda: CudaTimes,
     /// Kernel launches, graph launches and synchronizes, so far.
     pub kernels: u64,
+    /// Graph launches so far.
     pub graphs: u64,
+    /// Synchronizes so far.
     pub syncs: u64,
 }
 
 /// The figures at one moment (monotonic ns).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Mark {
+    /// When the mark was taken.
     pub at_ns: u64,
+    /// The threads that had made CUDA calls by then.
     pub threads: Vec<ThreadMark>,
+    /// Bytes copied host to device so far.
     pub h2d_bytes: u64,
+    /// Bytes copied device to host so far.
     pub d2h_bytes: u64,
     /// Device allocations and frees so far (`Evidence::allocs`).
     pub allocs: u64,
+    /// Device frees so far.
     pub frees: u64,
 }
 
 impl Mark {
+    /// Thread `tid` at this mark, if it had made CUDA calls by then.
     #[must_use]
     pub fn thread(&self, tid: u32) -> Option<&ThreadMark> {
         self.threads.iter().find(|t| t.tid == tid)
@@ -107,6 +125,8 @@ impl Timeline {
         due
     }
 
+    /// Add a mark, dropping it unless it is later than the last; when full, every other kept
+    /// mark goes first.
     pub fn push(&mut self, mark: Mark) {
         if self.marks.last().is_some_and(|m| m.at_ns >= mark.at_ns) {
             return;
@@ -130,11 +150,13 @@ impl Timeline {
         self.marks.iter().take_while(|m| m.at_ns <= ns).last()
     }
 
+    /// Marks kept.
     #[must_use]
     pub fn len(&self) -> usize {
         self.marks.len()
     }
 
+    /// Whether no mark is kept.
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.marks.is_empty()

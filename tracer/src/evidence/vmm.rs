@@ -4,13 +4,16 @@
 
 use gputrace_common::{CallEvent, Family, ProbeSpec};
 
+/// Totals of the virtual memory mapping calls.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VmmStats {
     /// Successful `cuMemMap` calls and the bytes they mapped.
     pub maps: u64,
+    /// Bytes those calls mapped.
     pub mapped_bytes: u64,
     /// Successful `cuMemUnmap` calls and the bytes they unmapped.
     pub unmaps: u64,
+    /// Bytes those calls unmapped.
     pub unmapped_bytes: u64,
     /// Map or unmap calls that failed.
     pub failures: u64,

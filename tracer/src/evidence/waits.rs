@@ -33,8 +33,10 @@ pub enum WaitKind {
 }
 
 impl WaitKind {
+    /// Every kind, in the order of the time account's per-kind arrays (`TimeAccount::waits_ns`).
     pub const ALL: [Self; 7] = [Self::InputWorker, Self::Thread, Self::Timer, Self::Disk, Self::Network, Self::Gpu, Self::Other];
 
+    /// The kind's name in the report (as serde writes it).
     #[must_use]
     pub fn name(self) -> &'static str {
         match self {
@@ -52,11 +54,13 @@ impl WaitKind {
 /// How the waker stands to the woken thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Relation {
+    /// A thread of the woken thread's own process.
     SameProcess,
     /// Another process of the traced tree.
     TreeProcess,
     /// The idle task: an interrupt on an idle CPU.
     Idle,
+    /// A process outside the traced tree.
     OtherProcess,
 }
 
@@ -65,19 +69,29 @@ pub enum Relation {
 pub struct Wake {
     /// The woken thread and its process.
     pub tid: u32,
+    /// The woken thread's process (0 where it was not known).
     pub pid: u32,
+    /// The waker's process: the task current at the wakeup, only the one interrupted in
+    /// interrupt context (0: the idle task).
     pub waker_pid: u32,
+    /// The waker thread at the first such wakeup.
     pub waker_tid: u32,
+    /// That thread's command name then.
     pub waker_comm: String,
+    /// The waker's kernel stack in the kernel's stack map; negative where it could not be taken.
     pub stack_id: i64,
+    /// Whether the woken thread was inside a probed CUDA call.
     pub in_cuda: bool,
+    /// What the thread waited for, as classified.
     pub kind: WaitKind,
     /// The telling kernel function on the waker's path (`pipe_write`, `futex_wake`,
     /// `hrtimer_wakeup`), where symbols were readable.
     pub site: String,
+    /// How many such wakeups.
     pub count: u64,
     /// Off-CPU time these wakeups ended; of it, uninterruptible.
     pub ns: u64,
+    /// Of `ns`, uninterruptible (`D`) time, ns.
     pub blocked_ns: u64,
 }
 
@@ -195,12 +209,19 @@ pub fn input_wakers(wakes: &[Wake], woken: impl Fn(&Wake) -> bool) -> std::colle
 /// An off-CPU spell of at least `gputrace_common::host::LONG_SLEEP_NS`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LongSleep {
+    /// The thread that slept.
     pub tid: u32,
+    /// Its process.
     pub pid: u32,
+    /// When it went off the CPU (monotonic ns).
     pub start_ns: u64,
+    /// When it was woken (monotonic ns).
     pub end_ns: u64,
+    /// The waker's process, as in [`Wake::waker_pid`] (0: the idle task).
     pub waker_pid: u32,
+    /// The waker's kernel stack id; negative where it could not be taken.
     pub stack_id: i64,
+    /// Whether the thread was inside a probed CUDA call.
     pub in_cuda: bool,
 }
 

@@ -19,13 +19,17 @@ use crate::{
 /// One decoded frame.
 #[derive(Debug)]
 pub enum Item {
+    /// A ring-buffer event as the probes wrote it.
     Event(Event),
     /// How a host address was classified while the next event was folded in.
     HostClass(HostAnswer),
+    /// A thread that exited: its tid and its last kernel counters.
     ThreadExit(u32, Box<ThreadCounters>),
     /// A checkpoint's (or the end's) snapshot of the kernel counters.
     Checkpoint(Box<Snapshot>),
+    /// NVML samples taken since the checkpoint before.
     GpuSamples(Vec<Sample>),
+    /// A flight-recorder trigger that fired.
     Trigger(Trigger),
 }
 

@@ -14,6 +14,7 @@ use nvml_wrapper::{
 use super::{sampler::Source, DeviceInfo, FineUtil, ProcessUse, Sample};
 use crate::clock;
 
+/// The real NVML [`Source`]: every device NVML lists, read through one NVML handle.
 pub struct NvmlSource<'n> {
     nvml: &'n Nvml,
     devices: Vec<Device<'n>>,

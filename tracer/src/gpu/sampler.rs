@@ -23,7 +23,9 @@ pub const SLOW_EVERY: u64 = 10;
 
 /// Where samples come from.
 pub trait Source {
+    /// The devices the source sees, each with its index, read once at the start.
     fn devices(&self) -> Vec<DeviceInfo>;
+    /// The NVIDIA driver's version; None where the source cannot say.
     fn driver_version(&self) -> Option<String>;
     /// The cheap readings of device `index`.
     fn fast(&mut self, index: usize) -> Sample;
@@ -33,17 +35,20 @@ pub trait Source {
     fn process_memory(&mut self, index: usize) -> Option<Vec<(u32, u64)>>;
 }
 
+/// The NVML sampler thread of a session, and the ends of its channels.
 #[derive(Debug)]
 pub struct Sampler {
     /// Sending the traced pids ends the sampling (they are wanted for the final reading).
     stop: mpsc::Sender<Vec<u32>>,
     done: mpsc::Receiver<Finished>,
     samples: mpsc::Receiver<Sample>,
+    /// Time between ticks (10 Hz by default).
     pub interval: Duration,
     /// How long the source may take to start, and to hand back its final readings.
     timeout: Duration,
     /// The driver and the devices, known from the start (for a recording's start record).
     pub driver_version: Option<String>,
+    /// The devices, each as `Source::devices` described it at the start.
     pub devices: Vec<DeviceInfo>,
     /// The busiest device's last `utilization.gpu` (f64 bits; NaN: none yet), for the live
     /// status line, which must not take samples from the report.
@@ -53,8 +58,11 @@ pub struct Sampler {
 /// What the sampler hands back at the end.
 #[derive(Debug, Default)]
 pub struct Finished {
+    /// The devices, with the memory the traced processes held at the end (`target_memory_bytes`).
     pub devices: Vec<DeviceInfo>,
+    /// The samples not taken by `Sampler::take_samples` before the end, oldest first.
     pub samples: Vec<Sample>,
+    /// The driver's version, read again at the end.
     pub driver_version: Option<String>,
     /// Per device, every process holding memory there at the end: (pid, bytes).
     pub holders: Vec<Vec<(u32, u64)>>,

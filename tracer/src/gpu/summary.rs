@@ -7,7 +7,9 @@ use crate::model::{Distribution, GpuDevice, GpuProcess, ThrottleSeen};
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
 pub struct Sample {
+    /// When it was taken, monotonic ns.
     pub at_ns: u64,
+    /// The device's index, as in `DeviceInfo::index`.
     pub device: u32,
     /// `utilization.gpu`: percent of the last period in which some kernel ran.
     pub util_pct: Option<f64>,
@@ -20,24 +22,33 @@ pub struct Sample {
     pub util_fine_pct: Vec<f64>,
     /// Percent of the period device memory was read or written.
     pub mem_util_pct: Option<f64>,
+    /// Device memory in use by all processes, bytes.
     pub mem_used_bytes: Option<u64>,
+    /// Board power draw, watts.
     pub power_w: Option<f64>,
+    /// The SM clock, megahertz.
     pub sm_clock_mhz: Option<u32>,
     /// NVML's clock throttle reason bits.
     pub throttle_reasons: Option<u64>,
     /// Hopper GPM over the last period: SM activity, SM occupancy, tensor-core activity.
     pub sm_pct: Option<f64>,
+    /// GPM's SM occupancy: resident warps over the maximum, percent.
     pub occupancy_pct: Option<f64>,
+    /// GPM's tensor-core activity, percent.
     pub tensor_pct: Option<f64>,
     /// Slow readings: PCIe throughput, and SM/memory utilization per process.
     pub pcie_rx_bytes_s: Option<f64>,
+    /// Bytes a second the GPU sent over PCIe (NVML's transmit counter, over its own ~20 ms).
     pub pcie_tx_bytes_s: Option<f64>,
     /// The PCIe link's current generation and width (it trains down when the
     /// GPU idles, up under load); absent in older recordings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcie_gen: Option<u32>,
+    /// Lanes the PCIe link runs with now; absent in older recordings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcie_width: Option<u32>,
+    /// Slow readings: each process's SM and memory utilization since the previous slow reading;
+    /// empty where not read this tick.
     pub processes: Vec<ProcessUse>,
     /// Slow readings: GPU memory each process holds on the device (pid, bytes); None where
     /// not read this tick.
@@ -49,15 +60,20 @@ pub struct Sample {
 /// the monotonic clock).
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct FineUtil {
+    /// The end of the sample's period, monotonic ns.
     pub at_ns: u64,
+    /// Percent of the period in which some kernel ran.
     pub pct: f64,
 }
 
 /// A process's share of a device over the driver's last sampling period.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ProcessUse {
+    /// The process's pid, as NVML gives it (a host pid).
     pub pid: u32,
+    /// Percent of the period its kernels kept some SM busy.
     pub sm_pct: f64,
+    /// Percent of the period it read or wrote device memory.
     pub mem_pct: f64,
 }
 
@@ -65,16 +81,22 @@ pub struct ProcessUse {
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
 pub struct DeviceInfo {
+    /// The device's place among those NVML opened: NVML's index unless one failed to open.
     pub index: u32,
+    /// NVML's UUID (`GPU-…`); empty where NVML would not say.
     pub uuid: String,
+    /// The product name NVML gives; empty where it would not say.
     pub name: String,
+    /// Total device memory, bytes; 0 where NVML would not say.
     pub memory_total_bytes: u64,
     /// GPU memory the traced processes hold here (None where NVML could not say).
     pub target_memory_bytes: Option<u64>,
+    /// The PCI bus id (`00000000:18:00.0`); empty where NVML would not say.
     pub pci_bus_id: String,
     /// The PCIe link's best generation and width with this GPU in this system (NVML's
     /// maximum; the current link drops when idle): the bus a pinned copy can use.
     pub pcie_max_gen: Option<u32>,
+    /// The most lanes the link can train to (see `pcie_max_gen`).
     pub pcie_max_width: Option<u32>,
     /// The NUMA node sysfs gives the GPU's PCI device; None on a machine without NUMA.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -113,7 +135,9 @@ pub struct Context<'a> {
     pub holders: &'a [Vec<(u32, u64)>],
     /// The traced processes.
     pub traced: &'a [u32],
+    /// The window's start, monotonic ns: samples before it are left out.
     pub start_ns: u64,
+    /// The window's end, monotonic ns: samples after it are left out.
     pub end_ns: u64,
 }
 

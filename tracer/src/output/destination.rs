@@ -26,6 +26,7 @@ pub enum Destination {
     Stream(PathBuf),
     /// A regular file, written under a temporary name beside it and renamed into place.
     File {
+        /// The final path, as given.
         path: PathBuf,
         /// Whether something (a file or, with `--force`, a symlink) may be replaced there.
         replace: bool,
@@ -52,17 +53,35 @@ impl fmt::Display for Destination {
 /// Why an output path was refused; each says what to do instead.
 #[derive(Debug, thiserror::Error)]
 pub enum Refused {
+    /// A regular file is at the path, and `--force` was not given.
     #[error("{}: a file is there; pass --force to replace it, or choose another name", .0.display())]
     Exists(PathBuf),
+    /// The path is one of the command's inputs (the recording being read), even through a link.
     #[error("{}: this is the input being read ({}); writing there would destroy it — choose another output file", .path.display(), .input.display())]
-    IsInput { path: PathBuf, input: PathBuf },
+    IsInput {
+        /// The output path asked for.
+        path: PathBuf,
+        /// The input it is the same file as (same device and inode).
+        input: PathBuf,
+    },
+    /// A symlink that leads to no character device or FIFO is at the path, and `--force` was not given.
     #[error("{}: a symbolic link is there; gputrace does not write through links to files — name the file itself, or pass --force to replace the link", .0.display())]
     Symlink(PathBuf),
+    /// The path is something gputrace does not write to (a directory, a block device, a
+    /// socket), or a file that changed while it was opened.
     #[error("{}: this is a {kind}; gputrace writes regular files, character devices (/dev/null) and FIFOs", .path.display())]
-    Unsupported { path: PathBuf, kind: &'static str },
+    Unsupported {
+        /// The output path asked for.
+        path: PathBuf,
+        /// What is there, in words, for the message (e.g. "block device").
+        kind: &'static str,
+    },
+    /// Examining or opening the path failed.
     #[error("{}: {source}", .path.display())]
     Io {
+        /// The output path asked for (`-` for standard output).
         path: PathBuf,
+        /// The I/O error.
         #[source]
         source: io::Error,
     },

@@ -6,14 +6,20 @@
 
 use anstyle::{AnsiColor, Style};
 
+/// Bold: titles and section headings.
 pub const BOLD: Style = Style::new().bold();
+/// Red: warnings that counts are incomplete (events lost, a cut recording).
 pub const RED: Style = Style::new().fg_color(Some(anstyle::Color::Ansi(AnsiColor::Red)));
+/// Yellow: lesser warnings (medium severity, an idle holder, estimated launch counts).
 pub const YELLOW: Style = Style::new().fg_color(Some(anstyle::Color::Ansi(AnsiColor::Yellow)));
+/// Bold red: the gravest marks (high severity, a zombie holder, a command killed by a signal).
 pub const BOLD_RED: Style = RED.bold();
+/// Bold yellow: the verdict.
 pub const BOLD_YELLOW: Style = YELLOW.bold();
 
 /// `--color`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[expect(missing_docs, reason = "clap makes a variant's doc comment its help text: `--help` says what they mean once, on the option")]
 pub enum When {
     #[default]
     Auto,

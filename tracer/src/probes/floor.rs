@@ -29,6 +29,7 @@ impl std::fmt::Debug for Floor {
 }
 
 impl Floor {
+    /// A bare uprobe (the floor program, which counts and returns) on `symbol` of `library`.
     pub fn attach(library: &Path, symbol: &str) -> Result<Self> {
         if OBJECT.is_empty() {
             return Err(TraceError::NoEbpfObject);

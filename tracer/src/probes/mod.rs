@@ -67,7 +67,9 @@ fn return_program(symbol: &str) -> String {
 /// One library we attached to, and which of our symbols it has.
 #[derive(Clone, Debug)]
 pub struct AttachedLibrary {
+    /// The file, as the process maps it.
     pub library: Library,
+    /// The probed symbols found in it.
     pub symbols: Vec<&'static str>,
     /// Traced processes seen mapping this file (`target.cuda_loaded` means one did).
     pub mapped_by: BTreeSet<u32>,
@@ -144,6 +146,7 @@ pub struct ProbeSet {
     tracepoints_closing: Option<std::thread::JoinHandle<()>>,
     /// Which tracepoint groups are attached (see `TRACEPOINT_GROUPS`).
     pub sched_traced: bool,
+    /// Whether the block I/O tracepoints are attached.
     pub io_traced: bool,
     /// Whether wakeups are attributed to their wakers (`sched_waking`).
     pub wakers_traced: bool,

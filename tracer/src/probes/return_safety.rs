@@ -45,6 +45,8 @@ pub enum Safety {
 }
 
 impl Safety {
+    /// Whether return probes may be attached: they take no system call on this architecture,
+    /// or a child under the target's filter survived its probed return.
     #[must_use]
     pub fn safe(&self) -> bool {
         matches!(self, Self::NoSyscall | Self::Survived)

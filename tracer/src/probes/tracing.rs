@@ -176,6 +176,7 @@ impl ProbeSet {
         self.uprobes.kind()
     }
 
+    /// The libraries probed so far, with the symbols found in each.
     #[must_use]
     pub fn attached_libraries(&self) -> Vec<AttachedLibrary> {
         self.attached.values().cloned().collect()

@@ -37,7 +37,9 @@ impl Attachment {
 /// What detaching hands back: owned links, each closed by its drop.
 #[derive(Debug)]
 pub enum Detached {
+    /// One link for every offset of a program in one library.
     Multi(multi_link::Link),
+    /// One perf event per offset, where multi-uprobe links are not available.
     PerfEvent(UProbeLink),
 }
 
@@ -82,6 +84,7 @@ impl Uprobes {
         }
     }
 
+    /// How the uprobes were attached: multi-uprobe links, or a perf event each.
     #[must_use]
     pub fn kind(&self) -> LinkKind {
         if self.multi.is_some() {

@@ -53,12 +53,14 @@ pub fn existing_segments(path: &Path, keep: u32) -> Vec<PathBuf> {
 /// what the closing message says, and no half-written frame follows it.
 #[derive(Debug)]
 pub struct Output {
+    /// The destination's path, for messages and renames (`-` for standard output).
     pub path: PathBuf,
     out: BufWriter<Closable>,
     /// Bytes handed to the buffer.
     pub bytes: u64,
     /// Bytes the kernel has taken (at the last successful flush): what the file holds.
     pub flushed: u64,
+    /// The first write or flush error; once set, nothing more is written. None while all went well.
     pub failed: Option<io::Error>,
     /// Where a file still has to be renamed to; `None` once in place, and for streams.
     placement: Option<Placement>,

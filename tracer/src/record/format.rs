@@ -16,12 +16,15 @@ use crate::{
     gpu::{DeviceInfo, Sample},
 };
 
+/// The preamble's first 8 bytes: what marks a file as a recording.
 pub const MAGIC: &[u8; 8] = b"GPUTRACE";
 /// Bumped when a reader of the previous version could misread a file of this one.
 pub const VERSION: u32 = 1;
+/// Bytes of the preamble: [`MAGIC`], the version as a little-endian u32, and 4 zero bytes.
 pub const PREAMBLE_LEN: usize = 16;
 /// Length, kind and reserved half-word before the payload; the CRC after it.
 pub const FRAME_HEAD: usize = 8;
+/// Bytes after the payload: its CRC-32 (see [`checksum`]).
 pub const FRAME_TAIL: usize = 4;
 /// No frame is larger: a length above this is damage, not a reason to allocate.
 pub const MAX_PAYLOAD: usize = 16 << 20;
@@ -53,22 +56,31 @@ pub mod kind {
 pub struct Start {
     /// `gputrace.recording/1`.
     pub format: String,
+    /// The version of the gputrace that recorded.
     pub tool_version: String,
+    /// The recording host's name.
     pub host: String,
+    /// The kernel release (`uname -r`).
     pub kernel: String,
     /// Wall-clock time of `start_ns`, seconds since the epoch (for humans: when it happened).
     pub started_unix_s: f64,
     /// Monotonic time tracing began.
     pub start_ns: u64,
+    /// The traced process: the pid given, or the started command's.
     pub target_pid: u32,
+    /// The target's command line.
     pub command: String,
+    /// Milliseconds from start to all probes armed.
     pub attach_ms: f64,
     /// Absent in recordings made before they existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub startup: Option<crate::probes::Startup>,
+    /// How the uprobes were attached; absent in recordings made before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uprobe_links: Option<crate::probes::uprobes::LinkKind>,
+    /// Whether the scheduler tracepoints were attached (scheduling evidence is in the file).
     pub sched_traced: bool,
+    /// Whether the block I/O tracepoints were attached (block I/O evidence is in the file).
     pub io_traced: bool,
     /// NVML's view at the start, or null without NVML.
     pub gpu: Option<GpuStart>,
@@ -93,19 +105,27 @@ pub struct Start {
     pub entry_only: bool,
 }
 
+/// NVML's view when tracing began.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct GpuStart {
+    /// The driver version NVML reports; null where it did not say.
     pub driver_version: Option<String>,
+    /// The GPUs (index, UUID, model, memory).
     pub devices: Vec<DeviceInfo>,
+    /// Seconds between NVML samples.
     pub sample_interval_s: f64,
 }
 
 /// A library gputrace probed, by the name the process uses and the inode it maps.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LibraryRecord {
+    /// The library's path, as the process names it.
     pub path: String,
+    /// The device number of the file system that holds the mapped file.
     pub dev: u64,
+    /// The mapped file's inode number.
     pub inode: u64,
+    /// The symbols probed in it.
     pub symbols: Vec<String>,
     /// Traced processes seen mapping it.
     #[serde(default)]
@@ -121,9 +141,14 @@ pub struct LibraryRecord {
 /// The periodic state of the session: kernel counters and what the session learnt.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Checkpoint {
+    /// The kernel's cumulative counters at this moment: per-thread hits, scheduler
+    /// accounting, preemptions, cgroup throttling, losses.
     pub snapshot: Snapshot,
+    /// The libraries probed so far.
     pub libraries: Vec<LibraryRecord>,
+    /// The session's notes so far (the report's `tracer.notes`).
     pub notes: Vec<String>,
+    /// Times a process memory map was read to classify copies, so far.
     pub maps_reads: u64,
     /// Owner (real uid) of each process seen, looked up live.
     pub uids: Vec<(u32, Option<u32>)>,
@@ -134,20 +159,25 @@ pub struct Checkpoint {
 /// Why a flight recorder wrote its buffer out.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Trigger {
+    /// When it was triggered, monotonic ns (for `diagnosis`, the checkpoint it fired at).
     pub at_ns: u64,
     /// `signal`, `diagnosis` or `end`.
     pub reason: String,
     /// For `diagnosis`: its id and summary.
     pub diagnosis: Option<String>,
+    /// For `diagnosis`: the diagnosis's one-line summary; null otherwise.
     pub summary: Option<String>,
 }
 
 /// How a session ended.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct End {
+    /// When tracing ended (or the file was rotated), monotonic ns.
     pub end_ns: u64,
     /// As in the report's `window.stopped_by`.
     pub stopped_by: String,
+    /// Exit code of a command started by `run` (128 + the signal if one killed it); null in
+    /// `attach` mode, while the command still ran, and in a rotated file's end record.
     pub exit_status: Option<i32>,
     /// The signal that killed the command, if one did.
     #[serde(default)]
@@ -166,21 +196,28 @@ pub struct End {
     /// The recorder's CPU time to the end of tracing.
     #[serde(default)]
     pub cpu_s: Option<f64>,
+    /// The counters at the end: the last checkpoint, which a report of the file uses.
     pub checkpoint: Checkpoint,
 }
 
 /// A classified host address (the answer [`crate::evidence::HostMemory`] gave live).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HostAnswer {
+    /// The process whose address it is.
     pub pid: u32,
+    /// The class: 1 a pinned mapping, 2 pageable, 3 unmapped (`replay::class_number`).
     pub class: u32,
+    /// The host address classified.
     pub addr: u64,
+    /// The copy call's time, monotonic ns: the moment the address was classified as of.
     pub at_ns: u64,
 }
 
 impl HostAnswer {
+    /// Bytes of the encoded answer, the `HOST_CLASS` frame's payload.
     pub const LEN: usize = 24;
 
+    /// The frame payload: pid, class, address and time, little-endian.
     #[must_use]
     pub fn to_bytes(self) -> [u8; Self::LEN] {
         let mut b = [0; Self::LEN];
@@ -191,6 +228,7 @@ impl HostAnswer {
         b
     }
 
+    /// Decode a frame payload; None unless it is exactly [`Self::LEN`] bytes.
     #[must_use]
     pub fn from_bytes(b: &[u8]) -> Option<Self> {
         let b: &[u8; Self::LEN] = b.try_into().ok()?;
@@ -203,6 +241,7 @@ impl HostAnswer {
 /// The NVML samples frame's payload.
 pub type GpuSamples = Vec<Sample>;
 
+/// The 16 bytes every recording file begins with: [`MAGIC`], [`VERSION`] and zeros.
 #[must_use]
 pub fn preamble() -> [u8; PREAMBLE_LEN] {
     let mut p = [0; PREAMBLE_LEN];

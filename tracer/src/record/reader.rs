@@ -14,43 +14,95 @@ use super::format::{checksum, FRAME_HEAD, FRAME_TAIL, MAGIC, MAX_PAYLOAD, PREAMB
 /// Why a file is not a recording at all (the reader returns nothing from it).
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
+    /// The file could not be opened or read.
     #[error("cannot open the recording {}: {source}", .path.display())]
     Io {
+        /// The file.
         path: PathBuf,
+        /// The I/O error.
         #[source]
         source: io::Error,
     },
+    /// The file does not begin with the recording preamble (or is shorter than it).
     #[error("{} is not a gputrace recording (no GPUTRACE preamble)", .path.display())]
-    NotARecording { path: PathBuf },
+    NotARecording {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The preamble gives a format version this reader does not know (newer, or 0).
     #[error("{} is a version {found} recording; this gputrace reads version {VERSION} and older — use a newer gputrace", .path.display())]
-    TooNew { path: PathBuf, found: u32 },
+    TooNew {
+        /// The file.
+        path: PathBuf,
+        /// The version its preamble gives.
+        found: u32,
+    },
 }
 
 /// Where and why reading stopped early. The frames before `offset` were good.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Damage {
+    /// The file ends inside a frame, or a frame claims more bytes than the file has left.
     #[error("the file ends inside a frame at byte {offset} (cut short: the recorder was killed or the disk filled)")]
-    Truncated { offset: u64 },
+    Truncated {
+        /// Byte offset in the file of the frame's start.
+        offset: u64,
+    },
+    /// A frame claims a payload larger than [`MAX_PAYLOAD`].
     #[error("frame at byte {offset} claims {len} bytes, more than {limit} (damaged)")]
-    Oversize { offset: u64, len: u64, limit: u64 },
+    Oversize {
+        /// Byte offset in the file of the frame's start.
+        offset: u64,
+        /// The payload length the frame claims, in bytes.
+        len: u64,
+        /// The largest payload allowed, in bytes ([`MAX_PAYLOAD`]).
+        limit: u64,
+    },
+    /// A frame's CRC-32 does not match its kind and payload.
     #[error("frame at byte {offset} fails its checksum (damaged)")]
-    Checksum { offset: u64 },
+    Checksum {
+        /// Byte offset in the file of the frame's start.
+        offset: u64,
+    },
+    /// A frame's reserved half-word after its kind is not zero.
     #[error("frame at byte {offset} has a non-zero reserved field (damaged)")]
-    Reserved { offset: u64 },
+    Reserved {
+        /// Byte offset in the file of the frame's start.
+        offset: u64,
+    },
+    /// A frame's checksum holds but its payload does not make sense: bad JSON, a wrong length,
+    /// or a record no recorder writes there (found by the replay, not the reader).
     #[error("frame of kind {kind} at byte {offset} does not parse: {why} (damaged)")]
-    Payload { offset: u64, kind: u16, why: String },
+    Payload {
+        /// Byte offset in the file of the frame's start.
+        offset: u64,
+        /// The frame's kind (`format::kind`).
+        kind: u16,
+        /// What is wrong with it, for the message.
+        why: String,
+    },
+    /// Reading the file failed.
     #[error("reading byte {offset}: {why}")]
-    Io { offset: u64, why: String },
+    Io {
+        /// Byte offset in the file of the frame being read.
+        offset: u64,
+        /// The I/O error, as a message.
+        why: String,
+    },
 }
 
 /// One good frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Frame {
+    /// Byte offset in the file of the frame's start (its length field).
     pub offset: u64,
+    /// The frame's kind (`format::kind`).
     pub kind: u16,
+    /// The payload, its checksum verified.
     pub payload: Vec<u8>,
 }
 
+/// Reads a recording's frames one by one, checking each, and stops at the first bad one.
 #[derive(Debug)]
 pub struct Reader<R> {
     input: R,
@@ -75,10 +127,14 @@ impl Reader<BufReader<File>> {
     }
 }
 
+/// Why an input's preamble was refused ([`OpenError`] without the path).
 #[derive(Debug)]
 pub enum PreambleError {
+    /// Reading the preamble failed.
     Io(io::Error),
+    /// The input does not begin with the recording preamble (or is shorter than it).
     NotARecording,
+    /// The preamble gives a format version this reader does not know (newer, or 0).
     TooNew(u32),
 }
 

@@ -34,6 +34,8 @@ pub struct Plan {
     pub mode: u32,
 }
 
+/// Writes a session's frames to its recording: to a file as they come, or, as a flight
+/// recorder, to a bounded buffer dumped on triggers.
 #[derive(Debug)]
 pub struct Recorder {
     plan: Plan,
@@ -94,14 +96,17 @@ impl Recorder {
         self.start = Some(start);
     }
 
+    /// Record how a host address was classified, ahead of the event it answers for.
     pub fn host_answer(&mut self, a: HostAnswer) {
         self.put(kind::HOST_CLASS, &a.to_bytes());
     }
 
+    /// Record one ring-buffer record, byte for byte as the kernel wrote it.
     pub fn event(&mut self, bytes: &[u8]) {
         self.put(kind::EVENT, bytes);
     }
 
+    /// Record an exited thread's final counters (`kind::THREAD_EXIT`).
     pub fn thread_exit(&mut self, tid: u32, c: &ThreadCounters) {
         let mut payload = Vec::with_capacity(8 + size_of::<ThreadCounters>());
         payload.extend_from_slice(&tid.to_le_bytes());
@@ -151,6 +156,7 @@ impl Recorder {
         &self.plan.path
     }
 
+    /// Whether this is a flight recorder (`--flight-recorder`) rather than a file written as it goes.
     #[must_use]
     pub fn is_flight(&self) -> bool {
         matches!(self.sink, Sink::Flight(_))

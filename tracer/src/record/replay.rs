@@ -24,21 +24,32 @@ use crate::{
     outcome::{Outcome, RecordingNote, StopReason},
 };
 
+/// Why a recording gave no report at all.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
+    /// The file could not be opened, or is not a recording this gputrace reads.
     #[error(transparent)]
     Open(#[from] OpenError),
+    /// The file does not begin with a readable start record.
     #[error("{}: {why}", .path.display())]
-    NoStart { path: PathBuf, why: String },
+    NoStart {
+        /// The recording.
+        path: PathBuf,
+        /// What the file holds instead, for the message.
+        why: String,
+    },
 }
 
 /// A played-back recording.
 #[derive(Debug)]
 pub struct Replayed {
+    /// What the report is made from, as a live session would hand it.
     pub outcome: Outcome,
+    /// The file's start record.
     pub start: Start,
     /// Where reading stopped early, if it did.
     pub damage: Option<Damage>,
+    /// The flight-recorder trigger records read, in file order.
     pub triggers: Vec<Trigger>,
 }
 

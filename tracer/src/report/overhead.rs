@@ -44,6 +44,10 @@ fn in_trap_ns(sampling: &TrapSampling) -> f64 {
     sampling.in_trap as f64 * 1e9 / sampling.hz as f64
 }
 
+/// What tracing cost the job over a window of `window_ns`: each probe's hits charged at the
+/// trap cost of the instruction it sits on (`measured` where the session measured them, else
+/// an assumed cost), the busiest thread's slowdown, and the CPU samples' figure beside the
+/// model. `entry_only`: the session attached no return probes (one trap per call).
 #[must_use]
 pub fn estimate(ev: &Evidence, window_ns: u64, entry_only: bool, libraries: &[AttachedLibrary], measured: Option<&TrapCosts>) -> Overhead {
     let costs = costs_by_probe(libraries, measured, entry_only);

@@ -74,6 +74,7 @@ fn signal_name(sig: i32) -> &'static str {
     }
 }
 
+/// The report as text for a person, 80 columns wide; `color` adds terminal colours.
 #[must_use]
 pub fn render(r: &Report, color: bool) -> String {
     let st = Style { color };

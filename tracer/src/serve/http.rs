@@ -35,6 +35,7 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 pub struct Latest(Mutex<Option<Arc<str>>>);
 
 impl Latest {
+    /// Make `text` the exposition every later scrape gets.
     pub fn publish(&self, text: String) {
         // A poisoned lock only means a reader panicked mid-clone: the value is whole.
         *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(text.into());

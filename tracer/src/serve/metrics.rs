@@ -18,14 +18,19 @@ use crate::sweep::model::{Process, SweepReport};
 /// What adds up over the windows.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Totals {
+    /// Windows judged since `serve` started.
     pub sweeps: u64,
+    /// Records lost over all windows (`tracer.lost_events` added up).
     pub lost_events: u64,
+    /// Probed CUDA calls over all windows (`tracer.probe_hits` added up).
     pub probe_hits: u64,
     /// The end of the last window, seconds since the Unix epoch.
     pub last_sweep_unix_s: f64,
 }
 
 impl Totals {
+    /// Count one more window, `report`, which ended at `ended_unix_s` (seconds since the Unix
+    /// epoch).
     pub fn add(&mut self, report: &SweepReport, ended_unix_s: f64) {
         self.sweeps += 1;
         self.lost_events += report.tracer.lost_events;

@@ -21,7 +21,9 @@ use crate::{
 /// A validated `serve` command line.
 #[derive(Clone, Debug)]
 pub struct Options {
+    /// The address and port to answer scrapes on (`--listen`).
     pub listen: SocketAddr,
+    /// How long each window lasts (`--interval`).
     pub interval: Duration,
     /// Label series with whole command lines, not program names (`metrics::command_label`).
     pub full_command: bool,

@@ -53,6 +53,7 @@ pub const CALLS_WORTH_SHEDDING: f64 = 0.25;
 /// What the controller asks of the session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
+    /// Nothing to change.
     None,
     /// Take these probes off.
     Shed(Shed),
@@ -74,9 +75,13 @@ enum Phase {
 /// them (`gputrace_common::Shed::LaunchesAndCalls`), and the rest.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Split {
+    /// Launch probes' traps, a fraction of the phase's time.
     pub launches: f64,
+    /// The traps of the calls that may go with launches, a fraction of the phase's time.
     pub calls: f64,
+    /// Every other probe's traps, a fraction of the phase's time.
     pub others: f64,
+    /// What all its traps have cost it since its counters began, ns.
     pub spent_ns: f64,
 }
 
@@ -162,6 +167,7 @@ impl Budget {
         }
     }
 
+    /// The budget: the largest fraction of the busiest thread's time the traps may take.
     #[must_use]
     pub fn limit(&self) -> f64 {
         self.limit

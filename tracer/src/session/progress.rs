@@ -37,11 +37,13 @@ impl Progress {
         Self::new(std::io::stderr().is_terminal() && !log::log_enabled!(log::Level::Info))
     }
 
+    /// Lines shown when `enabled`, none otherwise (tests, `-v`, a log file).
     #[must_use]
     pub fn new(enabled: bool) -> Self {
         Self { enabled, began: Instant::now(), last: None, shown: false }
     }
 
+    /// Whether the lines are shown.
     #[must_use]
     pub fn enabled(&self) -> bool {
         self.enabled

@@ -13,15 +13,21 @@ use crate::{
     probes::ProbeSet,
 };
 
+/// What to trace: a running process tree (`attach`) or a command to start (`run`).
 #[derive(Clone, Debug)]
 pub enum Target {
+    /// Trace the running process `pid` and its descendants.
     Attach {
+        /// The process whose tree is traced.
         pid: u32,
     },
     /// `quiet_stdout`: send the command's stdout to our stderr, so that with `--json`
     /// stdout holds the report alone.
     Run {
+        /// The command and its arguments, as given after `--`.
         argv: Vec<OsString>,
+        /// Whether the command's stdout goes to our stderr (with `--json`, or a recording on
+        /// stdout).
         quiet_stdout: bool,
     },
 }

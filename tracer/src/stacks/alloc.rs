@@ -13,16 +13,21 @@ use super::{
 /// Device allocations charged to one stack of one thread, cumulative since the session began.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AllocStack {
+    /// The allocating process.
     pub pid: u32,
+    /// The allocating thread.
     pub tid: u32,
+    /// Native frames (taken at the call's entry) or Python ones (read after it returned).
     pub origin: Origin,
     /// Innermost first.
     pub frames: Vec<Frame>,
     /// Allocations that succeeded, and their bytes.
     pub count: u64,
+    /// Bytes those allocations got.
     pub bytes: u64,
     /// Allocations that failed, and the bytes they asked for.
     pub failed: u64,
+    /// Bytes the failed allocations asked for.
     pub failed_bytes: u64,
 }
 
@@ -89,10 +94,13 @@ pub fn top(stacks: &[AllocStack], weight: Weight, n: usize) -> Vec<Site> {
 /// step after step.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlockSite {
+    /// The process holding the blocks.
     pub pid: u32,
     /// Innermost first.
     pub frames: Vec<Frame>,
+    /// Blocks of this line still live.
     pub live_blocks: u64,
+    /// Bytes of those blocks.
     pub live_bytes: u64,
 }
 

@@ -53,6 +53,7 @@ pub fn is_interned(id: i64) -> bool {
 /// How the copies' walks went (logged at the end, and measured by the benchmark).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct UnwindCounts {
+    /// Stack copies unwound.
     pub copies: u64,
     /// Walks that reached the stack's root.
     pub complete: u64,
@@ -75,6 +76,7 @@ pub struct CopiedStacks {
     latest_call: HashMap<u32, u64>,
     /// CPU samples, and off-CPU spells folded out of the kernel map, by interned stack.
     counted: HashMap<SampleKey, SampleStats>,
+    /// How the walks went, over the session.
     pub counts: UnwindCounts,
 }
 

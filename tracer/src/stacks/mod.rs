@@ -22,7 +22,9 @@ use serde::{Deserialize, Serialize};
 pub struct Frame {
     /// The function (demangled), or the address in hex where it is unknown.
     pub function: String,
+    /// The source file, where the debug information or the interpreter says.
     pub file: Option<String>,
+    /// The line in `file`, where known.
     pub line: Option<u32>,
     /// The object file of a native frame.
     pub module: Option<String>,
@@ -54,11 +56,17 @@ fn short_path(path: &str) -> String {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Activity {
+    /// Host code outside any probed call, launching included.
     Host,
+    /// Inside a synchronizing call.
     Sync,
+    /// Inside a memory copy or memset.
     Copy,
+    /// Inside a device allocation, or a pinned host allocation or registration.
     Alloc,
+    /// Inside a device free, or a pinned host release or unregistration.
     Free,
+    /// Inside any other probed call (context, mapping, NCCL, …).
     OtherCall,
 }
 
@@ -94,11 +102,15 @@ pub enum Origin {
 /// Time of one thread on one stack, doing one thing, cumulative since the session began.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StackTime {
+    /// The thread's id.
     pub tid: u32,
+    /// The process it belongs to (its thread group id).
     pub pid: u32,
+    /// What the thread was doing on this stack.
     pub activity: Activity,
     /// On a CPU (sampled there), or off it (asleep or blocked; for Python, an idle thread).
     pub on_cpu: bool,
+    /// Where the frames came from.
     pub origin: Origin,
     /// Innermost first.
     pub frames: Vec<Frame>,

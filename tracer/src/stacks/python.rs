@@ -78,7 +78,10 @@ pub struct PythonSampler {
 /// Counts of the sampler's own work, for the report.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Work {
+    /// Passes the reader thread made: each periodic read of every process, and each allocation
+    /// read.
     pub reads: u64,
+    /// Wall time the reader thread spent reading, all passes together.
     pub busy: Duration,
 }
 
@@ -163,6 +166,7 @@ impl PythonSampler {
             .unwrap_or_default()
     }
 
+    /// What the reader thread has done so far.
     #[must_use]
     pub fn work(&self) -> Work {
         self.shared.lock().map(|s| Work { reads: s.reads, busy: s.busy }).unwrap_or_default()

@@ -22,6 +22,7 @@ pub const FEW_STACKS: u64 = 10;
 /// Which stacks a diagnosis is about.
 #[derive(Clone, Copy, Debug)]
 pub struct Wanted<'a> {
+    /// The activities admitted (a sync, a copy, host code, …).
     pub activities: &'a [Activity],
     /// Some(true): on-CPU only; Some(false): off-CPU only; None: both.
     pub on_cpu: Option<bool>,
@@ -30,6 +31,8 @@ pub struct Wanted<'a> {
 }
 
 impl Wanted<'_> {
+    /// Whether the stack `s` is one the diagnosis is about: its activity, on or off the CPU,
+    /// and its thread.
     #[must_use]
     pub fn admits(&self, s: &StackTime) -> bool {
         self.activities.contains(&s.activity) && self.on_cpu.is_none_or(|c| c == s.on_cpu) && (self.tids.is_empty() || self.tids.contains(&s.tid))
@@ -49,7 +52,9 @@ pub fn top(stacks: &[StackTime], wanted: &Wanted<'_>, n: usize) -> Vec<Site> {
 /// What the weights given to [`rank`] are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unit {
+    /// Time on the stacks, ns.
     Nanoseconds,
+    /// Bytes the stacks allocated or asked for.
     Bytes,
 }
 

@@ -42,8 +42,11 @@ type Data = Arc<[u8]>;
 /// The registers a walk starts from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Regs {
+    /// The instruction pointer where the thread stood.
     pub ip: u64,
+    /// The stack pointer: where the copied stack's bytes begin.
     pub sp: u64,
+    /// The frame pointer (`rbp`), where the thread kept one.
     pub bp: u64,
 }
 
@@ -51,6 +54,7 @@ pub struct Regs {
 /// stood; the others are return addresses, as the kernel's stacks have them).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Unwound {
+    /// Instruction pointers, innermost first.
     pub ips: Vec<u64>,
     /// The walk reached the stack's root (the unwind information said no caller): not cut.
     pub complete: bool,
@@ -113,8 +117,10 @@ pub struct FileUnwindInfo {
 /// Why a file's unwind information could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum UnwindInfoError {
+    /// The file could not be read.
     #[error("opening it: {0}")]
     Open(#[from] std::io::Error),
+    /// The file is not an ELF image this parser reads.
     #[error("parsing it as ELF: {0}")]
     Parse(#[from] object::Error),
 }

@@ -250,10 +250,9 @@ pub fn diagnoses(inputs: &Inputs<'_>, processes: &[Process]) -> Vec<Diagnosis> {
     processes.iter().filter_map(|p| classify::idle_gpu_holder(p, window_s, total_of(p))).collect()
 }
 
-/// NVML's devices for the report.
-#[must_use]
 /// NVML's view at the end, with each device's utilization and SM activity over the window
 /// (`sampled`, by index; empty without the sampler).
+#[must_use]
 pub fn gpu(view: &GpuView, sampled: &[crate::model::GpuDevice]) -> Gpu {
     Gpu {
         available: true,

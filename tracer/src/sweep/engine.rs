@@ -47,6 +47,8 @@ pub struct Signals {
 }
 
 impl Signals {
+    /// Catch SIGINT and SIGTERM for the rest of the process: they then end the window being
+    /// watched rather than kill gputrace.
     pub fn install() -> Result<Self> {
         let int = signal(SignalKind::interrupt()).map_err(|e| TraceError::io("installing", "SIGINT handler", e))?;
         let term = signal(SignalKind::terminate()).map_err(|e| TraceError::io("installing", "SIGTERM handler", e))?;
@@ -71,7 +73,9 @@ struct Probes {
 /// What a window ended by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stopped {
+    /// The window ran its full length.
     Duration,
+    /// SIGINT or SIGTERM came first.
     Signal,
 }
 
@@ -84,6 +88,8 @@ impl Stopped {
     }
 }
 
+/// The probes, the NVML sampler and the state carried from one window to the next:
+/// `sweep` runs one window on it, `serve` and `top` run windows until stopped.
 #[derive(Debug)]
 pub struct Engine {
     me: u32,

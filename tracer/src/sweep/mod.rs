@@ -39,6 +39,7 @@ const POLL: Duration = Duration::from_millis(200);
 /// A validated `sweep` command line.
 #[derive(Clone, Debug)]
 pub struct Options {
+    /// How long to watch CUDA calls (`--duration`).
     pub duration: Duration,
     /// Show other users' command lines without being root.
     pub show_commands: bool,
@@ -47,6 +48,7 @@ pub struct Options {
 /// A finished sweep: the report, and the probes still attached until `detach`.
 #[derive(Debug)]
 pub struct Finished {
+    /// The sweep as `--json` prints it.
     pub report: SweepReport,
     probes: Option<ProbeSet>,
 }

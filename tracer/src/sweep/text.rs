@@ -18,6 +18,7 @@ fn fit(s: &str, width: usize) -> String {
     }
 }
 
+/// The sweep as text for a person, 80 columns wide; `color` adds terminal colours.
 #[must_use]
 pub fn render(r: &SweepReport, color: bool) -> String {
     let mut out = String::new();

@@ -4,12 +4,16 @@ use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use super::view::Sort;
 
+/// What a key press (or a terminal event) asks `top` to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
+    /// Leave `top` (`q`, Esc, Ctrl-C, Ctrl-D).
     Quit,
+    /// Sort the process table by this column (`s`, `m`, `l`, `p`, `u`).
     Sort(Sort),
     /// The terminal changed size: draw again.
     Redraw,
+    /// Ignore the event.
     Nothing,
 }
 

@@ -33,13 +33,17 @@ use crate::{
 /// A validated `top` command line.
 #[derive(Clone, Debug)]
 pub struct Options {
+    /// How long each window lasts (`--interval`).
     pub interval: Duration,
+    /// Show other users' command lines without being root (`--show-commands`).
     pub show_commands: bool,
 }
 
 /// Width of a plain-text frame: wide enough for the command column to say something.
 const TEXT_WIDTH: u16 = 160;
 
+/// Arm the sweep's probes and show its windows until `q`, SIGINT or SIGTERM: a live view on a
+/// terminal, else each window as plain text on stdout until a signal or a closed pipe.
 pub async fn top(options: &Options) -> Result<()> {
     let mut signals = Signals::install()?;
     if !io::stdout().is_terminal() {

@@ -17,9 +17,13 @@ pub enum Sort {
     /// Rogue holders first, then by memory: the sweep's own order.
     #[default]
     State,
+    /// GPU memory held, most first (`m`).
     Memory,
+    /// Launches a second, most first (`l`).
     Launches,
+    /// Pid, lowest first (`p`).
     Pid,
+    /// User name, in alphabetical order (`u`).
     User,
 }
 
@@ -38,9 +42,11 @@ impl Sort {
 /// What the frame shows besides the sweep.
 #[derive(Clone, Debug, Default)]
 pub struct Status {
+    /// What the process table is sorted by.
     pub sort: Sort,
     /// Windows judged so far, and the engine's age.
     pub windows: u64,
+    /// Seconds the windows so far lasted, added up.
     pub age_s: f64,
 }
 

@@ -33,6 +33,7 @@ const LAUNCH_COST_S: Range = Range { lo: 3e-6, point: 20e-6, hi: 40e-6 };
 /// Fewer samples than this in a view: the view says nothing.
 const MIN_SAMPLES: u64 = 8;
 
+/// Where the launching share of host time comes from (the report's `launching_source`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Source {
     /// On-CPU stacks of the launching threads.
@@ -43,6 +44,7 @@ pub enum Source {
 }
 
 impl Source {
+    /// The name the report uses: `stacks` or `launch-cost`.
     #[must_use]
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -55,7 +57,9 @@ impl Source {
 /// The launching share of host time.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Dispatch {
+    /// The share of the launching threads' on-CPU host time spent launching (0..1), as a range.
     pub share: Range,
+    /// Which view gave `share`.
     pub source: Source,
     /// Samples the stacks view rests on.
     pub samples: u64,

@@ -22,9 +22,14 @@ use crate::model::{Diagnosis, DiagnosisId, Saving};
 /// bounds the step after it (at the point estimate).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Speedup {
+    /// The step time before over the step time after at the model's point estimate (1 means no
+    /// gain, never below).
     pub point: f64,
+    /// The smallest speed-up over the ends of the GPU and launching-share ranges.
     pub lo: f64,
+    /// The largest speed-up over the ends of those ranges.
     pub hi: f64,
+    /// What limits the step after the fix, at the point estimate.
     pub bound: Bound,
     /// The workers the fix takes at the point estimate, for a fix that moves work to them.
     pub workers: Option<u32>,
@@ -55,7 +60,9 @@ pub fn speedup(m: &StepModel, fix: &Fix) -> Speedup {
 /// Two fixes together, the pair that buys the most.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BestPair {
+    /// The two diagnoses whose fixes are combined.
     pub ids: [DiagnosisId; 2],
+    /// What the two fixes buy together.
     pub speedup: Speedup,
 }
 

@@ -34,6 +34,8 @@ pub struct Segments {
 }
 
 impl Segments {
+    /// All the segments together: the host time on the critical path (a share of the active
+    /// window).
     #[must_use]
     pub fn total(&self) -> f64 {
         self.launch + self.user + self.staging + self.transfer + self.alloc + self.cpu_wait + self.io_wait + self.input_wait + self.timer
@@ -69,12 +71,16 @@ impl Segments {
 /// A quantity known within a range, with the value taken for the point estimate.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Range {
+    /// The lowest value the evidence allows.
     pub lo: f64,
+    /// The value taken for the point estimate.
     pub point: f64,
+    /// The highest value the evidence allows.
     pub hi: f64,
 }
 
 impl Range {
+    /// A value known exactly: all three the same.
     #[must_use]
     pub fn exact(v: f64) -> Self {
         Self { lo: v, point: v, hi: v }
@@ -98,6 +104,7 @@ pub enum GpuSource {
 }
 
 impl GpuSource {
+    /// The name the report uses (`gpu_source`): `nvml` or `structure`.
     #[must_use]
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -120,6 +127,7 @@ pub struct Drains {
 }
 
 impl Drains {
+    /// All the queue-draining calls, counted over the window.
     #[must_use]
     pub fn total(&self) -> f64 {
         self.syncs + self.after_bulk_copy + self.pageable_copies
@@ -153,18 +161,23 @@ pub struct StepModel {
     pub residual: f64,
     /// Blocked waiting for queued GPU work (syncs and the waits inside copy calls).
     pub gpu_wait: f64,
+    /// The queue-draining calls on the critical path, by kind.
     pub drains: Drains,
     /// The GPU's busy time (share of the active window).
     pub gpu: Range,
+    /// Where `gpu` came from; None in a model not made by `build` (the report then says
+    /// `structure`).
     pub gpu_source: Option<GpuSource>,
     /// The share of host time that is launching and dispatch (`dispatch`).
     pub dispatch: Dispatch,
     /// Cores the job may use (affinity, cgroup quota), if known, and how many its threads
     /// kept busy on average.
     pub cpus: Option<f64>,
+    /// Cores the traced tree's threads kept busy on average over the window.
     pub job_cpu: f64,
     /// Cores the loader workers kept busy on average, and how many there were.
     pub workers_cpu: f64,
+    /// How many loader workers there were.
     pub workers: usize,
     /// Kernel and graph launches per step, where steps were found.
     pub launches_per_step: Option<f64>,

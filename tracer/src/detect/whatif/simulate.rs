@@ -37,6 +37,7 @@ pub struct Fix {
 }
 
 impl Fix {
+    /// The fix that changes nothing: the model as it is.
     pub const NONE: Self = Self {
         drop_drains: 0.0,
         launch_scale: 1.0,
@@ -96,6 +97,7 @@ pub enum Bound {
 }
 
 impl Bound {
+    /// The name the report uses (`bound`): `gpu`, `cores`, `launch-rate`, `input`, `host` or `bus`.
     #[must_use]
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -125,7 +127,9 @@ pub fn step_time(m: &StepModel, fix: &Fix, gpu: f64, dispatch: f64) -> (f64, Bou
 /// that moves work to other processes, the workers it takes.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Simulated {
+    /// The step time after the fix, a share of today's window.
     pub t: f64,
+    /// What limits the step after the fix.
     pub bound: Bound,
     /// The fewest workers that reach the step's other bound, or as many as there are free
     /// cores where none do (a fix that moves no work: None).

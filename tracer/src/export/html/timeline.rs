@@ -39,19 +39,25 @@ const MIN_BIN_NS: u64 = 1_000_000;
 /// One lane's numbers per bin.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Lanes {
+    /// The first bin's start, monotonic ns (the recording's clock).
     pub start_ns: u64,
+    /// Each bin's length, ns (1 ms at least).
     pub bin_ns: u64,
+    /// How many bins there are (`BINS` at most, fewer for a short window).
     pub bins: usize,
     /// NVML utilization and SM activity (%), by device index; None: no sample in the bin.
     pub gpu_util: BTreeMap<u32, Vec<Option<f64>>>,
+    /// GPM's SM activity (%), by device index; None: no sample in the bin.
     pub sm_active: BTreeMap<u32, Vec<Option<f64>>>,
     /// Kernel and graph launches per second of the traced processes.
     pub launches_per_s: Vec<Option<f64>>,
     /// Synchronizing calls returned in the bin, and the time spent in them within it.
     pub syncs: Vec<u32>,
+    /// Nanoseconds spent inside synchronizing calls within the bin.
     pub sync_ns: Vec<u64>,
     /// Bytes copied, and of them from or to pageable host memory.
     pub copy_bytes: Vec<u64>,
+    /// Of `copy_bytes`, those from or to pageable host memory.
     pub pageable_bytes: Vec<u64>,
     /// Time a launching thread's GPU queue sat empty (at most the bin, summed over threads
     /// and capped).
@@ -69,10 +75,15 @@ pub struct Lanes {
 /// What the lanes are about: the window, the main thread and its helpers, the step marker.
 #[derive(Debug)]
 pub struct Scope<'a> {
+    /// The window's start, monotonic ns.
     pub start_ns: u64,
+    /// The window's end, monotonic ns.
     pub end_ns: u64,
+    /// The thread the time account follows (the report's `time_account.tid`); None without one.
     pub main_tid: Option<u32>,
+    /// The evidence the report was built from.
     pub evidence: &'a Evidence,
+    /// When each step began, monotonic ns (the step marker's times); empty without steps.
     pub step_times: &'a [u64],
 }
 
