@@ -101,16 +101,28 @@ pub fn analyze(inputs: &Inputs<'_>) -> Findings {
     let mut found: Vec<Diagnosis> = catalog::time_rules()
         .filter_map(|(id, rule)| rule(inputs.evidence, &account).inspect(|d| debug_assert_eq!(d.id, id, "the rule listed for {id} found {}", d.id)))
         .collect();
-    let nccl = nccl::analyze(inputs.evidence, &account, inputs.start_ns, inputs.start_ns.saturating_add(inputs.window_ns)).map(|(section, multi_gpu)| {
-        found.extend(multi_gpu);
-        section
-    });
+    let modelled = account.time.as_ref().and_then(|t| t.threads.first()).and_then(|tid| inputs.evidence.threads.get(tid)).map(|t| t.pid);
+    let multi_gpu = nccl::analyze(inputs.evidence, &account, modelled, inputs.start_ns, inputs.start_ns.saturating_add(inputs.window_ns));
+    let (nccl, rank_lag) = match multi_gpu {
+        Some(m) => {
+            found.extend(m.found);
+            (Some(m.section), m.lag)
+        }
+        None => (None, None),
+    };
     found.sort_by(|a, b| b.impact.total_cmp(&a.impact));
     let threads = account.time.as_ref().map(|t| t.threads.clone()).unwrap_or_default();
     checkpoint_stall::drop_pageable_of_checkpoints(&mut found, inputs.evidence);
     sites::attach(&mut found, inputs.evidence, &threads);
     let steps = account.time.as_ref().and_then(|t| steps::find(inputs.evidence, t));
-    let model = whatif::StepModel::build(inputs.evidence, &account, steps.as_ref().map(|s| s.per_step.launches), inputs.cpus);
+    let mut model = whatif::StepModel::build(inputs.evidence, &account, steps.as_ref().map(|s| s.per_step.launches), inputs.cpus);
+    if let (Some(m), Some((lag, slowest))) = (model.as_mut(), rank_lag) {
+        m.rank_lag = lag;
+        m.notes.push(format!(
+            "the ranks run in lockstep and {slowest}'s host phase is {} of the window longer than this rank's: a fix on every rank leaves that, so it bounds every fix but the straggler's",
+            diagnosis::pct(lag)
+        ));
+    }
     let sm_over_util = match (account.sm_active, account.gpu_util) {
         (Some(sm), Some(u)) if u > 0.0 => Some(sm / u),
         _ => None,

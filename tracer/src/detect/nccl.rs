@@ -117,9 +117,23 @@ fn wire_bytes(op: Op, bytes: u64, n: u64) -> f64 {
     }
 }
 
-/// The `nccl` section and the multi-GPU diagnoses; None where no process called NCCL.
+/// What the ranks of a multi-GPU job show.
+#[derive(Debug)]
+pub struct MultiGpu {
+    /// The report's `nccl` section.
+    pub section: Nccl,
+    /// `straggler` or `comm-bound`, where found.
+    pub found: Vec<Diagnosis>,
+    /// How much longer the slowest other rank's host phase is than the modelled rank's
+    /// (`StepModel::rank_lag`), with that rank's label; None where no other rank is longer.
+    pub lag: Option<(f64, String)>,
+}
+
+/// The `nccl` section, the multi-GPU diagnoses and the ranks' lag behind the slowest; None
+/// where no process called NCCL. `modelled`: the process whose critical path the step model
+/// is built on.
 #[must_use]
-pub fn analyze(ev: &Evidence, account: &Account, start_ns: u64, end_ns: u64) -> Option<(Nccl, Vec<Diagnosis>)> {
+pub fn analyze(ev: &Evidence, account: &Account, modelled: Option<u32>, start_ns: u64, end_ns: u64) -> Option<MultiGpu> {
     if !ev.collectives.any() {
         return None;
     }
@@ -175,7 +189,16 @@ pub fn analyze(ev: &Evidence, account: &Account, start_ns: u64, end_ns: u64) -> 
         ranks: table,
     };
     let found = straggler(&ranks).or_else(|| comm_bound(&ranks, account));
-    Some((section, found.into_iter().collect()))
+    Some(MultiGpu { section, found: found.into_iter().collect(), lag: modelled.and_then(|pid| lag_behind(&ranks, pid)) })
+}
+
+/// How much longer than rank `pid`'s host phase the longest other rank's is (a share of the
+/// window), with that rank's label; None where none is longer or `pid` is no rank.
+fn lag_behind(ranks: &[Rank<'_>], pid: u32) -> Option<(f64, String)> {
+    let timed = timed(ranks);
+    let own = timed.iter().find(|t| t.0.pid == pid)?.1;
+    let (slowest, host, _) = timed.iter().filter(|t| t.0.pid != pid).max_by(|a, b| a.1.total_cmp(&b.1))?;
+    (*host > own).then(|| (host - own, slowest.label()))
 }
 
 /// The ranks that have a time account, each with its host phase's share and its share

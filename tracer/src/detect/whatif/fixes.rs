@@ -77,7 +77,7 @@ pub fn of(d: &Diagnosis, m: &StepModel, sm_over_util: Option<f64>) -> Option<(Fi
             (Fix { gpu_scale: scale, ..n }, format!("the same work filling the SMs takes {:.0}% of the GPU time it takes now", scale * 100.0))
         }
         // The others' wait for the straggler goes once its own bottleneck is fixed.
-        DiagnosisId::Straggler => (Fix { cut: d.impact, ..n }, "with the straggler's own bottleneck fixed, the other ranks no longer wait for it in their collectives".into()),
+        DiagnosisId::Straggler => (Fix { cut: d.impact, ranks_pace: false, ..n }, "with the straggler's own bottleneck fixed, the other ranks no longer wait for it in their collectives".into()),
         // How much overlap or fewer bytes hide depends on what the GPU computes meanwhile,
         // which the host cannot see: no promise.
         DiagnosisId::CommBound

@@ -139,6 +139,7 @@ pub const fn describe(b: Bound) -> &'static str {
         Bound::Input => "the workers producing the input",
         Bound::Host => "the host's remaining work",
         Bound::Bus => "the copies on the bus",
+        Bound::Rank => "the slowest rank, which every collective waits for",
     }
 }
 

@@ -194,6 +194,10 @@ pub struct StepModel {
     pub launches_per_s: f64,
     /// Device allocations and frees a second, those that pair up (as `alloc-churn` counts).
     pub alloc_calls_per_s: f64,
+    /// In a multi-GPU job, how much longer the slowest other rank's host phase is than this
+    /// rank's, a share of the window (0 where none is longer, or there are no ranks): ranks
+    /// run in lockstep, so that rank paces every fix but its own (`simulate`).
+    pub rank_lag: f64,
     /// What makes the model uncertain, in sentences.
     pub notes: Vec<String>,
 }

@@ -14,6 +14,7 @@ use super::model::{Segments, StepModel};
 
 /// What a fix changes. [`Fix::NONE`] changes nothing.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[expect(clippy::struct_excessive_bools, reason = "each flag is one effect or floor of a fix, combined one by one in `and`")]
 pub struct Fix {
     /// Share of the queue-draining calls removed (0..1).
     pub drop_drains: f64,
@@ -34,6 +35,10 @@ pub struct Fix {
     pub bus_floor: bool,
     /// Serial time removed outright (a checkpoint made asynchronous), as a share.
     pub cut: f64,
+    /// The slowest other rank of a lockstep job still keeps its longer host phase, so the
+    /// step cannot come sooner than this rank's host time plus that lag
+    /// (`StepModel::rank_lag`): every fix but the straggler's own.
+    pub ranks_pace: bool,
 }
 
 impl Fix {
@@ -48,6 +53,7 @@ impl Fix {
         loader_paces: true,
         bus_floor: false,
         cut: 0.0,
+        ranks_pace: true,
     };
 
     /// Two fixes applied together.
@@ -75,6 +81,7 @@ impl Fix {
             loader_paces: self.loader_paces && o.loader_paces,
             bus_floor: self.bus_floor || o.bus_floor,
             cut: self.cut + o.cut,
+            ranks_pace: self.ranks_pace && o.ranks_pace,
         }
     }
 }
@@ -94,6 +101,8 @@ pub enum Bound {
     Host,
     /// Copies on the bus.
     Bus,
+    /// The slowest rank of a multi-GPU job, which every collective waits for.
+    Rank,
 }
 
 impl Bound {
@@ -107,6 +116,7 @@ impl Bound {
             Self::Input => "input",
             Self::Host => "host",
             Self::Bus => "bus",
+            Self::Rank => "rank",
         }
     }
 }
@@ -215,6 +225,17 @@ pub fn simulate(m: &StepModel, fix: &Fix, gpu: f64, dispatch: f64) -> Simulated 
     } else {
         Bound::Host
     };
+    if fix.ranks_pace && m.rank_lag > 0.0 {
+        // Every rank waits for the slowest at each collective. A fix done on every rank (the
+        // same program) shortens its host phase as it shortens this rank's, but leaves the
+        // work that makes it longer: the step is at least this rank's host time after the
+        // fix plus that lag.
+        let paced = i + o + c + m.rank_lag;
+        if paced > t {
+            t = paced;
+            bound = Bound::Rank;
+        }
+    }
     if fix.bus_floor && m.bus > t {
         t = m.bus;
         bound = Bound::Bus;
@@ -299,6 +320,23 @@ mod tests {
         let (t, bound) = step_time(&m, &Fix { drop_drains: 1.0, ..Fix::NONE }, 0.7, 0.4);
         assert!((t - 0.7).abs() < 1e-9, "max(0.3 + 0.2, 0.7): {t}");
         assert_eq!(bound, Bound::Gpu);
+    }
+
+    #[test]
+    fn a_lagging_rank_paces_every_fix_but_the_stragglers() {
+        // This rank: 0.3 + 0.2 of host, waiting 0.5 (for its GPU's 0.2 and for the other
+        // rank, whose host phase is 0.4 of the window longer: 0.9).
+        let m = StepModel { gpu: Range::exact(0.2), residual: 0.5, rank_lag: 0.4, ..synced() };
+        assert!((time(&m, &Fix::NONE) - 1.0).abs() < 1e-9, "today's step is untouched: the lag is inside it");
+        let (t, bound) = step_time(&m, &Fix { drop_drains: 1.0, ..Fix::NONE }, 0.2, 0.4);
+        assert!((t - 0.9).abs() < 1e-9, "without its sync this rank would take 0.5, the other still takes 0.9: {t}");
+        assert_eq!(bound, Bound::Rank);
+        let straggler = Fix { cut: 0.4, ranks_pace: false, ..Fix::NONE };
+        assert!((time(&m, &straggler) - 0.6).abs() < 1e-9, "the straggler's own fix removes the lag");
+        let both = straggler.and(&Fix { drop_drains: 1.0, ..Fix::NONE });
+        assert!(!both.ranks_pace, "with the straggler fixed, no rank lags");
+        let alone = StepModel { rank_lag: 0.0, ..m };
+        assert!((time(&alone, &Fix { drop_drains: 1.0, ..Fix::NONE }) - 0.5).abs() < 1e-9, "no lag, no floor");
     }
 
     #[test]
