@@ -4,7 +4,7 @@
 //! healthy pair and a job without NCCL that get no multi-GPU diagnosis.
 use std::os::unix::process::CommandExt as _;
 
-use gputrace_tests::{require_root, run_fakejob};
+use gputrace_tests::{require_root, run_fakejob, run_fakejob_opts};
 use serde_json::Value;
 
 const STEPS: u64 = 300;
@@ -95,6 +95,29 @@ fn a_rank_whose_host_phase_is_three_times_longer_is_named_the_straggler_with_its
     let twin = two_ranks(1000, 1000);
     let measured = twin["steps"]["per_second"].as_f64().unwrap_or_else(|| panic!("the twin has no steps: {:#}", twin["steps"]));
     assert!((promised / measured - 1.0).abs() < 0.15, "promised {promised:.0} steps/s, the fixed twin ran {measured:.0}");
+}
+
+#[test]
+fn without_return_probes_the_collectives_are_counted_and_said_to_be() {
+    require_root();
+    let (r, code, stderr) = run_fakejob_opts(
+        &["--entry-only"],
+        &["--ranks", "2", "--settle-ms", "500", "--steps", "200", "--driver-launches", "5", "--kernel-us", "100", "--host-us", "500", "--allreduce-bytes", "4096"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let n = &r["nccl"];
+    assert_eq!(n["counted_only"], true, "{n:#}");
+    assert_eq!(n["calls"].as_u64(), Some(400), "every rank's all-reduces, from the counters: {n:#}");
+    assert_eq!(n["by_op"]["allreduce"]["count"].as_u64(), Some(400), "{n:#}");
+    assert_eq!(n["by_op"]["allreduce"]["bytes"].as_u64(), Some(0), "bytes are not known without the call records: {n:#}");
+    let ranks = n["ranks"].as_array().expect("ranks");
+    assert_eq!(ranks.len(), 2, "{n:#}");
+    for rank in ranks {
+        assert_eq!(rank["calls"].as_u64(), Some(200), "{rank:#}");
+        assert_eq!(rank["launches"].as_u64(), Some(1000), "{rank:#}");
+        assert!(rank["rank"].is_null() && rank["wait_share"].is_null(), "{rank:#}");
+    }
+    assert!(!ids(&r).iter().any(|id| id == "straggler" || id == "comm-bound"), "{:?}", ids(&r));
 }
 
 #[test]

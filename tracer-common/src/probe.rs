@@ -242,9 +242,8 @@ const fn vmm(id: u32, symbol: &'static str, family: Family) -> ProbeSpec {
     s
 }
 
-/// A caching allocator's report of a block (`Family::Block`): the program is `program` (the
-/// symbol is found by its demangled name: [`ALLOCATOR_SYMBOLS`]); the address at argument 0,
-/// the signed size at argument 1.
+/// An NCCL collective or point-to-point call (`Family::Collective`), its arguments where
+/// `layout` says.
 const fn collective(id: u32, symbol: &'static str, layout: crate::nccl::Layout) -> ProbeSpec {
     let mut s = spec(id, symbol, Family::Collective);
     s.nccl = Some(layout);
@@ -257,6 +256,9 @@ const fn comm(id: u32, symbol: &'static str, out: Option<u8>) -> ProbeSpec {
     s
 }
 
+/// A caching allocator's report of a block (`Family::Block`): the program is `program` (the
+/// symbol is found by its demangled name: [`ALLOCATOR_SYMBOLS`]); the address at argument 0,
+/// the signed size at argument 1.
 const fn block(id: u32, program: &'static str) -> ProbeSpec {
     let mut s = spec(id, program, Family::Block);
     s.addr_arg = Some(0);

@@ -90,6 +90,13 @@ pub struct Nccl {
     pub by_op: BTreeMap<String, NcclOp>,
     /// Every process that called NCCL, by rank.
     pub ranks: Vec<NcclRank>,
+    /// True where the calls were only counted, not recorded (return probes off:
+    /// `--entry-only`, or chosen where a seccomp filter would kill at a return): `calls`,
+    /// each kind's `count` and each rank's `calls` and `launches` are exact; bytes, waits,
+    /// times, ranks' numbers and shares are unknown (0 or null), and no multi-GPU diagnosis
+    /// is made. Absent where false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub counted_only: bool,
 }
 
 /// One kind of collective, all ranks.

@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use gputrace_common::nccl::Op;
+use gputrace_common::{nccl::Op, PROBES};
 
 use super::{
     diagnosis::{diagnosis, pct},
@@ -135,7 +135,7 @@ pub struct MultiGpu {
 #[must_use]
 pub fn analyze(ev: &Evidence, account: &Account, modelled: Option<u32>, start_ns: u64, end_ns: u64) -> Option<MultiGpu> {
     if !ev.collectives.any() {
-        return None;
+        return counted(ev).map(|section| MultiGpu { section, found: Vec::new(), lag: None });
     }
     let ranks: Vec<Rank<'_>> = ev
         .collectives
@@ -187,9 +187,58 @@ pub fn analyze(ev: &Evidence, account: &Account, modelled: Option<u32>, start_ns
         wait_s: ranks.iter().map(|r| r.seen.wait_ns()).sum::<u64>() as f64 / 1e9,
         by_op,
         ranks: table,
+        counted_only: false,
     };
     let found = straggler(&ranks).or_else(|| comm_bound(&ranks, account));
     Some(MultiGpu { section, found: found.into_iter().collect(), lag: modelled.and_then(|pid| lag_behind(&ranks, pid)) })
+}
+
+/// The `nccl` section from the probes' hit counters alone, where no call was recorded (return
+/// probes off): calls by kind and by process, nothing the call records would say. None where
+/// no collective was counted either.
+fn counted(ev: &Evidence) -> Option<Nccl> {
+    let mut by_op: BTreeMap<String, NcclOp> = BTreeMap::new();
+    let mut by_pid: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    for t in ev.threads.values() {
+        let calls: u64 = PROBES
+            .iter()
+            .filter_map(|spec| Some((spec.nccl?.op, t.hits.get(spec.id as usize).copied().filter(|&n| n > 0)?)))
+            .map(|(op, n)| {
+                by_op.entry(op.as_str().into()).or_insert(NcclOp { count: 0, bytes: 0, wait_s: 0.0, call_s: 0.0 }).count += n;
+                n
+            })
+            .sum();
+        let e = by_pid.entry(t.pid).or_default();
+        e.0 += calls;
+        e.1 += t.kernel_launches() + t.graph_launches();
+    }
+    by_pid.retain(|_, (calls, _)| *calls > 0);
+    if by_pid.is_empty() {
+        return None;
+    }
+    let env = &ev.rank_env;
+    let ranks = by_pid
+        .into_iter()
+        .map(|(pid, (calls, launches))| {
+            let placed = env.get(&pid);
+            NcclRank {
+                pid,
+                rank: None,
+                world_size: None,
+                local_rank: placed.and_then(|p| p.local_rank),
+                gpu: placed.and_then(crate::evidence::RankEnv::gpu),
+                calls,
+                bytes: 0,
+                launches,
+                wait_share: None,
+                in_calls_share: None,
+                host_share: None,
+                verdict: None,
+                verdict_share: None,
+            }
+        })
+        .collect();
+    Some(Nccl { calls: by_op.values().map(|o| o.count).sum(), wait_s: 0.0, by_op, ranks, counted_only: true })
 }
 
 /// How much longer than rank `pid`'s host phase the longest other rank's is (a share of the
