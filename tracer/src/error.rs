@@ -198,13 +198,10 @@ mod tests {
     }
 }
 
-/// Why a uprobe attachment failed: the kernel refused the perf-event link, or the
-/// multi-uprobe link's `bpf()` call (here, not in `probes`, so that the error type imports
-/// nothing of the stages that raise it).
+/// Why a uprobe attachment failed: aya's error, whichever kind of link it was making (here,
+/// not in `probes`, so that the error type imports nothing of the stages that raise it).
 #[derive(Debug, thiserror::Error)]
 pub enum AttachError {
     #[error(transparent)]
-    PerfEvent(#[from] aya::programs::ProgramError),
-    #[error("{0}")]
-    Multi(#[from] std::io::Error),
+    Aya(#[from] aya::programs::ProgramError),
 }

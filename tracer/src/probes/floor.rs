@@ -4,7 +4,7 @@ use std::path::Path;
 
 use aya::{
     maps::{MapData, PerCpuArray},
-    programs::UProbe,
+    programs::{uprobe::UProbeScope, UProbe},
     Ebpf,
 };
 
@@ -39,7 +39,7 @@ impl Floor {
         let prog: &mut UProbe =
             ebpf.program_mut("uprobe_floor").and_then(|p| p.try_into().ok()).ok_or_else(|| TraceError::Program { name: "uprobe_floor".into() })?;
         prog.load().map_err(|source| TraceError::LoadProgram { program: "uprobe_floor".into(), source: Box::new(source) })?;
-        prog.attach(None, offset, library, None).map_err(|source| TraceError::AttachUprobe {
+        prog.attach([offset], library, UProbeScope::AllProcesses).map_err(|source| TraceError::AttachUprobe {
             symbol: symbol.into(),
             library: library.into(),
             source: Box::new(source.into()),
@@ -70,7 +70,7 @@ impl Floor {
                 if returns && !super::has_return(spec) {
                     continue;
                 }
-                prog.attach(None, offset, library, None).map_err(|source| TraceError::AttachUprobe {
+                prog.attach([offset], library, UProbeScope::AllProcesses).map_err(|source| TraceError::AttachUprobe {
                     symbol: spec.symbol.into(),
                     library: library.into(),
                     source: Box::new(source.into()),

@@ -8,7 +8,6 @@ mod detach;
 pub mod floor;
 mod layout;
 mod load;
-mod multi_link;
 mod read;
 pub mod return_safety;
 pub mod sampler;
@@ -56,7 +55,7 @@ fn has_return(spec: &ProbeSpec) -> bool {
 /// privileges to). For `doctor`.
 #[must_use]
 pub fn multi_uprobe_links_supported() -> bool {
-    multi_link::supported()
+    uprobes::multi_links_supported().is_ok()
 }
 
 
@@ -293,9 +292,6 @@ fn hash_map_id(map: &aya::maps::Map) -> Option<u32> {
     }
 }
 
-fn load_uprobe(ebpf: &mut Ebpf, uprobes: &uprobes::Uprobes, name: &str) -> Result<()> {
-    uprobes.prepare(ebpf, name).map_err(|source| TraceError::LoadProgram { program: name.to_owned(), source: Box::new(source) })
-}
 
 fn take_tracepoint_links(ebpf: &mut Ebpf, links: Vec<(&'static str, TracePointLinkId)>) -> Vec<TracePointLink> {
     links
@@ -407,16 +403,16 @@ fn load_configured(scope: Scope, tracefs: Option<&std::path::PathBuf>, stacks_wa
         }
         None => gputrace_common::Layout::DEFAULT,
     };
-    loader.set_global(globals::NEWTASK_PID_OFFSET, &pid_off, true);
-    loader.set_global(globals::NEWTASK_FLAGS_OFFSET, &flags_off, true);
-    loader.set_global(LAYOUT_GLOBAL, &layout, true);
+    loader.override_global(globals::NEWTASK_PID_OFFSET, &pid_off, true);
+    loader.override_global(globals::NEWTASK_FLAGS_OFFSET, &flags_off, true);
+    loader.override_global(LAYOUT_GLOBAL, &layout, true);
     let trace_all = u32::from(scope == Scope::AllCuda);
-    loader.set_global(globals::TRACE_ALL_CUDA, &trace_all, true);
+    loader.override_global(globals::TRACE_ALL_CUDA, &trace_all, true);
     let sample_stacks = u32::from(stacks_wanted);
-    loader.set_global(globals::SAMPLE_STACKS, &sample_stacks, true);
+    loader.override_global(globals::SAMPLE_STACKS, &sample_stacks, true);
     // The per-call cost benchmark's A/B switch, not a user setting (docs/benchmarks.md).
     let prompt_every_copy = u32::from(std::env::var_os("GPUTRACE_PROMPT_EVERY_COPY").is_some_and(|v| v == "1"));
-    loader.set_global(globals::PROMPT_EVERY_COPY, &prompt_every_copy, true);
+    loader.override_global(globals::PROMPT_EVERY_COPY, &prompt_every_copy, true);
     loader.load(OBJECT).map_err(crate::preflight::classify_load_error)
 }
 
