@@ -14,6 +14,7 @@ use aya_ebpf::{
     maps::LruHashMap,
     programs::{tracing::StackIdContext as _, ProbeContext, RetProbeContext},
 };
+use aya_log_ebpf::debug;
 use gputrace_common::{
     call_epoch, copy_layout,
     cuda::{memory_type, slot, CopyLayout},
@@ -149,6 +150,15 @@ fn user_field<T: Into<u64>>(base: u64, offset: u64) -> u64 {
     unsafe { bpf_probe_read_user(base.wrapping_add(offset) as *const T) }.map_or(0, Into::into)
 }
 
+/// One field of a struct in the traced process, or the address that could not be read and
+/// the helper's error.
+#[inline(always)]
+fn try_user_field<T: Into<u64>>(base: u64, offset: u64) -> Result<u64, (u64, i32)> {
+    let at = base.wrapping_add(offset);
+    // SAFETY: bpf_probe_read_user checks the address; a bad pointer just fails.
+    unsafe { bpf_probe_read_user(at as *const T) }.map(Into::into).map_err(|e| (at, e))
+}
+
 /// Entry of a 2D/3D copy: reads its `CUDA_MEMCPY2D`/`CUDA_MEMCPY3D` field by field (the
 /// structs are 128 and 200 bytes; only seven fields are needed, so nothing big lands on the
 /// 512-byte stack) into the slots of `gputrace_common::cuda::slot`. Each end's pointer is the
@@ -156,10 +166,18 @@ fn user_field<T: Into<u64>>(base: u64, offset: u64) -> u64 {
 /// (which also carries unified addresses). An unreadable struct leaves memory types 0, which
 /// user space reads as "decide from the pointers".
 #[inline(always)]
-fn on_enter_struct_copy(ctx: &ProbeContext, probe: u32, layout: &CopyLayout, sheddable: bool) -> u32 {
+fn on_enter_struct_copy(ctx: &ProbeContext, probe: u32, symbol: &str, layout: &CopyLayout, sheddable: bool) -> u32 {
     let Some(cur) = cuda_caller() else { return 0 };
     let base = ctx.arg::<u64>(0).unwrap_or(0);
-    let src_type = user_field::<u32>(base, layout.src_type);
+    // The first field says whether the struct can be read at all; a counter could only say
+    // that it could not (user space reads the zeros as "decide from the pointers").
+    let src_type = match try_user_field::<u32>(base, layout.src_type) {
+        Ok(v) => v,
+        Err((at, e)) => {
+            debug!(ctx, "{}: the copy's parameters could not be read at 0x{:x} (error {})", symbol, at, e);
+            0
+        }
+    };
     let dst_type = user_field::<u32>(base, layout.dst_type);
     let src_at = if src_type == memory_type::HOST { layout.src_host } else { layout.src_device };
     let dst_at = if dst_type == memory_type::HOST { layout.dst_host } else { layout.dst_device };
@@ -182,7 +200,7 @@ fn on_enter_struct_copy(ctx: &ProbeContext, probe: u32, layout: &CopyLayout, she
 #[inline(always)]
 /// `prompt`: wake the reader for this record (see `needs_prompt_delivery`); `first_sight`:
 /// only when its memory regions are new (see `prompt_on_first_sight`).
-fn on_return(ctx: &RetProbeContext, probe: u32, prompt: bool, first_sight: bool) -> u32 {
+fn on_return(ctx: &RetProbeContext, probe: u32, symbol: &str, prompt: bool, first_sight: bool) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
     // Only threads whose calls passed the traced-process filter have counters.
@@ -201,7 +219,13 @@ fn on_return(ctx: &RetProbeContext, probe: u32, prompt: bool, first_sight: bool)
     let out = if (out_index as usize) < CALL_ARGS {
         let ptr = call.args[out_index as usize] as *const u64;
         // SAFETY: bpf_probe_read_user checks the address; a bad pointer just fails.
-        unsafe { bpf_probe_read_user(ptr) }.unwrap_or(0)
+        match unsafe { bpf_probe_read_user(ptr) } {
+            Ok(out) => out,
+            Err(e) => {
+                debug!(ctx, "{}: its result could not be read at 0x{:x} (error {})", symbol, ptr as u64, e);
+                0
+            }
+        }
     } else {
         0
     };
@@ -249,7 +273,7 @@ macro_rules! call_probes {
             ret $ret(ctx) {
                 const PROMPT: bool = gputrace_common::needs_prompt_delivery($id);
                 const FIRST_SIGHT: bool = gputrace_common::prompt_on_first_sight($id);
-                on_return(&ctx, $id, PROMPT, FIRST_SIGHT)
+                on_return(&ctx, $id, stringify!($symbol), PROMPT, FIRST_SIGHT)
             }
         }
     )*};
@@ -268,7 +292,7 @@ macro_rules! struct_copy_probes {
                     None => panic!("not a 2D/3D copy in gputrace_common::PROBES"),
                 };
                 const SHEDDABLE: bool = gputrace_common::Shed::may_take_id($id);
-                on_enter_struct_copy(&ctx, $id, LAYOUT, SHEDDABLE)
+                on_enter_struct_copy(&ctx, $id, stringify!($symbol), LAYOUT, SHEDDABLE)
             }
         }
 
@@ -276,7 +300,7 @@ macro_rules! struct_copy_probes {
             ret $ret(ctx) {
                 const PROMPT: bool = gputrace_common::needs_prompt_delivery($id);
                 const FIRST_SIGHT: bool = gputrace_common::prompt_on_first_sight($id);
-                on_return(&ctx, $id, PROMPT, FIRST_SIGHT)
+                on_return(&ctx, $id, stringify!($symbol), PROMPT, FIRST_SIGHT)
             }
         }
     )*};
@@ -331,7 +355,7 @@ macro_rules! collective_probes {
 
         uprobe_pair! {
             ret $ret(ctx) {
-                on_return(&ctx, $id, false, false)
+                on_return(&ctx, $id, stringify!($symbol), false, false)
             }
         }
     )*};

@@ -1,7 +1,7 @@
 //! Loading the eBPF object: every program verified at once, the maps created, the task
 //! tracepoints attached (before any uprobe, so that no child is missed).
 
-use super::{OBJECT, ProbeSet, Scope, Startup, TRACEPOINT_GROUPS, Tracepoints, attach_tracepoint_groups, entry_only_decision, has_return, hash_map_id, load_configured, map_error, ms_since, return_program, sampler, tracefs, uprobes};
+use super::{OBJECT, ProbeSet, Scope, Startup, TRACEPOINT_GROUPS, Tracepoints, attach_tracepoint_groups, ebpf_log, entry_only_decision, has_return, hash_map_id, load_configured, map_error, ms_since, return_program, sampler, tracefs, uprobes};
 use aya::Ebpf;
 use aya::maps::HashMap as BpfHashMap;
 use aya::maps::MapData;
@@ -34,7 +34,9 @@ impl ProbeSet {
         let stacks_wanted = scope == Scope::Tree && sampler::wanted();
         let mut startup = Startup::default();
         let phase = std::time::Instant::now();
-        let mut ebpf = load_configured(scope, tracefs.as_ref().ok(), stacks_wanted, &mut notes)?;
+        let log_wanted = ebpf_log::wanted();
+        let mut ebpf = load_configured(scope, tracefs.as_ref().ok(), stacks_wanted, log_wanted, &mut notes)?;
+        let ebpf_log = if log_wanted { ebpf_log::Reader::start(&mut ebpf) } else { None };
         startup.load_ms = ms_since(phase);
         let phase = std::time::Instant::now();
 
@@ -120,6 +122,7 @@ impl ProbeSet {
                 sampler_running,
                 stacks_wanted,
                 entry_only,
+                ebpf_log,
             },
             ring,
         ))

@@ -5,6 +5,7 @@
 //! tracepoints, so children, exec'd workers and libraries loaded later are all covered.
 
 mod detach;
+pub mod ebpf_log;
 pub mod floor;
 mod layout;
 mod load;
@@ -155,6 +156,9 @@ pub struct ProbeSet {
     pub stacks_wanted: bool,
     /// Return probes are off: calls are counted from their entries only.
     pub entry_only: bool,
+    /// Copies the eBPF programs' own messages to the log, at -vv (`ebpf_log`); dropped last.
+    #[expect(dead_code, reason = "held for its drop, which reads the last messages")]
+    ebpf_log: Option<ebpf_log::Reader>,
 }
 
 pub use crate::model::Startup;
@@ -390,7 +394,7 @@ fn attach_each_tracepoint(ebpf: &mut Ebpf, group: Tracepoints, links: &mut Vec<(
 
 /// Load the eBPF object with its globals set for this kernel and scope: the tracepoint
 /// layouts read from tracefs (defaults, with a note, where it does not describe a field).
-fn load_configured(scope: Scope, tracefs: Option<&std::path::PathBuf>, stacks_wanted: bool, notes: &mut Vec<String>) -> Result<Ebpf> {
+fn load_configured(scope: Scope, tracefs: Option<&std::path::PathBuf>, stacks_wanted: bool, ebpf_log: bool, notes: &mut Vec<String>) -> Result<Ebpf> {
     let mut loader = EbpfLoader::new();
     let (pid_off, flags_off) = newtask_offsets(tracefs);
     let layout = match tracefs {
@@ -413,6 +417,7 @@ fn load_configured(scope: Scope, tracefs: Option<&std::path::PathBuf>, stacks_wa
     // The per-call cost benchmark's A/B switch, not a user setting (docs/benchmarks.md).
     let prompt_every_copy = u32::from(std::env::var_os("GPUTRACE_PROMPT_EVERY_COPY").is_some_and(|v| v == "1"));
     loader.override_global(globals::PROMPT_EVERY_COPY, &prompt_every_copy, true);
+    ebpf_log::configure(&mut loader, ebpf_log);
     loader.load(OBJECT).map_err(crate::preflight::classify_load_error)
 }
 
