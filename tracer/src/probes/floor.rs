@@ -29,6 +29,8 @@ impl std::fmt::Debug for Floor {
 }
 
 impl Floor {
+    /// A bare counting uprobe on `symbol` of `library`, for every process: the least any
+    /// uprobe can cost there, which the benchmark compares gputrace's probes with.
     pub fn attach(library: &Path, symbol: &str) -> Result<Self> {
         if OBJECT.is_empty() {
             return Err(TraceError::NoEbpfObject);

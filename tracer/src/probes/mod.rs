@@ -67,7 +67,9 @@ fn return_program(symbol: &str) -> String {
 /// One library we attached to, and which of our symbols it has.
 #[derive(Clone, Debug)]
 pub struct AttachedLibrary {
+    /// The file probed (by device and inode: every process mapping it is covered).
     pub library: Library,
+    /// The symbols of `PROBES` it exports that were probed (a refused one is left out).
     pub symbols: Vec<&'static str>,
     /// Traced processes seen mapping this file (`target.cuda_loaded` means one did).
     pub mapped_by: BTreeSet<u32>,
@@ -142,8 +144,10 @@ pub struct ProbeSet {
     tracepoint_links: Vec<(&'static str, TracePointLinkId)>,
     /// The tracepoints, being closed since the window ended (`start_detaching_tracepoints`).
     tracepoints_closing: Option<std::thread::JoinHandle<()>>,
-    /// Which tracepoint groups are attached (see `TRACEPOINT_GROUPS`).
+    /// Whether the scheduler tracepoints are attached (see `TRACEPOINT_GROUPS`): without them
+    /// the report has no on-CPU, run-queue or blocked figures.
     pub sched_traced: bool,
+    /// Whether the block tracepoints are attached: without them I/O is not attributed.
     pub io_traced: bool,
     /// Whether wakeups are attributed to their wakers (`sched_waking`).
     pub wakers_traced: bool,

@@ -45,6 +45,8 @@ pub enum Safety {
 }
 
 impl Safety {
+    /// Whether return probes may go on: only where the check saw a confined process survive
+    /// (or no system call is involved), since they apply to every process mapping a library.
     #[must_use]
     pub fn safe(&self) -> bool {
         matches!(self, Self::NoSyscall | Self::Survived)

@@ -176,6 +176,8 @@ impl ProbeSet {
         self.uprobes.kind()
     }
 
+    /// Every library probed so far and what of it: the report names them, and the overhead
+    /// estimate prices each probe by the instruction it traps on.
     #[must_use]
     pub fn attached_libraries(&self) -> Vec<AttachedLibrary> {
         self.attached.values().cloned().collect()

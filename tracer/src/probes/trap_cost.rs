@@ -55,6 +55,8 @@ impl TrapCosts {
     /// measurement exists (a recording cut before its end record).
     pub const ASSUMED_NS: f64 = 1_000.0;
 
+    /// What a trap at an entry whose first instruction is of `kind` costs: the kinds differ
+    /// by how the kernel executes the displaced instruction (emulated or single-stepped).
     #[must_use]
     pub fn entry_ns(&self, kind: EntryKind) -> f64 {
         match kind {
@@ -254,6 +256,8 @@ pub fn calibrate(ebpf: &mut Ebpf, links: &mut Uprobes) -> Result<TrapCosts, Stri
     result
 }
 
+/// Elsewhere than x86-64: no measurement (the calibration code is x86-64 machine code), so
+/// the costs are the assumed ones.
 #[cfg(not(target_arch = "x86_64"))]
 pub fn calibrate(_ebpf: &mut Ebpf, _links: &mut Uprobes) -> Result<TrapCosts, String> {
     Err("trap costs are measured on x86-64 only".into())
