@@ -23,6 +23,8 @@
  *                          B a multiple of 16) from malloc'ed memory with a wider pitch
  *   --copy3d B             per step, after the launches: one cudaMemcpy3D D2H of B bytes
  *                          (4 × 4 rows of B/16, B a multiple of 16) into malloc'ed memory
+ *   --bad-copy2d N         per step: N × cuMemcpy2D_v2(NULL), a copy whose parameters cannot be
+ *                          read (the driver refuses it; the probe's read fails: tests/tests/loss.rs)
  *   --vmm N                per step: N × (cuMemCreate 2 MiB + cuMemMap) into a range reserved
  *                          once per thread, then N × (cuMemUnmap + cuMemRelease), as PyTorch's
  *                          expandable segments grow and shrink (N ≤ 64)
@@ -127,6 +129,7 @@ static int (*drv_mem_address_reserve)(uint64_t *, size_t, size_t, uint64_t, unsi
 static int (*drv_mem_address_free)(uint64_t, size_t);
 static int (*drv_mem_map)(uint64_t, size_t, size_t, uint64_t, unsigned long long);
 static int (*drv_mem_unmap)(uint64_t, size_t);
+static int (*drv_memcpy_2d)(const void *);
 static int (*drv_launch)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **, void **);
 static int (*drv_launch_ex)(const launch_config *, void *, void **, void **);
 
@@ -143,7 +146,7 @@ static int nccl_rank;
 static struct {
     int ranks;
     long allreduce_bytes, straggler_host_us;
-    int gate, threads, steps, runtime_launches, driver_launches, ex_launches, graphs, item, item_sync, sync, alloc_churn, fork, vmm;
+    int gate, threads, steps, runtime_launches, driver_launches, ex_launches, graphs, item, item_sync, sync, alloc_churn, fork, vmm, bad_copy2d;
     int load_after_gate, pin_after_gate, print_time, pipe_worker_us, checkpoint_every, cache_pct, idle_children;
     size_t leak, oom_at_end;
     long kernel_us, host_us, settle_ms, sleep_ms, device_memory_mib, hold_ms;
@@ -199,6 +202,7 @@ static void load_cuda(void) {
     drv_mem_map = sym(drv, "cuMemMap");
     drv_mem_unmap = sym(drv, "cuMemUnmap");
     drv_launch = sym(drv, "cuLaunchKernel");
+    drv_memcpy_2d = sym(drv, "cuMemcpy2D_v2");
     drv_launch_ex = sym(drv, "cuLaunchKernelEx");
     if (opt.ranks) {
         snprintf(path, sizeof path, "%s/libnccl.so.2", opt.lib_dir);
@@ -381,6 +385,8 @@ static void *worker(void *arg) {
         }
         if (pinned_buf) rt_memcpy_async(device_buf, pinned_buf, opt.pinned_h2d, 1, 0);
         if (rows_2d) copy_2d(rows_2d);
+        for (int i = 0; i < opt.bad_copy2d; i++)
+            if (drv_memcpy_2d(NULL) == 0) die("cuMemcpy2D_v2(NULL) succeeded");
         for (int i = 0; i < opt.runtime_launches; i++) rt_launch(&kernel, one, one, 0, 0, 0);
         for (int i = 0; i < opt.driver_launches; i++) drv_launch(&kernel, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0);
         for (int i = 0; i < opt.ex_launches; i++) drv_launch_ex(&cfg, &kernel, 0, 0);
@@ -558,7 +564,7 @@ int main(int argc, char **argv) {
         NUM("--kernel-us", kernel_us) NUM("--host-us", host_us) NUM("--pageable-h2d", pageable_h2d)
         NUM("--pinned-h2d", pinned_h2d) NUM("--item", item) NUM("--item-sync", item_sync) NUM("--alloc-churn", alloc_churn)
         NUM("--settle-ms", settle_ms) NUM("--hold-ms", hold_ms) NUM("--device-memory-mib", device_memory_mib) NUM("--sleep-ms", sleep_ms) NUM("--read-bytes", read_bytes) NUM("--read-per-step", read_per_step) NUM("--startup-read", startup_read)
-        NUM("--copy2d", copy2d) NUM("--copy3d", copy3d) NUM("--vmm", vmm) NUM("--blocking-d2h", blocking_d2h) NUM("--pipe-worker-us", pipe_worker_us)
+        NUM("--copy2d", copy2d) NUM("--copy3d", copy3d) NUM("--vmm", vmm) NUM("--bad-copy2d", bad_copy2d) NUM("--blocking-d2h", blocking_d2h) NUM("--pipe-worker-us", pipe_worker_us)
         NUM("--ranks", ranks) NUM("--allreduce-bytes", allreduce_bytes) NUM("--straggler-host-us", straggler_host_us)
         NUM("--checkpoint-every", checkpoint_every) NUM("--leak", leak) NUM("--cache-pct", cache_pct) NUM("--oom-at-end", oom_at_end) NUM("--idle-children", idle_children)
         if (!strcmp(a, "--read-file")) { snprintf(opt.read_file, sizeof opt.read_file, "%s", v); i++; continue; }

@@ -2,7 +2,7 @@
 //! exactly, and a report with drops says it is incomplete.
 use std::time::Duration;
 
-use gputrace_tests::{num, require_root, Gated, Tracer};
+use gputrace_tests::{hits, num, require_root, run_fakejob_opts, Gated, Tracer};
 
 #[test]
 fn delivered_plus_dropped_is_what_was_sent() {
@@ -40,4 +40,24 @@ fn delivered_plus_dropped_is_what_was_sent() {
     assert_eq!(num(&r, "/tracer/lost_events"), num(&r, "/tracer/loss/ring_full"));
     assert_eq!(r["tracer"]["complete"], false, "a report with drops says so");
     job.finish();
+}
+
+/// What a counter cannot say comes as the kernel programs' own messages at -vv (aya-log): a
+/// planted copy whose parameters cannot be read (a null `CUDA_MEMCPY2D *`) names its probe
+/// and the address the read failed at. Without -vv the programs write nothing: their level
+/// is set off before they load.
+#[test]
+fn a_failed_argument_read_is_told_at_vv_and_only_there() {
+    require_root();
+    let args = ["--steps", "3", "--bad-copy2d", "2", "--driver-launches", "1", "--sync"];
+    // srcMemoryType, the first field read, lies 16 bytes into the struct.
+    let message = "cuMemcpy2D_v2: the copy's parameters could not be read at 0x10";
+    let (r, code, stderr) = run_fakejob_opts(&["-vv"], &args);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(hits(&r, "cuMemcpy2D_v2"), 6, "every planted copy counted");
+    assert!(stderr.contains(message), "no message at -vv:\n{stderr}");
+    let (r, code, stderr) = run_fakejob_opts(&[], &args);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(hits(&r, "cuMemcpy2D_v2"), 6, "every planted copy counted");
+    assert!(!stderr.contains("could not be read"), "a message without -vv:\n{stderr}");
 }

@@ -3,6 +3,8 @@
 //! record per call to `EVENTS`; user space reads both. Every loss is counted in `LOSS`.
 #![no_std]
 #![no_main]
+// `${concat(..)}` names each uprobe program's multi-link copy (`probes::uprobe_pair!`).
+#![feature(macro_metavar_expr_concat)]
 
 mod maps;
 mod probes;

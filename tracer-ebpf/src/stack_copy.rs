@@ -8,7 +8,7 @@ use aya_ebpf::{
     bindings::task_struct,
     helpers::{
         bpf_ktime_get_ns, bpf_probe_read_user,
-        gen::{self, bpf_get_current_task_btf, bpf_get_smp_processor_id, bpf_probe_read_kernel, bpf_task_pt_regs},
+        generated::{self, bpf_get_current_task_btf, bpf_get_smp_processor_id, bpf_probe_read_kernel, bpf_task_pt_regs},
     },
     macros::map,
     maps::{LruHashMap, PerCpuArray},
@@ -147,10 +147,10 @@ pub fn copy_user_stack(cur: &Current, source: u32, probe: u32, fp_stack_id: i64)
         // the user address and fails on a fault.
         let dst = unsafe { (&raw mut (*record).stack).cast::<u8>() };
         // SAFETY: as above.
-        if unsafe { gen::bpf_probe_read_user(dst.cast(), first as u32, sp as *const _) } == 0 {
+        if unsafe { generated::bpf_probe_read_user(dst.cast(), first as u32, sp as *const _) } == 0 {
             len = first as u32;
             // SAFETY: `first` ≤ one page, so the second page fits in the two-page `stack`.
-            if unsafe { gen::bpf_probe_read_user(dst.wrapping_add(first as usize).cast(), PAGE as u32, (sp + first) as *const _) } == 0 {
+            if unsafe { generated::bpf_probe_read_user(dst.wrapping_add(first as usize).cast(), PAGE as u32, (sp + first) as *const _) } == 0 {
                 len += PAGE as u32;
             }
         }

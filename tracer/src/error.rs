@@ -275,15 +275,11 @@ mod tests {
     }
 }
 
-/// Why a uprobe attachment failed: the kernel refused the perf-event link, or the
-/// multi-uprobe link's `bpf()` call (here, not in `probes`, so that the error type imports
-/// nothing of the stages that raise it).
+/// Why a uprobe attachment failed: aya's error, whichever kind of link it was making (here,
+/// not in `probes`, so that the error type imports nothing of the stages that raise it).
 #[derive(Debug, thiserror::Error)]
 pub enum AttachError {
-    /// Attaching through a perf-event link failed.
+    /// aya could not attach the link (either kind: a multi-uprobe link or a perf event).
     #[error(transparent)]
-    PerfEvent(#[from] aya::programs::ProgramError),
-    /// The `bpf()` call that creates a multi-uprobe link failed.
-    #[error("{0}")]
-    Multi(#[from] std::io::Error),
+    Aya(#[from] aya::programs::ProgramError),
 }

@@ -93,7 +93,6 @@ mod tests {
     fn map_create(errno: i32) -> aya::EbpfError {
         aya::EbpfError::MapError(aya::maps::MapError::CreateError {
             name: "EVENTS".into(),
-            code: -1,
             io_error: std::io::Error::from_raw_os_error(errno),
         })
     }

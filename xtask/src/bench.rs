@@ -249,7 +249,7 @@ pub fn run(release: &Path, fake: &Path) -> Result<()> {
 
 /// Start-up and exit of `gputrace run` on a short job: medians of `REPEATS` runs.
 #[expect(clippy::print_stdout, reason = "the table is this command's output")]
-fn startup_and_exit(release: &Path, fake: &Path) -> Result<()> {
+pub fn startup_and_exit(release: &Path, fake: &Path) -> Result<()> {
     let mut armed = Vec::new();
     let mut after = Vec::new();
     for _ in 0..REPEATS {

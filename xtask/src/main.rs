@@ -44,6 +44,9 @@ enum Task {
         /// Only the cost per kind of call and its estimate (issue 34).
         #[arg(long, conflicts_with = "unwind")]
         calls: bool,
+        /// Only start-up and exit of `gputrace run` on a short job (attach and detach times).
+        #[arg(long, conflicts_with_all = ["unwind", "calls"])]
+        startup: bool,
     },
     /// Build the release artifacts into target/dist: tarball, debug info, .deb (docs/install.md).
     Dist,
@@ -80,7 +83,8 @@ fn fuzz(target: Option<&str>, seconds: u32) -> Result<()> {
         run(Command::new("cargo")
             .current_dir(root().join("fuzz"))
             .env("GPUTRACE_EBPF_STUB", "1")
-            .args(["+nightly", "fuzz", "run", t])
+            .arg(format!("+{}", toolchain::NIGHTLY))
+            .args(["fuzz", "run", t])
             .arg(&corpus)
             .arg(seeds.join(t))
             .arg(root().join("fuzz/corpus").join(t))
@@ -236,7 +240,7 @@ fn main() -> Result<()> {
         Task::Build => build().map(|_| ()),
         Task::Demo => demo(),
         Task::Test => test(),
-        Task::Bench { unwind, calls } => {
+        Task::Bench { unwind, calls, startup } => {
             let gputrace = build()?;
             let release = gputrace.parent().context("target/release")?.to_path_buf();
             let fake = root().join("target/fake-cuda");
@@ -245,6 +249,8 @@ fn main() -> Result<()> {
                 bench_unwind::run(&release, &fake)
             } else if calls {
                 bench::call_kinds(&release, &fake)
+            } else if startup {
+                bench::startup_and_exit(&release, &fake)
             } else {
                 bench::run(&release, &fake)
             }

@@ -1,12 +1,15 @@
 //! The eBPF toolchain, pinned in one place.
 //!
-//! Why these move together: aya-ebpf programs are compiled by the **nightly** toolchain
+//! Why these move together: aya-ebpf programs are compiled by a dated **nightly** toolchain
 //! (`-Z build-std=core` for `bpfel-unknown-none` needs its `rust-src`), which emits LLVM
 //! bitcode of the nightly's LLVM (22 here); **bpf-linker** links that bitcode with its own
 //! LLVM, so it must be built against the very same LLVM — the nightly's `libLLVM.so`.
 //! Change the nightly and bpf-linker must be rebuilt (and `BPF_LINKER_LLVM_FEATURE` may
 //! change); change bpf-linker's version and check it supports that LLVM.
-//! The aya crate versions that go with them are pinned in the workspace Cargo.toml.
+//! The aya crate versions that go with them are pinned in the workspace Cargo.toml; aya-ebpf
+//! 0.3 declares rust-version 1.98, which the machines' own nightly (1.97, 2026-05-19) is not,
+//! so the nightly is a dated one, named in `xtask/ebpf-nightly` (read by `tracer/build.rs`
+//! too). Its LLVM is still 22 (22.1.7), which bpf-linker 0.13 takes.
 
 use std::{
     env, fs,
@@ -19,7 +22,8 @@ use anyhow::{bail, Context as _, Result};
 const BPF_LINKER_VERSION: &str = "0.13.0";
 /// The cargo feature of bpf-linker that selects the nightly's LLVM major version.
 const BPF_LINKER_LLVM_FEATURE: &str = "llvm-22";
-const NIGHTLY: &str = "nightly";
+/// The dated nightly that builds the eBPF object (and runs the fuzzers).
+pub const NIGHTLY: &str = include_str!("../ebpf-nightly").trim_ascii();
 
 fn output(cmd: &mut Command) -> Option<String> {
     let out = cmd.output().ok()?;
@@ -36,8 +40,17 @@ fn llvm_prefix() -> PathBuf {
 }
 
 pub fn setup() -> Result<()> {
+    if output(Command::new("rustc").args([&format!("+{NIGHTLY}"), "--version"])).is_none() {
+        eprintln!("setup: installing the {NIGHTLY} toolchain (with rust-src)");
+        let status = Command::new("rustup")
+            .args(["toolchain", "install", NIGHTLY, "--profile", "minimal", "--component", "rust-src"])
+            .status()?;
+        if !status.success() {
+            bail!("`rustup toolchain install {NIGHTLY}` failed");
+        }
+    }
     let sysroot = output(Command::new("rustc").args([&format!("+{NIGHTLY}"), "--print", "sysroot"]))
-        .context("the nightly toolchain is missing: install it with `rustup toolchain install nightly`")?;
+        .with_context(|| format!("the {NIGHTLY} toolchain is missing: install it with `rustup toolchain install {NIGHTLY}`"))?;
     let sysroot = PathBuf::from(sysroot.trim());
     if !sysroot.join("lib/rustlib/src/rust/library/core").exists() {
         eprintln!("setup: adding rust-src to the nightly toolchain");

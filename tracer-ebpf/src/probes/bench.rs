@@ -5,11 +5,7 @@
 //! trap_cost.rs`): the entry one on functions that begin with each kind of instruction, the
 //! return one on a function's return.
 
-use aya_ebpf::{
-    macros::{map, uprobe, uretprobe},
-    maps::PerCpuArray,
-    programs::{ProbeContext, RetProbeContext},
-};
+use aya_ebpf::{macros::map, maps::PerCpuArray};
 
 #[map]
 static FLOOR_HITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
@@ -22,12 +18,14 @@ fn count() -> u32 {
     0
 }
 
-#[uprobe]
-pub fn uprobe_floor(_ctx: ProbeContext) -> u32 {
-    count()
+uprobe_pair! {
+    entry uprobe_floor(_ctx) {
+        count()
+    }
 }
 
-#[uretprobe]
-pub fn uretprobe_floor(_ctx: RetProbeContext) -> u32 {
-    count()
+uprobe_pair! {
+    ret uretprobe_floor(_ctx) {
+        count()
+    }
 }

@@ -10,10 +10,11 @@
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user},
-    macros::{map, uprobe, uretprobe},
+    macros::map,
     maps::LruHashMap,
-    programs::{ProbeContext, RetProbeContext},
+    programs::{tracing::StackIdContext as _, ProbeContext, RetProbeContext},
 };
+use aya_log_ebpf::debug;
 use gputrace_common::{
     call_epoch, copy_layout,
     cuda::{memory_type, slot, CopyLayout},
@@ -114,8 +115,8 @@ fn on_enter(ctx: &ProbeContext, probe: u32, alloc_stack: bool, sheddable: bool) 
     note_entry(ctx, &cur, counters, probe, &args);
     if alloc_stack {
         args[slot::ALLOC_STACK] = if stacks_on() {
-            // SAFETY: the helper walks the user stack with its own checked reads.
-            let fp_stack_id = unsafe { ALLOC_STACKS.get_stackid(ctx, BPF_F_USER_STACK) }.unwrap_or(-1);
+            // The helper walks the user stack with its own checked reads.
+            let fp_stack_id = ctx.get_stackid(&ALLOC_STACKS, BPF_F_USER_STACK).unwrap_or(-1);
             // The copy's id where there is one (user space swaps it for the stack it
             // unwinds to before the call is counted), else the frame-pointer stack's.
             copy_user_stack(&cur, stack_source::ALLOC, probe, fp_stack_id).unwrap_or(fp_stack_id as u64)
@@ -137,9 +138,8 @@ fn note_entry(ctx: &ProbeContext, cur: &Current, counters: Option<*mut ThreadCou
     let sp = unsafe { (*ctx.regs).rsp };
     let ret = remember_return(c, sp);
     if takes_call_stack(probe, args) {
-        // SAFETY: the map is a stack-trace map; the helper walks the user stack with its own
-        // checked reads.
-        take_call_stack(cur, c, probe, sp, ret, || unsafe { USER_STACKS.get_stackid(ctx, BPF_F_USER_STACK) }.unwrap_or(-1));
+        // The helper walks the user stack with its own checked reads.
+        take_call_stack(cur, c, probe, sp, ret, || ctx.get_stackid(&USER_STACKS, BPF_F_USER_STACK).unwrap_or(-1));
     }
 }
 
@@ -150,6 +150,15 @@ fn user_field<T: Into<u64>>(base: u64, offset: u64) -> u64 {
     unsafe { bpf_probe_read_user(base.wrapping_add(offset) as *const T) }.map_or(0, Into::into)
 }
 
+/// One field of a struct in the traced process, or the address that could not be read and
+/// the helper's error.
+#[inline(always)]
+fn try_user_field<T: Into<u64>>(base: u64, offset: u64) -> Result<u64, (u64, i32)> {
+    let at = base.wrapping_add(offset);
+    // SAFETY: bpf_probe_read_user checks the address; a bad pointer just fails.
+    unsafe { bpf_probe_read_user(at as *const T) }.map(Into::into).map_err(|e| (at, e))
+}
+
 /// Entry of a 2D/3D copy: reads its `CUDA_MEMCPY2D`/`CUDA_MEMCPY3D` field by field (the
 /// structs are 128 and 200 bytes; only seven fields are needed, so nothing big lands on the
 /// 512-byte stack) into the slots of `gputrace_common::cuda::slot`. Each end's pointer is the
@@ -157,10 +166,18 @@ fn user_field<T: Into<u64>>(base: u64, offset: u64) -> u64 {
 /// (which also carries unified addresses). An unreadable struct leaves memory types 0, which
 /// user space reads as "decide from the pointers".
 #[inline(always)]
-fn on_enter_struct_copy(ctx: &ProbeContext, probe: u32, layout: &CopyLayout, sheddable: bool) -> u32 {
+fn on_enter_struct_copy(ctx: &ProbeContext, probe: u32, symbol: &str, layout: &CopyLayout, sheddable: bool) -> u32 {
     let Some(cur) = cuda_caller() else { return 0 };
     let base = ctx.arg::<u64>(0).unwrap_or(0);
-    let src_type = user_field::<u32>(base, layout.src_type);
+    // The first field says whether the struct can be read at all; a counter could only say
+    // that it could not (user space reads the zeros as "decide from the pointers").
+    let src_type = match try_user_field::<u32>(base, layout.src_type) {
+        Ok(v) => v,
+        Err((at, e)) => {
+            debug!(ctx, "{}: the copy's parameters could not be read at 0x{:x} (error {})", symbol, at, e);
+            0
+        }
+    };
     let dst_type = user_field::<u32>(base, layout.dst_type);
     let src_at = if src_type == memory_type::HOST { layout.src_host } else { layout.src_device };
     let dst_at = if dst_type == memory_type::HOST { layout.dst_host } else { layout.dst_device };
@@ -183,7 +200,7 @@ fn on_enter_struct_copy(ctx: &ProbeContext, probe: u32, layout: &CopyLayout, she
 #[inline(always)]
 /// `prompt`: wake the reader for this record (see `needs_prompt_delivery`); `first_sight`:
 /// only when its memory regions are new (see `prompt_on_first_sight`).
-fn on_return(ctx: &RetProbeContext, probe: u32, prompt: bool, first_sight: bool) -> u32 {
+fn on_return(ctx: &RetProbeContext, probe: u32, symbol: &str, prompt: bool, first_sight: bool) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
     // Only threads whose calls passed the traced-process filter have counters.
@@ -202,7 +219,13 @@ fn on_return(ctx: &RetProbeContext, probe: u32, prompt: bool, first_sight: bool)
     let out = if (out_index as usize) < CALL_ARGS {
         let ptr = call.args[out_index as usize] as *const u64;
         // SAFETY: bpf_probe_read_user checks the address; a bad pointer just fails.
-        unsafe { bpf_probe_read_user(ptr) }.unwrap_or(0)
+        match unsafe { bpf_probe_read_user(ptr) } {
+            Ok(out) => out,
+            Err(e) => {
+                debug!(ctx, "{}: its result could not be read at 0x{:x} (error {})", symbol, ptr as u64, e);
+                0
+            }
+        }
     } else {
         0
     };
@@ -223,7 +246,7 @@ fn on_return(ctx: &RetProbeContext, probe: u32, prompt: bool, first_sight: bool)
         header: EventHeader { kind: KIND_CALL, probe, tgid, tid, ts_ns: now },
         start_ns: call.start_ns,
         args: call.args,
-        ret: ctx.ret::<u64>().unwrap_or(u64::MAX),
+        ret: ctx.ret::<u64>(),
         out,
     });
     // Copies need the prompt wakeup only for memory user space has not classified yet;
@@ -237,19 +260,21 @@ fn on_return(ctx: &RetProbeContext, probe: u32, prompt: bool, first_sight: bool)
 /// An entry program named after the symbol and a return program named `<symbol>_ret`.
 macro_rules! call_probes {
     ($($symbol:ident / $ret:ident = $id:literal;)*) => {$(
-        #[uprobe]
-        pub fn $symbol(ctx: ProbeContext) -> u32 {
-            const _: () = assert!(is_probe($id, stringify!($symbol)), "id and symbol disagree with PROBES");
-            const ALLOC_STACK: bool = gputrace_common::takes_alloc_stack($id);
-            const SHEDDABLE: bool = gputrace_common::Shed::may_take_id($id);
-            on_enter(&ctx, $id, ALLOC_STACK, SHEDDABLE)
+        uprobe_pair! {
+            entry $symbol(ctx) {
+                const _: () = assert!(is_probe($id, stringify!($symbol)), "id and symbol disagree with PROBES");
+                const ALLOC_STACK: bool = gputrace_common::takes_alloc_stack($id);
+                const SHEDDABLE: bool = gputrace_common::Shed::may_take_id($id);
+                on_enter(&ctx, $id, ALLOC_STACK, SHEDDABLE)
+            }
         }
 
-        #[uretprobe]
-        pub fn $ret(ctx: RetProbeContext) -> u32 {
-            const PROMPT: bool = gputrace_common::needs_prompt_delivery($id);
-            const FIRST_SIGHT: bool = gputrace_common::prompt_on_first_sight($id);
-            on_return(&ctx, $id, PROMPT, FIRST_SIGHT)
+        uprobe_pair! {
+            ret $ret(ctx) {
+                const PROMPT: bool = gputrace_common::needs_prompt_delivery($id);
+                const FIRST_SIGHT: bool = gputrace_common::prompt_on_first_sight($id);
+                on_return(&ctx, $id, stringify!($symbol), PROMPT, FIRST_SIGHT)
+            }
         }
     )*};
 }
@@ -259,22 +284,24 @@ macro_rules! call_probes {
 /// fails the build.
 macro_rules! struct_copy_probes {
     ($($symbol:ident / $ret:ident = $id:literal;)*) => {$(
-        #[uprobe]
-        pub fn $symbol(ctx: ProbeContext) -> u32 {
-            const _: () = assert!(is_probe($id, stringify!($symbol)), "id and symbol disagree with PROBES");
-            const LAYOUT: &CopyLayout = match copy_layout($id) {
-                Some(layout) => layout,
-                None => panic!("not a 2D/3D copy in gputrace_common::PROBES"),
-            };
-            const SHEDDABLE: bool = gputrace_common::Shed::may_take_id($id);
-            on_enter_struct_copy(&ctx, $id, LAYOUT, SHEDDABLE)
+        uprobe_pair! {
+            entry $symbol(ctx) {
+                const _: () = assert!(is_probe($id, stringify!($symbol)), "id and symbol disagree with PROBES");
+                const LAYOUT: &CopyLayout = match copy_layout($id) {
+                    Some(layout) => layout,
+                    None => panic!("not a 2D/3D copy in gputrace_common::PROBES"),
+                };
+                const SHEDDABLE: bool = gputrace_common::Shed::may_take_id($id);
+                on_enter_struct_copy(&ctx, $id, stringify!($symbol), LAYOUT, SHEDDABLE)
+            }
         }
 
-        #[uretprobe]
-        pub fn $ret(ctx: RetProbeContext) -> u32 {
-            const PROMPT: bool = gputrace_common::needs_prompt_delivery($id);
-            const FIRST_SIGHT: bool = gputrace_common::prompt_on_first_sight($id);
-            on_return(&ctx, $id, PROMPT, FIRST_SIGHT)
+        uprobe_pair! {
+            ret $ret(ctx) {
+                const PROMPT: bool = gputrace_common::needs_prompt_delivery($id);
+                const FIRST_SIGHT: bool = gputrace_common::prompt_on_first_sight($id);
+                on_return(&ctx, $id, stringify!($symbol), PROMPT, FIRST_SIGHT)
+            }
         }
     )*};
 }
@@ -314,20 +341,22 @@ fn on_enter_collective(ctx: &ProbeContext, probe: u32, layout: &nccl::Layout) ->
 /// table's layout says; an id that is not a collective there fails the build.
 macro_rules! collective_probes {
     ($($symbol:ident / $ret:ident = $id:literal;)*) => {$(
-        #[uprobe]
-        pub fn $symbol(ctx: ProbeContext) -> u32 {
-            const _: () = assert!(is_probe($id, stringify!($symbol)), "id and symbol disagree with PROBES");
-            const LAYOUT: nccl::Layout = match nccl_layout($id) {
-                Some(layout) => layout,
-                None => panic!("not a collective in gputrace_common::PROBES"),
-            };
-            const _: () = assert!(!gputrace_common::Shed::may_take_id($id), "collectives are never shed");
-            on_enter_collective(&ctx, $id, &LAYOUT)
+        uprobe_pair! {
+            entry $symbol(ctx) {
+                const _: () = assert!(is_probe($id, stringify!($symbol)), "id and symbol disagree with PROBES");
+                const LAYOUT: nccl::Layout = match nccl_layout($id) {
+                    Some(layout) => layout,
+                    None => panic!("not a collective in gputrace_common::PROBES"),
+                };
+                const _: () = assert!(!gputrace_common::Shed::may_take_id($id), "collectives are never shed");
+                on_enter_collective(&ctx, $id, &LAYOUT)
+            }
         }
 
-        #[uretprobe]
-        pub fn $ret(ctx: RetProbeContext) -> u32 {
-            on_return(&ctx, $id, false, false)
+        uprobe_pair! {
+            ret $ret(ctx) {
+                on_return(&ctx, $id, stringify!($symbol), false, false)
+            }
         }
     )*};
 }
@@ -427,33 +456,34 @@ fn block_prompt_due(tgid: u32, now: u64) -> bool {
     true
 }
 
-/// PyTorch's caching allocator reporting a block (`c10::reportMemoryUsageToProfiler(void* ptr,
-/// int64_t alloc_size, size_t total_allocated, size_t total_reserved, c10::Device)`): one
-/// record at the entry, with the raw arguments, and no return probe. The call returns
-/// nothing we need, and a return probe replaces the caller's return address with a
-/// trampoline the C++ unwinder cannot walk: an exception thrown through it (the allocator's
-/// out-of-memory error) would end the job in `std::terminate`.
-#[uprobe]
-pub fn c10_report_memory(ctx: ProbeContext) -> u32 {
-    const ID: u32 = 84;
-    const _: () = assert!(is_probe(ID, "c10_report_memory") && !gputrace_common::has_return_program(ID), "an entry-only block probe");
-    let Some(cur) = cuda_caller() else { return 0 };
-    if let Some(c) = thread_counters(&cur) {
-        // SAFETY: this thread's own entry; no other CPU writes it.
-        unsafe { (*c).hits[ID as usize] += 1 };
+// PyTorch's caching allocator reporting a block (`c10::reportMemoryUsageToProfiler(void* ptr,
+// int64_t alloc_size, size_t total_allocated, size_t total_reserved, c10::Device)`): one
+// record at the entry, with the raw arguments, and no return probe. The call returns
+// nothing we need, and a return probe replaces the caller's return address with a
+// trampoline the C++ unwinder cannot walk: an exception thrown through it (the allocator's
+// out-of-memory error) would end the job in `std::terminate`.
+uprobe_pair! {
+    entry c10_report_memory(ctx) {
+        const ID: u32 = 84;
+        const _: () = assert!(is_probe(ID, "c10_report_memory") && !gputrace_common::has_return_program(ID), "an entry-only block probe");
+        let Some(cur) = cuda_caller() else { return 0 };
+        if let Some(c) = thread_counters(&cur) {
+            // SAFETY: this thread's own entry; no other CPU writes it.
+            unsafe { (*c).hits[ID as usize] += 1 };
+        }
+        let args = raw_args(&ctx);
+        // SAFETY: reading the monotonic clock has no preconditions.
+        let now = unsafe { bpf_ktime_get_ns() };
+        let Some(mut entry) = EVENTS.reserve::<CallEvent>(0) else {
+            count_loss(loss::RING_FULL);
+            count_loss(loss::RING_FULL_CALLS);
+            return 0;
+        };
+        entry.write(CallEvent { header: EventHeader { kind: KIND_CALL, probe: ID, tgid: cur.tgid, tid: cur.tid, ts_ns: now }, start_ns: now, args, ret: 0, out: 0 });
+        // A block handed out (a positive size) has its Python line read while the thread is
+        // there: one a process every `BLOCK_PROMPT_EVERY_NS` wakes the reader at once.
+        let handed_out = (args[1] as i64) > 0;
+        entry.submit(if handed_out && stacks_on() && block_prompt_due(cur.tgid, now) { crate::maps::FORCE_WAKEUP } else { crate::maps::batched_submit() });
+        0
     }
-    let args = raw_args(&ctx);
-    // SAFETY: reading the monotonic clock has no preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
-    let Some(mut entry) = EVENTS.reserve::<CallEvent>(0) else {
-        count_loss(loss::RING_FULL);
-        count_loss(loss::RING_FULL_CALLS);
-        return 0;
-    };
-    entry.write(CallEvent { header: EventHeader { kind: KIND_CALL, probe: ID, tgid: cur.tgid, tid: cur.tid, ts_ns: now }, start_ns: now, args, ret: 0, out: 0 });
-    // A block handed out (a positive size) has its Python line read while the thread is
-    // there: one a process every `BLOCK_PROMPT_EVERY_NS` wakes the reader at once.
-    let handed_out = (args[1] as i64) > 0;
-    entry.submit(if handed_out && stacks_on() && block_prompt_due(cur.tgid, now) { crate::maps::FORCE_WAKEUP } else { crate::maps::batched_submit() });
-    0
 }

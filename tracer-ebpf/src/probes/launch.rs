@@ -3,7 +3,7 @@
 //! `TRACED`, one in `THREADS` and an increment — no event, no return probe. The only record
 //! written is the rare "first launch after the queue was drained" (see `IdleEndEvent`).
 
-use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::uprobe, programs::ProbeContext};
+use aya_ebpf::helpers::bpf_ktime_get_ns;
 use gputrace_common::{is_probe, loss, EventHeader, IdleEndEvent, KIND_IDLE_END};
 
 use crate::maps::{count_loss, cuda_caller, thread_counters, EVENTS};
@@ -36,10 +36,11 @@ fn on_launch(probe: u32) -> u32 {
 /// array index.
 macro_rules! launch_probes {
     ($($symbol:ident = $id:literal;)*) => {$(
-        #[uprobe]
-        pub fn $symbol(_ctx: ProbeContext) -> u32 {
-            const _: () = assert!(is_probe($id, stringify!($symbol)), "id and symbol disagree with PROBES");
-            on_launch($id)
+        uprobe_pair! {
+            entry $symbol(_ctx) {
+                const _: () = assert!(is_probe($id, stringify!($symbol)), "id and symbol disagree with PROBES");
+                on_launch($id)
+            }
         }
     )*};
 }

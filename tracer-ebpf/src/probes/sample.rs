@@ -6,9 +6,9 @@
 
 use aya_ebpf::{
     bindings::pt_regs,
-    helpers::{bpf_probe_read_kernel, gen::{bpf_get_current_task_btf, bpf_task_pt_regs}},
+    helpers::{bpf_probe_read_kernel, generated::{bpf_get_current_task_btf, bpf_task_pt_regs}},
     macros::perf_event,
-    programs::PerfEventContext,
+    programs::{tracing::StackIdContext as _, PerfEventContext},
     EbpfContext as _,
 };
 use gputrace_common::{stack_source, SampleKey, TrapSamples};
@@ -38,7 +38,7 @@ fn try_sample_cpu(ctx: &PerfEventContext) {
         return;
     }
     // SAFETY: the map is a stack-trace map; a failure (map full, no user stack) gives -1.
-    let stack_id = unsafe { USER_STACKS.get_stackid(ctx, BPF_F_USER_STACK) }.unwrap_or(-1);
+    let stack_id = ctx.get_stackid(&USER_STACKS, BPF_F_USER_STACK).unwrap_or(-1);
     if copy_user_stack(&cur, stack_source::CPU, probe, stack_id).is_some() {
         return;
     }

@@ -5,7 +5,7 @@
 use aya_ebpf::{
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::tracepoint,
-    programs::TracePointContext,
+    programs::{tracing::StackIdContext as _, TracePointContext},
 };
 use gputrace_common::{
     host::{prev_state, stacks::OFF_CPU_RETAKE_NS, state, LONG_SLEEP_NS},
@@ -68,7 +68,7 @@ pub fn sched_switch(ctx: TracePointContext) -> u32 {
                     Some(o) if now.saturating_sub(unsafe { (*o).taken_ns }) < OFF_CPU_RETAKE_NS => unsafe { (*o).probe = probe },
                     _ => {
                         // SAFETY: the map is a stack-trace map; the current task is the one switching out.
-                        let fp_stack_id = unsafe { USER_STACKS.get_stackid(&ctx, BPF_F_USER_STACK) }.unwrap_or(-1);
+                        let fp_stack_id = ctx.get_stackid(&USER_STACKS, BPF_F_USER_STACK).unwrap_or(-1);
                         // The spell is counted under the copy's id where there is one: user
                         // space knows the stack it unwinds to.
                         let cur = Current { tgid, tid };
@@ -191,7 +191,7 @@ pub fn sched_waking(ctx: TracePointContext) -> u32 {
     s.state = state::RUNNABLE;
     let waker = bpf_get_current_pid_tgid();
     // SAFETY: the map is a stack-trace map; a failure (map full) leaves a negative id.
-    let stack_id = unsafe { WAKE_STACKS.get_stackid(&ctx, 0) }.unwrap_or(-1);
+    let stack_id = ctx.get_stackid(&WAKE_STACKS, 0).unwrap_or(-1);
     // SAFETY: presence and a field read of the woken thread's counters.
     let in_cuda = unsafe { THREADS.get(&tid) }.is_some_and(|c| c.in_call(call_epoch()));
     let key = WakeKey { tid, waker_tgid: (waker >> 32) as u32, stack_id, in_cuda: u32::from(in_cuda), _reserved: 0 };

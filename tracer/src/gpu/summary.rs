@@ -340,7 +340,6 @@ mod tests {
     }
 
     #[test]
-    #[expect(clippy::float_cmp, reason = "percentiles are picked samples and the GPM mean is (1+3+5)/3, all exact in f64")]
     fn summarizes_only_the_window_and_the_device() {
         let samples = vec![
             sample(5, 0, 100.0, None),

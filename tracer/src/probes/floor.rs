@@ -4,7 +4,7 @@ use std::path::Path;
 
 use aya::{
     maps::{MapData, PerCpuArray},
-    programs::UProbe,
+    programs::{uprobe::UProbeScope, UProbe},
     Ebpf,
 };
 
@@ -29,7 +29,8 @@ impl std::fmt::Debug for Floor {
 }
 
 impl Floor {
-    /// A bare uprobe (the floor program, which counts and returns) on `symbol` of `library`.
+    /// A bare counting uprobe on `symbol` of `library`, for every process: the least any
+    /// uprobe can cost there, which the benchmark compares gputrace's probes with.
     pub fn attach(library: &Path, symbol: &str) -> Result<Self> {
         if OBJECT.is_empty() {
             return Err(TraceError::NoEbpfObject);
@@ -40,7 +41,7 @@ impl Floor {
         let prog: &mut UProbe =
             ebpf.program_mut("uprobe_floor").and_then(|p| p.try_into().ok()).ok_or_else(|| TraceError::Program { name: "uprobe_floor".into() })?;
         prog.load().map_err(|source| TraceError::LoadProgram { program: "uprobe_floor".into(), source: Box::new(source) })?;
-        prog.attach(None, offset, library, None).map_err(|source| TraceError::AttachUprobe {
+        prog.attach([offset], library, UProbeScope::AllProcesses).map_err(|source| TraceError::AttachUprobe {
             symbol: symbol.into(),
             library: library.into(),
             source: Box::new(source.into()),
@@ -71,7 +72,7 @@ impl Floor {
                 if returns && !super::has_return(spec) {
                     continue;
                 }
-                prog.attach(None, offset, library, None).map_err(|source| TraceError::AttachUprobe {
+                prog.attach([offset], library, UProbeScope::AllProcesses).map_err(|source| TraceError::AttachUprobe {
                     symbol: spec.symbol.into(),
                     library: library.into(),
                     source: Box::new(source.into()),

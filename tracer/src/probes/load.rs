@@ -1,7 +1,7 @@
 //! Loading the eBPF object: every program verified at once, the maps created, the task
 //! tracepoints attached (before any uprobe, so that no child is missed).
 
-use super::{OBJECT, ProbeSet, Scope, Startup, TRACEPOINT_GROUPS, Tracepoints, attach_tracepoint_groups, entry_only_decision, has_return, hash_map_id, load_configured, load_uprobe, map_error, ms_since, return_program, sampler, tracefs, uprobes};
+use super::{OBJECT, ProbeSet, Scope, Startup, TRACEPOINT_GROUPS, Tracepoints, attach_tracepoint_groups, ebpf_log, entry_only_decision, has_return, hash_map_id, load_configured, map_error, ms_since, return_program, sampler, tracefs, uprobes};
 use aya::Ebpf;
 use aya::maps::HashMap as BpfHashMap;
 use aya::maps::MapData;
@@ -34,18 +34,13 @@ impl ProbeSet {
         let stacks_wanted = scope == Scope::Tree && sampler::wanted();
         let mut startup = Startup::default();
         let phase = std::time::Instant::now();
-        let mut ebpf = load_configured(scope, tracefs.as_ref().ok(), stacks_wanted, &mut notes)?;
+        let log_wanted = ebpf_log::wanted();
+        let mut ebpf = load_configured(scope, tracefs.as_ref().ok(), stacks_wanted, log_wanted, &mut notes)?;
+        let ebpf_log = if log_wanted { ebpf_log::Reader::start(&mut ebpf) } else { None };
         startup.load_ms = ms_since(phase);
         let phase = std::time::Instant::now();
 
-        let (mut uprobes, links_note) = uprobes::Uprobes::new(OBJECT, &ebpf);
-        notes.extend(links_note);
-        for spec in PROBES {
-            load_uprobe(&mut ebpf, &uprobes, spec.symbol)?;
-            if has_return(spec) {
-                load_uprobe(&mut ebpf, &uprobes, &return_program(spec.symbol))?;
-            }
-        }
+        let mut uprobes = load_uprobes(&mut ebpf, &mut notes)?;
 
         startup.verifier_ms = ms_since(phase);
         let phase = std::time::Instant::now();
@@ -54,7 +49,7 @@ impl ProbeSet {
             // No return will free a call's slot: the entries must not take one (maps.rs).
             let mut flag = aya::maps::Array::<_, u32>::try_from(ebpf.map_mut("ENTRY_ONLY").ok_or_else(|| map_error("ENTRY_ONLY"))?)
                 .map_err(|_| map_error("ENTRY_ONLY"))?;
-            flag.set(0, 1, 0).map_err(|_| map_error("ENTRY_ONLY"))?;
+            flag.set(0, &1, 0).map_err(|_| map_error("ENTRY_ONLY"))?;
         }
         startup.return_check_ms = ms_since(phase);
         let phase = std::time::Instant::now();
@@ -127,10 +122,26 @@ impl ProbeSet {
                 sampler_running,
                 stacks_wanted,
                 entry_only,
+                ebpf_log,
             },
             ring,
         ))
     }
+}
+
+/// Every uprobe program, loaded for the kind of link this kernel takes (with a note where
+/// that is not multi-uprobe links).
+fn load_uprobes(ebpf: &mut Ebpf, notes: &mut Vec<String>) -> Result<uprobes::Uprobes> {
+    let (mut uprobes, links_note) = uprobes::Uprobes::new();
+    notes.extend(links_note);
+    let programs: Vec<String> = PROBES
+        .iter()
+        .flat_map(|spec| std::iter::once(spec.symbol.to_owned()).chain(has_return(spec).then(|| return_program(spec.symbol))))
+        .collect();
+    let fallback_note =
+        uprobes.prepare_all(ebpf, &programs).map_err(|(program, source)| TraceError::LoadProgram { program, source: Box::new(source) })?;
+    notes.extend(fallback_note);
+    Ok(uprobes)
 }
 
 /// The kernel's accounting of our programs' run time per call, for the overhead estimate

@@ -5,10 +5,10 @@
 //! tracepoints, so children, exec'd workers and libraries loaded later are all covered.
 
 mod detach;
+pub mod ebpf_log;
 pub mod floor;
 mod layout;
 mod load;
-mod multi_link;
 mod read;
 pub mod return_safety;
 pub mod sampler;
@@ -56,7 +56,7 @@ fn has_return(spec: &ProbeSpec) -> bool {
 /// privileges to). For `doctor`.
 #[must_use]
 pub fn multi_uprobe_links_supported() -> bool {
-    multi_link::supported()
+    uprobes::multi_links_supported().is_ok()
 }
 
 
@@ -67,9 +67,9 @@ fn return_program(symbol: &str) -> String {
 /// One library we attached to, and which of our symbols it has.
 #[derive(Clone, Debug)]
 pub struct AttachedLibrary {
-    /// The file, as the process maps it.
+    /// The file probed (by device and inode: every process mapping it is covered).
     pub library: Library,
-    /// The probed symbols found in it.
+    /// The symbols of `PROBES` it exports that were probed (a refused one is left out).
     pub symbols: Vec<&'static str>,
     /// Traced processes seen mapping this file (`target.cuda_loaded` means one did).
     pub mapped_by: BTreeSet<u32>,
@@ -144,9 +144,10 @@ pub struct ProbeSet {
     tracepoint_links: Vec<(&'static str, TracePointLinkId)>,
     /// The tracepoints, being closed since the window ended (`start_detaching_tracepoints`).
     tracepoints_closing: Option<std::thread::JoinHandle<()>>,
-    /// Which tracepoint groups are attached (see `TRACEPOINT_GROUPS`).
+    /// Whether the scheduler tracepoints are attached (see `TRACEPOINT_GROUPS`): without them
+    /// the report has no on-CPU, run-queue or blocked figures.
     pub sched_traced: bool,
-    /// Whether the block I/O tracepoints are attached.
+    /// Whether the block tracepoints are attached: without them I/O is not attributed.
     pub io_traced: bool,
     /// Whether wakeups are attributed to their wakers (`sched_waking`).
     pub wakers_traced: bool,
@@ -159,6 +160,9 @@ pub struct ProbeSet {
     pub stacks_wanted: bool,
     /// Return probes are off: calls are counted from their entries only.
     pub entry_only: bool,
+    /// Copies the eBPF programs' own messages to the log, at -vv (`ebpf_log`); dropped last.
+    #[expect(dead_code, reason = "held for its drop, which reads the last messages")]
+    ebpf_log: Option<ebpf_log::Reader>,
 }
 
 pub use crate::model::Startup;
@@ -296,9 +300,6 @@ fn hash_map_id(map: &aya::maps::Map) -> Option<u32> {
     }
 }
 
-fn load_uprobe(ebpf: &mut Ebpf, uprobes: &uprobes::Uprobes, name: &str) -> Result<()> {
-    uprobes.prepare(ebpf, name).map_err(|source| TraceError::LoadProgram { program: name.to_owned(), source: Box::new(source) })
-}
 
 fn take_tracepoint_links(ebpf: &mut Ebpf, links: Vec<(&'static str, TracePointLinkId)>) -> Vec<TracePointLink> {
     links
@@ -397,7 +398,7 @@ fn attach_each_tracepoint(ebpf: &mut Ebpf, group: Tracepoints, links: &mut Vec<(
 
 /// Load the eBPF object with its globals set for this kernel and scope: the tracepoint
 /// layouts read from tracefs (defaults, with a note, where it does not describe a field).
-fn load_configured(scope: Scope, tracefs: Option<&std::path::PathBuf>, stacks_wanted: bool, notes: &mut Vec<String>) -> Result<Ebpf> {
+fn load_configured(scope: Scope, tracefs: Option<&std::path::PathBuf>, stacks_wanted: bool, ebpf_log: bool, notes: &mut Vec<String>) -> Result<Ebpf> {
     let mut loader = EbpfLoader::new();
     let (pid_off, flags_off) = newtask_offsets(tracefs);
     let layout = match tracefs {
@@ -410,16 +411,17 @@ fn load_configured(scope: Scope, tracefs: Option<&std::path::PathBuf>, stacks_wa
         }
         None => gputrace_common::Layout::DEFAULT,
     };
-    loader.set_global(globals::NEWTASK_PID_OFFSET, &pid_off, true);
-    loader.set_global(globals::NEWTASK_FLAGS_OFFSET, &flags_off, true);
-    loader.set_global(LAYOUT_GLOBAL, &layout, true);
+    loader.override_global(globals::NEWTASK_PID_OFFSET, &pid_off, true);
+    loader.override_global(globals::NEWTASK_FLAGS_OFFSET, &flags_off, true);
+    loader.override_global(LAYOUT_GLOBAL, &layout, true);
     let trace_all = u32::from(scope == Scope::AllCuda);
-    loader.set_global(globals::TRACE_ALL_CUDA, &trace_all, true);
+    loader.override_global(globals::TRACE_ALL_CUDA, &trace_all, true);
     let sample_stacks = u32::from(stacks_wanted);
-    loader.set_global(globals::SAMPLE_STACKS, &sample_stacks, true);
+    loader.override_global(globals::SAMPLE_STACKS, &sample_stacks, true);
     // The per-call cost benchmark's A/B switch, not a user setting (docs/benchmarks.md).
     let prompt_every_copy = u32::from(std::env::var_os("GPUTRACE_PROMPT_EVERY_COPY").is_some_and(|v| v == "1"));
-    loader.set_global(globals::PROMPT_EVERY_COPY, &prompt_every_copy, true);
+    loader.override_global(globals::PROMPT_EVERY_COPY, &prompt_every_copy, true);
+    ebpf_log::configure(&mut loader, ebpf_log);
     loader.load(OBJECT).map_err(crate::preflight::classify_load_error)
 }
 

@@ -45,8 +45,8 @@ pub enum Safety {
 }
 
 impl Safety {
-    /// Whether return probes may be attached: they take no system call on this architecture,
-    /// or a child under the target's filter survived its probed return.
+    /// Whether return probes may go on: only where the check saw a confined process survive
+    /// (or no system call is involved), since they apply to every process mapping a library.
     #[must_use]
     pub fn safe(&self) -> bool {
         matches!(self, Self::NoSyscall | Self::Survived)
@@ -81,7 +81,7 @@ pub fn check(ebpf: &mut Ebpf, program: &str, links: &mut super::uprobes::Uprobes
     // is attached yet when the check runs).
     if let Some(mut counts) = ebpf.map_mut("LOSS").and_then(|m| PerCpuArray::<_, u64>::try_from(m).ok()) {
         if let Ok(cpus) = aya::util::nr_cpus() {
-            if let Ok(zeros) = aya::maps::PerCpuValues::try_from(vec![0u64; cpus]) {
+            if let Ok(zeros) = aya::maps::PerCpuValues::try_from(vec![0u64; cpus.get() as usize]) {
                 let _ = counts.set(loss::UNMATCHED_RETURN, zeros, 0);
             }
         }
@@ -122,7 +122,7 @@ fn run_child_traced(ebpf: &mut Ebpf, nr: u32, work: impl FnOnce()) -> Safety {
         |child| {
             child_pid = Some(child as u32);
             if let Some(t) = traced.as_mut() {
-                let _ = t.insert(child as u32, 0, 0);
+                let _ = t.insert(&(child as u32), &0, 0);
             }
             // SAFETY: writing one byte from a local to our end of the pipe.
             unsafe { libc::write(wr, [1u8].as_ptr().cast(), 1) };

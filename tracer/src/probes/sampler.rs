@@ -4,7 +4,7 @@
 
 use aya::{
     programs::{
-        perf_event::{perf_sw_ids::PERF_COUNT_SW_CPU_CLOCK, PerfEventLinkId, PerfEventScope, PerfTypeId, SamplePolicy},
+        perf_event::{PerfEventConfig, PerfEventLinkId, PerfEventScope, SamplePolicy, SoftwareEvent},
         PerfEvent,
     },
     util::online_cpus,
@@ -41,8 +41,7 @@ pub fn attach(ebpf: &mut Ebpf) -> Result<Vec<PerfEventLinkId>, String> {
     for cpu in cpus {
         let link = program
             .attach(
-                PerfTypeId::Software,
-                PERF_COUNT_SW_CPU_CLOCK as u64,
+                PerfEventConfig::Software(SoftwareEvent::CpuClock),
                 PerfEventScope::AllProcessesOneCpu { cpu },
                 SamplePolicy::Period(PERIOD_NS),
                 false,

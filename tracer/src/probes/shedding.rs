@@ -154,7 +154,7 @@ impl ProbeSet {
         let next = call_epoch::next(self.call_epoch.load(Ordering::Relaxed), off);
         let mut epoch = aya::maps::Array::<_, u32>::try_from(self.ebpf.map_mut("CALL_EPOCH").ok_or_else(|| map_error("CALL_EPOCH"))?)
             .map_err(|_| map_error("CALL_EPOCH"))?;
-        epoch.set(0, next, 0).map_err(|_| map_error("CALL_EPOCH"))?;
+        epoch.set(0, &next, 0).map_err(|_| map_error("CALL_EPOCH"))?;
         self.call_epoch.store(next, Ordering::Relaxed);
         Ok(())
     }

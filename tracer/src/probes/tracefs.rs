@@ -7,14 +7,14 @@ use std::{fs, path::PathBuf};
 /// Why there are no tracepoints: the notes say it, once for each group left out.
 #[derive(Debug, thiserror::Error)]
 pub enum Unavailable {
-    /// A sweep attaches none: it reads the scheduler from /proc.
+    /// A sweep watches every process's CUDA calls and attaches no tracepoint at all.
     #[error("no tracepoints are attached in a sweep")]
     Sweep,
+    /// Without tracefs the tracepoints cannot be named; mounting it was tried and refused.
     #[error(
         "tracefs is not mounted and mounting it at /sys/kernel/tracing failed ({0}); \
          mount it with `mount -t tracefs nodev /sys/kernel/tracing`"
     )]
-    /// tracefs was not mounted, and mounting it failed.
     MountFailed(std::io::Error),
 }
 

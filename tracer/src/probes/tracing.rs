@@ -17,7 +17,7 @@ use std::collections::HashMap;
 impl ProbeSet {
     /// Start counting a process (all its threads).
     pub fn trace_process(&mut self, tgid: u32) -> Result<()> {
-        self.traced.insert(tgid, 0, 0).map_err(|_| map_error("TRACED"))
+        self.traced.insert(&tgid, &0, 0).map_err(|_| map_error("TRACED"))
     }
 
     /// Start the scheduler clock of a thread that exists already, in the state `/proc` shows
@@ -25,7 +25,7 @@ impl ProbeSet {
     pub fn seed_thread(&mut self, tid: u32, process: u32, state: u32, now_ns: u64) {
         let s = ThreadSched { tgid: process, state, since_ns: now_ns, ..ThreadSched::default() };
         // NOEXIST: a switch seen meanwhile knows better.
-        let _ = self.sched.insert(tid, s, 1);
+        let _ = self.sched.insert(&tid, &s, 1);
     }
 
     /// Stop counting a process that has exited.
@@ -176,7 +176,8 @@ impl ProbeSet {
         self.uprobes.kind()
     }
 
-    /// The libraries probed so far, with the symbols found in each.
+    /// Every library probed so far and what of it: the report names them, and the overhead
+    /// estimate prices each probe by the instruction it traps on.
     #[must_use]
     pub fn attached_libraries(&self) -> Vec<AttachedLibrary> {
         self.attached.values().cloned().collect()

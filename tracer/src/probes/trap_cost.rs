@@ -236,6 +236,8 @@ pub fn calibrate(ebpf: &mut Ebpf, links: &mut Uprobes) -> Result<TrapCosts, Stri
     result
 }
 
+/// Elsewhere than x86-64: no measurement (the calibration code is x86-64 machine code), so
+/// the costs are the assumed ones.
 #[cfg(not(target_arch = "x86_64"))]
 pub fn calibrate(_ebpf: &mut Ebpf, _links: &mut Uprobes) -> Result<TrapCosts, String> {
     Err("trap costs are measured on x86-64 only".into())

@@ -261,7 +261,7 @@ fn answer(
                     Ok(spy) => {
                         spied.push(Spied { pid, spy });
                         if let Some(m) = python_read {
-                            let _ = m.insert(pid, 1, 0);
+                            let _ = m.insert(&pid, &1, 0);
                         }
                     }
                     Err(Some(why)) => note(shared, why),
