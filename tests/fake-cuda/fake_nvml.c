@@ -7,7 +7,9 @@
  * gputrace reads is here: identity, memory, utilization (`utilization.gpu` and the sample
  * buffer) and the compute process list, and what `gputrace doctor` reads (the PCIe link,
  * throttle reasons, persistence mode, the CUDA version), when a test plants it (at the end),
- * and a GPU lost from the bus mid-run (`gone`).
+ * and a GPU lost from the bus mid-run (`gone`). FAKE_NVML_LOST_FIRST set: two devices are
+ * counted and the first cannot be opened (lost from the bus before the run), so the fake GPU
+ * is NVML's device 1.
  * Everything else (GPM, power, clocks, PCIe throughput, process utilization, graphics
  * processes) is absent: nvml-wrapper
  * resolves each symbol on first use and reports a missing one as an error of that call
@@ -288,17 +290,23 @@ API nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned length) {
     return copy_string(version, length, DRIVER_VERSION);
 }
 
+/* The fake GPU's index: 1 where a lost device 0 is planted (FAKE_NVML_LOST_FIRST). */
+static unsigned fake_index(void) {
+    return getenv("FAKE_NVML_LOST_FIRST") ? 1 : 0;
+}
+
 API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned *count) {
     if (!initialized()) return NVML_ERROR_UNINITIALIZED;
     if (!count) return NVML_ERROR_INVALID_ARGUMENT;
-    *count = 1;
+    *count = fake_index() + 1;
     return NVML_SUCCESS;
 }
 
 API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned index, nvmlDevice_t *device) {
     if (!initialized()) return NVML_ERROR_UNINITIALIZED;
     if (gone()) return NVML_ERROR_GPU_IS_LOST;
-    if (index != 0 || !device) return NVML_ERROR_INVALID_ARGUMENT;
+    if (index < fake_index()) return NVML_ERROR_GPU_IS_LOST;
+    if (index != fake_index() || !device) return NVML_ERROR_INVALID_ARGUMENT;
     *device = &the_device;
     return NVML_SUCCESS;
 }

@@ -197,3 +197,23 @@ fn tiny_launches_rank_the_launch_fix_first_at_the_gpus_rate() {
     let d = r["diagnoses"].as_array().expect("diagnoses").iter().find(|d| d["id"] == "launch-bound").expect("launch-bound");
     assert_eq!(d["saving"]["bound"], "gpu", "{d:#}");
 }
+
+/// NVML counts two GPUs and the first cannot be opened (lost from the bus): the one that opens
+/// keeps NVML's index, 1, with its samples, as `nvidia-smi` and the sweep name it; numbered
+/// by position it would be reported as GPU 0, the lost one.
+#[test]
+fn a_gpu_that_fails_to_open_does_not_renumber_the_others() {
+    require_root();
+    let nvml = FakeNvml::new();
+    let mut command = Command::new(gputrace());
+    nvml.apply(&mut command).env("FAKE_NVML_LOST_FIRST", "1").args(["run", "--json", "--"]).arg(fakejob());
+    command.args(["--steps", "100", "--driver-launches", "10", "--kernel-us", "2000", "--sync"]);
+    let out = command.output().expect("gputrace runs");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let r = gputrace_tests::report_json(&out.stdout);
+    let devices = r["gpu"]["devices"].as_array().unwrap_or_else(|| panic!("no devices: {:#}", r["gpu"]));
+    assert_eq!(devices.len(), 1, "only the device that opened: {:#}", r["gpu"]);
+    assert_eq!(devices[0]["index"].as_u64(), Some(1), "NVML's index, not the position: {:#}", devices[0]);
+    let (mean, samples) = utilization(&devices[0]);
+    assert!(samples >= 2 && mean > 50.0, "its own samples stay with it: {mean:.1} % over {samples}: {:#}", devices[0]);
+}

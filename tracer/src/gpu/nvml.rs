@@ -17,7 +17,8 @@ use crate::clock;
 /// The real NVML [`Source`]: every device NVML lists, read through one NVML handle.
 pub struct NvmlSource<'n> {
     nvml: &'n Nvml,
-    devices: Vec<Device<'n>>,
+    /// The devices that opened, each with NVML's index of it.
+    devices: Vec<(u32, Device<'n>)>,
     last_gpm: Vec<Option<GpmSample<'n>>>,
     /// Per device, the newest driver timestamp (µs) of utilization and process samples read.
     last_util_us: Vec<u64>,
@@ -34,11 +35,13 @@ impl<'n> NvmlSource<'n> {
     /// `Err` says why there is no GPU view.
     pub fn new(nvml: &'n Nvml) -> Result<Self, super::NoGpuView> {
         let count = nvml.device_count().unwrap_or(0);
-        let devices: Vec<Device<'n>> = (0..count).filter_map(|i| nvml.device_by_index(i).ok()).collect();
+        // NVML's own index goes with each device: one that fails to open (lost from the bus)
+        // must not renumber the others, which the sweep and nvidia-smi name by that index.
+        let devices: Vec<(u32, Device<'n>)> = (0..count).filter_map(|i| nvml.device_by_index(i).ok().map(|d| (i, d))).collect();
         if devices.is_empty() {
             return Err(super::NoGpuView::NoDevice);
         }
-        let last_gpm = devices.iter().map(|d| d.gpm_sample().ok()).collect();
+        let last_gpm = devices.iter().map(|(_, d)| d.gpm_sample().ok()).collect();
         let n = devices.len();
         // Process samples are read from now on: their history before the trace is not the
         // trace's, and they are summarized by the tick that read them. Utilization samples
@@ -72,9 +75,8 @@ impl Source for NvmlSource<'_> {
     fn devices(&self) -> Vec<DeviceInfo> {
         self.devices
             .iter()
-            .enumerate()
-            .map(|(index, dev)| DeviceInfo {
-                index: index as u32,
+            .map(|&(index, ref dev)| DeviceInfo {
+                index,
                 uuid: dev.uuid().unwrap_or_default(),
                 name: dev.name().unwrap_or_default(),
                 memory_total_bytes: dev.memory_info().map_or(0, |m| m.total),
@@ -93,7 +95,7 @@ impl Source for NvmlSource<'_> {
     }
 
     fn fast(&mut self, index: usize) -> Sample {
-        let dev = &self.devices[index];
+        let (nvml_index, dev) = (self.devices[index].0, &self.devices[index].1);
         let rates = dev.utilization_rates().ok();
         // The driver's own buffer of utilization samples (one per ~1/6 s on recent drivers):
         // finer than the one-second average `utilization.gpu` is.
@@ -112,7 +114,7 @@ impl Source for NvmlSource<'_> {
         let (sm_pct, occupancy_pct, tensor_pct) = gpm_activity(self.nvml, dev, &mut self.last_gpm[index]);
         Sample {
             at_ns: clock::monotonic_ns(),
-            device: index as u32,
+            device: nvml_index,
             util_pct: rates.as_ref().map(|u| f64::from(u.gpu)),
             util_fine,
             mem_util_pct: rates.map(|u| f64::from(u.memory)),
@@ -130,7 +132,7 @@ impl Source for NvmlSource<'_> {
     }
 
     fn slow(&mut self, index: usize, sample: &mut Sample) {
-        let dev = &self.devices[index];
+        let dev = &self.devices[index].1;
         // KB/s over NVML's own ~20 ms window.
         sample.pcie_rx_bytes_s = dev.pcie_throughput(PcieUtilCounter::Receive).ok().map(|kb| f64::from(kb) * 1024.0);
         sample.pcie_tx_bytes_s = dev.pcie_throughput(PcieUtilCounter::Send).ok().map(|kb| f64::from(kb) * 1024.0);
@@ -142,7 +144,7 @@ impl Source for NvmlSource<'_> {
     }
 
     fn process_memory(&mut self, index: usize) -> Option<Vec<(u32, u64)>> {
-        let dev = &self.devices[index];
+        let dev = &self.devices[index].1;
         let procs = dev.running_compute_processes().ok()?;
         let graphics = dev.running_graphics_processes().unwrap_or_default();
         Some(

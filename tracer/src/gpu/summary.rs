@@ -131,7 +131,8 @@ fn distribution(mut values: Vec<f64>) -> Option<Distribution> {
 /// What the summary looks at besides the samples.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Context<'a> {
-    /// Per device, the processes holding memory at the end (pid, bytes).
+    /// Per device, in the order of the devices given (not by NVML's index, which skips a
+    /// device that failed to open), the processes holding memory at the end (pid, bytes).
     pub holders: &'a [Vec<(u32, u64)>],
     /// The traced processes.
     pub traced: &'a [u32],
@@ -146,7 +147,8 @@ pub struct Context<'a> {
 pub fn summarize(devices: &[DeviceInfo], samples: &[Sample], cx: &Context<'_>) -> Vec<GpuDevice> {
     devices
         .iter()
-        .map(|d| {
+        .enumerate()
+        .map(|(position, d)| {
             let mine: Vec<&Sample> = samples.iter().filter(|s| s.device == d.index && (cx.start_ns..=cx.end_ns).contains(&s.at_ns)).collect();
             let pick = |f: &dyn Fn(&Sample) -> Option<f64>| distribution(mine.iter().filter_map(|s| f(s)).collect());
             // The driver's fine samples over the window where it gave them (old recordings
@@ -181,7 +183,7 @@ pub fn summarize(devices: &[DeviceInfo], samples: &[Sample], cx: &Context<'_>) -
                 pcie_rx_mb_s: pick(&|s| s.pcie_rx_bytes_s.map(|b| b / 1e6)),
                 pcie_tx_mb_s: pick(&|s| s.pcie_tx_bytes_s.map(|b| b / 1e6)),
                 throttle_reasons: throttles(&mine),
-                processes: processes(&mine, cx.holders.get(d.index as usize).map_or(&[][..], Vec::as_slice), cx.traced),
+                processes: processes(&mine, cx.holders.get(position).map_or(&[][..], Vec::as_slice), cx.traced),
                 target_sm_util_pct: target_util(&mine, cx.traced),
                 target_memory_bytes: d.target_memory_bytes,
                 visible_to_target: None,
