@@ -100,7 +100,7 @@ pub struct Nccl {
 }
 
 /// One kind of collective, all ranks.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NcclOp {
     /// Calls of this kind, all ranks.
     pub count: u64,

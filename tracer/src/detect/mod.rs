@@ -101,7 +101,8 @@ pub fn analyze(inputs: &Inputs<'_>) -> Findings {
     let mut found: Vec<Diagnosis> = catalog::time_rules()
         .filter_map(|(id, rule)| rule(inputs.evidence, &account).inspect(|d| debug_assert_eq!(d.id, id, "the rule listed for {id} found {}", d.id)))
         .collect();
-    let modelled = account.time.as_ref().and_then(|t| t.threads.first()).and_then(|tid| inputs.evidence.threads.get(tid)).map(|t| t.pid);
+    // The step model is built on the critical path around the job's main thread.
+    let modelled = inputs.evidence.main_thread().map(|(_, t)| t.pid);
     let multi_gpu = nccl::analyze(inputs.evidence, &account, modelled, inputs.start_ns, inputs.start_ns.saturating_add(inputs.window_ns));
     let (nccl, rank_lag) = match multi_gpu {
         Some(m) => {

@@ -151,7 +151,7 @@ pub fn analyze(ev: &Evidence, account: &Account, modelled: Option<u32>, start_ns
     let mut by_op: BTreeMap<String, NcclOp> = BTreeMap::new();
     for r in &ranks {
         for (op, o) in &r.seen.by_op {
-            let e = by_op.entry(op.as_str().into()).or_insert(NcclOp { count: 0, bytes: 0, wait_s: 0.0, call_s: 0.0 });
+            let e = by_op.entry(op.as_str().into()).or_default();
             e.count += o.calls;
             e.bytes = e.bytes.saturating_add(o.bytes);
             e.wait_s += o.wait_ns as f64 / 1e9;
@@ -189,8 +189,9 @@ pub fn analyze(ev: &Evidence, account: &Account, modelled: Option<u32>, start_ns
         ranks: table,
         counted_only: false,
     };
-    let found = straggler(&ranks).or_else(|| comm_bound(&ranks, account));
-    Some(MultiGpu { section, found: found.into_iter().collect(), lag: modelled.and_then(|pid| lag_behind(&ranks, pid)) })
+    let timed = timed(&ranks);
+    let found = straggler(&timed).or_else(|| comm_bound(&timed, account));
+    Some(MultiGpu { section, found: found.into_iter().collect(), lag: modelled.and_then(|pid| lag_behind(&timed, pid)) })
 }
 
 /// The `nccl` section from the probes' hit counters alone, where no call was recorded (return
@@ -204,7 +205,7 @@ fn counted(ev: &Evidence) -> Option<Nccl> {
             .iter()
             .filter_map(|spec| Some((spec.nccl?.op, t.hits.get(spec.id as usize).copied().filter(|&n| n > 0)?)))
             .map(|(op, n)| {
-                by_op.entry(op.as_str().into()).or_insert(NcclOp { count: 0, bytes: 0, wait_s: 0.0, call_s: 0.0 }).count += n;
+                by_op.entry(op.as_str().into()).or_default().count += n;
                 n
             })
             .sum();
@@ -243,28 +244,29 @@ fn counted(ev: &Evidence) -> Option<Nccl> {
 
 /// How much longer than rank `pid`'s host phase the longest other rank's is (a share of the
 /// window), with that rank's label; None where none is longer or `pid` is no rank.
-fn lag_behind(ranks: &[Rank<'_>], pid: u32) -> Option<(f64, String)> {
-    let timed = timed(ranks);
+fn lag_behind(timed: &[Timed<'_, '_>], pid: u32) -> Option<(f64, String)> {
     let own = timed.iter().find(|t| t.0.pid == pid)?.1;
     let (slowest, host, _) = timed.iter().filter(|t| t.0.pid != pid).max_by(|a, b| a.1.total_cmp(&b.1))?;
     (*host > own).then(|| (host - own, slowest.label()))
 }
 
-/// The ranks that have a time account, each with its host phase's share and its share
-/// waiting after collectives.
-fn timed<'a, 'b>(ranks: &'a [Rank<'b>]) -> Vec<(&'a Rank<'b>, f64, f64)> {
+/// A rank that has a time account, with its host phase's share and its share waiting after
+/// collectives.
+type Timed<'a, 'b> = (&'a Rank<'b>, f64, f64);
+
+/// The ranks that have a time account (see [`Timed`]).
+fn timed<'a, 'b>(ranks: &'a [Rank<'b>]) -> Vec<Timed<'a, 'b>> {
     ranks.iter().filter_map(|r| Some((r, r.host_share()?, r.share(r.seen.wait_ns())?))).collect()
 }
 
 /// One rank's host phase longer than the others', the others waiting for it (module docs).
-fn straggler(ranks: &[Rank<'_>]) -> Option<Diagnosis> {
-    let timed = timed(ranks);
+fn straggler(timed: &[Timed<'_, '_>]) -> Option<Diagnosis> {
     if timed.len() < 2 {
         return None;
     }
     let (slow, slow_host, slow_wait) = *timed.iter().max_by(|a, b| a.1.total_cmp(&b.1))?;
-    let others: Vec<&(&Rank<'_>, f64, f64)> = timed.iter().filter(|t| t.0.pid != slow.pid).collect();
-    let mean = |f: fn(&(&Rank<'_>, f64, f64)) -> f64| others.iter().map(|t| f(t)).sum::<f64>() / others.len() as f64;
+    let others: Vec<&Timed<'_, '_>> = timed.iter().filter(|t| t.0.pid != slow.pid).collect();
+    let mean = |f: fn(&Timed<'_, '_>) -> f64| others.iter().map(|t| f(t)).sum::<f64>() / others.len() as f64;
     let (others_host, others_wait) = (mean(|t| t.1), mean(|t| t.2));
     let excess = others_wait - slow_wait;
     let longer = slow_host - others_host;
@@ -302,8 +304,7 @@ fn straggler(ranks: &[Rank<'_>]) -> Option<Diagnosis> {
 }
 
 /// Even ranks that all wait after their collectives, the wait mostly their bytes on the link.
-fn comm_bound(ranks: &[Rank<'_>], account: &Account) -> Option<Diagnosis> {
-    let timed = timed(ranks);
+fn comm_bound(timed: &[Timed<'_, '_>], account: &Account) -> Option<Diagnosis> {
     let hosts = timed.iter().map(|t| t.1);
     let spread = hosts.clone().fold(f64::MIN, f64::max) - hosts.fold(f64::MAX, f64::min);
     let wait = timed.iter().map(|t| t.2).sum::<f64>() / timed.len().max(1) as f64;
