@@ -5,7 +5,10 @@ segments for the kept blocks; the blocks kept were made by make_output().
 With --reserve-mib N the allocator reserves N MiB first (a cache warmed up by earlier steps):
 the kept blocks then fit in it, and the driver sees no growth at all. With --throw the job
 first asks for more than the fake GPU has: the allocator throws, and the job catches it.
-`tensor_leak.py FAKE_CUDA_DIR C10_DIR STEPS [--no-leak] [--reserve-mib N] [--throw]`."""
+With --quick-output make_output() returns as soon as its block is handed out, and the step
+fills the output in fill(), as a real tensor op returns once its kernel is queued: a line read
+from outside after the call finds the thread in fill(), not in make_output().
+`tensor_leak.py FAKE_CUDA_DIR C10_DIR STEPS [--no-leak] [--reserve-mib N] [--throw] [--quick-output]`."""
 import ctypes
 import os
 import sys
@@ -17,6 +20,7 @@ c10.fake_tensor_alloc.restype = ctypes.c_void_p
 c10.fake_tensor_alloc.argtypes = [ctypes.c_ulong]
 c10.fake_tensor_free.argtypes = [ctypes.c_void_p]
 LEAK = "--no-leak" not in sys.argv
+QUICK = "--quick-output" in sys.argv
 kept = []
 
 
@@ -37,11 +41,17 @@ def forward():
 
 def make_output():
     # A tensor op: its output's block, then the work that fills it.
-    out = c10.fake_tensor_alloc(1 << 20)
-    until = time.perf_counter() + 0.005
-    while time.perf_counter() < until:
-        pass
+    out = c10.fake_tensor_alloc(1 << 20)  # the output's block
+    if QUICK:
+        return out
+    spin(0.005)
     return out
+
+
+def fill(out):
+    # The work on an output made quickly: the thread spends its time here, not where the
+    # block was made.
+    spin(0.005)
 
 
 def keep_outputs(out):
@@ -52,6 +62,8 @@ def keep_outputs(out):
 def train(steps):
     for _ in range(steps):
         out = forward()
+        if QUICK:
+            fill(out)
         if LEAK:
             keep_outputs(out)
         else:

@@ -204,9 +204,27 @@ fn a_tensor_kept_every_step_is_charged_to_the_line_that_made_it_with_its_exact_l
 }
 
 #[test]
+fn a_tensor_op_that_returns_at_once_is_charged_to_its_own_line_read_in_the_probe() {
+    require_root();
+    // make_output() returns as soon as its block is handed out and the step spends its time in
+    // fill(): a read of the thread's Python frames from outside, even 0.2 ms late, finds it in
+    // fill(). The probe reads them at the call itself (tracer-ebpf/src/python_frames.rs).
+    let r = tensor_job("c10", &["--quick-output"]);
+    assert_eq!(num(&r, "/memory/tensors/allocated_bytes"), 200 * MIB, "{:#}", r["memory"]);
+    let d = diagnosis(&r, "memory-growth");
+    let site = top_site(d);
+    let script =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fake-cuda/tensor_leak.py")).expect("the script");
+    let line = script.lines().position(|l| l.contains("# the output's block")).expect("the allocating line") + 1;
+    assert_eq!((site["function"].as_str(), site["line"].as_u64()), (Some("make_output"), Some(line as u64)), "{d:#}");
+    assert!(site["share"].as_f64().is_some_and(|s| s > 0.9), "{d:#}");
+}
+
+#[test]
 fn the_tensor_twin_that_gives_its_outputs_back_grows_not() {
     require_root();
     let r = tensor_job("c10", &["--no-leak"]);
+
     assert_eq!(num(&r, "/memory/tensors/blocks"), 1000, "{:#}", r["memory"]);
     assert_eq!(num(&r, "/memory/tensors/frees"), 1000);
     assert_eq!(num(&r, "/memory/tensors/allocated_bytes"), 0);
@@ -223,7 +241,6 @@ fn an_allocator_hook_of_another_signature_is_left_alone_with_a_note() {
     // The leak is still found, from the segments the driver saw.
     assert!(ids(&r).contains(&"memory-growth"), "{:?}", ids(&r));
 }
-
 
 #[test]
 fn an_overhead_budget_takes_the_allocators_probes_off_for_good_and_says_so() {

@@ -23,6 +23,9 @@ pub const KIND_IO: u32 = 50;
 /// A traced thread's user registers and the top of its user stack, for user space to unwind
 /// with the call frame information ([`UserStackEvent`]). Consumed live, never recorded.
 pub const KIND_USER_STACK: u32 = 60;
+/// A thread's Python frames, read in a caching allocator's probe as it handed out a block
+/// ([`crate::PyFramesEvent`]). Consumed live, never recorded.
+pub const KIND_PY_FRAMES: u32 = 61;
 
 /// `clone_flags` bit that marks a new thread rather than a new process (linux/sched.h).
 pub const CLONE_THREAD: u64 = 0x0001_0000;

@@ -10,10 +10,12 @@ pub mod event;
 pub mod host;
 pub mod nccl;
 pub mod probe;
+pub mod python;
 
 pub use event::*;
 pub use host::{CallSite, CallStack, IoKey, IoStart, Layout, OffCpuStart, SampleKey, SampleStats, ThreadSched, TrapSamples, WakeKey, WakeStats};
 pub use probe::*;
+pub use python::{PyFrameRef, PyFramesEvent, PyLayout, PyThreadSlot};
 
 /// Capacity of the per-thread counter map. A thread's entry is folded into user-space totals
 /// and deleted when the thread exits, so this bounds live threads, not threads ever seen.
@@ -219,6 +221,10 @@ mod pod {
     unsafe impl aya::Pod for super::CallStack {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::CallSite {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::PyLayout {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::PyThreadSlot {}
 }
 
 #[cfg(test)]

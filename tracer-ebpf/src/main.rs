@@ -8,6 +8,7 @@
 
 mod maps;
 mod probes;
+mod python_frames;
 mod stack_copy;
 
 #[cfg(not(test))]

@@ -6,8 +6,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf, StackTrace},
 };
 use gputrace_common::{
-    host::stacks, loss, IoKey, IoStart, OffCpuStart, SampleKey, SampleStats, ThreadCounters, ThreadSched, TrapSamples,
-    WakeKey, WakeStats, MAX_INFLIGHT, MAX_PROCESSES, MAX_THREADS, RING_BYTES,
+    host::stacks, loss, IoKey, IoStart, OffCpuStart, PyLayout, SampleKey, SampleStats, ThreadCounters, ThreadSched, TrapSamples, WakeKey,
+    WakeStats, MAX_INFLIGHT, MAX_PROCESSES, MAX_THREADS, RING_BYTES,
 };
 
 /// Processes (thread-group ids) being traced. User space seeds it; the task tracepoints add
@@ -200,18 +200,27 @@ pub fn copy_region_is_new(tgid: u32, a: u64, b: u64, c: u64) -> bool {
     true
 }
 
-/// Processes whose Python frames user space reads (`stacks::python`): only for those is an
-/// allocation's record worth waking the reader at once, so that its line is read while the
-/// thread is still on it. A wakeup costs the allocating thread ~14 µs on the 2-core machine
-/// (docs/benchmarks.md), all of it wasted on a process with no Python to read.
+/// Processes whose Python frames user space reads (`stacks::python`), with where their
+/// interpreter's frames lie (`PyLayout`; `interp` 0 where its version has no layout). A
+/// process with a layout has its blocks' frames read in the probe (`python_frames`); for the
+/// others, an allocation's record is worth waking the reader at once, so that its line is read
+/// while the thread is still on it. A wakeup costs the allocating thread ~14 µs on the 2-core
+/// machine (docs/benchmarks.md), all of it wasted on a process with no Python to read.
 #[map]
-static PYTHON_READ: HashMap<u32, u8> = HashMap::with_max_entries(MAX_PROCESSES, 0);
+static PYTHON_READ: HashMap<u32, PyLayout> = HashMap::with_max_entries(MAX_PROCESSES, 0);
 
 /// Whether user space reads process `tgid`'s Python frames.
 #[inline(always)]
 pub fn python_read(tgid: u32) -> bool {
     // SAFETY: the value is only tested for presence, never read through.
     unsafe { PYTHON_READ.get(&tgid) }.is_some()
+}
+
+/// Where process `tgid`'s Python frames lie, if user space reads them.
+#[inline(always)]
+pub fn python_layout(tgid: u32) -> Option<PyLayout> {
+    // SAFETY: the value is copied out.
+    unsafe { PYTHON_READ.get(&tgid) }.copied()
 }
 
 /// Whether stacks are taken (see `SAMPLE_STACKS`).

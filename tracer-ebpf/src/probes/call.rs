@@ -24,6 +24,7 @@ use gputrace_common::{
 
 use crate::{
     maps::{call_epoch as current_call_epoch, copy_region_is_new, count_loss, cuda_caller, python_read, returns_probed, stacks_on, thread_counters, Current, ALLOC_STACKS, BPF_F_USER_STACK, EVENTS, THREADS, USER_STACKS},
+    python_frames::{self, Capture},
     stack_copy::{copy_user_stack, remember_return, take_call_stack},
 };
 
@@ -474,16 +475,20 @@ uprobe_pair! {
         let args = raw_args(&ctx);
         // SAFETY: reading the monotonic clock has no preconditions.
         let now = unsafe { bpf_ktime_get_ns() };
+        // A block handed out (a positive size) has its Python line read while the thread is
+        // there: in the probe, where the process's interpreter has a layout (its frames go to
+        // the ring just before this record, which they name by address and time); else from
+        // outside, one a process every `BLOCK_PROMPT_EVERY_NS` waking the reader at once.
+        let handed_out = (args[1] as i64) > 0;
+        let read_here = handed_out && stacks_on() && python_frames::capture(&cur, now, args[0]) != Capture::NoLayout;
+        let prompt = handed_out && !read_here && stacks_on() && block_prompt_due(cur.tgid, now);
         let Some(mut entry) = EVENTS.reserve::<CallEvent>(0) else {
             count_loss(loss::RING_FULL);
             count_loss(loss::RING_FULL_CALLS);
             return 0;
         };
         entry.write(CallEvent { header: EventHeader { kind: KIND_CALL, probe: ID, tgid: cur.tgid, tid: cur.tid, ts_ns: now }, start_ns: now, args, ret: 0, out: 0 });
-        // A block handed out (a positive size) has its Python line read while the thread is
-        // there: one a process every `BLOCK_PROMPT_EVERY_NS` wakes the reader at once.
-        let handed_out = (args[1] as i64) > 0;
-        entry.submit(if handed_out && stacks_on() && block_prompt_due(cur.tgid, now) { crate::maps::FORCE_WAKEUP } else { crate::maps::batched_submit() });
+        entry.submit(if prompt { crate::maps::FORCE_WAKEUP } else { crate::maps::batched_submit() });
         0
     }
 }

@@ -2,8 +2,9 @@
 //! recording may be damaged or crafted), so every length is checked and nothing panics.
 
 use gputrace_common::{
-    CallEvent, EventHeader, IdleEndEvent, IoEvent, LongSleepEvent, SchedFinalEvent, TaskEvent, UserStackHead, KIND_CALL, KIND_IDLE_END,
-    KIND_IO, KIND_LONG_SLEEP, KIND_SCHED_FINAL, KIND_TASK_EXEC, KIND_TASK_EXIT, KIND_TASK_NEW, KIND_USER_STACK, STACK_COPY_BYTES,
+    CallEvent, EventHeader, IdleEndEvent, IoEvent, LongSleepEvent, PyFramesEvent, SchedFinalEvent, TaskEvent, UserStackHead, KIND_CALL,
+    KIND_IDLE_END, KIND_IO, KIND_LONG_SLEEP, KIND_PY_FRAMES, KIND_SCHED_FINAL, KIND_TASK_EXEC, KIND_TASK_EXIT, KIND_TASK_NEW,
+    KIND_USER_STACK, STACK_COPY_BYTES,
 };
 
 /// One decoded record.
@@ -79,6 +80,7 @@ impl Record for SchedFinalEvent {}
 impl Record for IoEvent {}
 impl Record for LongSleepEvent {}
 impl Record for UserStackHead {}
+impl Record for PyFramesEvent {}
 
 fn read<T: Record>(bytes: &[u8], kind: u32) -> Result<T, DecodeError> {
     let expected = size_of::<T>();
@@ -140,6 +142,14 @@ pub fn user_stack(bytes: &[u8]) -> Option<Result<UserStack<'_>, DecodeError>> {
     };
     let len = (event.len as usize).min(STACK_COPY_BYTES);
     Some(Ok(UserStack { event, stack: &bytes[head_len..head_len + len] }))
+}
+
+/// The Python frames read in a probe (`KIND_PY_FRAMES`), if `bytes` is such a record (None:
+/// another kind). Consumed as it is drained, never recorded, like a copied stack.
+#[must_use]
+pub fn py_frames(bytes: &[u8]) -> Option<Result<PyFramesEvent, DecodeError>> {
+    let header: EventHeader = read(bytes.get(..size_of::<EventHeader>())?, 0).ok()?;
+    (header.kind == KIND_PY_FRAMES).then(|| read(bytes, KIND_PY_FRAMES))
 }
 
 /// The bytes of a record, as the kernel writes them (used by tests and recordings).
@@ -221,6 +231,26 @@ mod tests {
         assert!(matches!(user_stack(&bytes), Some(Err(DecodeError::WrongSize { .. }))));
         assert!(user_stack(&encode(&Event::IdleEnd(IdleEndEvent { header: header(KIND_IDLE_END), drained_at_ns: 0 }))).is_none());
         assert!(user_stack(&[1, 2]).is_none());
+    }
+
+    #[test]
+    fn python_frames_are_read_whole_or_refused() {
+        let mut event = PyFramesEvent {
+            header: header(KIND_PY_FRAMES),
+            block: 0x7000,
+            depth: 2,
+            borrowed: 0,
+            frames: [gputrace_common::PyFrameRef::default(); gputrace_common::python::PY_MAX_FRAMES],
+        };
+        event.frames[1].code = 0x5000;
+        // SAFETY: plain integers without padding (size pinned in gputrace-common).
+        let bytes = unsafe { std::slice::from_raw_parts(std::ptr::from_ref(&event).cast::<u8>(), size_of::<PyFramesEvent>()) }.to_vec();
+        assert_eq!(py_frames(&bytes), Some(Ok(event)));
+        assert!(matches!(py_frames(&bytes[..bytes.len() - 1]), Some(Err(DecodeError::WrongSize { kind: KIND_PY_FRAMES, .. }))));
+        assert!(py_frames(&encode(&Event::IdleEnd(IdleEndEvent { header: header(KIND_IDLE_END), drained_at_ns: 0 }))).is_none());
+        assert!(py_frames(&[1, 2]).is_none());
+        // Not an event of the recording: decode() refuses it like any unknown kind.
+        assert_eq!(decode(&bytes), Err(DecodeError::UnknownKind { kind: KIND_PY_FRAMES }));
     }
 
     #[test]

@@ -40,6 +40,7 @@ fn contract() -> String {
         ("IO", wire::KIND_IO, size_of::<wire::IoEvent>()),
         // Consumed live, never written to a recording.
         ("USER_STACK", wire::KIND_USER_STACK, size_of::<wire::UserStackEvent>()),
+        ("PY_FRAMES", wire::KIND_PY_FRAMES, size_of::<wire::PyFramesEvent>()),
     ] {
         let _ = writeln!(out, "record {name} = {value}, {size} bytes");
     }

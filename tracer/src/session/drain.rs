@@ -9,7 +9,7 @@ use gputrace_common::{cuda::slot, spec_of, Family};
 
 use crate::{
     collect::{host_memory::ProcMaps, ring::RingReader},
-    decode::{encode, user_stack, Event},
+    decode::{encode, py_frames, user_stack, Event},
     discover::process,
     evidence::{Evidence, HostClass, HostMemory, RankEnv},
     probes::ProbeSet,
@@ -35,6 +35,22 @@ pub(super) fn drain_ring(
         if let Some(copy) = user_stack(bytes) {
             match copy {
                 Ok(copy) => kernel.take_copied_stack(&copy),
+                Err(e) => {
+                    log::debug!("undecodable record: {e}");
+                    evidence.decode_errors += 1;
+                }
+            }
+            return;
+        }
+        // Python frames read in a probe: made into lines now, while their process lives
+        // (their addresses mean nothing later), and never taped.
+        if let Some(frames) = py_frames(bytes) {
+            match frames {
+                Ok(frames) => {
+                    if let Some(py) = python {
+                        py.probe_frames(frames);
+                    }
+                }
                 Err(e) => {
                     log::debug!("undecodable record: {e}");
                     evidence.decode_errors += 1;

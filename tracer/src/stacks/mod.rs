@@ -9,6 +9,7 @@ pub mod copied;
 pub mod counts;
 pub mod native;
 pub mod python;
+pub mod python_frames;
 pub mod sites;
 pub mod table;
 pub mod unwind;

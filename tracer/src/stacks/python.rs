@@ -19,10 +19,14 @@ use std::{
 };
 
 use aya::maps::{HashMap as BpfHashMap, Map, MapData};
-use gputrace_common::{Family, ThreadCounters, PROBES};
+use gputrace_common::{Family, PyFramesEvent, PyLayout, ThreadCounters, PROBES};
 use py_spy::{config::LockingStrategy, Config, PythonSpy};
 
-use super::{alloc::{AllocStack, BlockSite}, Activity, Frame, Origin, StackTime, MAX_FRAMES};
+use super::{
+    alloc::{AllocStack, BlockSite},
+    python_frames::{self, CodeReader},
+    Activity, Frame, Origin, StackTime, MAX_FRAMES,
+};
 
 /// Reads per second when a read is cheap.
 pub const TARGET_HZ: u64 = 49;
@@ -41,12 +45,14 @@ const ALLOC_READS_PER_S: u32 = 100;
 const ALLOC_READ_MAX_LAG_NS: u64 = 2_000_000;
 
 /// What the session asks of the reader thread.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 enum Ask {
     /// Read this process from now on.
     Follow(u32),
     /// A thread of a followed process just made a device allocation: read its line now.
     Alloc { pid: u32, tid: u32, bytes: u64, failed: bool, at_ns: u64, block: Option<u64> },
+    /// A block's frames, read in the probe: make them into lines.
+    Frames(Box<PyFramesEvent>),
 }
 
 /// What the reader thread shares with the session.
@@ -64,6 +70,9 @@ struct Shared {
     /// Caching-allocator blocks read, by process and address: when the block was handed out
     /// (which block at that address it was) and its line.
     block_reads: HashMap<(u32, u64), (u64, Vec<Frame>)>,
+    /// Records of frames read in the probe, and those of them with no frame that checked out
+    /// (by process: a process whose records all fail has a layout that does not fit it).
+    probe_frames: HashMap<u32, (u64, u64)>,
 }
 
 /// The Python sampler: started once, fed the processes to read as they show CUDA.
@@ -106,6 +115,12 @@ impl PythonSampler {
     /// Read this process's Python frames too (a no-op with a note if it is not CPython).
     pub fn follow(&self, pid: u32) {
         let _ = self.add.send(Ask::Follow(pid));
+    }
+
+    /// Charge a caching allocator's block to the Python frames the probe read as it was handed
+    /// out (a no-op for a process not followed).
+    pub fn probe_frames(&self, frames: PyFramesEvent) {
+        let _ = self.add.send(Ask::Frames(Box::new(frames)));
     }
 
     /// Charge a device allocation of thread `tid` at `at_ns` to the Python line it is at now
@@ -152,6 +167,13 @@ impl PythonSampler {
             .lock()
             .map(|s| {
                 let mut notes = s.notes.clone();
+                for (pid, &(records, failed)) in &s.probe_frames {
+                    if failed * 2 > records {
+                        notes.push(format!(
+                            "{failed} of {records} Python stacks read in the probes of process {pid} did not check out (its interpreter's layout is not the one expected): its tensors' lines are partly missing"
+                        ));
+                    }
+                }
                 // A few late reads are the sampler's normal loss; most of them is worth saying.
                 if s.stale_allocs > s.alloc_reads {
                     notes.push(format!(
@@ -186,11 +208,13 @@ impl Drop for PythonSampler {
 struct Spied {
     pid: u32,
     spy: PythonSpy,
+    /// Its code objects, where the probes read its frames (its version has a layout).
+    code: Option<CodeReader>,
 }
 
 fn run(shared: &Mutex<Shared>, stop: &AtomicBool, asked: &mpsc::Receiver<Ask>, threads_map: Option<u32>, python_read_map: Option<u32>, call_epoch: &std::sync::atomic::AtomicU32) {
     let threads = threads_map.and_then(|id| MapData::from_id(id).ok()).and_then(|m| BpfHashMap::<MapData, u32, ThreadCounters>::try_from(Map::HashMap(m)).ok());
-    let mut python_read = python_read_map.and_then(|id| MapData::from_id(id).ok()).and_then(|m| BpfHashMap::<MapData, u32, u8>::try_from(Map::HashMap(m)).ok());
+    let mut python_read = python_read_map.and_then(|id| MapData::from_id(id).ok()).and_then(|m| BpfHashMap::<MapData, u32, PyLayout>::try_from(Map::HashMap(m)).ok());
     let mut spied: Vec<Spied> = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     let period = Duration::from_nanos(1_000_000_000 / TARGET_HZ);
@@ -251,7 +275,7 @@ fn answer(
     spied: &mut Vec<Spied>,
     seen: &mut std::collections::BTreeSet<u32>,
     alloc_reads: &mut AllocReads,
-    python_read: Option<&mut BpfHashMap<MapData, u32, u8>>,
+    python_read: Option<&mut BpfHashMap<MapData, u32, PyLayout>>,
     shared: &Mutex<Shared>,
 ) {
     match ask {
@@ -259,9 +283,12 @@ fn answer(
             if seen.insert(pid) {
                 match open(pid) {
                     Ok(spy) => {
-                        spied.push(Spied { pid, spy });
+                        let (layout, code) = probe_layout(pid, &spy);
+                        // The probes read its frames only once its code can be read here.
+                        let layout = if code.is_some() { layout } else { PyLayout::default() };
+                        spied.push(Spied { pid, spy, code });
                         if let Some(m) = python_read {
-                            let _ = m.insert(&pid, &1, 0);
+                            let _ = m.insert(&pid, &layout, 0);
                         }
                     }
                     Err(Some(why)) => note(shared, why),
@@ -269,7 +296,26 @@ fn answer(
                 }
             }
         }
+        Ask::Frames(event) => {
+            let (pid, addr, at_ns) = (event.header.tgid, event.block, event.header.ts_ns);
+            let Some(reader) = spied.iter_mut().find(|s| s.pid == pid).and_then(|s| s.code.as_mut()) else { return };
+            let began = Instant::now();
+            let frames: Vec<Frame> = reader.frames(&event).into_iter().take(MAX_FRAMES).collect();
+            let Ok(mut sh) = shared.lock() else { return };
+            sh.busy += began.elapsed();
+            let counts = sh.probe_frames.entry(pid).or_default();
+            counts.0 += 1;
+            if frames.is_empty() {
+                counts.1 += 1;
+            } else if sh.block_reads.len() < MAX_BLOCK_READS || sh.block_reads.contains_key(&(pid, addr)) {
+                sh.block_reads.insert((pid, addr), (at_ns, frames));
+            }
+        }
         Ask::Alloc { pid, tid, bytes, failed, at_ns, block } => {
+            // A process whose blocks' frames the probes read is never read late for one.
+            if block.is_some() && spied.iter().any(|s| s.pid == pid && s.code.is_some()) {
+                return;
+            }
             // A read long after the call finds the thread elsewhere: no line beats a wrong one
             // (the allocation keeps its native stack).
             let lag = crate::clock::monotonic_ns().saturating_sub(at_ns);
@@ -314,6 +360,21 @@ fn answer(
             }
         }
     }
+}
+
+/// Where the probes find process `pid`'s Python frames, and the reader of its code objects;
+/// the default layout (none) for a version without one, or with `GPUTRACE_PY_FRAMES=off`
+/// (the reads from outside only, as before them: for A/B measurements).
+fn probe_layout(pid: u32, spy: &PythonSpy) -> (PyLayout, Option<CodeReader>) {
+    if std::env::var_os("GPUTRACE_PY_FRAMES").is_some_and(|v| v == "off") {
+        return (PyLayout::default(), None);
+    }
+    let v = &spy.version;
+    let Some((layout, code)) = python_frames::layout(v.major, v.minor, spy.addresses.interpreter_address as u64) else {
+        log::debug!("process {pid}: Python {}.{} has no frame layout here; its lines are read from outside", v.major, v.minor);
+        return (PyLayout::default(), None);
+    };
+    (layout, CodeReader::open(pid, code))
 }
 
 /// Whether any traced thread has given the GPU work: launched a kernel or a graph, copied,
