@@ -10,7 +10,7 @@
 //! leaves its block to the reads from outside. Offsets that were wrong for the interpreter
 //! would so end in lines missing, never in lines made up.
 
-use std::{collections::HashMap, fs::File, os::unix::fs::FileExt};
+use std::{collections::HashMap, fs::File, os::unix::fs::FileExt, rc::Rc};
 
 use gputrace_common::{
     python::{NO_CFRAME, NO_OWNER},
@@ -135,7 +135,7 @@ struct Code {
 const CODE_HEAD: usize = 256;
 /// The longest string or line table read (a longer one is not a name or a table).
 const MAX_READ: u64 = 1 << 16;
-/// Code objects remembered per process (a job has thousands of functions at most).
+/// Code objects, and lines, remembered per process (a job has thousands of functions at most).
 const MAX_CODES: usize = 1 << 16;
 
 /// Reads a CPython process's code objects from its memory (`/proc/PID/mem`), remembering each.
@@ -145,7 +145,9 @@ pub struct CodeReader {
     layout: CodeLayout,
     /// The interpreter's code type: the first code object's, once its name said "code".
     code_type: Option<u64>,
-    codes: HashMap<u64, Option<Code>>,
+    codes: HashMap<u64, Option<Rc<Code>>>,
+    /// Lines by code object and instruction: a loop's frames come back to the same few.
+    lines: HashMap<(u64, u64), Option<u32>>,
 }
 
 impl CodeReader {
@@ -153,7 +155,7 @@ impl CodeReader {
     #[must_use]
     pub fn open(pid: u32, layout: CodeLayout) -> Option<Self> {
         let mem = File::open(format!("/proc/{pid}/mem")).ok()?;
-        Some(Self { mem, layout, code_type: None, codes: HashMap::new() })
+        Some(Self { mem, layout, code_type: None, codes: HashMap::new(), lines: HashMap::new() })
     }
 
     /// The frames of a record, innermost first: those whose code object checks out.
@@ -163,26 +165,30 @@ impl CodeReader {
             .iter()
             .filter_map(|f| {
                 // 3.14's frames hold a tagged reference: the low bits are flags.
-                let code = self.code(f.code & !7)?;
-                let line = line_at(&code.table, code.first_line, unit_of(&code, f.instr));
-                Some(Frame {
-                    function: code.name.clone(),
-                    file: Some(code.file.clone()),
-                    line: line.and_then(|l| u32::try_from(l).ok()).filter(|&l| l > 0),
-                    module: None,
-                })
+                let addr = f.code & !7;
+                let code = self.code(addr)?;
+                let line = if let Some(&line) = self.lines.get(&(addr, f.instr)) {
+                    line
+                } else {
+                    let line = line_at(&code.table, code.first_line, unit_of(&code, f.instr)).and_then(|l| u32::try_from(l).ok()).filter(|&l| l > 0);
+                    if self.lines.len() < MAX_CODES {
+                        self.lines.insert((addr, f.instr), line);
+                    }
+                    line
+                };
+                Some(Frame { function: code.name.clone(), file: Some(code.file.clone()), line, module: None })
             })
             .collect()
     }
 
-    fn code(&mut self, addr: u64) -> Option<Code> {
+    fn code(&mut self, addr: u64) -> Option<Rc<Code>> {
         if addr == 0 {
             return None;
         }
         if let Some(known) = self.codes.get(&addr) {
             return known.clone();
         }
-        let code = self.read_code(addr);
+        let code = self.read_code(addr).map(Rc::new);
         if self.codes.len() < MAX_CODES {
             self.codes.insert(addr, code.clone());
         }
