@@ -195,6 +195,12 @@ fn a_tensor_kept_every_step_is_charged_to_the_line_that_made_it_with_its_exact_l
     // the temporaries.
     assert_eq!(num(&r, "/memory/tensors/allocator_allocated_bytes"), 200 * MIB);
     assert_eq!(num(&r, "/memory/tensors/allocator_reserved_bytes"), num(&r, "/memory/reserved_bytes"));
+    // Over time: the tensors' bytes grow to the kept 200 MiB, never above the segments'.
+    let timeline = r["memory"]["timeline"].as_array().expect("a timeline");
+    let tensors: Vec<u64> = timeline.iter().filter_map(|p| p["tensor_bytes"].as_u64()).collect();
+    assert_eq!(tensors.last(), Some(&(200 * MIB)), "{timeline:#?}");
+    assert!(tensors.windows(2).all(|w| w[0] <= w[1]), "{timeline:#?}");
+    assert!(timeline.iter().all(|p| p["tensor_bytes"].as_u64().is_none_or(|t| t <= p["reserved_bytes"].as_u64().unwrap_or(0))), "{timeline:#?}");
     let d = diagnosis(&r, "memory-growth");
     let site = top_site(d);
     // The blocks still live were made in make_output(); the driver saw only the segments.

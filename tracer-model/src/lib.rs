@@ -244,6 +244,10 @@ pub struct MemoryPoint {
     pub reserved_bytes: u64,
     /// NVML's reading for the traced processes (null where none was taken in that second).
     pub held_bytes: Option<u64>,
+    /// Bytes in live tensors at that moment: the caching allocator's blocks handed out while
+    /// traced and not given back (absent without `--tensors`, or before its first report).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensor_bytes: Option<u64>,
 }
 
 /// The GPU's idle time: a lower bound from the host's side, checked against NVML.

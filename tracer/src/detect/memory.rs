@@ -228,6 +228,7 @@ fn timeline(inputs: &Inputs<'_>) -> Vec<MemoryPoint> {
     let window = inputs.end_ns.saturating_sub(inputs.start_ns);
     let step = S * (window / S / TIMELINE_POINTS + 1);
     let points = &inputs.evidence.allocs.timeline;
+    let tensors = &inputs.evidence.blocks.timeline;
     // The memory readings in time order, each interval's found by bisection (a long window of
     // many devices must not be scanned once per point).
     let mut samples: Vec<&crate::gpu::Sample> = inputs.gpu.map(|g| g.samples.iter().filter(|s| s.memory_by_pid.is_some()).collect()).unwrap_or_default();
@@ -248,6 +249,7 @@ fn timeline(inputs: &Inputs<'_>) -> Vec<MemoryPoint> {
             t_s: (end - inputs.start_ns) as f64 / 1e9,
             reserved_bytes: reserved_at(points, end),
             held_bytes: (!per_device.is_empty()).then(|| total(per_device.values().copied())),
+            tensor_bytes: tensors.first().filter(|&&(first, _)| first <= end).map(|_| reserved_at(tensors, end)),
         });
         t = end;
     }
