@@ -126,6 +126,11 @@ pub fn apply(found: &mut [Diagnosis], m: &StepModel, steps_per_s: Option<f64>, w
             }
         }
     }
+    // The pair in the order of the ranking: the fix to make first, first.
+    let rank = |id: DiagnosisId| found.iter().position(|d| d.id == id);
+    if let Some(p) = best.as_mut().filter(|p| rank(p.ids[1]) < rank(p.ids[0])) {
+        p.ids.swap(0, 1);
+    }
     best
 }
 
@@ -153,6 +158,28 @@ mod tests {
 
     fn diagnosis(id: DiagnosisId) -> Diagnosis {
         Diagnosis { id, severity: Severity::Medium, impact: 0.2, summary: String::new(), evidence: Vec::new(), fix: String::new(), bucket: None, saving: None, sites: Vec::new() }
+    }
+
+    #[test]
+    fn the_best_pair_names_its_fixes_in_the_order_of_the_ranking() {
+        // Found in this order: the copies first, then the loader, whose fix buys more.
+        let m = StepModel {
+            idle: Segments { input_wait: 0.5, ..Segments::default() },
+            serial: Segments { staging: 0.2, ..Segments::default() },
+            drains: model::Drains { pageable_copies: 1.0, ..model::Drains::default() },
+            gpu: Range::exact(0.2),
+            dispatch: dispatch::Dispatch { share: Range::exact(0.2), ..Default::default() },
+            cpus: Some(16.0),
+            job_cpu: 2.0,
+            workers: 1,
+            workers_cpu: 1.0,
+            residual: 0.1,
+            ..StepModel::default()
+        };
+        let mut found = vec![diagnosis(DiagnosisId::PageableCopy), diagnosis(DiagnosisId::InputStarved)];
+        let pair = apply(&mut found, &m, Some(10.0), 1.0, None).expect("a pair");
+        assert_eq!(found[0].id, DiagnosisId::InputStarved, "{found:#?}");
+        assert_eq!(pair.ids, [DiagnosisId::InputStarved, DiagnosisId::PageableCopy]);
     }
 
     #[test]
