@@ -29,13 +29,19 @@ pub enum OpenError {
         /// The file.
         path: PathBuf,
     },
-    /// The preamble gives a format version this reader does not know (newer, or 0).
+    /// The preamble gives a newer format version than this reader knows.
     #[error("{} is a version {found} recording; this gputrace reads version {VERSION} and older — use a newer gputrace", .path.display())]
     TooNew {
         /// The file.
         path: PathBuf,
         /// The version its preamble gives.
         found: u32,
+    },
+    /// The preamble gives version 0, which no gputrace writes: the preamble is damaged.
+    #[error("{} has a damaged preamble (format version 0, which no gputrace writes): it cannot be read", .path.display())]
+    DamagedPreamble {
+        /// The file.
+        path: PathBuf,
     },
 }
 
@@ -123,6 +129,7 @@ impl Reader<BufReader<File>> {
             PreambleError::Io(source) => OpenError::Io { path: path.to_owned(), source },
             PreambleError::NotARecording => OpenError::NotARecording { path: path.to_owned() },
             PreambleError::TooNew(found) => OpenError::TooNew { path: path.to_owned(), found },
+            PreambleError::DamagedVersion => OpenError::DamagedPreamble { path: path.to_owned() },
         })
     }
 }
@@ -134,8 +141,10 @@ pub enum PreambleError {
     Io(io::Error),
     /// The input does not begin with the recording preamble (or is shorter than it).
     NotARecording,
-    /// The preamble gives a format version this reader does not know (newer, or 0).
+    /// The preamble gives a newer format version than this reader knows.
     TooNew(u32),
+    /// The preamble gives version 0 (versions start at 1): damaged.
+    DamagedVersion,
 }
 
 impl<R: Read> Reader<R> {
@@ -151,7 +160,10 @@ impl<R: Read> Reader<R> {
             return Err(PreambleError::NotARecording);
         }
         let version = u32::from_le_bytes([pre[8], pre[9], pre[10], pre[11]]);
-        if version > VERSION || version == 0 {
+        if version == 0 {
+            return Err(PreambleError::DamagedVersion);
+        }
+        if version > VERSION {
             return Err(PreambleError::TooNew(version));
         }
         Ok(Self { input, offset: PREAMBLE_LEN as u64, remaining: len.map(|l| l.saturating_sub(PREAMBLE_LEN as u64)), stopped: false })
@@ -317,5 +329,9 @@ mod tests {
         let mut newer = preamble();
         newer[8] = 9;
         assert!(matches!(Reader::new(&newer[..], None), Err(PreambleError::TooNew(9))));
+        // Version 0 is no version: a damaged preamble, not a newer recording.
+        let mut zero = preamble();
+        zero[8] = 0;
+        assert!(matches!(Reader::new(&zero[..], None), Err(PreambleError::DamagedVersion)));
     }
 }
