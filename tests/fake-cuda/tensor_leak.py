@@ -8,7 +8,10 @@ first asks for more than the fake GPU has: the allocator throws, and the job cat
 With --quick-output make_output() returns as soon as its block is handed out, and the step
 fills the output in fill(), as a real tensor op returns once its kernel is queued: a line read
 from outside after the call finds the thread in fill(), not in make_output().
-`tensor_leak.py FAKE_CUDA_DIR C10_DIR STEPS [--no-leak] [--reserve-mib N] [--throw] [--quick-output]`."""
+With --grads-mib N every step also makes N MiB of "gradients" in backward(), given back at the
+next step's start (as zero_grad(set_to_none=True) does): the last step's are live at the end
+and outweigh the kept outputs, yet they are no leak.
+`tensor_leak.py FAKE_CUDA_DIR C10_DIR STEPS [--no-leak] [--reserve-mib N] [--throw] [--quick-output] [--grads-mib N]`."""
 import ctypes
 import os
 import sys
@@ -21,6 +24,7 @@ c10.fake_tensor_alloc.argtypes = [ctypes.c_ulong]
 c10.fake_tensor_free.argtypes = [ctypes.c_void_p]
 LEAK = "--no-leak" not in sys.argv
 QUICK = "--quick-output" in sys.argv
+GRADS = int(sys.argv[sys.argv.index("--grads-mib") + 1]) << 20 if "--grads-mib" in sys.argv else 0
 kept = []
 
 
@@ -59,11 +63,20 @@ def keep_outputs(out):
     kept.append(out)
 
 
+def backward(grads):
+    # The step's gradients, each step's given back as the next one starts.
+    for g in grads:
+        c10.fake_tensor_free(g)
+    return [c10.fake_tensor_alloc(GRADS)] if GRADS else []
+
+
 def train(steps):
+    grads = []
     for _ in range(steps):
         out = forward()
         if QUICK:
             fill(out)
+        grads = backward(grads)
         if LEAK:
             keep_outputs(out)
         else:

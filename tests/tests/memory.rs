@@ -210,13 +210,15 @@ fn a_tensor_kept_every_step_is_charged_to_the_line_that_made_it_with_its_exact_l
 }
 
 #[test]
-fn a_tensor_op_that_returns_at_once_is_charged_to_its_own_line_read_in_the_probe() {
+fn a_tensor_op_that_returns_at_once_is_charged_to_its_own_line_read_in_the_probe_not_the_last_steps_gradients() {
     require_root();
     // make_output() returns as soon as its block is handed out and the step spends its time in
     // fill(): a read of the thread's Python frames from outside, even 0.2 ms late, finds it in
     // fill(). The probe reads them at the call itself (tracer-ebpf/src/python_frames.rs).
-    let r = tensor_job("c10", &["--quick-output"]);
-    assert_eq!(num(&r, "/memory/tensors/allocated_bytes"), 200 * MIB, "{:#}", r["memory"]);
+    // Each step also makes 256 MiB of gradients, given back at the next: the last step's are
+    // live at the end, more than all the kept outputs, but they are no leak.
+    let r = tensor_job("c10", &["--quick-output", "--grads-mib", "256"]);
+    assert_eq!(num(&r, "/memory/tensors/allocated_bytes"), 456 * MIB, "{:#}", r["memory"]);
     let d = diagnosis(&r, "memory-growth");
     let site = top_site(d);
     let script =

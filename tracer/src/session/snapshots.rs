@@ -275,13 +275,17 @@ impl SnapshotReader {
         let wakes = self.wakes(kernel, &sched);
         let stacks = self.stacks(kernel);
         let alloc_stacks = self.alloc_stacks(kernel, allocs);
-        // The blocks made in the second half of the blocks' span so far: what a leak keeps piles up
-        // there, while the model's parameters and optimizer state, made at the start and live
-        // to the end, would outweigh it.
+        // The blocks made in the third quarter of the blocks' span so far and live at its end: what
+        // a leak keeps piles up there and survives. The model's parameters and optimizer state,
+        // made at the start and live to the end, would outweigh it, and so would the last
+        // step's gradients and activations (on the H200, the planted leak's 0.5 MiB a step
+        // against the last backward pass's hundreds of MiB): those were made in the last
+        // quarter. The reads of the last quarter's blocks are kept for the later snapshots.
         let first = blocks.timeline.first().map_or(at_ns, |p| p.0);
-        let since = first.saturating_add(at_ns.saturating_sub(first) / 2);
+        let span = at_ns.saturating_sub(first);
+        let (since, survived) = (first.saturating_add(span / 2), first.saturating_add(span / 4 * 3));
         let live: Vec<(u32, u64, u64, u64)> = blocks.live().filter(|(_, _, b)| b.at_ns >= since).map(|(pid, addr, b)| (pid, addr, b.at_ns, b.bytes)).collect();
-        let block_sites = self.python.as_ref().map(|py| py.block_sites(&live)).unwrap_or_default();
+        let block_sites = self.python.as_ref().map(|py| py.block_sites(&live, survived)).unwrap_or_default();
         Snapshot {
             at_ns,
             threads,

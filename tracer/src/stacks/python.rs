@@ -130,15 +130,16 @@ impl PythonSampler {
         let _ = self.add.send(Ask::Alloc { pid, tid, bytes, failed, at_ns, block });
     }
 
-    /// The blocks of `live` (process, address, allocated at, bytes) whose Python line was
-    /// read, summed by process and line; the reads of blocks no longer live are forgotten.
+    /// The blocks of `live` (process, address, allocated at, bytes) allocated before
+    /// `made_before` whose Python line was read, summed by process and line; the reads of
+    /// blocks no longer live are forgotten.
     #[must_use]
-    pub fn block_sites(&self, live: &[(u32, u64, u64, u64)]) -> Vec<BlockSite> {
+    pub fn block_sites(&self, live: &[(u32, u64, u64, u64)], made_before: u64) -> Vec<BlockSite> {
         let Ok(mut sh) = self.shared.lock() else { return Vec::new() };
         let now_live: std::collections::HashSet<(u32, u64, u64)> = live.iter().map(|&(pid, addr, at, _)| (pid, addr, at)).collect();
         sh.block_reads.retain(|&(pid, addr), (at, _)| now_live.contains(&(pid, addr, *at)));
         let mut by_line: HashMap<(u32, &[Frame]), BlockSite> = HashMap::new();
-        for &(pid, addr, at_ns, bytes) in live {
+        for &(pid, addr, at_ns, bytes) in live.iter().filter(|b| b.2 < made_before) {
             // The read of this very block: the address is handed out again after a free.
             let Some((_, frames)) = sh.block_reads.get(&(pid, addr)).filter(|(read_at, _)| *read_at == at_ns) else { continue };
             let site = by_line.entry((pid, frames.as_slice())).or_insert_with(|| BlockSite { pid, frames: frames.clone(), ..BlockSite::default() });
