@@ -17,11 +17,13 @@ pub struct PyLayout {
     /// The main `PyInterpreterState`; 0: the process is read from outside only (its version
     /// has no layout here), and its allocations wake the reader at once instead.
     pub interp: u64,
-    /// `PyInterpreterState.threads.head`: the newest thread state.
+    /// `PyInterpreterState.threads.head`: the newest thread state (user space walks the list
+    /// and gives the probe each thread's, `PY_THREADS`: a walk in the probe would cost the
+    /// verifier a loop per thread).
     pub threads_head: u32,
     /// `PyThreadState.next`.
     pub thread_next: u32,
-    /// `PyThreadState.native_thread_id`: the thread's kernel id.
+    /// `PyThreadState.native_thread_id`: the thread's kernel id, which the probe checks.
     pub thread_tid: u32,
     /// `PyThreadState.cframe` (3.11, 3.12) or `.current_frame` (3.13 on).
     pub thread_frame: u32,
@@ -51,15 +53,9 @@ pub const PY_FRAME_WINDOW: usize = 128;
 /// Frames read at most, innermost first: a module's forward is three frames deep per level of
 /// `nn.Module` nesting, and the job's own line is under them.
 pub const PY_MAX_FRAMES: usize = 24;
-/// Thread states walked at most to find the calling thread's.
-pub const PY_MAX_THREADS: u32 = 64;
 /// At most one block's frames a process this often: the walk costs ~1–2 µs, and blocks come at
 /// a tensor's rate. A leak's blocks stay live step after step, so a sample of them names it.
 pub const PY_CAPTURE_EVERY_NS: u64 = 1_000_000;
-/// A thread with no thread state of its own (autograd's engine) is looked up again only this
-/// long after the last miss.
-pub const PY_MISS_RETRY_NS: u64 = 1_000_000_000;
-
 /// Whether `layout`'s frame offsets are ones the probe can read: its words 8-byte aligned and
 /// inside [`PY_FRAME_WINDOW`] (user space sends no layout that fails this).
 #[must_use]
@@ -71,15 +67,6 @@ pub const fn fits_window(l: &PyLayout) -> bool {
 const fn window_word(off: u32) -> bool {
     off.is_multiple_of(8) && off + 8 <= PY_FRAME_WINDOW as u32
 }
-
-/// A thread's thread state, as the probe last found it (`tstate` 0: none, at `checked_ns`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PyThreadSlot {
-    pub tstate: u64,
-    pub checked_ns: u64,
-}
-const _: () = assert!(core::mem::size_of::<PyThreadSlot>() == 16);
 
 /// One frame as the probe saw it: its code object (a tagged reference in 3.14: low bits to
 /// clear) and the instruction the frame was at.
@@ -99,7 +86,8 @@ const _: () = assert!(core::mem::size_of::<PyFrameRef>() == 16);
 pub struct PyFramesEvent {
     pub header: EventHeader,
     pub block: u64,
-    /// Frames read, innermost first (at most [`PY_MAX_FRAMES`]).
+    /// Frame slots filled, innermost first (at most [`PY_MAX_FRAMES`]): a slot whose code is 0
+    /// holds no frame (a frame skipped, or past the outermost).
     pub depth: u32,
     /// 1: the frames are the main thread's, read for a thread with none of its own (its work
     /// is done for the Python call the main thread waits in).

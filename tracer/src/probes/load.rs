@@ -72,6 +72,7 @@ impl ProbeSet {
         let threads_id = hash_map_id(&threads_map);
         // Left in the `Ebpf`: only the Python reader's thread writes it, by a handle of its own.
         let python_read_id = ebpf.map("PYTHON_READ").and_then(hash_map_id);
+        let python_threads_id = ebpf.map("PY_THREADS").and_then(hash_map_id);
         let threads = BpfHashMap::try_from(threads_map).map_err(|_| map_error("THREADS"))?;
         let loss = PerCpuArray::try_from(take(&mut ebpf, "LOSS")?).map_err(|_| map_error("LOSS"))?;
         let ring = RingBuf::try_from(take(&mut ebpf, "EVENTS")?).map_err(|_| map_error("EVENTS"))?;
@@ -90,6 +91,7 @@ impl ProbeSet {
                 threads,
                 threads_id,
                 python_read_id,
+                python_threads_id,
                 loss,
                 sched,
                 preempted_by,

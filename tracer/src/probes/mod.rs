@@ -102,6 +102,8 @@ pub struct ProbeSet {
     threads_id: Option<u32>,
     /// The `PYTHON_READ` map's id: the processes whose Python frames are read.
     python_read_id: Option<u32>,
+    /// The `PY_THREADS` map's id: each Python thread's thread state, for the block probe.
+    python_threads_id: Option<u32>,
     loss: PerCpuArray<MapData, u64>,
     sched: BpfHashMap<MapData, u32, ThreadSched>,
     preempted_by: aya::maps::HashMap<MapData, u32, u64>,

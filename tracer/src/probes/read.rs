@@ -118,6 +118,13 @@ impl ProbeSet {
         self.python_read_id
     }
 
+    /// The id of the `PY_THREADS` map, for the Python reader to tell the block probe where
+    /// each thread's state is.
+    #[must_use]
+    pub fn python_threads_map_id(&self) -> Option<u32> {
+        self.python_threads_id
+    }
+
     /// CPU samples and off-CPU spells by user stack, cumulative: the kernel's (`SAMPLES`) and
     /// those of copied stacks, under their interned ids.
     #[must_use]

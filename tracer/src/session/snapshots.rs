@@ -56,7 +56,7 @@ impl SnapshotReader {
             kernel_symbols: None,
             stacks: HashMap::new(),
             native: Box::default(),
-            python: kernel.stacks_wanted.then(|| PythonSampler::start(kernel.threads_map_id(), kernel.python_read_map_id(), kernel.call_epoch())),
+            python: kernel.stacks_wanted.then(|| PythonSampler::start(kernel.threads_map_id(), kernel.python_read_map_id(), kernel.python_threads_map_id(), kernel.call_epoch())),
             python_followed: BTreeSet::new(),
             alloc_stacks_seen: 0,
             allocating: std::collections::HashSet::new(),

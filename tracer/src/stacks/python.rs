@@ -98,16 +98,17 @@ impl PythonSampler {
     /// Start the reader thread. `threads_map` is the kernel's `THREADS` map id (the thread
     /// opens its own handle, to read which call each thread is in), `python_read_map` that of
     /// `PYTHON_READ` (where it lists the processes it reads, whose allocations then wake the
-    /// session at once), `call_epoch` the call epoch its entries are read against
+    /// session at once), `python_threads_map` that of `PY_THREADS` (where it puts each Python
+    /// thread's state for the block probe), `call_epoch` the call epoch its entries are read against
     /// (`ThreadCounters::in_call`).
     #[must_use]
-    pub fn start(threads_map: Option<u32>, python_read_map: Option<u32>, call_epoch: Arc<std::sync::atomic::AtomicU32>) -> Self {
+    pub fn start(threads_map: Option<u32>, python_read_map: Option<u32>, python_threads_map: Option<u32>, call_epoch: Arc<std::sync::atomic::AtomicU32>) -> Self {
         let shared = Arc::new(Mutex::new(Shared::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let (add, added) = mpsc::channel();
         let handle = {
             let (shared, stop) = (Arc::clone(&shared), Arc::clone(&stop));
-            std::thread::Builder::new().name("gputrace-py".into()).spawn(move || run(&shared, &stop, &added, threads_map, python_read_map, &call_epoch)).ok()
+            std::thread::Builder::new().name("gputrace-py".into()).spawn(move || run(&shared, &stop, &added, Maps { threads: threads_map, python_read: python_read_map, python_threads: python_threads_map }, &call_epoch)).ok()
         };
         Self { shared, stop, add, handle }
     }
@@ -211,11 +212,52 @@ struct Spied {
     spy: PythonSpy,
     /// Its code objects, where the probes read its frames (its version has a layout).
     code: Option<CodeReader>,
+    /// Where the probes read its frames.
+    layout: PyLayout,
+    /// Its threads whose states are in `PY_THREADS`, and when they were last listed.
+    threads: Vec<u32>,
+    threads_listed: Option<Instant>,
 }
 
-fn run(shared: &Mutex<Shared>, stop: &AtomicBool, asked: &mpsc::Receiver<Ask>, threads_map: Option<u32>, python_read_map: Option<u32>, call_epoch: &std::sync::atomic::AtomicU32) {
-    let threads = threads_map.and_then(|id| MapData::from_id(id).ok()).and_then(|m| BpfHashMap::<MapData, u32, ThreadCounters>::try_from(Map::HashMap(m)).ok());
-    let mut python_read = python_read_map.and_then(|id| MapData::from_id(id).ok()).and_then(|m| BpfHashMap::<MapData, u32, PyLayout>::try_from(Map::HashMap(m)).ok());
+/// `PYTHON_READ`: each process read, and where the probes find its frames.
+type LayoutMap = BpfHashMap<MapData, u32, PyLayout>;
+/// `PY_THREADS`: each Python thread's thread state.
+type ThreadStateMap = BpfHashMap<MapData, u32, u64>;
+
+/// The kernel's maps the reader thread opens by id.
+#[derive(Clone, Copy, Debug)]
+struct Maps {
+    threads: Option<u32>,
+    python_read: Option<u32>,
+    python_threads: Option<u32>,
+}
+
+/// A Python process's thread list is read again this often for `PY_THREADS` (a thread
+/// started meanwhile has its blocks charged to the main thread's line until then).
+const THREADS_EVERY: Duration = Duration::from_millis(200);
+
+/// Put the thread states of `s` in `PY_THREADS`, if due: the new ones added, the gone ones
+/// taken out.
+fn list_threads(s: &mut Spied, map: Option<&mut ThreadStateMap>) {
+    let (Some(map), Some(code)) = (map, s.code.as_ref()) else { return };
+    if s.threads_listed.is_some_and(|at| at.elapsed() < THREADS_EVERY) {
+        return;
+    }
+    s.threads_listed = Some(Instant::now());
+    let now = code.threads(&s.layout);
+    for gone in s.threads.iter().filter(|t| !now.iter().any(|(tid, _)| tid == *t)) {
+        let _ = map.remove(gone);
+    }
+    for (tid, state) in &now {
+        let _ = map.insert(tid, state, 0);
+    }
+    s.threads = now.into_iter().map(|(tid, _)| tid).collect();
+}
+
+fn run(shared: &Mutex<Shared>, stop: &AtomicBool, asked: &mpsc::Receiver<Ask>, maps: Maps, call_epoch: &std::sync::atomic::AtomicU32) {
+    let threads = maps.threads.and_then(|id| MapData::from_id(id).ok()).and_then(|m| BpfHashMap::<MapData, u32, ThreadCounters>::try_from(Map::HashMap(m)).ok());
+    let mut python_threads = maps.python_threads.and_then(|id| MapData::from_id(id).ok()).and_then(|m| ThreadStateMap::try_from(Map::HashMap(m)).ok());
+    let mut python_read = maps.python_read.and_then(|id| MapData::from_id(id).ok()).and_then(|m| LayoutMap::try_from(Map::HashMap(m)).ok());
     let mut spied: Vec<Spied> = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     let period = Duration::from_nanos(1_000_000_000 / TARGET_HZ);
@@ -231,10 +273,16 @@ fn run(shared: &Mutex<Shared>, stop: &AtomicBool, asked: &mpsc::Receiver<Ask>, t
         last = began;
         launched = launched || threads.as_ref().is_some_and(any_launch);
         spied.retain_mut(|s| {
+            list_threads(s, python_threads.as_mut());
             let kept = if launched { read(s, weight, threads.as_ref(), call_epoch.load(Ordering::Relaxed), shared) } else { std::path::Path::new(&format!("/proc/{}", s.pid)).exists() };
             if !kept {
                 if let Some(m) = python_read.as_mut() {
                     let _ = m.remove(&s.pid);
+                }
+                if let Some(m) = python_threads.as_mut() {
+                    for tid in &s.threads {
+                        let _ = m.remove(tid);
+                    }
                 }
             }
             kept
@@ -261,7 +309,7 @@ fn run(shared: &Mutex<Shared>, stop: &AtomicBool, asked: &mpsc::Receiver<Ask>, t
             let mut batch: Vec<Ask> = std::iter::once(first).chain(asked.try_iter()).collect();
             batch.sort_by_key(|a| matches!(a, Ask::Alloc { block: Some(_), .. }));
             for ask in batch {
-                answer(ask, &mut spied, &mut seen, &mut alloc_reads, python_read.as_mut(), shared);
+                answer(ask, &mut spied, &mut seen, &mut alloc_reads, (python_read.as_mut(), python_threads.as_mut()), shared);
             }
         }
     }
@@ -276,7 +324,7 @@ fn answer(
     spied: &mut Vec<Spied>,
     seen: &mut std::collections::BTreeSet<u32>,
     alloc_reads: &mut AllocReads,
-    python_read: Option<&mut BpfHashMap<MapData, u32, PyLayout>>,
+    (python_read, python_threads): (Option<&mut LayoutMap>, Option<&mut ThreadStateMap>),
     shared: &Mutex<Shared>,
 ) {
     match ask {
@@ -287,7 +335,10 @@ fn answer(
                         let (layout, code) = probe_layout(pid, &spy);
                         // The probes read its frames only once its code can be read here.
                         let layout = if code.is_some() { layout } else { PyLayout::default() };
-                        spied.push(Spied { pid, spy, code });
+                        let mut s = Spied { pid, spy, code, layout, threads: Vec::new(), threads_listed: None };
+                        // Its threads first: the probe reads frames from the layout on.
+                        list_threads(&mut s, python_threads);
+                        spied.push(s);
                         if let Some(m) = python_read {
                             let _ = m.insert(&pid, &layout, 0);
                         }

@@ -137,6 +137,8 @@ const CODE_HEAD: usize = 256;
 const MAX_READ: u64 = 1 << 16;
 /// Code objects, and lines, remembered per process (a job has thousands of functions at most).
 const MAX_CODES: usize = 1 << 16;
+/// Threads listed at most per process.
+const MAX_THREADS: usize = 4096;
 
 /// Reads a CPython process's code objects from its memory (`/proc/PID/mem`), remembering each.
 #[derive(Debug)]
@@ -255,6 +257,23 @@ impl CodeReader {
             2 => char::decode_utf16(b.as_chunks::<2>().0.iter().map(|&c| u16::from_ne_bytes(c))).collect::<Result<String, _>>().ok(),
             _ => b.as_chunks::<4>().0.iter().map(|&c| char::from_u32(u32::from_ne_bytes(c))).collect(),
         }
+    }
+
+    /// The interpreter's threads, `(native thread id, thread state)`, newest first: its thread
+    /// list walked from `layout.interp` (at most [`MAX_THREADS`]; a torn list ends the walk).
+    #[must_use]
+    pub fn threads(&self, layout: &PyLayout) -> Vec<(u32, u64)> {
+        let mut out = Vec::new();
+        let mut state = self.word(layout.interp + u64::from(layout.threads_head)).unwrap_or(0);
+        while state != 0 && out.len() < MAX_THREADS {
+            let Some(tid) = self.word(state + u64::from(layout.thread_tid)).and_then(|t| u32::try_from(t).ok()) else { break };
+            if out.iter().any(|&(_, s)| s == state) {
+                break;
+            }
+            out.push((tid, state));
+            state = self.word(state + u64::from(layout.thread_next)).unwrap_or(0);
+        }
+        out
     }
 
     /// A `bytes` object's contents.
