@@ -166,6 +166,9 @@ fn tensor_job_traced(flags: &[&str], c10: &str, extra: &[&str]) -> Value {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fake-cuda/tensor_leak.py");
     let out = Command::new(gputrace())
         .env("LD_LIBRARY_PATH", &dir)
+        // Every block's frames (a random one in 16 by default): 200 steps are too few for a
+        // sample to name a line every time.
+        .env("GPUTRACE_PY_FRAMES_ONE_IN", "1")
         .args(["run", "--json"])
         .args(flags)
         .args(["--", "python3"])

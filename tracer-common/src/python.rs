@@ -40,8 +40,16 @@ pub struct PyLayout {
     /// The owner value of frames the C stack owns (the interpreter's entry shims, 3.12 on),
     /// skipped; [`NO_OWNER`] where there are none.
     pub owner_skip: u32,
+    /// One block in this many has its frames read ([`PY_CAPTURE_ONE_IN`]; 1: every one, for
+    /// tests of short jobs, `GPUTRACE_PY_FRAMES_ONE_IN`).
+    pub capture_one_in: u32,
+    #[expect(
+        clippy::pub_underscore_fields,
+        reason = "explicit padding of a wire struct; public so both sides can build it with a literal"
+    )]
+    pub _reserved: u32,
 }
-const _: () = assert!(core::mem::size_of::<PyLayout>() == 8 + 4 * 10);
+const _: () = assert!(core::mem::size_of::<PyLayout>() == 8 + 4 * 12);
 
 /// [`PyLayout::cframe_frame`] where the thread state points at the frame directly.
 pub const NO_CFRAME: u32 = u32::MAX;
@@ -53,9 +61,14 @@ pub const PY_FRAME_WINDOW: usize = 128;
 /// Frames read at most, innermost first: a module's forward is three frames deep per level of
 /// `nn.Module` nesting, and the job's own line is under them.
 pub const PY_MAX_FRAMES: usize = 24;
-/// At most one block's frames a process this often: the walk costs ~1–2 µs, and blocks come at
-/// a tensor's rate. A leak's blocks stay live step after step, so a sample of them names it.
-pub const PY_CAPTURE_EVERY_NS: u64 = 1_000_000;
+/// One block in this many, drawn at random, has its frames read: the walk costs ~2.6 µs, and
+/// blocks come at a tensor's rate. A leak's blocks stay live step after step, so a sample of
+/// them names it. At random, not every n-th nor the first after a pause: a step's blocks come
+/// in the same order every step, and on the H200 a sample of the first block after each
+/// millisecond never once caught the planted leak's (d43).
+pub const PY_CAPTURE_ONE_IN: u32 = 16;
+/// And at most one a process this often (10 000 a second).
+pub const PY_CAPTURE_EVERY_NS: u64 = 100_000;
 /// Whether `layout`'s frame offsets are ones the probe can read: its words 8-byte aligned and
 /// inside [`PY_FRAME_WINDOW`] (user space sends no layout that fails this).
 #[must_use]

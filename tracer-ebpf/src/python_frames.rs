@@ -10,7 +10,7 @@
 //! ~0.03 s for all the other programs).
 
 use aya_ebpf::{
-    helpers::{bpf_probe_read_user, bpf_probe_read_user_buf},
+    helpers::{bpf_get_prandom_u32, bpf_probe_read_user, bpf_probe_read_user_buf},
     macros::map,
     maps::{HashMap, LruHashMap, PerCpuArray},
 };
@@ -83,12 +83,17 @@ fn byte(window: &[u64; PY_FRAME_WINDOW / 8], off: u32) -> u32 {
 
 /// Read the Python frames of the calling thread (or of its process's main thread, where it
 /// has none: autograd's engine works for the call the main thread waits in) for the block at
-/// `block`, at most once a process every `PY_CAPTURE_EVERY_NS`, and send them to the ring.
+/// `block`, for one block in `capture_one_in` at random and at most once a process every
+/// `PY_CAPTURE_EVERY_NS`, and send them to the ring.
 #[inline(always)]
 pub fn capture(cur: &Current, now: u64, block: u64) -> Capture {
     let Some(l) = python_layout(cur.tgid) else { return Capture::NoLayout };
     if l.interp == 0 || !fits_window(&l) {
         return Capture::NoLayout;
+    }
+    // SAFETY: the kernel's pseudo-random generator has no preconditions.
+    if l.capture_one_in > 1 && unsafe { bpf_get_prandom_u32() } % l.capture_one_in != 0 {
+        return Capture::Skipped;
     }
     // SAFETY: the value is copied out.
     if unsafe { PY_CAPTURED.get(&cur.tgid) }.copied().is_some_and(|t| now.saturating_sub(t) < PY_CAPTURE_EVERY_NS) {

@@ -426,7 +426,10 @@ fn probe_layout(pid: u32, spy: &PythonSpy) -> (PyLayout, Option<CodeReader>) {
         log::debug!("process {pid}: Python {}.{} has no frame layout here; its lines are read from outside", v.major, v.minor);
         return (PyLayout::default(), None);
     };
-    (layout, CodeReader::open(pid, code))
+    // Tests of short jobs read every block's frames: a sample of a few hundred blocks could
+    // miss the one they look for.
+    let one_in = std::env::var("GPUTRACE_PY_FRAMES_ONE_IN").ok().and_then(|n| n.parse::<u32>().ok()).map_or(layout.capture_one_in, |n| n.max(1));
+    (PyLayout { capture_one_in: one_in, ..layout }, CodeReader::open(pid, code))
 }
 
 /// Whether any traced thread has given the GPU work: launched a kernel or a graph, copied,

@@ -13,7 +13,7 @@
 use std::{collections::HashMap, fs::File, os::unix::fs::FileExt, rc::Rc};
 
 use gputrace_common::{
-    python::{NO_CFRAME, NO_OWNER},
+    python::{NO_CFRAME, NO_OWNER, PY_CAPTURE_ONE_IN},
     PyFramesEvent, PyLayout,
 };
 
@@ -42,6 +42,8 @@ pub fn layout(major: u64, minor: u64, interp: u64) -> Option<(PyLayout, CodeLayo
                 frame_instr: 56,
                 frame_owner: 69,
                 owner_skip: NO_OWNER,
+                capture_one_in: PY_CAPTURE_ONE_IN,
+                _reserved: 0,
             },
             CodeLayout { filename: 112, name: 120, first_line: 72, line_table: 136, code: 184, ascii_size: 48, compact_size: 72 },
         ),
@@ -60,6 +62,8 @@ pub fn layout(major: u64, minor: u64, interp: u64) -> Option<(PyLayout, CodeLayo
                 frame_instr: 56,
                 frame_owner: 70,
                 owner_skip: 3,
+                capture_one_in: PY_CAPTURE_ONE_IN,
+                _reserved: 0,
             },
             CodeLayout { filename: 112, name: 120, first_line: 68, line_table: 136, code: 192, ascii_size: 40, compact_size: 56 },
         ),
@@ -76,6 +80,8 @@ pub fn layout(major: u64, minor: u64, interp: u64) -> Option<(PyLayout, CodeLayo
                 frame_instr: 56,
                 frame_owner: 70,
                 owner_skip: 3,
+                capture_one_in: PY_CAPTURE_ONE_IN,
+                _reserved: 0,
             },
             CodeLayout { filename: 112, name: 120, first_line: 68, line_table: 136, code: 200, ascii_size: 40, compact_size: 56 },
         ),
@@ -93,6 +99,8 @@ pub fn layout(major: u64, minor: u64, interp: u64) -> Option<(PyLayout, CodeLayo
                 frame_instr: 56,
                 frame_owner: 74,
                 owner_skip: 4,
+                capture_one_in: PY_CAPTURE_ONE_IN,
+                _reserved: 0,
             },
             CodeLayout { filename: 112, name: 120, first_line: 68, line_table: 136, code: 208, ascii_size: 40, compact_size: 56 },
         ),
