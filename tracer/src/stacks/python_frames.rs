@@ -10,7 +10,13 @@
 //! leaves its block to the reads from outside. Offsets that were wrong for the interpreter
 //! would so end in lines missing, never in lines made up.
 
-use std::{collections::HashMap, fs::File, os::unix::fs::FileExt, rc::Rc};
+use std::{
+    collections::HashMap,
+    fs::File,
+    os::unix::fs::FileExt,
+    rc::Rc,
+    time::{Duration, Instant},
+};
 
 use gputrace_common::{
     python::{NO_CFRAME, NO_OWNER, PY_CAPTURE_ONE_IN},
@@ -145,6 +151,8 @@ const CODE_HEAD: usize = 256;
 const MAX_READ: u64 = 1 << 16;
 /// Code objects, and lines, remembered per process (a job has thousands of functions at most).
 const MAX_CODES: usize = 1 << 16;
+/// A remembered code object is checked against its address's memory this often.
+const RECHECK: Duration = Duration::from_secs(1);
 /// Threads listed at most per process.
 const MAX_THREADS: usize = 4096;
 
@@ -155,7 +163,9 @@ pub struct CodeReader {
     layout: CodeLayout,
     /// The interpreter's code type: the first code object's, once its name said "code".
     code_type: Option<u64>,
-    codes: HashMap<u64, Option<Rc<Code>>>,
+    /// What each address held when last read, and when: a code object freed and its address
+    /// reused by another (a lambda made again, an `exec`) is read anew after [`RECHECK`].
+    codes: HashMap<u64, (Option<Rc<Code>>, Instant)>,
     /// Lines by code object and instruction: a loop's frames come back to the same few.
     lines: HashMap<(u64, u64), Option<u32>>,
 }
@@ -195,12 +205,24 @@ impl CodeReader {
         if addr == 0 {
             return None;
         }
-        if let Some(known) = self.codes.get(&addr) {
-            return known.clone();
+        if let Some((known, read_at)) = self.codes.get(&addr) {
+            if read_at.elapsed() < RECHECK {
+                return known.clone();
+            }
         }
         let code = self.read_code(addr).map(Rc::new);
-        if self.codes.len() < MAX_CODES {
-            self.codes.insert(addr, code.clone());
+        let (before, _) = self.codes.insert(addr, (code.clone(), Instant::now())).unwrap_or((None, Instant::now()));
+        // Another object at the address now: its lines are not the old one's.
+        let same = match (&before, &code) {
+            (Some(a), Some(b)) => a.name == b.name && a.file == b.file && a.first_line == b.first_line && a.table == b.table,
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            self.lines.retain(|(a, _), _| *a != addr);
+        }
+        if self.codes.len() > MAX_CODES {
+            self.codes.remove(&addr);
         }
         code
     }
@@ -429,6 +451,68 @@ mod tests {
         assert_eq!(line_at(&[0x80 | (13 << 3), 0x40, 0x40], 1, 0), None);
         assert_eq!(line_at(&[0x80 | (13 << 3), 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x3f], 1, 0), None);
         assert_eq!(line_at(&[], 1, 0), None);
+    }
+
+    /// A compact ASCII `str` object of CPython 3.12 holding `text`.
+    fn str_object(text: &str) -> Vec<u64> {
+        let mut o = vec![0u64; 5 + text.len() / 8 + 1];
+        o[2] = text.len() as u64;
+        // state: kind 1 (bits 2–4), compact (bit 5), ascii (bit 6).
+        o[4] = (1 << 2) | (1 << 5) | (1 << 6);
+        let bytes: &mut [u8] = bytemuck_bytes(&mut o[5..]);
+        bytes[..text.len()].copy_from_slice(text.as_bytes());
+        o
+    }
+
+    fn bytemuck_bytes(words: &mut [u64]) -> &mut [u8] {
+        // SAFETY: u64 words viewed as their bytes: same memory, alignment 1, no padding.
+        unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), words.len() * 8) }
+    }
+
+    #[test]
+    fn a_code_object_in_live_memory_gives_its_function_file_and_line() {
+        // A 3.12 code object built in this process's own memory, read back through /proc.
+        let (_, layout) = layout(3, 12, 0x1000).expect("3.12");
+        let name = b"code\0";
+        let mut ty = [0u64; 8];
+        ty[3] = name.as_ptr() as u64;
+        let function = str_object("train_step");
+        let file = str_object("/w/train.py");
+        let mut table = [0u64; 4 + 2];
+        table[2] = TABLE.len() as u64;
+        bytemuck_bytes(&mut table[4..])[..TABLE.len()].copy_from_slice(&TABLE);
+        let mut code = vec![0u64; 64];
+        code[1] = ty.as_ptr() as u64;
+        code[layout.filename as usize / 8] = file.as_ptr() as u64;
+        code[layout.name as usize / 8] = function.as_ptr() as u64;
+        code[layout.line_table as usize / 8] = table.as_ptr() as u64;
+        bytemuck_bytes(&mut code)[layout.first_line as usize..layout.first_line as usize + 4].copy_from_slice(&10i32.to_ne_bytes());
+        std::hint::black_box((&ty, &table, &code));
+        let start = code.as_ptr() as u64 + u64::from(layout.code);
+        let mut event = PyFramesEvent {
+            header: gputrace_common::EventHeader::default(),
+            block: 0,
+            depth: 3,
+            borrowed: 0,
+            frames: [gputrace_common::PyFrameRef::default(); gputrace_common::python::PY_MAX_FRAMES],
+        };
+        // The call at unit 2 (line 11); a slot with no frame; a code address that is no code.
+        event.frames[0] = gputrace_common::PyFrameRef { code: code.as_ptr() as u64, instr: start + 4 };
+        event.frames[2] = gputrace_common::PyFrameRef { code: table.as_ptr() as u64, instr: 0 };
+        let mut reader = CodeReader::open(std::process::id(), layout).expect("our own memory");
+        let frames = reader.frames(&event);
+        assert_eq!(frames.len(), 1, "{frames:?}");
+        assert_eq!((frames[0].function.as_str(), frames[0].file.as_deref(), frames[0].line), ("train_step", Some("/w/train.py"), Some(11)));
+        // Before the first instruction: the function's first line.
+        event.frames[0].instr = start - 2;
+        assert_eq!(reader.frames(&event)[0].line, Some(10));
+        // The object freed and another made at its address: read anew once RECHECK has passed.
+        let other = str_object("eval_step");
+        code[layout.name as usize / 8] = other.as_ptr() as u64;
+        std::hint::black_box(&code);
+        assert_eq!(reader.frames(&event)[0].function, "train_step", "remembered meanwhile");
+        std::thread::sleep(RECHECK + Duration::from_millis(50));
+        assert_eq!(reader.frames(&event)[0].function, "eval_step");
     }
 
     #[test]
