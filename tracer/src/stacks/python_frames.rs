@@ -32,8 +32,10 @@ use super::Frame;
 pub fn layout(major: u64, minor: u64, interp: u64) -> Option<(PyLayout, CodeLayout)> {
     // The offsets are those of CPython's own structs (Include/internal/pycore_interp.h,
     // pycore_frame.h, cpython/pystate.h, cpython/code.h, cpython/unicodeobject.h) in each
-    // release's headers, and match py-spy 0.4.3's bindings of them. 3.11 is checked here by
-    // the tests (the build machine's python3), 3.12 on the H200 (docs/validation.md).
+    // release's headers, and match py-spy 0.4.3's bindings of them. Checked: 3.11 by the tests
+    // (the build machine's python3), 3.12.1 and 3.13.0 by hand on the fake rig, 3.12.3 on the
+    // H200 (its records checked out, docs/validation.md d41–d43). 3.14's are unchecked: wrong
+    // offsets lose lines (the reader drops what does not check out), never invent them.
     let (p, c) = match (major, minor) {
         (3, 11) => (
             PyLayout {
