@@ -55,7 +55,7 @@ fn write(path: &Path, bytes: &[u8]) -> Result<()> {
 /// Build the artifacts from `gputrace` (a release build) into `root/target/dist`.
 pub fn dist(root: &Path, gputrace: &Path) -> Result<Artifacts> {
     let version = String::from_utf8(output_of(gputrace, &["--version"])?)?.split_whitespace().nth(1).context("gputrace --version")?.to_owned();
-    let out = root.join("target/dist");
+    let out = super::target_dir().join("dist");
     let _ = fs::remove_dir_all(&out);
     let name = format!("gputrace-{version}-{TARGET}");
     let stage = out.join(&name);

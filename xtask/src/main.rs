@@ -70,7 +70,7 @@ fn fuzz(target: Option<&str>, seconds: u32) -> Result<()> {
     if Command::new("cargo").args(["fuzz", "--version"]).output().map_or(true, |o| !o.status.success()) {
         run(Command::new("cargo").args(["install", "cargo-fuzz", "--locked"]))?;
     }
-    let seeds = root().join("target/fuzz-seeds");
+    let seeds = target_dir().join("fuzz-seeds");
     run(Command::new("cargo")
         .current_dir(root())
         .env("GPUTRACE_EBPF_STUB", "1")
@@ -78,7 +78,7 @@ fn fuzz(target: Option<&str>, seconds: u32) -> Result<()> {
         .args(["test", "--package", "gputrace", "--lib", "fuzzing::tests::write_seeds", "--", "--ignored", "--exact"]))?;
     let targets: Vec<&str> = target.map_or_else(|| FUZZ_TARGETS.to_vec(), |t| vec![t]);
     for t in targets {
-        let corpus = root().join("target/fuzz-corpus").join(t);
+        let corpus = target_dir().join("fuzz-corpus").join(t);
         std::fs::create_dir_all(&corpus)?;
         run(Command::new("cargo")
             .current_dir(root().join("fuzz"))
@@ -96,6 +96,15 @@ fn fuzz(target: Option<&str>, seconds: u32) -> Result<()> {
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
+}
+
+/// Cargo's target directory: `CARGO_TARGET_DIR` where set (relative to the workspace, as cargo
+/// takes it here), else `target`. A demo run with it set looked for the binary in `target`.
+fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => root().join(dir),
+        _ => root().join("target"),
+    }
 }
 
 /// Runs a step and says how long it took, so that a CI log shows where its time goes.
@@ -119,13 +128,13 @@ fn build() -> Result<PathBuf> {
 fn build_only(bins: &[&str]) -> Result<PathBuf> {
     toolchain::setup()?;
     run(Command::new("cargo").current_dir(root()).args(["build", "--release", "--package", "gputrace"]).args(bins.iter().flat_map(|b| ["--bin", b])))?;
-    Ok(root().join("target/release/gputrace"))
+    Ok(target_dir().join("release/gputrace"))
 }
 
 /// The demo: a planted bottleneck per run, each traced by `gputrace run` on the fake CUDA.
 fn demo() -> Result<()> {
     let gputrace = build_only(&["gputrace"])?;
-    let fake = root().join("target/fake-cuda");
+    let fake = target_dir().join("fake-cuda");
     builder::build_fake_cuda(&root().join("tests/fake-cuda"), &fake).map_err(anyhow::Error::msg)?;
     let job = fake.join("fakejob").display().to_string();
     let scenarios: [(&str, &[&str]); 3] = [
@@ -156,7 +165,7 @@ fn demo() -> Result<()> {
         run(Command::new(&gputrace).env("LD_LIBRARY_PATH", &fake).arg("run").arg("--").arg(&job).args(args))?;
     }
     // The same pageable-copy job recorded, then looked at: a page to open in a browser.
-    let dir = root().join("target/demo");
+    let dir = target_dir().join("demo");
     std::fs::create_dir_all(&dir)?;
     let (recording, page) = (dir.join("pageable.gtr"), dir.join("pageable.html"));
     eprintln!("\n=== demo: the second job recorded, and its report as a page ===");
@@ -207,7 +216,7 @@ fn test_steps() -> Result<()> {
     // Every crate inherits the workspace lints; each compile below lints what it builds, and
     // a warning fails the run (`cargo_release`).
     run(&mut cargo_release("build"))?;
-    let gputrace = root().join("target/release/gputrace");
+    let gputrace = target_dir().join("release/gputrace");
     // Unit tests, of the libraries (the binaries and the integration-test crate's library
     // have none; clippy checks them). gputrace's own are built with overflow checks and debug
     // assertions on: the fuzz corpus and its mutations run as the fuzzer runs them (a release
@@ -243,7 +252,7 @@ fn main() -> Result<()> {
         Task::Bench { unwind, calls, startup } => {
             let gputrace = build()?;
             let release = gputrace.parent().context("target/release")?.to_path_buf();
-            let fake = root().join("target/fake-cuda");
+            let fake = target_dir().join("fake-cuda");
             builder::build_fake_cuda(&root().join("tests/fake-cuda"), &fake).map_err(anyhow::Error::msg)?;
             if unwind {
                 bench_unwind::run(&release, &fake)
