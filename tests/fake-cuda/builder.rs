@@ -1,5 +1,5 @@
 //! Builds the fake CUDA (libcuda.so.1, libcudart.so.13), the fake NCCL (libnccl.so.2), the fake caching allocator
-//! (`c10/libc10.so` and `c10/libc10_cuda.so`, C++), the `fakejob` workload and the fake NVML (`nvml/libnvidia-ml.so.1`) with the system C compiler. Shared by `tests/build.rs` and `cargo xtask demo` through `#[path]`,
+//! (`c10/libc10.so` and `c10/libc10_cuda.so`, C++), the `fakejob` workload, the fake GPU's own check (`queue_check`) and the fake NVML (`nvml/libnvidia-ml.so.1`) with the system C compiler. Shared by `tests/build.rs` and `cargo xtask demo` through `#[path]`,
 //! so there is one recipe.
 
 use std::{path::Path, process::Command};
@@ -13,7 +13,7 @@ pub fn build_fake_cuda(src: &Path, out: &Path) -> Result<(), String> {
     // Frame pointers and line tables, as a user's debug build has: the kernel unwinds user
     // stacks by frame pointer, and the sites name file:line from DWARF.
     let debuggable = ["-g", "-fno-omit-frame-pointer"];
-    let steps: [Vec<String>; 4] = [
+    let steps: [Vec<String>; 5] = [
         vec![
             "-O2".into(),
             "-shared".into(),
@@ -49,6 +49,17 @@ pub fn build_fake_cuda(src: &Path, out: &Path) -> Result<(), String> {
             "-Wl,-rpath,$ORIGIN".into(),
         ],
         vec!["-O2".into(), "-o".into(), o("fakejob"), s("fakejob.c"), "-ldl".into(), "-lpthread".into()],
+        // The fake GPU's own check (tests/tests/fake_gpu.rs), linked against the fake driver.
+        vec![
+            "-O2".into(),
+            format!("-I{}", src.display()),
+            "-o".into(),
+            o("queue_check"),
+            s("queue_check.c"),
+            format!("-L{}", out.display()),
+            "-l:libcuda.so.1".into(),
+            "-Wl,-rpath,$ORIGIN".into(),
+        ],
     ];
     // The same pair in `unprobeable/`, with one symbol the kernel cannot probe (libcuda.c).
     let variant = out.join("unprobeable");

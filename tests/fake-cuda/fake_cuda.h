@@ -85,6 +85,7 @@ _Static_assert(offsetof(CUDA_MEMCPY3D, srcMemoryType) == 32 && offsetof(CUDA_MEM
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_INVALID_VALUE 1
 #define CUDA_ERROR_OUT_OF_MEMORY 2
+#define CUDA_ERROR_NOT_READY 600
 
 CUresult cuInit(unsigned flags);
 CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev);
@@ -113,6 +114,14 @@ CUresult cuStreamSynchronize(CUstream s);
 CUresult cuCtxSynchronize(void);
 CUresult cuCtxSynchronize_v2(CUcontext ctx);
 CUresult cuEventSynchronize(CUevent e);
+CUresult cuStreamCreate(CUstream *s, unsigned flags);
+CUresult cuStreamDestroy_v2(CUstream s);
+CUresult cuStreamQuery(CUstream s);
+CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags);
+CUresult cuEventCreate(CUevent *e, unsigned flags);
+CUresult cuEventDestroy_v2(CUevent e);
+CUresult cuEventRecord(CUevent e, CUstream s);
+CUresult cuEventQuery(CUevent e);
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n);
 CUresult cuMemFree_v2(CUdeviceptr p);
 /* Virtual memory management; the allocation properties are not modelled. */

@@ -1,10 +1,11 @@
 /* The fake GPU's ledger: what libcuda.c publishes of its simulated timeline, in a file named by
  * FAKE_GPU_LEDGER and mapped MAP_SHARED, for the fake NVML (fake_nvml.c) to read from another
- * process (gputrace). Busy time up to CLOCK_MONOTONIC time t is
+ * process (gputrace). Busy time (a kernel running: NVML's utilization counts kernels, not
+ * copies) up to CLOCK_MONOTONIC time t is
  *     enqueued_ns - max(0, queue_end_ns - t)
- * since the device runs its queue in order without gaps from the moment work is queued: work
- * queued but not done yet is not busy time. The formula is exact only for the values as of t,
- * so a reader takes its snapshot and then reads the clock.
+ * since the device runs its kernels in order without gaps once they are queued behind one
+ * another: kernel time queued but not done yet is not busy time. The formula is exact only for
+ * the values as of t, so a reader takes its snapshot and then reads the clock.
  *
  * One writer process: the one that loaded libcuda and created the ledger (a forked child has
  * its own copy of the fake GPU and stops publishing). Its writers are serialized by libcuda's
@@ -20,8 +21,8 @@
 struct fake_gpu_ledger {
     uint64_t magic;
     uint64_t seq;
-    uint64_t enqueued_ns;  /* device ns ever queued */
-    uint64_t queue_end_ns; /* CLOCK_MONOTONIC ns when all queued work is done */
+    uint64_t enqueued_ns;  /* kernel ns ever queued (their union, where streams overlap) */
+    uint64_t queue_end_ns; /* CLOCK_MONOTONIC ns when the last queued kernel is done */
     uint64_t memory_used;  /* device bytes allocated and not freed */
     uint64_t pid;          /* the process using the fake GPU; 0 once it has exited */
 };

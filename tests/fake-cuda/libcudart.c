@@ -154,3 +154,13 @@ NOINLINE cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags) { ensure_
 NOINLINE cudaError_t cudaMallocHost(void **p, size_t n) { ensure_context(); return cuMemAllocHost_v2(p, n); }
 NOINLINE cudaError_t cudaFreeHost(void *p) { return cuMemFreeHost(p); }
 NOINLINE cudaError_t cudaHostRegister(void *p, size_t n, unsigned flags) { return cuMemHostRegister_v2(p, n, flags); }
+/* Streams and events forward to the driver, as the real runtime's do. */
+NOINLINE cudaError_t cudaStreamCreate(CUstream *s) { ensure_context(); return cuStreamCreate(s, 0); }
+NOINLINE cudaError_t cudaStreamDestroy(CUstream s) { return cuStreamDestroy_v2(s); }
+NOINLINE cudaError_t cudaStreamQuery(CUstream s) { return cuStreamQuery(s); }
+NOINLINE cudaError_t cudaStreamWaitEvent(CUstream s, CUevent e, unsigned flags) { return cuStreamWaitEvent(s, e, flags); }
+NOINLINE cudaError_t cudaEventCreate(CUevent *e) { ensure_context(); return cuEventCreate(e, 0); }
+NOINLINE cudaError_t cudaEventDestroy(CUevent e) { return cuEventDestroy_v2(e); }
+NOINLINE cudaError_t cudaEventRecord(CUevent e, CUstream s) { return cuEventRecord(e, s); }
+NOINLINE cudaError_t cudaEventQuery(CUevent e) { return cuEventQuery(e); }
+NOINLINE cudaError_t cudaEventSynchronize(CUevent e) { return cuEventSynchronize(e); }
