@@ -6,7 +6,11 @@
 //! a half-idle job and a GPU-bound one, and memory listed under another pid is not the job's.
 use std::{process::Command, time::Duration};
 
-use gputrace_tests::{fakejob, gputrace, require_root, run_fakejob_nvml, FakeNvml, Gated, Tracer};
+use gputrace_tests::{
+    fakejob, gputrace, require_root, run_fakejob_nvml,
+    twins::{self, owned, usual_fix},
+    FakeNvml, Gated, Tracer,
+};
 use serde_json::Value;
 
 /// The job's device in the report, checked to be the fake NVML's.
@@ -174,9 +178,13 @@ fn predicted(r: &Value, id: &str) -> f64 {
 #[test]
 fn sync_and_host_work_rank_the_sync_fix_first_at_the_gpus_rate() {
     require_root();
-    let (r, code, stderr) = run_fakejob_nvml(&[], &["--steps", "400", "--driver-launches", "10", "--kernel-us", "300", "--host-us", "2000", "--item", "1"]);
+    let args = ["--steps", "400", "--driver-launches", "10", "--kernel-us", "300", "--host-us", "2000", "--item", "1"];
+    let (r, code, stderr) = run_fakejob_nvml(&[], &args);
     assert_eq!(code, 0, "{stderr}");
-    assert_eq!(r["verdict"], "host-sync", "{r:#}");
+    // Its twins: the read dropped, or the host work moved to a worker; both leave the GPU's
+    // 3 ms, a tie the test leaves to the ranking.
+    let planted = owned(&args);
+    let _ = twins::assert_against(&r, &planted, &[usual_fix(&planted, "host-sync"), usual_fix(&planted, "host-bound")]);
     let after = predicted(&r, "host-sync");
     assert!((after - 1e6 / 3000.0).abs() <= 0.10 * 1e6 / 3000.0, "predicted {after:.0} steps/s, truth 333: {r:#}");
     let launch = r["diagnoses"].as_array().expect("diagnoses").iter().find(|d| d["id"] == "launch-bound");
@@ -189,8 +197,11 @@ fn sync_and_host_work_rank_the_sync_fix_first_at_the_gpus_rate() {
 #[test]
 fn tiny_launches_rank_the_launch_fix_first_at_the_gpus_rate() {
     require_root();
-    let (r, code, stderr) = run_fakejob_nvml(&[], &["--steps", "1500", "--driver-launches", "300", "--kernel-us", "1", "--sync"]);
+    let args = ["--steps", "1500", "--driver-launches", "300", "--kernel-us", "1", "--sync"];
+    let (r, code, stderr) = run_fakejob_nvml(&[], &args);
     assert_eq!(code, 0, "{stderr}");
+    let planted = owned(&args);
+    let _ = twins::assert_against(&r, &planted, &[usual_fix(&planted, "launch-bound"), usual_fix(&planted, "host-sync")]);
     assert_eq!(r["verdict"], "launch-bound", "{r:#}");
     let after = predicted(&r, "launch-bound");
     assert!((after - 1e6 / 300.0).abs() <= 0.10 * 1e6 / 300.0, "predicted {after:.0} steps/s, truth 3333: {r:#}");

@@ -40,6 +40,9 @@ pub struct Inputs<'a> {
     pub gpu: Option<&'a [GpuDevice]>,
     /// The cores the job may use, if known (work moved off the training thread runs there).
     pub cpus: Option<f64>,
+    /// What the probes added to each thread's time, ns (`report::overhead::per_thread_ns`);
+    /// None where unknown. The step model takes it out of the host's time.
+    pub tracer_ns: Option<&'a std::collections::HashMap<u32, f64>>,
 }
 
 /// Impact at or above which a problem is `high`, `medium`, `low`.
@@ -116,7 +119,7 @@ pub fn analyze(inputs: &Inputs<'_>) -> Findings {
     checkpoint_stall::drop_pageable_of_checkpoints(&mut found, inputs.evidence);
     sites::attach(&mut found, inputs.evidence, &threads);
     let steps = account.time.as_ref().and_then(|t| steps::find(inputs.evidence, t));
-    let mut model = whatif::StepModel::build(inputs.evidence, &account, steps.as_ref().map(|s| s.per_step.launches), inputs.cpus);
+    let mut model = whatif::StepModel::build(inputs.evidence, &account, steps.as_ref().map(|s| s.per_step.launches), inputs.cpus, inputs.tracer_ns);
     if let (Some(m), Some((lag, slowest))) = (model.as_mut(), rank_lag) {
         m.rank_lag = lag;
         m.notes.push(format!(

@@ -95,14 +95,19 @@ pub(super) fn host_bound(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
         super::whatif::dispatch::Source::LaunchCost if a.launch_rate >= LAUNCH_BOUND_RATE => return None,
         super::whatif::dispatch::Source::LaunchCost => 0.0,
     };
-    let host = (all_host * (1.0 - launching) - a.sync_hideable()).max(0.0);
+    // All of the program's own host code on the critical path: where a sync leaves the GPU
+    // idle behind it, moving it off the thread buys as much as dropping the sync (their twins
+    // tie on the fake GPU, tests/tests/diagnosis.rs), so both are reported and the
+    // simulation ranks them.
+    let host = (all_host * (1.0 - launching)).max(0.0);
     let blocked = a.share(|t| t.waiting_on_gpu_ns + t.in_copies_ns);
     // The GPU must be idle while the host works. NVML says so directly. Without it: the GPU
     // queue was seen empty (after syncs, until the next launch) most of the time, or the job
     // synchronizes and yet hardly ever waits for the GPU, so nothing was left running at each
     // sync (a job that never syncs could be queueing GPU work and is not judged).
     let gpu_idle = match a.gpu_util {
-        Some(u) => u < GPU_IDLE_UTIL,
+        // Idle at least while the host works: some of the window.
+        Some(u) => u < 1.0 - MEDIUM,
         None => (a.sync_rate > 0.0 && blocked < HOST_WAIT_NONE) || a.share(|t| t.queue_empty_ns) >= GPU_IDLE_UTIL,
     };
     let launches: u64 = ev.threads.values().map(|t| t.kernel_launches() + t.graph_launches()).sum();

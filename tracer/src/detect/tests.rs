@@ -39,7 +39,7 @@ fn gpu_with_sm(util: f64, sm: Option<f64>) -> Vec<GpuDevice> {
 }
 
 fn verdict(ev: &Evidence, gpu: Option<&[GpuDevice]>) -> DiagnosisId {
-    diagnose(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: ev, gpu, cpus: None }).0
+    diagnose(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: ev, gpu, cpus: None, tracer_ns: None }).0
 }
 
 #[test]
@@ -94,7 +94,7 @@ fn sm_activity_outranks_utilization() {
 #[test]
 fn waiting_on_the_gpu_most_of_the_time_is_healthy() {
     let ev = evidence(1_000, 1_000, 8 * S, 0);
-    let (v, found) = diagnose(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &ev, gpu: None, cpus: None });
+    let (v, found) = diagnose(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &ev, gpu: None, cpus: None, tracer_ns: None });
     assert_eq!(v, DiagnosisId::GpuBound);
     assert!(found.iter().all(|d| d.id == DiagnosisId::GpuBound || d.severity == "low" || d.severity == "info"), "{found:?}");
 }
@@ -115,7 +115,7 @@ fn nothing_seen_is_no_cuda_work() {
 #[test]
 fn impacts_are_fractions() {
     let ev = evidence(10_000_000, 100_000, 30 * S, 30 * S);
-    let (_, found) = diagnose(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &ev, gpu: None, cpus: None });
+    let (_, found) = diagnose(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &ev, gpu: None, cpus: None, tracer_ns: None });
     assert!(found.iter().all(|d| (0.0..=1.0).contains(&d.impact)), "{found:?}");
 }
 
@@ -138,7 +138,7 @@ fn threads_taking_turns_are_not_input_starved() {
     sched(&mut ev, 1, 1, [6 * S, 0, 0, 4 * S]);
     sched(&mut ev, 2, 1, [4 * S, 0, 0, 6 * S]);
     sched(&mut ev, 3, 3, [0, 0, 0, 10 * S]);
-    let (v, found) = diagnose(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &ev, gpu: Some(&gpu_with_sm(12.0, Some(0.1))), cpus: None });
+    let (v, found) = diagnose(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &ev, gpu: Some(&gpu_with_sm(12.0, Some(0.1))), cpus: None, tracer_ns: None });
     assert_eq!(v, DiagnosisId::LaunchBound);
     assert!(found.iter().all(|d| d.id != DiagnosisId::InputStarved), "{found:?}");
 }
@@ -150,12 +150,12 @@ fn a_sleeping_trainer_with_busy_workers_is_input_starved() {
     sched(&mut ev, 1, 1, [S / 2, 0, 0, 9 * S]);
     sched(&mut ev, 7, 7, [19 * S / 2, 0, 0, S / 2]);
     sched(&mut ev, 8, 8, [19 * S / 2, 0, 0, S / 2]);
-    let (v, found) = diagnose(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &ev, gpu: Some(&gpu_with_sm(1.0, Some(0.5))), cpus: None });
+    let (v, found) = diagnose(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &ev, gpu: Some(&gpu_with_sm(1.0, Some(0.5))), cpus: None, tracer_ns: None });
     assert_eq!(v, DiagnosisId::InputStarved);
     assert!(found[0].summary.contains("busy on the CPU"), "{}", found[0].summary);
     // Workers blocked on the disk instead.
     sched(&mut ev, 7, 7, [S, 0, 8 * S, S]);
-    let (_, found) = diagnose(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &ev, gpu: None, cpus: None });
+    let (_, found) = diagnose(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &ev, gpu: None, cpus: None, tracer_ns: None });
     assert!(found.iter().any(|d| d.id == DiagnosisId::InputStarved && d.summary.contains("disk")), "{found:?}");
 }
 
@@ -226,7 +226,7 @@ fn impacts_add_up_to_at_most_one() {
     }
     cases.push(("concurrent", ev, None));
     for (name, ev, gpu) in &cases {
-        let f = analyze(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: ev, gpu: gpu.as_deref(), cpus: None });
+        let f = analyze(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: ev, gpu: gpu.as_deref(), cpus: None, tracer_ns: None });
         let sum = problem_sum(&f.diagnoses);
         assert!(sum <= 1.0 + 1e-9, "{name}: impacts add up to {sum}: {:#?}", f.diagnoses);
         assert!(f.diagnoses.iter().filter(|d| d.id != DiagnosisId::GpuBound).count() >= 2, "{name}: a case that tests nothing: {:?}", f.diagnoses);
@@ -251,25 +251,29 @@ fn cpu_copy_loop(transfer_ns: u64) -> Evidence {
 
 #[test]
 fn a_gpu_bound_loop_ending_in_cpu_copies_is_gpu_bound() {
-    let (v, found) = diagnose(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &cpu_copy_loop(S / 10), gpu: None, cpus: None });
+    let (v, found) = diagnose(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &cpu_copy_loop(S / 10), gpu: None, cpus: None, tracer_ns: None });
     assert_eq!(v, DiagnosisId::GpuBound, "{found:#?}");
     assert!(found.iter().all(|d| d.id != DiagnosisId::BlockingCopy || d.impact < MEDIUM), "{found:#?}");
     // NVML says the SMs were busy 90%: even a large transfer is charged at most the rest.
     let gpu = gpu_with_sm(99.0, Some(90.0));
-    let (v, found) = diagnose(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &cpu_copy_loop(6 * S), gpu: Some(&gpu), cpus: None });
+    let (v, found) = diagnose(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &cpu_copy_loop(6 * S), gpu: Some(&gpu), cpus: None, tracer_ns: None });
     assert_eq!(v, DiagnosisId::GpuBound, "{found:#?}");
     assert!(found.iter().all(|d| d.id != DiagnosisId::BlockingCopy || d.impact <= 0.1 + 1e-9), "{found:#?}");
 }
 
 #[test]
 fn waiting_on_large_transfers_is_blocking_copy() {
-    let (v, found) = diagnose(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &cpu_copy_loop(6 * S), gpu: None, cpus: None });
+    let (v, found) = diagnose(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &cpu_copy_loop(6 * S), gpu: None, cpus: None, tracer_ns: None });
     assert_eq!(v, DiagnosisId::BlockingCopy, "{found:#?}");
     let d = &found[0];
-    // Overlapped, the 6 s of transfers still take 6 s on the bus: the 10 s step becomes 6 s,
-    // and the impact is what the fix gives back.
+    // Made asynchronous, the copies still run on the stream after the kernels they follow:
+    // the GPU's floor is its kernels (at least the 2 s of the 8 s waited that were no
+    // transfer) plus the 6 s on the bus, so the 10 s step becomes 8 s at best (until
+    // 2026-12-05 the model let the copies overlap the kernels and promised 6 s; the fake GPU's
+    // twins measured the same-stream truth, tests/tests/diagnosis.rs). The impact is what the
+    // fix gives back.
     let s = d.saving.as_ref().expect("a saving");
-    assert!((s.fraction - 0.4).abs() < 1e-9 && (d.impact - 0.4).abs() < 1e-9, "{d:?}");
+    assert!(s.fraction > 0.05 && s.fraction <= 0.2 + 1e-9 && (d.impact - s.fraction).abs() < 1e-9, "{d:?}");
     assert_eq!(s.bound.as_deref(), Some("bus"));
 }
 
@@ -286,7 +290,7 @@ fn a_steady_sync_every_step_gives_steps_and_figures_per_step() {
     for i in 0..100 {
         t.markers.record(sync_kind(), S / 100 + i * S / 10 + (i % 3) * 1_000_000);
     }
-    let f = analyze(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &ev, gpu: None, cpus: None });
+    let f = analyze(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &ev, gpu: None, cpus: None, tracer_ns: None });
     let s = f.steps.expect("steps found");
     assert!((s.per_second - 10.0).abs() < 0.2, "{s:?}");
     assert!((s.per_step.launches - 50.0).abs() < 1.0 && (s.per_step.syncs - 1.0).abs() < 0.05, "{s:?}");
@@ -306,18 +310,18 @@ fn irregular_syncs_give_no_steps() {
         at += (i * i * 7_919 % 97 + 1) * 2_000_000;
         t.markers.record(sync_kind(), at);
     }
-    assert!(analyze(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &ev, gpu: None, cpus: None }).steps.is_none());
+    assert!(analyze(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &ev, gpu: None, cpus: None, tracer_ns: None }).steps.is_none());
 }
 
 /// The GPU's idle lower bound is reported and checked against NVML.
 #[test]
 fn the_queue_idle_bound_is_checked_against_nvml() {
     let ev = evidence(10_000, 2_000, 2 * S, 4 * S);
-    let f = analyze(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &ev, gpu: Some(&gpu(55.0)), cpus: None });
+    let f = analyze(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &ev, gpu: Some(&gpu(55.0)), cpus: None, tracer_ns: None });
     let g = f.gpu_idle.expect("gpu idle");
     assert!((g.lower_bound_fraction - 0.4).abs() < 1e-9);
     assert_eq!(g.consistent, Some(true), "0.40 idle within NVML's 0.45");
-    let f = analyze(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &ev, gpu: Some(&gpu(90.0)), cpus: None });
+    let f = analyze(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &ev, gpu: Some(&gpu(90.0)), cpus: None, tracer_ns: None });
     assert_eq!(f.gpu_idle.expect("gpu idle").consistent, Some(false), "0.40 idle but NVML saw a kernel 90% of the time");
 }
 
@@ -326,7 +330,7 @@ fn a_busy_gpu_with_empty_sms_is_small_kernels() {
     // Graph replays of tiny kernels: a kernel runs 95 % of the time, the SMs are 12 % busy.
     let mut ev = evidence(1_000, 0, 0, 0);
     woken_by_the_gpu(&mut ev, 8 * S);
-    let (v, found) = diagnose(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &ev, gpu: Some(&gpu_with_sm(95.0, Some(12.0))), cpus: None });
+    let (v, found) = diagnose(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &ev, gpu: Some(&gpu_with_sm(95.0, Some(12.0))), cpus: None, tracer_ns: None });
     assert_eq!(v, DiagnosisId::SmallKernels, "{found:?}");
     let d = found.iter().find(|d| d.id == DiagnosisId::SmallKernels).expect("small-kernels");
     // The GPU's 95 % shrinks to 12 %; the host's 20 % of work (and the 5 % the model does
@@ -336,9 +340,9 @@ fn a_busy_gpu_with_empty_sms_is_small_kernels() {
     assert!((d.impact - 0.75).abs() < 1e-6, "the share the fix gives back: {}", d.impact);
     assert_eq!(s.bound.as_deref(), Some("host"));
     // Full SMs, or no GPM: not small kernels.
-    let (_, found) = diagnose(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &ev, gpu: Some(&gpu_with_sm(95.0, Some(80.0))), cpus: None });
+    let (_, found) = diagnose(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &ev, gpu: Some(&gpu_with_sm(95.0, Some(80.0))), cpus: None, tracer_ns: None });
     assert!(found.iter().all(|d| d.id != DiagnosisId::SmallKernels), "{found:?}");
-    let (_, found) = diagnose(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &ev, gpu: Some(&gpu_with_sm(95.0, None)), cpus: None });
+    let (_, found) = diagnose(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &ev, gpu: Some(&gpu_with_sm(95.0, None)), cpus: None, tracer_ns: None });
     assert!(found.iter().all(|d| d.id != DiagnosisId::SmallKernels), "{found:?}");
 }
 
@@ -356,7 +360,7 @@ fn periodic_bulk_copies_to_the_host_are_a_checkpoint_stall_and_not_a_pageable_co
     ev.copies.d2h.pageable_bytes = 12 * (64 << 20);
     ev.copies.d2h.pageable = 12;
     ev.copies.d2h.count = 12;
-    let (_, found) = diagnose(&Inputs { start_ns: 0, window_ns: 6 * S, evidence: &ev, gpu: None, cpus: None });
+    let (_, found) = diagnose(&Inputs { start_ns: 0, window_ns: 6 * S, evidence: &ev, gpu: None, cpus: None, tracer_ns: None });
     let d = found.iter().find(|d| d.id == DiagnosisId::CheckpointStall).expect("checkpoint-stall");
     assert!((d.impact - 0.2).abs() < 1e-9, "{d:?}");
     assert!(d.summary.contains("every 2.0 s"), "{}", d.summary);
@@ -367,7 +371,7 @@ fn periodic_bulk_copies_to_the_host_are_a_checkpoint_stall_and_not_a_pageable_co
 fn one_bulk_copy_burst_is_no_checkpoint_stall() {
     let mut ev = evidence(10_000, 1_000, S / 10, 0);
     ev.d2h_bursts.copy(1, 0, S, 256 << 20, true);
-    let (_, found) = diagnose(&Inputs { start_ns: 0, window_ns: 6 * S, evidence: &ev, gpu: None, cpus: None });
+    let (_, found) = diagnose(&Inputs { start_ns: 0, window_ns: 6 * S, evidence: &ev, gpu: None, cpus: None, tracer_ns: None });
     assert!(!found.iter().any(|d| d.id == DiagnosisId::CheckpointStall), "{found:?}");
 }
 
@@ -375,7 +379,7 @@ fn one_bulk_copy_burst_is_no_checkpoint_stall() {
 fn gpm_sm_activity_below_utilization_lowers_the_gpu_floors_range_not_its_point() {
     let ev = evidence(100_000, 0, 0, 0);
     let busy = |gpu: &[GpuDevice]| {
-        let f = analyze(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &ev, gpu: Some(gpu), cpus: None });
+        let f = analyze(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &ev, gpu: Some(gpu), cpus: None, tracer_ns: None });
         let m = f.step_model.expect("a step model");
         (m.gpu_busy, m.notes.iter().any(|n| n.contains("SM activity")))
     };

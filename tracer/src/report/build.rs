@@ -55,6 +55,14 @@ fn memory_inputs<'a>(outcome: &'a Outcome, traced: &'a [u32]) -> detect::memory:
     }
 }
 
+/// The analysis of the outcome, with the probes' own cost per thread taken out of the step
+/// model (`report::overhead::per_thread_ns`).
+fn findings_of(outcome: &Outcome, window_ns: u64, gpu: Option<&crate::model::Gpu>) -> detect::Findings {
+    let ev = &outcome.evidence;
+    let tracer_ns = super::overhead::per_thread_ns(ev, outcome.entry_only, &outcome.libraries, outcome.trap_costs.as_ref());
+    detect::analyze(&detect::Inputs { start_ns: outcome.start_ns, window_ns, evidence: ev, gpu: gpu.map(|g| g.devices.as_slice()), cpus: outcome.cpus, tracer_ns: Some(&tracer_ns) })
+}
+
 /// Assemble the report for `outcome`, with the GPU view if NVML answered.
 #[must_use]
 pub fn build(outcome: &Outcome) -> Report {
@@ -85,7 +93,7 @@ pub fn build(outcome: &Outcome) -> Report {
     // A return without its entry is a call that started before we attached: not a loss.
     let lost_events = lost_events(&loss);
     let probed_late = outcome.libraries.iter().map(|l| l.probed_late_for.len() as u64).sum::<u64>();
-    let mut findings = detect::analyze(&detect::Inputs { start_ns: outcome.start_ns, window_ns, evidence: ev, gpu: gpu.as_ref().map(|g| g.devices.as_slice()), cpus: outcome.cpus });
+    let mut findings = findings_of(outcome, window_ns, gpu.as_ref());
     let memory = detect::memory::analyze(memory_inputs(outcome, &traced), &mut findings);
     let machine = machine_notes(outcome, gpu.as_ref(), &findings.diagnoses);
     let mut processes: Vec<ProcessEntry> =

@@ -50,6 +50,24 @@ fn in_trap_ns(sampling: &TrapSampling) -> f64 {
 /// model. `entry_only`: the session attached no return probes (one trap per call).
 #[must_use]
 pub fn estimate(ev: &Evidence, window_ns: u64, entry_only: bool, libraries: &[AttachedLibrary], measured: Option<&TrapCosts>) -> Overhead {
+    estimate_with_threads(ev, window_ns, entry_only, libraries, measured).0
+}
+
+/// What the probes added to each thread's time, ns, by the same model as [`estimate`]: the
+/// step model takes it out, so that a fix is promised for the job as it runs untraced (a
+/// twin run without gputrace is what a user measures).
+#[must_use]
+pub fn per_thread_ns(ev: &Evidence, entry_only: bool, libraries: &[AttachedLibrary], measured: Option<&TrapCosts>) -> std::collections::HashMap<u32, f64> {
+    estimate_with_threads(ev, 0, entry_only, libraries, measured).1
+}
+
+fn estimate_with_threads(
+    ev: &Evidence,
+    window_ns: u64,
+    entry_only: bool,
+    libraries: &[AttachedLibrary],
+    measured: Option<&TrapCosts>,
+) -> (Overhead, std::collections::HashMap<u32, f64>) {
     let costs = costs_by_probe(libraries, measured, entry_only);
     let traps_of = |id: u32, n: u64| n.saturating_mul(if has_return(id, entry_only) { 2 } else { 1 });
     let modelled_of = |id: u32, n: u64| costs.get(&id).map_or(0.0, |(_, e, r)| n as f64 * (e + r));
@@ -82,7 +100,8 @@ pub fn estimate(ev: &Evidence, window_ns: u64, entry_only: bool, libraries: &[At
         .collect();
     per_probe.sort_by(|a, b| b.cost_s.total_cmp(&a.cost_s));
     let basis = if measured.is_some() { "measured" } else { "assumed" };
-    Overhead {
+    let by_thread = per_thread.iter().map(|&(tid, _, ns)| (tid, ns)).collect();
+    let overhead = Overhead {
         traps,
         trap_ns: if traps == 0 { measured.map_or(TrapCosts::ASSUMED_NS, |c| c.push_ns) } else { total_ns / traps as f64 },
         estimated_s: total_ns / 1e9,
@@ -95,7 +114,8 @@ pub fn estimate(ev: &Evidence, window_ns: u64, entry_only: bool, libraries: &[At
         sampled: sampling.map(|s| SampledCost { samples: s.samples, in_trap: s.in_trap, in_trap_s: in_trap_ns(&s) / 1e9, scale, min_in_trap: MIN_IN_TRAP }),
         measured: measured.cloned(),
         per_probe,
-    }
+    };
+    (overhead, by_thread)
 }
 
 #[cfg(test)]

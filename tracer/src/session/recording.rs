@@ -32,7 +32,7 @@ impl Tape {
         let cx = crate::gpu::Context { start_ns, end_ns: snapshot.at_ns, ..crate::gpu::Context::default() };
         let devices = sampler.map(|s| crate::gpu::summarize(&s.devices, &self.samples, &cx));
         let window_ns = snapshot.at_ns.saturating_sub(start_ns);
-        let (verdict, diagnoses) = crate::detect::diagnose(&crate::detect::Inputs { start_ns, window_ns, evidence: &so_far, gpu: devices.as_deref(), cpus: None });
+        let (verdict, diagnoses) = crate::detect::diagnose(&crate::detect::Inputs { start_ns, window_ns, evidence: &so_far, gpu: devices.as_deref(), cpus: None, tracer_ns: None });
         if let Some(d) = diagnoses.iter().find(|d| d.id == verdict && d.severity == crate::severity::Severity::High && d.id != crate::model::DiagnosisId::GpuBound) {
             self.diagnosis_fired = true;
             log::info!("flight recorder: {} fired ({}); writing the buffer out", d.id, d.summary);

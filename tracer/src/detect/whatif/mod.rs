@@ -33,6 +33,9 @@ pub struct Speedup {
     pub bound: Bound,
     /// The workers the fix takes at the point estimate, for a fix that moves work to them.
     pub workers: Option<u32>,
+    /// Today's step at the point estimate, as the model makes it without the tracer's own
+    /// cost: a share of the traced window (1 where the probes added nothing to it).
+    pub base: f64,
 }
 
 /// The speed-up of `fix` on `m`.
@@ -46,6 +49,7 @@ pub fn speedup(m: &StepModel, fix: &Fix) -> Speedup {
         (x, after)
     };
     let (point, after) = at(m.gpu.point, m.dispatch.share.point);
+    let base = simulate::step_time(m, &Fix::NONE, m.gpu.point, m.dispatch.share.point).0;
     let (mut lo, mut hi) = (point, point);
     for g in m.gpu.values() {
         for d in m.dispatch.share.values() {
@@ -54,7 +58,7 @@ pub fn speedup(m: &StepModel, fix: &Fix) -> Speedup {
             hi = hi.max(x);
         }
     }
-    Speedup { point, lo, hi, bound: after.bound, workers: after.workers }
+    Speedup { point, lo, hi, bound: after.bound, workers: after.workers, base }
 }
 
 /// Two fixes together, the pair that buys the most.
@@ -92,7 +96,8 @@ pub fn apply(found: &mut [Diagnosis], m: &StepModel, steps_per_s: Option<f64>, w
         d.saving = Some(Saving {
             fraction,
             seconds: fraction * window_s,
-            steps_per_s_after: steps_per_s.map(|r| r * s.point),
+            // Today's traced rate over the fixed step, a share of today's traced window.
+            steps_per_s_after: steps_per_s.map(|r| if s.base > 0.0 { r * s.point / s.base } else { r * s.point }),
             basis: format!("{why}; simulated on the step model, the step is then bounded by {}", describe(s.bound)),
             speedup: Some(s.point),
             range: Some([s.lo, s.hi]),
