@@ -10,6 +10,7 @@ pub mod counts;
 pub mod native;
 pub mod python;
 pub mod python_frames;
+pub mod sections;
 pub mod sites;
 pub mod table;
 pub mod unwind;

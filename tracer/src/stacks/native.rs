@@ -14,7 +14,7 @@ use blazesym::{
     Pid,
 };
 
-use super::{Frame, MAX_FRAMES};
+use super::{sections::SectionBounds, Frame, MAX_FRAMES};
 use crate::discover::{
     files::{self, open_same_file, Links},
     maps::{parse, Mapping},
@@ -35,6 +35,8 @@ pub struct NativeSymbolizer {
     /// path names another file now. Kept open: their descriptors' paths are what blazesym
     /// caches them by.
     opened: HashMap<(u64, u64), Option<OwnedFd>>,
+    /// Where sizeless symbols end (a PLT stub is no `_init`).
+    sections: SectionBounds,
     /// Stacks whose process was gone (or unreadable) when they were symbolized.
     pub unresolved: u64,
 }
@@ -47,7 +49,15 @@ impl std::fmt::Debug for NativeSymbolizer {
 
 impl Default for NativeSymbolizer {
     fn default() -> Self {
-        Self { symbolizer: Symbolizer::new(), remembered: Symbolizer::new(), cache: HashMap::new(), mappings: HashMap::new(), opened: HashMap::new(), unresolved: 0 }
+        Self {
+            symbolizer: Symbolizer::new(),
+            remembered: Symbolizer::new(),
+            cache: HashMap::new(),
+            mappings: HashMap::new(),
+            opened: HashMap::new(),
+            sections: SectionBounds::default(),
+            unresolved: 0,
+        }
     }
 }
 
@@ -76,7 +86,8 @@ impl NativeSymbolizer {
         let source = Source::Process(Process::new(Pid::from(pid)));
         let live = match self.symbolizer.symbolize(&source, Input::AbsAddr(&lookup)) {
             Ok(symbols) => {
-                let frames = symbols.iter().zip(&ips).map(|(s, &ip)| frame_of(s, ip)).collect();
+                let sections = &mut self.sections;
+                let frames = symbols.iter().zip(&ips).map(|(s, &ip)| frame_of(s, ip, |m, sym, addr| sections.same_section(m, sym, addr))).collect();
                 // Not one address known to the live map: the process has exec'd since (or
                 // the pid is another's), so the mappings it had when it lived may know them.
                 if symbols.iter().any(|s| matches!(s, Symbolized::Sym(_))) {
@@ -139,7 +150,8 @@ impl NativeSymbolizer {
             let frame = match self.remembered.symbolize_single(&source, Input::FileOffset(offset)) {
                 Ok(symbolized) => {
                     // The file was read through /proc/self/fd/N: the module is the path mapped.
-                    let mut f = frame_of(&symbolized, ip);
+                    let sections = &mut self.sections;
+                    let mut f = frame_of(&symbolized, ip, |_, sym, addr| sections.same_section(&m.path, sym, addr));
                     f.module = Some(m.path.clone());
                     f
                 }
@@ -159,9 +171,19 @@ fn open_mapped_file(m: &Mapping) -> Option<OwnedFd> {
         .ok()
 }
 
-fn frame_of(symbolized: &Symbolized<'_>, ip: u64) -> Frame {
+/// The frame of one symbolized address. `same_section(module, symbol address, address)` says
+/// whether an address named after a sizeless symbol lies in that symbol's section (see
+/// `stacks::sections`); where it does not, the frame keeps its address.
+fn frame_of(symbolized: &Symbolized<'_>, ip: u64, mut same_section: impl FnMut(&str, u64, u64) -> bool) -> Frame {
     match symbolized {
         Symbolized::Sym(sym) => {
+            if sym.size.is_none() {
+                let module = sym.module.as_deref().map(std::ffi::OsStr::to_string_lossy).unwrap_or_default();
+                let addr = sym.addr.saturating_add(sym.offset as u64);
+                if !module.is_empty() && !same_section(&module, sym.addr, addr) {
+                    return address_frame(ip, Some(&format!("past the section of the sizeless symbol {}", sym.name)));
+                }
+            }
             let module = sym.module.as_ref().map(|m| m.to_string_lossy().into_owned());
             let (file, line) = match &sym.code_info {
                 Some(info) => {
