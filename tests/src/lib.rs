@@ -12,6 +12,9 @@ use std::{
 
 use serde_json::Value;
 
+pub mod schema_check;
+pub mod twins;
+
 /// The gputrace binary under test (`cargo xtask test` sets `GPUTRACE_BIN`).
 #[must_use]
 pub fn gputrace() -> PathBuf {
@@ -58,6 +61,13 @@ pub fn run_job_in(dir: &std::path::Path, program: &str, args: &[&str]) -> (Value
         serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{stdout}\nstderr:\n{stderr}"));
     assert_valid(&report);
     (report, out.status.code().unwrap_or(-1), stderr)
+}
+
+/// Whether the long validations run (`cargo xtask test --long` sets `GPUTRACE_LONG=1`): a
+/// test that repeats one check at many moments runs a few of them in CI, all of them here.
+#[must_use]
+pub fn long() -> bool {
+    std::env::var_os("GPUTRACE_LONG").is_some_and(|v| v == "1")
 }
 
 /// These tests load eBPF programs: they need root. Not being root fails them, loudly.
@@ -339,26 +349,18 @@ pub fn record_then_report(name: &str, args: &[&str]) -> Value {
     report_json(&out.stdout)
 }
 
-/// The validators of the published schemas (docs/schema/, equal to the report types: a
-/// unit test of `gputrace::report::schema` checks the files).
-fn validators() -> &'static (jsonschema::Validator, jsonschema::Validator) {
-    static VALIDATORS: std::sync::OnceLock<(jsonschema::Validator, jsonschema::Validator)> = std::sync::OnceLock::new();
-    VALIDATORS.get_or_init(|| {
-        let build = |schema: &Value| jsonschema::validator_for(schema).expect("the published schema compiles");
-        (build(&gputrace::report::schema::report()), build(&gputrace::report::schema::sweep()))
-    })
-}
-
 /// Check a JSON report against its published schema (`gputrace.report/1` or
-/// `gputrace.sweep/1`, by its `schema` field); panics with every violation.
+/// `gputrace.sweep/1`, by its `schema` field; docs/schema/, equal to the report types: a unit
+/// test of `gputrace::report::schema` checks the files); panics with every violation.
 pub fn assert_valid(report: &Value) {
-    let (trace, sweep) = validators();
-    let validator = match report["schema"].as_str() {
+    static SCHEMAS: std::sync::OnceLock<(Value, Value)> = std::sync::OnceLock::new();
+    let (trace, sweep) = SCHEMAS.get_or_init(|| (gputrace::report::schema::report(), gputrace::report::schema::sweep()));
+    let schema = match report["schema"].as_str() {
         Some("gputrace.report/1") => trace,
         Some("gputrace.sweep/1") => sweep,
         other => panic!("not a gputrace report (schema {other:?}): {report:#}"),
     };
-    let errors: Vec<String> = validator.iter_errors(report).map(|e| format!("{} at {}", e, e.instance_path())).collect();
+    let errors = schema_check::violations(schema, report);
     assert!(errors.is_empty(), "the report breaks its published schema:\n{}", errors.join("\n"));
 }
 

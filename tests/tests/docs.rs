@@ -86,3 +86,32 @@ fn a_report_that_breaks_the_published_schema_is_caught() {
     let sweep = serde_json::json!({"schema": "gputrace.sweep/1"});
     assert!(std::panic::catch_unwind(|| gputrace_tests::assert_valid(&sweep)).is_err(), "required fields missing");
 }
+
+/// The schema check that every report of these tests passes through
+/// (`gputrace_tests::schema_check`, in place of the `jsonschema` crate): each keyword it
+/// knows rejects what it forbids, and a keyword it does not know fails the check.
+#[test]
+fn each_keyword_catches_what_it_forbids() {
+    let schema = serde_json::json!({
+        "$defs": {"Kind": {"type": "string", "enum": ["a", "b"]}},
+        "type": "object",
+        "required": ["n", "kind"],
+        "properties": {
+            "n": {"type": "integer", "format": "uint32", "minimum": 0},
+            "x": {"type": ["number", "null"], "format": "double"},
+            "kind": {"$ref": "#/$defs/Kind"},
+            "list": {"type": "array", "items": {"type": "string"}, "maxItems": 2},
+            "one": {"oneOf": [{"const": 1}, {"const": 2}]},
+            "map": {"type": "object", "patternProperties": {r"^\d+$": {"type": "boolean"}}, "additionalProperties": false}
+        }
+    });
+    assert!(gputrace_tests::schema_check::violations(&schema, &serde_json::json!({"n": 3, "kind": "a", "x": null, "list": ["p"], "one": 2, "map": {"12": true}})).is_empty());
+    let bad = serde_json::json!({"n": -1, "kind": "c", "x": "s", "list": ["p", "q", 3], "one": 5, "map": {"k": true, "7": 1}});
+    let v = gputrace_tests::schema_check::violations(&schema, &bad);
+    for what in ["/n", "/kind", "/x", "/list: 3 items", "/list/2", "/one", "/map/k", "/map/7"] {
+        assert!(v.iter().any(|m| m.contains(what)), "{what} in {v:#?}");
+    }
+    assert!(gputrace_tests::schema_check::violations(&schema, &serde_json::json!({"kind": "a"})).iter().any(|m| m.contains("`n` is required")));
+    assert!(gputrace_tests::schema_check::violations(&serde_json::json!({"pattern": "x"}), &serde_json::json!("y")).iter().any(|m| m.contains("does not check")), "an unknown keyword fails");
+    assert!(!gputrace_tests::schema_check::violations(&serde_json::json!({"type": "integer", "format": "uint32"}), &serde_json::json!(5_000_000_000_u64)).is_empty());
+}

@@ -6,6 +6,7 @@
 mod bench;
 mod bench_unwind;
 mod dist;
+mod suites;
 mod toolchain;
 
 #[path = "../../tests/fake-cuda/builder.rs"]
@@ -34,7 +35,12 @@ enum Task {
     /// Build everything and trace the built-in demo workloads (fake CUDA; no GPU needed).
     Demo,
     /// Build everything and run every test, privileged integration tests included.
-    Test,
+    Test {
+        /// Also the long validations in full (`GPUTRACE_LONG=1`: every moment of the kill
+        /// tests), which CI runs a part of (docs/development.md).
+        #[arg(long)]
+        long: bool,
+    },
     /// Measure the added cost per traced launch against a bare uprobe, and of unwinding
     /// native stacks (root; docs/benchmarks.md).
     Bench {
@@ -175,9 +181,9 @@ fn demo() -> Result<()> {
     Ok(())
 }
 
-fn test() -> Result<()> {
+fn test(long: bool) -> Result<()> {
     let started = std::time::Instant::now();
-    let result = test_steps();
+    let result = test_steps(long);
     eprintln!("xtask test: {:.0} s in all", started.elapsed().as_secs_f64());
     result
 }
@@ -211,36 +217,89 @@ fn clippy_driver() -> PathBuf {
         .map_or_else(|| PathBuf::from("clippy-driver"), |o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
 }
 
-fn test_steps() -> Result<()> {
+fn test_steps(long: bool) -> Result<()> {
     toolchain::setup()?;
+    // The HTML page's test needs a browser: Debian's is installed, where missing, while the
+    // build runs (it waits on the network and dpkg more than on the CPU; ~20 s of a fresh
+    // machine's CI otherwise).
+    let browser = std::thread::spawn(|| {
+        let started = std::time::Instant::now();
+        let r = toolchain::browser();
+        (r, started.elapsed())
+    });
     // Every crate inherits the workspace lints; each compile below lints what it builds, and
     // a warning fails the run (`cargo_release`).
     run(&mut cargo_release("build"))?;
     let gputrace = target_dir().join("release/gputrace");
+    // The privileged suites, built now (linted, as every step), run by lane below (`suites`),
+    // each test of a suite one at a time.
+    let suites = build_suites()?;
+    suites::check_listed(&root(), &suites)?;
+    // The release artifacts, which `tests/tests/dist.rs` installs and runs without cargo.
+    let packing = std::time::Instant::now();
+    dist::dist(&root(), &gputrace)?;
+    eprintln!("+ took {:.1} s: dist", packing.elapsed().as_secs_f64());
+    let (installed, took) = browser.join().map_err(|_| anyhow::anyhow!("the browser's install panicked"))?;
+    installed?;
+    eprintln!("+ the browser: ready ({:.1} s, beside the build)", took.as_secs_f64());
     // Unit tests, of the libraries (the binaries and the integration-test crate's library
     // have none; clippy checks them). gputrace's own are built with overflow checks and debug
     // assertions on: the fuzz corpus and its mutations run as the fuzzer runs them (a release
     // build would wrap an overflow silently), without a second, debug build of every crate.
-    // The options change gputrace alone; the eBPF object is
-    // not needed by unit tests (the stub spares its second build). Optimized less: the
-    // crate's test build took 118 s on 2 cores at opt-level 3 and 65 s at 1 with its
-    // dependencies built (2026-12-03), for the same 1.2 s of tests. Without gputrace-tests
-    // selected, features of shared dependencies would differ and py-spy, blazesym and a dozen
-    // more be compiled again: tracer/Cargo.toml turns those features on itself.
-    run(cargo_release("test")
-        .env("GPUTRACE_BIN", &gputrace)
+    // The options change gputrace alone; the eBPF object is not needed by unit tests (the
+    // stub spares its second build). Optimized less: the crate's test build took 118 s on 2
+    // cores at opt-level 3 and 65 s at 1 with its dependencies built (2026-12-03), for the
+    // same 1.2 s of tests. Without gputrace-tests selected, features of shared dependencies
+    // would differ and py-spy, blazesym and a dozen more be compiled again: tracer/Cargo.toml
+    // turns those features on itself. They build and run beside the shared lane of the suites,
+    // which checks behaviour, not time (`suites::Lane`).
+    let logs = target_dir().join("suite-logs");
+    let mut unit = cargo_release("test");
+    unit.env("GPUTRACE_BIN", &gputrace)
         .env("GPUTRACE_EBPF_STUB", "1")
         .args(["--exclude", "gputrace-tests", "--lib"])
         .args(["--config", "profile.release.package.gputrace.overflow-checks=true"])
         .args(["--config", "profile.release.package.gputrace.debug-assertions=true"])
-        .args(["--config", "profile.release.package.gputrace.opt-level=1"]))?;
-    // The release artifacts, which `tests/tests/dist.rs` installs and runs without cargo.
-    let packing = std::time::Instant::now();
-    dist::dist(&root(), &gputrace)?;
-    toolchain::browser()?;
-    eprintln!("+ took {:.1} s: dist and the browser", packing.elapsed().as_secs_f64());
-    // The privileged tests load eBPF into the one kernel: one at a time.
-    run(cargo_release("test").env("GPUTRACE_BIN", &gputrace).args(["--test", "*", "--", "--test-threads=1"]))
+        .args(["--config", "profile.release.package.gputrace.opt-level=1"]);
+    let running = std::time::Instant::now();
+    let unit = suites::start_command("unit-tests", unit, &logs)?;
+    let long_flag = std::ffi::OsString::from(if long { "1" } else { "0" });
+    let env = [("GPUTRACE_BIN", gputrace.as_os_str()), ("GPUTRACE_LONG", long_flag.as_os_str())];
+    let mut failed = suites::run_lane(&suites, suites::Lane::Shared, 2, &env, &logs)?;
+    if !suites::finish(unit)? {
+        failed.push("unit tests".into());
+    }
+    eprintln!("+ took {:.1} s: the unit tests beside the shared suites", running.elapsed().as_secs_f64());
+    let alone = std::time::Instant::now();
+    failed.extend(suites::run_lane(&suites, suites::Lane::Alone, 1, &env, &logs)?);
+    eprintln!("+ took {:.1} s: the suites that run alone", alone.elapsed().as_secs_f64());
+    if !failed.is_empty() {
+        bail!("failed: {}", failed.join(", "));
+    }
+    Ok(())
+}
+
+/// Builds the integration suites (linted, as every step) and returns their test binaries.
+fn build_suites() -> Result<Vec<suites::Suite>> {
+    let building = std::time::Instant::now();
+    let out = cargo_release("test")
+        .args(["--test", "*", "--no-run", "--message-format=json-render-diagnostics"])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("building the integration suites")?;
+    if !out.status.success() {
+        bail!("building the integration suites failed: {}", out.status);
+    }
+    let mut found = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        let is_test = msg["target"]["kind"].as_array().is_some_and(|k| k.iter().any(|k| k == "test"));
+        if let (true, Some(name), Some(exe)) = (is_test, msg["target"]["name"].as_str(), msg["executable"].as_str()) {
+            found.push(suites::Suite { name: name.to_owned(), binary: PathBuf::from(exe) });
+        }
+    }
+    eprintln!("+ took {:.1} s: building {} integration suites", building.elapsed().as_secs_f64(), found.len());
+    Ok(found)
 }
 
 fn main() -> Result<()> {
@@ -248,7 +307,7 @@ fn main() -> Result<()> {
         Task::Setup => toolchain::setup(),
         Task::Build => build().map(|_| ()),
         Task::Demo => demo(),
-        Task::Test => test(),
+        Task::Test { long } => test(long),
         Task::Bench { unwind, calls, startup } => {
             let gputrace = build()?;
             let release = gputrace.parent().context("target/release")?.to_path_buf();

@@ -109,12 +109,20 @@ pub fn browser() -> Result<()> {
         return Ok(());
     }
     eprintln!("setup: installing Debian's chromium for the HTML page's test");
-    let install = || Command::new("apt-get").env("DEBIAN_FRONTEND", "noninteractive").args(["install", "-y", "chromium"]).status();
-    if !install()?.success() {
+    // Quietly: it runs beside the build (`cargo xtask test`), whose log it would interleave;
+    // what apt said is printed where it fails.
+    let install = || Command::new("apt-get").env("DEBIAN_FRONTEND", "noninteractive").args(["install", "-y", "-qq", "chromium"]).output();
+    let first = install()?;
+    if !first.status.success() {
         // A fresh machine may have no package lists yet.
-        let _ = Command::new("apt-get").arg("update").status()?;
-        if !install()?.success() {
-            bail!("installing chromium failed: install it (`apt-get install chromium`) or point GPUTRACE_CHROMIUM at a Chromium");
+        let _ = Command::new("apt-get").args(["update", "-qq"]).output()?;
+        let second = install()?;
+        if !second.status.success() {
+            bail!(
+                "installing chromium failed ({}): install it (`apt-get install chromium`) or point GPUTRACE_CHROMIUM at a Chromium\n{}",
+                second.status,
+                String::from_utf8_lossy(&second.stderr)
+            );
         }
     }
     Ok(())
