@@ -45,11 +45,15 @@
  *   --host-us U            per step: U µs of host work (spinning)
  *   --fork                 fork once after the gate; parent and child both run the workload
  *   --sleep-ms M           per step: sleep M ms (a thread that waits, not computes)
+ *   --sleep-once-ms M      once, on the launching thread before its first step: sleep M ms (a
+ *                          one-off pause, not the loop's)
  *   --read-file PATH       after the gate, a forked worker process reads PATH with O_DIRECT
  *   --read-bytes N         ... N bytes of it, in 1 MiB requests (default: 64 MiB)
  *   --pipe-worker-us U     after the gate, a forked worker process computes U µs per item and
  *                          writes it to a pipe; each step first reads one item from the pipe
  *                          (a training loop fed by a DataLoader worker)
+ *   --pipe-worker-read B   ... and before each item reads B bytes of --read-file with O_DIRECT (a
+ *                          loader worker whose pace is the disk's)
  *   --read-per-step B      per step, the launching thread itself reads B bytes of --read-file
  *                          with O_DIRECT (a training loop blocked on the disk)
  *   --startup-read B       once, before its first step, the launching thread warms up (2000
@@ -58,7 +62,9 @@
  *                          what it loads)
  *   --device-memory-mib M  give the fake GPU M MiB of memory (allocations beyond fail with
  *                          CUDA_ERROR_OUT_OF_MEMORY)
- *   --print-time           print "work_ns N": wall time of the workers' loops (benchmarks)
+ *   --print-time           print "work_ns N": wall time of the workers' loops and of the GPU work
+ *                          they queued (a device sync ends it), without the process's start
+ *                          and exit (benchmarks, twins)
  *   --settle-ms M          sleep M ms after loading CUDA, before working
  *   --hold-ms M            after the workload, print "holding PID" and sleep M ms still
  *                          holding its device memory (an idle GPU holder, for sweep)
@@ -148,8 +154,9 @@ static struct {
     long allreduce_bytes, straggler_host_us;
     int gate, threads, steps, runtime_launches, driver_launches, ex_launches, graphs, item, item_sync, sync, alloc_churn, fork, vmm, bad_copy2d;
     int load_after_gate, pin_after_gate, print_time, pipe_worker_us, checkpoint_every, cache_pct, idle_children;
+    long pipe_worker_read;
     size_t leak, oom_at_end;
-    long kernel_us, host_us, settle_ms, sleep_ms, device_memory_mib, hold_ms;
+    long kernel_us, host_us, settle_ms, sleep_ms, sleep_once_ms, device_memory_mib, hold_ms;
     long read_bytes, read_per_step, startup_read;
     char read_file[PATH_MAX];
     size_t pageable_h2d, pinned_h2d, copy2d, copy3d, blocking_d2h;
@@ -372,6 +379,7 @@ static void *worker(void *arg) {
     int scalar;
     struct cache cache = {.n = 0};
     if (opt.startup_read) startup_read();
+    if (opt.sleep_once_ms) usleep((useconds_t)opt.sleep_once_ms * 1000);
     for (int s = 0; s < opt.steps; s++) {
         if (opt.pipe_worker_us) {
             char item;
@@ -450,8 +458,15 @@ static pid_t start_feeder(void) {
         return pid;
     }
     close(fds[0]);
+    int data_fd = -1;
+    void *data = NULL;
+    if (opt.pipe_worker_read) {
+        data_fd = open(opt.read_file, O_RDONLY | O_DIRECT);
+        if (data_fd < 0 || posix_memalign(&data, 4096, (size_t)opt.pipe_worker_read)) die("cannot set up --pipe-worker-read");
+    }
     long items = (long)opt.steps * (opt.threads > 64 ? 64 : opt.threads);
     for (long i = 0; i < items; i++) {
+        if (data_fd >= 0 && read(data_fd, data, (size_t)opt.pipe_worker_read) < opt.pipe_worker_read) lseek(data_fd, 0, SEEK_SET);
         uint64_t until = now_ns() + (uint64_t)opt.pipe_worker_us * 1000;
         while (now_ns() < until) {
         }
@@ -563,8 +578,8 @@ int main(int argc, char **argv) {
         NUM("--driver-launches", driver_launches) NUM("--ex-launches", ex_launches) NUM("--graphs", graphs)
         NUM("--kernel-us", kernel_us) NUM("--host-us", host_us) NUM("--pageable-h2d", pageable_h2d)
         NUM("--pinned-h2d", pinned_h2d) NUM("--item", item) NUM("--item-sync", item_sync) NUM("--alloc-churn", alloc_churn)
-        NUM("--settle-ms", settle_ms) NUM("--hold-ms", hold_ms) NUM("--device-memory-mib", device_memory_mib) NUM("--sleep-ms", sleep_ms) NUM("--read-bytes", read_bytes) NUM("--read-per-step", read_per_step) NUM("--startup-read", startup_read)
-        NUM("--copy2d", copy2d) NUM("--copy3d", copy3d) NUM("--vmm", vmm) NUM("--bad-copy2d", bad_copy2d) NUM("--blocking-d2h", blocking_d2h) NUM("--pipe-worker-us", pipe_worker_us)
+        NUM("--settle-ms", settle_ms) NUM("--hold-ms", hold_ms) NUM("--device-memory-mib", device_memory_mib) NUM("--sleep-ms", sleep_ms) NUM("--sleep-once-ms", sleep_once_ms) NUM("--read-bytes", read_bytes) NUM("--read-per-step", read_per_step) NUM("--startup-read", startup_read)
+        NUM("--copy2d", copy2d) NUM("--copy3d", copy3d) NUM("--vmm", vmm) NUM("--bad-copy2d", bad_copy2d) NUM("--blocking-d2h", blocking_d2h) NUM("--pipe-worker-us", pipe_worker_us) NUM("--pipe-worker-read", pipe_worker_read)
         NUM("--ranks", ranks) NUM("--allreduce-bytes", allreduce_bytes) NUM("--straggler-host-us", straggler_host_us)
         NUM("--checkpoint-every", checkpoint_every) NUM("--leak", leak) NUM("--cache-pct", cache_pct) NUM("--oom-at-end", oom_at_end) NUM("--idle-children", idle_children)
         if (!strcmp(a, "--read-file")) { snprintf(opt.read_file, sizeof opt.read_file, "%s", v); i++; continue; }
@@ -611,7 +626,10 @@ int main(int argc, char **argv) {
     pid_t child = opt.fork ? fork() : 0;
     uint64_t t0 = now_ns();
     run_workload();
-    if (opt.print_time) printf("work_ns %llu\n", (unsigned long long)(now_ns() - t0));
+    if (opt.print_time) {
+        rt_device_sync();
+        printf("work_ns %llu\n", (unsigned long long)(now_ns() - t0));
+    }
     if (feeder > 0) waitpid(feeder, NULL, 0);
     if (opt.hold_ms) {
         printf("holding %d\n", getpid());

@@ -23,6 +23,13 @@ pub const TIE: f64 = 1.10;
 /// Below this measured gain no planted cause is worth a fix: the job is bound elsewhere.
 pub const WORTH_A_FIX: f64 = 1.10;
 
+/// Above this speed-up the fixed step is a few percent of today's, and its time is below
+/// what the evidence resolves (a sync's wake-up, tens of µs on this VM, the structure's GPU
+/// range without NVML): a twin that measured x1824 (20 ms of bookkeeping dropped from a
+/// 20 ms step) and a promise of x38 say the same thing. Beyond it, the promise must only lie
+/// beyond it too, less the tolerance.
+pub const RESOLVED_SPEEDUP: f64 = 10.0;
+
 /// Untraced runs per job; the fastest is kept (the one the machine disturbed least).
 const RUNS: usize = 3;
 
@@ -85,17 +92,19 @@ impl Measured {
     }
 }
 
-/// Wall time of `fakejob ARGS` untraced, from start to exit (an exiting process pays for the
-/// work it left queued): the fastest of [`RUNS`].
+/// Time of `fakejob ARGS` untraced: its loop and the GPU work it queued, to the last kernel
+/// (`--print-time`; the process's start and exit left out, which would swamp a twin whose fix
+/// leaves milliseconds), the fastest of [`RUNS`].
 #[must_use]
 pub fn untraced_seconds(args: &[String]) -> f64 {
     (0..RUNS)
         .map(|_| {
             let started = Instant::now();
-            let out = Command::new(fakejob()).args(args).output().expect("fakejob runs");
-            let took = started.elapsed().as_secs_f64();
+            let out = Command::new(fakejob()).args(args).arg("--print-time").output().expect("fakejob runs");
             assert!(out.status.success(), "fakejob {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-            took
+            let text = String::from_utf8_lossy(&out.stdout);
+            let work_ns: Option<f64> = text.lines().find_map(|l| l.strip_prefix("work_ns ")).and_then(|n| n.parse().ok());
+            work_ns.map_or_else(|| started.elapsed().as_secs_f64(), |ns| ns / 1e9)
         })
         .fold(f64::INFINITY, f64::min)
 }
@@ -146,11 +155,12 @@ pub fn assert_against(report: &Value, planted: &[String], fixes: &[Fix]) -> Meas
     }
     let measured = m.of(verdict).expect("the verdict is one of the fixes");
     let promised = promise(report, verdict).unwrap_or_else(|| panic!("{verdict} promises a speed-up: {}", context()));
-    assert!(
-        (promised / measured - 1.0).abs() <= PROMISE_TOLERANCE,
-        "{verdict} promises x{promised:.2}; its twin measured x{measured:.2}: {}",
-        context()
-    );
+    let within = if measured > RESOLVED_SPEEDUP {
+        promised >= RESOLVED_SPEEDUP * (1.0 - PROMISE_TOLERANCE)
+    } else {
+        (promised / measured - 1.0).abs() <= PROMISE_TOLERANCE
+    };
+    assert!(within, "{verdict} promises x{promised:.2}; its twin measured x{measured:.2}: {}", context());
     m
 }
 
@@ -192,8 +202,9 @@ pub fn value_of<'a>(args: &'a [String], name: &str) -> &'a str {
 }
 
 /// The usual twin of each planted cause of fakejob, by its diagnosis:
-/// - `host-sync`: the per-step sync dropped (`--item`, `--item-sync`, `--sync`), the host work
-///   after it kept;
+/// - `host-sync`: its ranked form, the per-step sync dropped (`--item`, `--item-sync`,
+///   `--sync`) with the host work that follows it (`--host-us` runs at the start of each
+///   step, after the last step's sync: the bookkeeping that "log every N steps" drops);
 /// - `alloc-churn`: `--alloc-churn` dropped (a caching allocator keeps the blocks);
 /// - `pageable-copy`: `--pageable-h2d B` made `--pinned-h2d B` (pinned and asynchronous);
 /// - `launch-bound`: `--driver-launches N` made `--graphs N/10` (a graph replays ten kernels);
@@ -215,6 +226,9 @@ pub fn usual_fix(planted: &[String], id: &'static str) -> Fix {
                 a = without_flag(&a, "--sync");
             }
             assert!(a.len() < planted.len(), "no sync planted in {planted:?}");
+            if a.iter().any(|x| x == "--host-us") {
+                a = without_option(&a, "--host-us");
+            }
             a
         }
         "alloc-churn" => without_option(planted, "--alloc-churn"),

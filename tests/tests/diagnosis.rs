@@ -85,10 +85,10 @@ fn waiting_for_large_copies_every_step_is_blocking_copy_bounded_by_the_bus() {
     let d = r["diagnoses"].as_array().expect("diagnoses").iter().find(|d| d["id"] == "blocking-copy").unwrap_or_else(|| panic!("blocking-copy found: {r:#}"));
     assert_eq!(d["saving"]["bound"], "bus", "{d:#}");
     let x = d["saving"]["speedup"].as_f64().expect("a speed-up");
-    // The step as traced (3.2 ms and up) over the GPU's floor once the copy is queued: the
-    // kernels' 0.5 ms plus 64 MiB at 25 GB/s, 2.68 ms.
+    // The step as traced (3.2 ms and up) over the bus time alone, 64 MiB at 25 GB/s: 2.68 ms
+    // (the kernels' 0.5 ms come on top, read by NVML within its slack).
     let step_s = 1.0 / r["steps"]["per_second"].as_f64().expect("steps found");
-    assert!(x <= step_s / (5.0 * 100e-6 + 67_108_864.0 / 25e9) * 1.001, "no more than the kernels and the bus allow: {d:#}");
+    assert!(x <= step_s / (67_108_864.0 / 25e9) * 1.001, "no more than the bus allows: {d:#}");
     assert!(x < 1.10, "the transfer is most of the step: {d:#}");
 }
 
@@ -169,45 +169,31 @@ fn a_synchronous_scalar_read_every_step_is_host_sync_not_a_pageable_copy() {
     assert_eq!(sync["sites"][0]["function"], "read_scalar_sync", "{sync:#}");
 }
 
+/// 5 ms of host work after each read but only 1 ms of kernels. Dropping only the sync could
+/// hide at most the 1 ms behind GPU work; moved to a worker the host work still takes its 5
+/// ms: those two tie (6 / 5 = 1.2x). Dropping the sync with the bookkeeping that waits on it,
+/// as "log every N steps" does, leaves the GPU's 1 ms: that form of host-sync's fix is the
+/// one ranked (issue 57), and its twin (`--item` and `--host-us` dropped) says by how much.
 #[test]
-fn a_scalar_read_followed_by_more_host_work_than_gpu_work_ties_its_two_fixes() {
-    // 5 ms of host work after each read but only 1 ms of kernels: removing the sync could
-    // hide at most the 1 ms behind GPU work; the host work bounds the step either way. Moved
-    // to a worker it still takes its 5 ms (a little more beside the training thread), so
-    // the two fixes buy about the same (6 / 5 = 1.2x on a quiet machine).
-    //
-    // What is asserted is what the model guarantees, not the two figures: on a loaded
-    // 2-core machine the step stretches and both read higher (1.56 and 1.47 in one CI run,
-    // host-bound ahead by more than a tie), so each is checked against its own bound from
-    // the same report, and the order against the ranking rule.
-    let (r, _) = judged(&["--steps", "150", "--driver-launches", "10", "--kernel-us", "100", "--item", "1", "--host-us", "5000"], &["host-sync", "host-bound"]);
+fn a_scalar_read_followed_by_more_host_work_than_gpu_work_ranks_dropping_the_bookkeeping_first() {
+    let (r, m) = judged(&["--steps", "150", "--driver-launches", "10", "--kernel-us", "100", "--item", "1", "--host-us", "5000"], &["host-sync", "host-bound"]);
+    assert_eq!(r["verdict"], "host-sync", "{r:#}");
+    assert!(m.best().1 > 3.0, "the bookkeeping was most of the step: {m:?}");
     let f = |v: &serde_json::Value| v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"));
     let diagnoses = r["diagnoses"].as_array().expect("list");
     let find = |id: &str| diagnoses.iter().find(|d| d["id"] == id).unwrap_or_else(|| panic!("{id} found: {r:#}"));
     let (sync, host) = (find("host-sync"), find("host-bound"));
-    let speedup = |d: &serde_json::Value| f(&d["saving"]["speedup"]);
-    // Removing the sync hides at most the GPU's busy time behind the host's work.
+    // Both forms are reported, the ranked one last and in `speedup`.
+    let variants = sync["saving"]["variants"].as_array().unwrap_or_else(|| panic!("variants: {sync:#}"));
+    let names: Vec<&str> = variants.iter().filter_map(|v| v["name"].as_str()).collect();
+    assert_eq!(names, ["sync", "sync-and-bookkeeping"], "{sync:#}");
+    assert!((f(&variants[1]["speedup"]) - f(&sync["saving"]["speedup"])).abs() < 1e-9, "{sync:#}");
+    // The sync alone hides at most the GPU's busy time behind the host's work.
     let gpu_busy_hi = f(&r["step_model"]["gpu_busy"][2]);
-    assert!(speedup(sync) <= 1.0 / (1.0 - gpu_busy_hi) + 1e-9, "host-sync is charged no more than the GPU's busy time ({gpu_busy_hi}): {r:#}");
-    // Moved to a worker, the host work still takes its own time: the step cannot get
-    // shorter than the host work the model saw.
+    assert!(f(&variants[0]["speedup"]) <= 1.0 / (1.0 - gpu_busy_hi) + 1e-9, "the sync alone is charged no more than the GPU's busy time ({gpu_busy_hi}): {r:#}");
+    // Moved to a worker, the host work still takes its own time.
     let host_work: f64 = r["step_model"]["segments"].as_array().expect("segments").iter().filter(|s| s["name"] == "user").map(|s| f(&s["fraction"])).sum();
-    assert!(speedup(host) <= 1.0 / host_work + 1e-9, "host-bound promises no more than the step over its host work ({host_work}): {r:#}");
-    // Both buy something, and about the same: the two bounds are one ms apart in six.
-    let (by_sync, by_host) = (speedup(sync), speedup(host));
-    assert!(by_sync > 1.05 && by_host > 1.05, "both fixes buy something: {by_sync} and {by_host}");
-    assert!((by_sync / by_host).ln().abs() < 1.15_f64.ln(), "the two fixes buy about the same: {by_sync} and {by_host}; {r:#}");
-    // The first is the one that buys the most; where the two are one promise, the simpler
-    // (dropping the sync) comes first.
-    let rank = |id: &str| diagnoses.iter().position(|d| d["id"] == id).expect("ranked");
-    let (first, second) = if rank("host-sync") < rank("host-bound") { (sync, host) } else { (host, sync) };
-    let (gain_first, gain_second) = (f(&first["impact"]), f(&second["impact"]));
-    let one_promise = (gain_first - gain_second).abs() <= 0.02 * (1.0 - gain_first.max(gain_second));
-    assert!(gain_first >= gain_second || one_promise, "the fix that buys the most comes first: {r:#}");
-    if one_promise {
-        assert_eq!(first["id"], "host-sync", "equal gains: the simpler fix first: {r:#}");
-    }
-    assert_eq!(r["verdict"], first["id"], "{r:#}");
+    assert!(f(&host["saving"]["speedup"]) <= 1.0 / host_work + 1e-9, "host-bound promises no more than the step over its host work ({host_work}): {r:#}");
 }
 
 #[test]
@@ -271,4 +257,25 @@ fn time_outside_the_launching_threads_life_is_not_sleep() {
             assert!(active < 0.5, "the 1.5 s hold after the loop is not active time: {r:#}");
         }
     }
+}
+
+/// A job whose every launch is a graph replay (as JAX's steps and torch.compile's
+/// reduce-overhead are): its rates count the replays, no text divides by the zero kernel
+/// launches (a JAX job read "0 kernel launches/s" and "each launch costs the host 11330.95
+/// ms" with 34 931 replays counted), and it is not told to capture graphs it has.
+#[test]
+fn a_job_that_only_replays_graphs_has_its_replays_counted_in_every_rate_and_text() {
+    let r = verdict(&["--steps", "1000", "--graphs", "200", "--kernel-us", "0", "--sync"]);
+    assert_eq!(num(&r, "/cuda/launches/kernels"), 0, "{:#}", r["cuda"]["launches"]);
+    assert_eq!(num(&r, "/cuda/launches/graphs"), 200_000, "{:#}", r["cuda"]["launches"]);
+    let rate = r["cuda"]["launches"]["launch_rate_per_s"].as_f64().expect("launch_rate_per_s");
+    assert!(rate > 10_000.0, "the replays are launches: {:#}", r["cuda"]["launches"]);
+    let text = r["diagnoses"].to_string();
+    for bad in ["inf", "NaN", " 0 kernel launches/s over", " 0 launches/s"] {
+        assert!(!text.contains(bad), "{bad:?} in {text}");
+    }
+    let launch = r["diagnoses"].as_array().expect("diagnoses").iter().find(|d| d["id"] == "launch-bound").unwrap_or_else(|| panic!("launch-bound: {:#}", r["diagnoses"]));
+    assert!(launch["summary"].as_str().is_some_and(|s| s.contains("replays")), "{launch:#}");
+    let fix = launch["fix"].as_str().expect("a fix");
+    assert!(fix.contains("each replay") && !fix.contains("CUDA graphs (torch.compile"), "a job with graphs is not told to capture graphs: {fix}");
 }

@@ -611,6 +611,11 @@ pub struct Launches {
     pub cooperative: u64,
     /// Kernel launches a second: `kernels` over `window.duration_s`.
     pub per_second: f64,
+    /// Launches a second, graph replays included: `kernels + graphs` over
+    /// `window.duration_s` (a replay is a launch the host makes; every rate in the texts
+    /// counts them).
+    #[serde(default)]
+    pub launch_rate_per_s: f64,
     /// Whether these counts (and the per-thread and per-step ones) are estimates:
     /// `--max-overhead` took the launch probes off part of the window (`tracer.sampling`).
     #[serde(default)]
@@ -1264,6 +1269,24 @@ pub struct Saving {
     /// per free core.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workers: Option<u32>,
+    /// Where the fix has more than one form (host-sync: `sync`, the sync alone;
+    /// `sync-and-bookkeeping`, the sync and the host work that waits on its value), each form
+    /// simulated; the ranked one is last, and its figures are also `speedup` and `range`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub variants: Vec<SavingVariant>,
+}
+
+/// One form of a fix (`saving.variants`).
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SavingVariant {
+    /// Its name: `sync`, `sync-and-bookkeeping`.
+    pub name: String,
+    /// The step time today over the step time after it.
+    pub speedup: f64,
+    /// `[low, high]`: the speed-ups the evidence allows.
+    pub range: [f64; 2],
+    /// What it does, in a sentence.
+    pub basis: String,
 }
 
 /// Completeness and cost of the trace (`tracer`).

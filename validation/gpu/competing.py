@@ -16,6 +16,8 @@ Variants (each job has all that apply):
   planted     as described
   nosync      the loss summed on the GPU and read every 100 steps (bookkeeping kept)
   nobook      the bookkeeping dropped (the per-step .item() kept)      [sync_book]
+  lognth      "log every N steps": the loss summed on the GPU, read and the bookkeeping done
+              every 100 steps (host-sync's ranked form, sync-and-bookkeeping)
   graph       forward, backward and a capturable AdamW step captured once as a CUDA graph
               and replayed; .item() and bookkeeping kept
 """
@@ -103,7 +105,7 @@ class Trainer:
             loss = self.static_loss
         else:
             loss = self._eager()
-        if self.variant == "nosync":
+        if self.variant in ("nosync", "lognth"):
             self.loss_sum += loss.detach()
             value = None
             if self.step % 100 == 99:
@@ -111,7 +113,7 @@ class Trainer:
                 self.loss_sum.zero_()
         else:
             value = loss.item()
-        if self.book is not None:
+        if self.book is not None and (self.variant != "lognth" or value is not None):
             self.book.record(value if value is not None else 0.0)
         self.step += 1
 
@@ -124,7 +126,7 @@ class Trainer:
         return n
 
 
-VARIANTS = {"sync_book": ("planted", "nosync", "nobook", "graph"), "mlp_item": ("planted", "nosync", "graph")}
+VARIANTS = {"sync_book": ("planted", "nosync", "nobook", "lognth", "graph"), "mlp_item": ("planted", "nosync", "lognth", "graph")}
 
 
 def main():

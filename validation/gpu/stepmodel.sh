@@ -10,7 +10,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 export UNSEEN_SECONDS=${UNSEEN_SECONDS:-5} UNSEEN_TRACE_SECONDS=${UNSEEN_TRACE_SECONDS:-4}
 mkdir -p "$OUT/competing" "$OUT/unseen" "$OUT/planted"
 UNSEEN_JOB=$HERE/competing.py "$HERE/unseen.sh" "$BIN" "$OUT/competing" \
-    sync_book_planted sync_book_nosync sync_book_nobook sync_book_graph mlp_item_planted mlp_item_nosync mlp_item_graph
+    sync_book_planted sync_book_nosync sync_book_nobook sync_book_lognth sync_book_graph mlp_item_planted mlp_item_nosync mlp_item_lognth mlp_item_graph
 python3 "$HERE/summarize_competing.py" "$OUT/competing" > "$OUT/competing.md" 2>&1
 "$HERE/unseen.sh" "$BIN" "$OUT/unseen"
 python3 "$HERE/summarize_unseen.py" "$OUT/unseen" > "$OUT/unseen.md" 2>&1

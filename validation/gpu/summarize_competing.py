@@ -10,7 +10,9 @@ import json
 import re
 import sys
 
-FIX_OF = {"nosync": "host-sync", "nobook": "host-bound", "graph": "launch-bound"}
+# Each twin, the diagnosis whose fix it is, and the form (saving.variants name) where the fix
+# has several: nosync is host-sync's "sync", lognth its ranked "sync-and-bookkeeping".
+FIX_OF = {"nosync": ("host-sync", "sync"), "lognth": ("host-sync", "sync-and-bookkeeping"), "nobook": ("host-bound", None), "graph": ("launch-bound", None)}
 out = sys.argv[1]
 done = {}
 for line in open(f"{out}/unseen.txt"):
@@ -28,13 +30,16 @@ for job in jobs:
         continue
     ids = [d["id"] for d in r["diagnoses"]]
     best_measured = None
-    for variant, fix in FIX_OF.items():
+    for variant, (fix, form) in FIX_OF.items():
         key = f"{job}_{variant}"
         if key not in done or f"{job}_planted" not in done:
             continue
         measured = done[key] / done[f"{job}_planted"]
         d = next((d for d in r["diagnoses"] if d["id"] == fix), None)
         s = (d or {}).get("saving") or {}
+        v = next((v for v in s.get("variants") or [] if v["name"] == form), None)
+        if v is not None:
+            s = {**s, "speedup": v["speedup"], "range": v["range"]}
         pred = s.get("speedup")
         rng = s.get("range")
         rank = ids.index(fix) + 1 if fix in ids else "-"

@@ -19,8 +19,11 @@ pub struct Account {
     /// Seconds of the window the rates are over: its active time, pauses (and a start-up left
     /// out) excluded; the whole window where there is no time account.
     pub window_s: f64,
-    /// Kernel launches per second, whole traced tree.
+    /// Launches per second, whole traced tree: kernel launches and graph replays, each a call
+    /// the host makes (a replay hands the GPU a whole graph; JAX's steps are all replays).
     pub launch_rate: f64,
+    /// Of those, graph replays per second.
+    pub graph_rate: f64,
     /// Synchronizing calls per second on the thread that synchronizes most.
     pub sync_rate: f64,
     /// Where the critical path's time went; None when no thread launched kernels.
@@ -145,11 +148,15 @@ impl Account {
         let kernels: u64 = ev.threads.values().map(crate::evidence::ThreadStats::kernel_launches).sum::<u64>().saturating_sub(
             startup.map_or(0, |s| s.mark.threads.iter().map(|t| t.kernels).sum()),
         );
+        // The start-up's mark counts kernel launches only; replays in it are few (a capture's
+        // warm-up), so they are counted with the loop's.
+        let graphs: u64 = ev.threads.values().map(crate::evidence::ThreadStats::graph_launches).sum();
         let syncs = ev.threads.iter().map(|(tid, t)| t.syncs.saturating_sub(startup.map_or(0, |s| s.syncs_before(*tid)))).max().unwrap_or(0);
         let device = gpu.and_then(job_device);
         Self {
             window_s: seconds,
-            launch_rate: per_s(kernels),
+            launch_rate: per_s(kernels.saturating_add(graphs)),
+            graph_rate: per_s(graphs),
             sync_rate: per_s(syncs),
             time,
             host: HostTime::new(ev, window_ns),

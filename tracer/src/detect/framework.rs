@@ -46,6 +46,11 @@ pub fn of(stacks: &[StackTime]) -> Option<Framework> {
 pub fn speak(found: &mut [Diagnosis], framework: Option<Framework>) {
     let Some(fw) = framework else { return };
     for d in found {
+        // A job that replays graphs already keeps the replay fix, except in JAX, whose own
+        // text says the same in its terms.
+        if d.id == DiagnosisId::LaunchBound && d.fix == super::rules::REPLAYS_FIX && fw != Framework::Jax {
+            continue;
+        }
         if let Some(fix) = fix_in(fw, d) {
             d.fix = fix.into();
         }

@@ -177,6 +177,9 @@ pub(super) fn input_starved(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
 /// The training loop sleeps on a timer between steps (`time.sleep`, a polling loop) while
 /// the GPU has nothing to do. Pauses of a second or more are not counted: they are phases
 /// of the window, left out of the account.
+/// Timed sleeps in the window below which they are one-off spells, not the loop's rhythm.
+const MIN_RECURRING_SLEEPS: u64 = 3;
+
 pub(super) fn host_sleep(_ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     a.host.as_ref()?;
     let (timer, _) = sleep_shares(a);
@@ -186,6 +189,12 @@ pub(super) fn host_sleep(_ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     let mut evidence = vec![format!("the launching threads slept {} of the active time in spells a timer ended", pct(timer))];
     if let Some(t) = a.time.as_ref() {
         let n: u64 = t.wakers.iter().filter(|w| w.kind == WaitKind::Timer && !w.in_cuda).map(|w| w.count).sum();
+        // A sleep is the loop's only where it recurs: one or two long spells (a start-up's
+        // wait, a one-off pause) are no per-step cost, and "remove the sleep from the loop"
+        // was told to a job that slept once for 0.6 s and then launched 150 000 kernels.
+        if n < MIN_RECURRING_SLEEPS {
+            return None;
+        }
         evidence.push(format!("{n} timed sleeps, {:.1} ms each on average", timer * a.window_s * 1e3 / n.max(1) as f64));
     }
     evidence.extend(gpu_line(a));

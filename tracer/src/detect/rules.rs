@@ -30,6 +30,11 @@ pub(crate) const SYNCS_PER_S: f64 = 10.0;
 /// that pair up count: allocations never freed are growth (`detect::memory`), not churn.
 pub(crate) const ALLOCS_PER_S: f64 = 20.0;
 
+/// Launch-bound's fix for a job whose launches are mostly graph replays: it has graphs
+/// already (a framework's "capture graphs" text is not said to it, `framework::speak`).
+pub(crate) const REPLAYS_FIX: &str =
+    "put more work in each replay: capture the whole step (optimizer included) in one graph, a larger batch, or several steps per call (jax.lax.scan); fewer replays per step";
+
 pub(super) fn launch_bound(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     let blocked = a.share(|t| t.waiting_on_gpu_ns + t.in_copies_ns);
     if blocked >= HOST_WAIT_LOW || a.gpu_busy() == Some(true) {
@@ -50,27 +55,31 @@ pub(super) fn launch_bound(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     // with. NVML, where present, caps it by how idle the GPU really was.
     let host_share = a.share(|t| t.launching_and_host_ns - t.host_while_queue_empty_ns);
     let impact = host_share.min(a.gpu_idle_cap());
+    // A job that already replays graphs (torch.compile's reduce-overhead, CUDA graphs, JAX's
+    // XLA command buffers) is told to put more in each replay, not to capture graphs.
+    let replays = a.graph_rate >= 0.5 * a.launch_rate;
     let mut evidence = vec![
-        format!("{:.0} kernel launches/s over {:.2} s", a.launch_rate, a.window_s),
+        format!("{:.0} launches/s over {:.2} s ({:.0} kernel launches/s, {:.0} graph replays/s)", a.launch_rate, a.window_s, a.launch_rate - a.graph_rate, a.graph_rate),
         format!("the launching threads ran host code {} of the time and were blocked on the GPU {}", pct(host_share), pct(blocked)),
     ];
     if dispatch.source == super::whatif::dispatch::Source::Stacks {
         evidence.push(format!("the stacks put {} of that host time in launching and the framework's dispatch", pct(dispatch.share.point)));
     }
     evidence.extend(gpu_line(a));
-    let summary = if a.launch_rate >= LAUNCH_BOUND_RATE {
+    let per_launch_ms = dispatch.share.point * all_host * a.window_s * 1e3 / (a.launch_rate * a.window_s).max(1.0);
+    let summary = if replays {
+        format!("the host replays {:.0} graphs per second, each costing it {per_launch_ms:.2} ms, and the GPU waits for it", a.graph_rate)
+    } else if a.launch_rate >= LAUNCH_BOUND_RATE {
         format!("the host launches {:.0} small kernels per second and the GPU waits for it", a.launch_rate)
     } else {
-        format!("each launch costs the host {:.2} ms of the framework's dispatch and the GPU waits for it", dispatch.share.point * all_host * a.window_s * 1e3 / (a.launch_rate * a.window_s).max(1.0))
+        format!("each launch costs the host {per_launch_ms:.2} ms of the framework's dispatch and the GPU waits for it")
     };
-    Some(diagnosis(
-        DiagnosisId::LaunchBound,
-        TimeBucket::LaunchingAndHost,
-        impact,
-        summary,
-        evidence,
-        "launch fewer, larger kernels: a larger batch, CUDA graphs (torch.compile(mode=\"reduce-overhead\") or torch.cuda.graphs), or fused ops",
-    ))
+    let fix = if replays {
+        REPLAYS_FIX
+    } else {
+        "launch fewer, larger kernels: a larger batch, CUDA graphs (torch.compile(mode=\"reduce-overhead\") or torch.cuda.graphs), or fused ops"
+    };
+    Some(diagnosis(DiagnosisId::LaunchBound, TimeBucket::LaunchingAndHost, impact, summary, evidence, fix))
 }
 
 /// What one kernel launch costs the host through PyTorch, at most (docs/facts.md: ~6.8 µs for
@@ -282,11 +291,7 @@ pub(super) fn small_kernels(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     let impact = (util - sm).clamp(0.0, 1.0);
     let graphs: u64 = ev.threads.values().map(crate::evidence::ThreadStats::graph_launches).sum();
     let mut evidence: Vec<String> = gpu_line(a).into_iter().collect();
-    evidence.push(format!(
-        "{:.0} kernel launches/s and {:.0} graph launches/s",
-        a.launch_rate,
-        if a.window_s > 0.0 { graphs as f64 / a.window_s } else { 0.0 }
-    ));
+    evidence.push(format!("{:.0} kernel launches/s and {:.0} graph launches/s", a.launch_rate - a.graph_rate, if a.window_s > 0.0 { graphs as f64 / a.window_s } else { 0.0 }));
     Some(Diagnosis {
         id: DiagnosisId::SmallKernels,
         severity: severity(impact),

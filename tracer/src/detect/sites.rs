@@ -90,6 +90,52 @@ fn fold_into_checkpoint(found: &mut Vec<Diagnosis>) {
     found.sort_by(|a, b| b.impact.total_cmp(&a.impact));
 }
 
+/// Input-starved's fix where the loader workers wait on the disk rather than compute.
+const DISK_BOUND_WORKERS_FIX: &str = "the loader workers wait on the disk: overlap more reads (more workers, a larger prefetch_factor), read fewer and larger files (a packed format such as WebDataset shards or a memory-mapped array), or keep the data set on faster storage or in memory (page cache, local SSD)";
+
+/// The loader workers' time, from the scheduler and block I/O: on the CPU, blocked (in the
+/// kernel's uninterruptible sleep, a block read's wait), and what they read.
+#[derive(Debug, Default)]
+struct WorkerTime {
+    on_cpu_ns: u64,
+    blocked_ns: u64,
+    sleep_ns: u64,
+    reads: u64,
+    read_bytes: u64,
+}
+
+impl WorkerTime {
+    fn of(ev: &Evidence, loaders: &std::collections::BTreeSet<u32>) -> Self {
+        let mut w = Self::default();
+        for s in ev.sched.values().filter(|s| loaders.contains(&s.pid)) {
+            w.on_cpu_ns += s.on_cpu_ns;
+            w.blocked_ns += s.blocked_ns;
+            w.sleep_ns += s.sleep_ns;
+        }
+        for (pid, io) in &ev.io.by_process {
+            if loaders.contains(pid) {
+                w.reads += io.counts.reads;
+                w.read_bytes += io.counts.read_bytes;
+            }
+        }
+        w
+    }
+
+    fn share(&self, ns: u64) -> f64 {
+        let all = self.on_cpu_ns + self.blocked_ns + self.sleep_ns;
+        if all == 0 {
+            0.0
+        } else {
+            ns as f64 / all as f64
+        }
+    }
+
+    /// Blocked more than on the CPU, with block reads to show for it.
+    fn disk_bound(&self) -> bool {
+        self.reads > 0 && self.blocked_ns > self.on_cpu_ns
+    }
+}
+
 /// A training thread that waits for its input waits on the loader workers: what they compute
 /// is what to make faster, so their costliest lines come first (on-CPU stacks of the traced
 /// processes other than the launching threads'; Python lines where py-spy reads them), and
@@ -111,12 +157,27 @@ fn name_the_workers_code(d: &mut Diagnosis, ev: &Evidence, threads: &[u32]) {
     }
     let worker_sites = top(&ev.stacks, &Wanted { activities: &[Activity::Host], on_cpu: Some(true), tids: &workers }, SITES - 1);
     let Some(hottest) = worker_sites.first() else { return };
-    d.evidence.push(format!(
-        "the loader workers spend {:.0}% of their CPU time at {} ({} stacks): that is the code to make faster, or to spread over more workers",
-        hottest.share * 100.0,
-        hottest.frame,
-        hottest.stacks.unwrap_or(0)
-    ));
+    // What the workers wait on decides the fix: a worker blocked on the disk is not made
+    // faster by faster code (one spent 7.27 s of its window in block reads against 40 ms on
+    // the CPU, and was told to make its code faster).
+    let waits = WorkerTime::of(ev, &loaders);
+    if waits.disk_bound() {
+        d.evidence.push(format!(
+            "the loader workers wait on the disk {:.0}% of their time and run on the CPU {:.0}% ({:.1} MB read in {} requests): the reads, not their code, are the pace",
+            waits.share(waits.blocked_ns) * 100.0,
+            waits.share(waits.on_cpu_ns) * 100.0,
+            waits.read_bytes as f64 / 1e6,
+            waits.reads
+        ));
+        d.fix = DISK_BOUND_WORKERS_FIX.into();
+    } else {
+        d.evidence.push(format!(
+            "the loader workers spend {:.0}% of their CPU time at {} ({} stacks): that is the code to make faster, or to spread over more workers",
+            hottest.share * 100.0,
+            hottest.frame,
+            hottest.stacks.unwrap_or(0)
+        ));
+    }
     if let Some(own) = d.sites.first() {
         d.evidence.push(format!("the training thread waits at {}", own.frame));
     }

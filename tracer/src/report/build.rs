@@ -242,6 +242,7 @@ fn cuda(ev: &Evidence, outcome: &Outcome, window_ns: u64) -> Cuda {
             graphs: family(Family::GraphLaunch),
             cooperative,
             per_second: if window_ns == 0 { 0.0 } else { kernels as f64 / secs(window_ns) },
+            launch_rate_per_s: if window_ns == 0 { 0.0 } else { (kernels + family(Family::GraphLaunch)) as f64 / secs(window_ns) },
             estimated: outcome.sampling.as_ref().is_some_and(|s| s.on_fraction < 1.0),
         },
         copies: Copies {

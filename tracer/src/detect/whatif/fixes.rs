@@ -13,6 +13,37 @@ const LAUNCHES_PER_GRAPH_WITHOUT_STEPS: f64 = 50.0;
 /// `cudaGraphLaunch` costs less).
 const REPLAY_HOST_S: f64 = 20e-6;
 
+/// The forms a diagnosis's fix can take where it has more than one, each a name, a
+/// transformation and its sentence, the one to rank last (`whatif::apply`). Host-sync: the
+/// sync alone removed, its bookkeeping kept and overlapped ("sync"); or the sync and the
+/// host work that waits on its value removed, as logging every N steps does
+/// ("sync-and-bookkeeping"). That work is the program's own host code between the sync's
+/// return and the next launch, less the data loading there (loading's own fix).
+#[must_use]
+pub fn variants(d: &Diagnosis, m: &StepModel) -> Vec<(&'static str, Fix, String)> {
+    if d.id != DiagnosisId::HostSync {
+        return Vec::new();
+    }
+    let share = m.drains.share(m.drains.syncs);
+    let bookkeeping = (1.0 - m.loading_share).clamp(0.0, 1.0);
+    vec![
+        (
+            "sync",
+            Fix { drop_drains: share, ..Fix::NONE },
+            format!("without the per-step syncs ({:.0}% of the queue drains) the host runs ahead and its work after them overlaps the GPU", share * 100.0),
+        ),
+        (
+            "sync-and-bookkeeping",
+            Fix { drop_drains: share, drop_idle_user: bookkeeping, ..Fix::NONE },
+            format!(
+                "without the per-step syncs ({:.0}% of the queue drains) and the host work that waits on their values (the program's code between a sync and the next launch{}), as logging every N steps does",
+                share * 100.0,
+                if bookkeeping < 1.0 { ", less its data loading" } else { "" }
+            ),
+        ),
+    ]
+}
+
 /// The fix of diagnosis `d` as a transformation, with the sentence that says what it does;
 /// None for diagnoses that are no host-side problem (the GPU-bound verdict, memory, the
 /// verdicts that are no diagnosis).

@@ -16,7 +16,7 @@ pub use model::StepModel;
 pub use simulate::{Bound, Fix};
 
 use super::severity;
-use crate::model::{Diagnosis, DiagnosisId, Saving};
+use crate::model::{Diagnosis, DiagnosisId, Saving, SavingVariant};
 
 /// A fix's simulated speed-up: the point estimate, the range the evidence allows, and what
 /// bounds the step after it (at the point estimate).
@@ -80,7 +80,19 @@ const EQUAL_GAIN: f64 = 0.02;
 pub fn apply(found: &mut [Diagnosis], m: &StepModel, steps_per_s: Option<f64>, window_s: f64, sm_over_util: Option<f64>) -> Option<BestPair> {
     let mut fixes: Vec<(DiagnosisId, Fix)> = Vec::new();
     for d in found.iter_mut() {
-        let Some((fix, why)) = fixes::of(d, m, sm_over_util) else { continue };
+        let Some((mut fix, mut why)) = fixes::of(d, m, sm_over_util) else { continue };
+        // A fix with several forms is ranked by its last (`fixes::variants`), each reported.
+        let forms = fixes::variants(d, m);
+        let variants: Vec<SavingVariant> = forms
+            .iter()
+            .map(|(name, f, basis)| {
+                let s = speedup(m, f);
+                SavingVariant { name: (*name).to_owned(), speedup: s.point, range: [s.lo, s.hi], basis: basis.clone() }
+            })
+            .collect();
+        if let Some((_, ranked, basis)) = forms.into_iter().last() {
+            (fix, why) = (ranked, basis);
+        }
         let s = speedup(m, &fix);
         let fraction = 1.0 - 1.0 / s.point;
         d.impact = fraction;
@@ -103,6 +115,7 @@ pub fn apply(found: &mut [Diagnosis], m: &StepModel, steps_per_s: Option<f64>, w
             range: Some([s.lo, s.hi]),
             bound: Some(s.bound.as_str().to_owned()),
             workers: s.workers,
+            variants,
         });
         fixes.push((d.id, fix));
     }

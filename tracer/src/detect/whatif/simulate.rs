@@ -22,6 +22,10 @@ pub struct Fix {
     pub launch_scale: f64,
     /// Share of the program's own host work moved to other cores.
     pub offload_user: f64,
+    /// Share of the program's own host work in the idle phase (after a drain, before the next
+    /// launch: the bookkeeping that consumes a synced value) removed outright, as logging
+    /// every N steps removes it.
+    pub drop_idle_user: f64,
     /// Multipliers of the other segments (1 keeps, 0 removes); `launch` and `user` unused.
     pub keep: Segments,
     /// The GPU's busy time is multiplied by this.
@@ -47,6 +51,7 @@ impl Fix {
         drop_drains: 0.0,
         launch_scale: 1.0,
         offload_user: 0.0,
+        drop_idle_user: 0.0,
         keep: Segments { launch: 1.0, user: 1.0, staging: 1.0, transfer: 1.0, alloc: 1.0, cpu_wait: 1.0, io_wait: 1.0, input_wait: 1.0, timer: 1.0 },
         gpu_scale: 1.0,
         refill_input: false,
@@ -65,6 +70,7 @@ impl Fix {
             drop_drains: (self.drop_drains + o.drop_drains).min(1.0),
             launch_scale: self.launch_scale * o.launch_scale,
             offload_user: self.offload_user.max(o.offload_user),
+            drop_idle_user: self.drop_idle_user.max(o.drop_idle_user),
             keep: Segments {
                 launch: 1.0,
                 user: 1.0,
@@ -202,7 +208,8 @@ pub fn simulate(m: &StepModel, fix: &Fix, gpu: f64, dispatch: f64) -> Simulated 
         }
     };
     let host_total = m.idle.launch + m.idle.user + m.overlap.launch + m.overlap.user;
-    let idle = apply(&m.idle, 0.0);
+    let mut idle = apply(&m.idle, 0.0);
+    idle.user *= 1.0 - fix.drop_idle_user.clamp(0.0, 1.0);
     let overlap = apply(&m.overlap, host_total);
     let serial = apply(&m.serial, 0.0);
     let g = gpu * fix.gpu_scale;
