@@ -1,6 +1,7 @@
 //! The deployment files (`deploy/`): each parses, the systemd unit verifies, the DaemonSet and
-//! the unit grant the same capabilities, and the dashboard and the alerts ask only for metrics
-//! that `serve` exposes (the table of docs/serve.md, which `serve`'s own tests hold to).
+//! the unit grant the same capabilities, the dashboard and the alerts ask only for metrics
+//! that `serve` exposes (the table of docs/serve.md, which `serve`'s own tests hold to), and
+//! only loopback (the unit) or the scraper (the DaemonSet's `NetworkPolicy`) reaches the port.
 use std::{collections::BTreeSet, path::PathBuf, process::Command};
 
 use yaml_rust2::{Yaml, YamlLoader};
@@ -44,7 +45,7 @@ fn metrics_in(expr: &str) -> Vec<String> {
 
 #[test]
 fn every_yaml_parses_and_the_capabilities_agree() {
-    for path in ["deploy/daemonset.yaml", "deploy/servicemonitor.yaml", "deploy/prometheus/gputrace-alerts.yaml"] {
+    for path in ["deploy/daemonset.yaml", "deploy/servicemonitor.yaml", "deploy/networkpolicy.yaml", "deploy/prometheus/gputrace-alerts.yaml"] {
         yaml(path);
     }
     let ds = yaml("deploy/daemonset.yaml").into_iter().find(|d| d["kind"].as_str() == Some("DaemonSet")).expect("a DaemonSet");
@@ -99,6 +100,53 @@ fn the_dashboard_and_the_alerts_read_only_served_metrics() {
         }
     }
     assert!(exprs.iter().any(|e| e.contains("gputrace_job_diagnosis_ratio")), "the dashboard shows each job's bottleneck");
+}
+
+/// The words of a command line: the unit's `ExecStart=` or a container's `args`.
+fn flag<'a>(args: &[&'a str], name: &str) -> Option<&'a str> {
+    args.iter().position(|a| *a == name).and_then(|i| args.get(i + 1).copied())
+}
+
+#[test]
+fn only_loopback_or_the_scraper_reaches_the_metrics() {
+    // The unit: the loopback address, and no whole command lines.
+    let unit = read("deploy/gputrace.service");
+    let exec: Vec<&str> = unit.lines().find_map(|l| l.strip_prefix("ExecStart=")).expect("an ExecStart").split_whitespace().collect();
+    let listen: std::net::SocketAddr = flag(&exec, "--listen").expect("--listen").parse().expect("IP:PORT");
+    assert!(listen.ip().is_loopback(), "the unit serves every user's processes on {listen}");
+    assert!(!exec.contains(&"--full-command"), "{exec:?}");
+
+    // The DaemonSet: the pod's address, its port reached only from the scraper's pods.
+    let ds = yaml("deploy/daemonset.yaml").into_iter().find(|d| d["kind"].as_str() == Some("DaemonSet")).expect("a DaemonSet");
+    let c = &ds["spec"]["template"]["spec"]["containers"][0];
+    let args: Vec<&str> = c["args"].as_vec().expect("args").iter().map(|a| a.as_str().expect("a word")).collect();
+    assert!(!args.contains(&"--full-command") && !args.contains(&"--publish-full-command-to-network"), "{args:?}");
+    let port = c["ports"][0]["containerPort"].as_i64().expect("a port");
+    let np = yaml("deploy/networkpolicy.yaml").into_iter().find(|d| d["kind"].as_str() == Some("NetworkPolicy")).expect("a NetworkPolicy");
+    assert_eq!(np["metadata"]["namespace"], ds["metadata"]["namespace"], "the policy must live beside the pods");
+    // It selects the DaemonSet's pods (a selector of no labels would select every pod).
+    let selected = np["spec"]["podSelector"]["matchLabels"].as_hash().expect("matchLabels");
+    let labels = ds["spec"]["template"]["metadata"]["labels"].as_hash().expect("the pods' labels");
+    assert!(!selected.is_empty() && selected.iter().all(|(k, v)| labels.get(k) == Some(v)), "{selected:?} against {labels:?}");
+    let types: Vec<&str> = np["spec"]["policyTypes"].as_vec().expect("policyTypes").iter().filter_map(Yaml::as_str).collect();
+    assert!(types.contains(&"Ingress"), "{types:?}");
+    let rules = np["spec"]["ingress"].as_vec().expect("ingress rules");
+    assert!(!rules.is_empty());
+    for rule in rules {
+        // No `from` (or an empty one) lets everyone in; nor may a peer be an address block or
+        // a selector of no labels.
+        let from = rule["from"].as_vec().unwrap_or_else(|| panic!("a rule without `from` admits everyone: {rule:?}"));
+        assert!(!from.is_empty(), "{rule:?}");
+        for peer in from {
+            assert!(peer["ipBlock"].is_badvalue(), "{peer:?}");
+            for selector in ["namespaceSelector", "podSelector"] {
+                let labels = peer[selector]["matchLabels"].as_hash().unwrap_or_else(|| panic!("{selector} with labels: {peer:?}"));
+                assert!(!labels.is_empty(), "an empty {selector} selects everything: {peer:?}");
+            }
+        }
+        let ports: Vec<i64> = rule["ports"].as_vec().expect("ports").iter().map(|p| p["port"].as_i64().expect("a number")).collect();
+        assert_eq!(ports, [port], "only the metrics port");
+    }
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use gputrace_tests::{gputrace, require_root, Gated};
+use gputrace_tests::{fakejob, gputrace, require_root, Gated};
 
 fn kill(mut job: Gated) {
     let _ = job.child.kill();
@@ -85,6 +85,32 @@ fn through_a_pipe_each_window_is_text_with_workers_folded() {
     for child in &children {
         assert!(!frame.lines().any(|l| l.trim_start().starts_with(&format!("{child} "))), "worker {child} has a row:\n{frame}");
     }
+}
+
+#[test]
+fn a_command_named_with_escapes_reaches_the_text_cleaned() {
+    use std::os::unix::ffi::OsStrExt;
+    require_root();
+    let dir = gputrace_tests::scratch("top", "esc");
+    // A program whose name retitles the window and clears the screen, were it printed raw.
+    let link = dir.join(std::ffi::OsStr::from_bytes(b"job\x1b]0;pwned\x07\x1b[2J"));
+    std::os::unix::fs::symlink(fakejob(), &link).expect("a link");
+    let mut job = Gated::start_as(&link, &["--steps", "100000000", "--driver-launches", "10", "--kernel-us", "100", "--sync"]);
+    job.release();
+    let mut top = Command::new(gputrace()).args(["top", "--interval", "1"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("top starts");
+    let rx = reader(top.stdout.take().expect("piped"));
+    let mut seen = String::new();
+    let shown = read_until(&rx, &mut seen, |s| s.contains("pwned") && s.matches("gputrace top — window").count() >= 2);
+    // SAFETY: sending a signal has no memory-safety preconditions.
+    unsafe { libc::kill(top.id() as i32, libc::SIGTERM) };
+    let status = top.wait().expect("top exits");
+    let job_pid = job.pid;
+    kill(job);
+    assert!(shown, "the job's row never came:\n{seen}");
+    assert_eq!(status.code(), Some(0), "{seen}");
+    assert!(!seen.chars().any(|c| c.is_control() && c != '\n'), "a control character reached the text: {seen:?}");
+    let row = seen.lines().find(|l| l.contains("pwned")).expect("the row");
+    assert!(row.contains("job?]0;pwned??[2J") && row.trim_start().starts_with(&format!("{job_pid} ")), "{row}");
 }
 
 #[test]

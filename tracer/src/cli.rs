@@ -152,9 +152,14 @@ enum Command {
         #[arg(long, value_name = "SECS", value_parser = parse_seconds, default_value = "15")]
         interval: Duration,
         /// Label series with whole command lines rather than program names (command lines
-        /// may carry secrets, and each distinct one is a new series).
+        /// may carry secrets, and each distinct one is a new series). Only on a loopback
+        /// address, unless --publish-full-command-to-network is given too.
         #[arg(long)]
         full_command: bool,
+        /// With --full-command on an address other than loopback: publish every user's whole
+        /// command lines (paths, data set names, tokens in arguments) to whoever reaches the port.
+        #[arg(long, requires = "full_command")]
+        publish_full_command_to_network: bool,
         /// Show other users' command lines without being root (root sees them anyway).
         #[arg(long)]
         show_commands: bool,
@@ -488,10 +493,11 @@ impl Cli {
                 }
                 Job::Top { options: crate::top::Options { interval, show_commands } }
             }
-            Command::Serve { listen, interval, full_command, show_commands } => {
+            Command::Serve { listen, interval, full_command, publish_full_command_to_network, show_commands } => {
                 if interval < Duration::from_secs(1) {
                     return Err(format!("--interval {interval:?} is too short: a window needs a second or more to judge a process idle"));
                 }
+                check_publication(listen, full_command, publish_full_command_to_network)?;
                 Job::Serve { options: crate::serve::Options { listen, interval, full_command, show_commands } }
             }
             Command::Completions { shell } => Job::Completions { shell },
@@ -501,6 +507,20 @@ impl Cli {
             }
         })
     }
+}
+
+/// `serve`'s labels go to whoever reaches the port (`/metrics` has no authentication): whole
+/// command lines only on a loopback address, unless asked for twice.
+fn check_publication(listen: std::net::SocketAddr, full_command: bool, publish: bool) -> Result<(), String> {
+    if full_command && !listen.ip().is_loopback() && !publish {
+        return Err(format!(
+            "--full-command on {listen} would publish every user's whole command lines (paths, data set names, tokens in \
+             arguments) to anyone who can reach that port: listen on a loopback address (127.0.0.1:{port}), drop \
+             --full-command, or say --publish-full-command-to-network as well",
+            port = listen.port()
+        ));
+    }
+    Ok(())
 }
 
 /// The man page of gputrace (`None`) or of one of its subcommands (`gputrace-attach(1)` …,
@@ -864,5 +884,27 @@ mod tests {
             Ok(Job::Trace { target: Target::Attach { pid: 42 }, duration: Some(d), .. }) => assert_eq!(d.as_secs(), 300),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn whole_command_lines_reach_the_network_only_when_said_twice() {
+        let job = |args: &[&str]| Cli::try_parse_from(["gputrace", "serve"].iter().chain(args)).expect("parses").job();
+        let err = job(&["--listen", "0.0.0.0:9400", "--full-command"]).expect_err("refused");
+        assert!(err.contains("--publish-full-command-to-network") && err.contains("127.0.0.1:9400"), "{err}");
+        assert!(job(&["--listen", "[::]:9400", "--full-command"]).is_err());
+        for ok in [
+            &["--listen", "127.0.0.1:9400", "--full-command"][..],
+            &["--listen", "[::1]:9400", "--full-command"],
+            &["--listen", "9400", "--full-command"],
+            &["--listen", "0.0.0.0:9400"],
+            &["--listen", "0.0.0.0:9400", "--full-command", "--publish-full-command-to-network"],
+        ] {
+            match job(ok) {
+                Ok(Job::Serve { .. }) => {}
+                other => panic!("{ok:?}: {other:?}"),
+            }
+        }
+        // The second flag alone means nothing: clap says it needs the first.
+        assert!(Cli::try_parse_from(["gputrace", "serve", "--publish-full-command-to-network"]).is_err());
     }
 }

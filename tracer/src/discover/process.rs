@@ -59,8 +59,9 @@ pub fn require(pid: u32) -> Result<ProcStat> {
 /// zombies). Bytes that are not UTF-8 are replaced, never trusted.
 #[must_use]
 pub fn command_line(pid: u32) -> String {
-    match fs::read(format!("/proc/{pid}/cmdline")) {
-        Ok(bytes) if !bytes.is_empty() => {
+    // Bounded as the sweep's is: a command line may be megabytes, and what is shown is a line.
+    match crate::discover::procfs::read_head(format!("/proc/{pid}/cmdline"), crate::discover::procfs::MAX_CMDLINE_BYTES) {
+        Ok((bytes, _)) if !bytes.is_empty() => {
             bytes.split(|b| *b == 0).filter(|a| !a.is_empty()).map(String::from_utf8_lossy).collect::<Vec<_>>().join(" ")
         }
         _ => stat(pid).map(|s| s.comm).unwrap_or_default(),

@@ -4,7 +4,10 @@
 //! replaced, never trusted. Files are still opened by what the kernel gives (inodes through
 //! `map_files`), not by these lossy names.
 
-use std::{io, path::Path};
+use std::{
+    io::{self, Read as _},
+    path::Path,
+};
 
 /// The text of a `/proc` file, with bytes that are not UTF-8 replaced.
 pub fn read_text(path: impl AsRef<Path>) -> io::Result<String> {
@@ -13,6 +16,22 @@ pub fn read_text(path: impl AsRef<Path>) -> io::Result<String> {
         Ok(s) => s,
         Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
     })
+}
+
+/// The most of `/proc/PID/cmdline` read. A command line may be as long as the kernel's
+/// argument limit (a quarter of the stack limit: 2 MiB by default), and the sweep reads each
+/// holder's every window; 4 KiB hold any command line a person reads whole.
+pub const MAX_CMDLINE_BYTES: usize = 4096;
+
+/// The first `max` bytes of a `/proc` file, and whether it held more. Some files are as
+/// long as their process makes them (a command line may be megabytes), and the kernel builds
+/// what is read: reading a head costs only the head.
+pub fn read_head(path: impl AsRef<Path>, max: usize) -> io::Result<(Vec<u8>, bool)> {
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?.take(max as u64 + 1).read_to_end(&mut bytes)?;
+    let more = bytes.len() > max;
+    bytes.truncate(max);
+    Ok((bytes, more))
 }
 
 /// The option that hides other users' processes on the `/proc` we read (`hidepid=2`,
@@ -46,6 +65,18 @@ pub fn hiding_option_in(mountinfo: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_head_is_read_and_says_whether_there_was_more() {
+        let path = std::env::temp_dir().join(format!("gputrace-head-{}", std::process::id()));
+        std::fs::write(&path, vec![b'x'; 10_000]).expect("written");
+        let (bytes, more) = read_head(&path, 4096).expect("read");
+        assert_eq!((bytes.len(), more), (4096, true));
+        std::fs::write(&path, vec![b'x'; 4096]).expect("written");
+        let (bytes, more) = read_head(&path, 4096).expect("read");
+        let _ = std::fs::remove_file(&path);
+        assert_eq!((bytes.len(), more), (4096, false));
+    }
 
     #[test]
     fn hidepid_is_found_in_mountinfo() {

@@ -27,6 +27,10 @@ pub enum NoGpuView {
     /// A one-off NVML query (the sweep's) did not return within the given time.
     #[error("NVML did not answer within {0:?}")]
     AnswerTimeout(Duration),
+    /// An earlier one-off query (a window's) has not returned yet, after the given deadline:
+    /// the driver hangs, and no new query is started until that one returns.
+    #[error("NVML has not answered an earlier query yet (given {0:?}); this window's query is skipped until it does")]
+    StillAsking(Duration),
     /// The sampling thread did not hand back its samples when tracing ended.
     #[error("NVML did not answer at the end of the trace")]
     EndTimeout,

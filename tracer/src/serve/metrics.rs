@@ -4,6 +4,12 @@
 //! (`_total`) add up every window since `serve` started. Series come and go with processes:
 //! the registry is built anew for each window, so a process that exited leaves no stale
 //! series behind.
+//!
+//! Every label value passes through [`label`]: it is cut to [`MAX_LABEL_BYTES`] and escaped
+//! as the text format requires, because `prometheus_client` (0.24) writes label values as
+//! they are. A holder whose argv[0] holds a `"` or a `\` would otherwise make Prometheus
+//! reject the whole scrape, and with `--full-command` a newline in an argument would forge
+//! series of its own.
 
 use std::sync::atomic::AtomicU64;
 
@@ -37,6 +43,32 @@ impl Totals {
         self.probe_hits += report.tracer.probe_hits;
         self.last_sweep_unix_s = ended_unix_s;
     }
+}
+
+/// The most bytes of a label value kept (cut on a character boundary, before escaping). A
+/// program name may be as long as a path (4 KiB) and appears in some ten series per
+/// process; 128 bytes keep every real program name and a useful head of a command line.
+pub const MAX_LABEL_BYTES: usize = 128;
+
+/// `value` as a label value of the text format: at most [`MAX_LABEL_BYTES`] of it, with
+/// backslash, double quote and line feed escaped (OpenMetrics 1.0, "ABNF": `escaped-string`;
+/// Prometheus's text format 0.0.4 escapes the same three).
+#[must_use]
+pub fn label(value: &str) -> String {
+    let mut end = value.len().min(MAX_LABEL_BYTES);
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut out = String::with_capacity(end + 2);
+    for c in value[..end].chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 type Labels = Vec<(&'static str, String)>;
@@ -83,10 +115,10 @@ fn command_label(p: &Process, full_command: bool) -> String {
 fn process_labels(p: &Process, full_command: bool) -> Labels {
     vec![
         ("pid", p.pid.to_string()),
-        ("user", p.user.clone()),
-        ("command", command_label(p, full_command)),
-        ("container", p.container.clone().unwrap_or_default()),
-        ("pod", p.pod.clone().unwrap_or_default()),
+        ("user", label(&p.user)),
+        ("command", label(&command_label(p, full_command))),
+        ("container", label(p.container.as_deref().unwrap_or_default())),
+        ("pod", label(p.pod.as_deref().unwrap_or_default())),
     ]
 }
 
@@ -106,7 +138,7 @@ pub fn exposition(report: &SweepReport, totals: &Totals, full_command: bool) -> 
         let total = f.gauge("gputrace_gpu_memory_total_bytes", "GPU memory in all");
         let power = f.gauge("gputrace_gpu_power_watts", "Mean board power over the last window");
         for d in &gpu.devices {
-            let labels: Labels = vec![("gpu", d.index.to_string()), ("uuid", d.uuid.clone())];
+            let labels: Labels = vec![("gpu", d.index.to_string()), ("uuid", label(&d.uuid))];
             if let Some(u) = d.utilization_pct {
                 util.get_or_create(&labels).set(u / 100.0);
             }
@@ -138,7 +170,7 @@ pub fn exposition(report: &SweepReport, totals: &Totals, full_command: bool) -> 
             memory.get_or_create(&with_gpu).set(bytes(g.memory_bytes));
         }
         let mut with_state = labels.clone();
-        with_state.push(("state", p.state.clone()));
+        with_state.push(("state", label(&p.state)));
         active.get_or_create(&with_state).set(if p.state == "active" { 1.0 } else { 0.0 });
         if let Some(k) = p.cuda.as_ref().map(|c| c.kernels + c.graphs) {
             launches.get_or_create(&labels).set(k as f64 / window_s);
@@ -158,11 +190,11 @@ pub fn exposition(report: &SweepReport, totals: &Totals, full_command: bool) -> 
         let labels = process_labels(p, full_command);
         for d in &j.diagnoses {
             let mut with_id = labels.clone();
-            with_id.push(("id", d.id.clone()));
+            with_id.push(("id", label(&d.id)));
             diagnosis.get_or_create(&with_id).set(d.ratio);
         }
         let mut with_verdict = labels.clone();
-        with_verdict.push(("verdict", j.verdict.clone()));
+        with_verdict.push(("verdict", label(&j.verdict)));
         verdict.get_or_create(&with_verdict).set(1.0);
         let t = &j.time;
         for (part, share) in [("host", t.host), ("waiting_on_gpu", t.waiting_on_gpu), ("in_copies", t.in_copies), ("waiting_for_cpu", t.waiting_for_cpu), ("sleeping", t.sleeping)] {
@@ -279,5 +311,61 @@ mod tests {
         let r = report();
         let text = exposition(&r, &Totals::default(), true);
         assert!(text.contains(r#"command="/opt/conda/bin/python3 notebook.py --token=secret""#), "{text}");
+    }
+
+    /// The label values of the samples of `family`, as a scraper reads them: unescaped.
+    fn commands(text: &str, family: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for line in text.lines().filter(|l| l.starts_with(&format!("{family}{{"))) {
+            let rest = line.split_once("command=\"").expect("a command label").1;
+            let mut value = String::new();
+            let mut chars = rest.chars();
+            loop {
+                match chars.next().expect("a closing quote") {
+                    '"' => break,
+                    '\\' => match chars.next().expect("an escaped character") {
+                        'n' => value.push('\n'),
+                        c @ ('\\' | '"') => value.push(c),
+                        c => panic!("an escape the format does not have: \\{c} in {line}"),
+                    },
+                    '\n' => panic!("a raw line feed in {line}"),
+                    c => value.push(c),
+                }
+            }
+            out.push(value);
+        }
+        out
+    }
+
+    #[test]
+    fn quotes_backslashes_and_newlines_in_labels_are_escaped() {
+        let mut r = report();
+        r.processes[0].command = "/tmp/a\"b\\c/x\"y\\z --flag=\"v\"\ngputrace_sweeps_total 999".into();
+        let text = exposition(&r, &Totals::default(), true);
+        // Each line is a family's comment, a sample or the end: none forged.
+        assert!(!text.contains("\ngputrace_sweeps_total 999"), "{text}");
+        assert_eq!(text.lines().filter(|l| l.starts_with("gputrace_sweeps_total ")).count(), 1, "{text}");
+        let got = commands(&text, "gputrace_process_active");
+        assert!(got.contains(&r.processes[0].command), "{got:?}\n{text}");
+        // The program's name alone, by default, escaped too.
+        let text = exposition(&r, &Totals::default(), false);
+        assert!(commands(&text, "gputrace_process_active").contains(&"x\"y\\z".to_owned()), "{text}");
+        assert!(text.contains(r#"command="x\"y\\z""#), "{text}");
+    }
+
+    #[test]
+    fn labels_are_cut_to_a_bound_on_a_character_boundary() {
+        assert_eq!(label(&"é".repeat(100)), "é".repeat(MAX_LABEL_BYTES / 2));
+        // 127 ASCII bytes and a two-byte character straddling the bound: the character goes.
+        let straddling = format!("{}é", "a".repeat(MAX_LABEL_BYTES - 1));
+        assert_eq!(label(&straddling), "a".repeat(MAX_LABEL_BYTES - 1));
+        assert_eq!(label("a\"b"), "a\\\"b");
+        // A program name of 128 KiB (argv[0] may be that long) in some ten series per process.
+        let mut r = report();
+        r.processes[1].command = format!("/{} train.py", "n".repeat(128 << 10));
+        let text = exposition(&r, &Totals::default(), false);
+        let usual = exposition(&report(), &Totals::default(), false).len();
+        assert!(text.len() <= usual + 16 * MAX_LABEL_BYTES, "{} bytes, against {usual}", text.len());
+        assert!(commands(&text, "gputrace_process_active").iter().all(|c| c.len() <= MAX_LABEL_BYTES));
     }
 }

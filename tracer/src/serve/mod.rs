@@ -4,6 +4,7 @@
 //! window as OpenMetrics text) → `http` (answers scrapes from the last exposition, on its own
 //! thread). The engine never waits for a scrape and a scrape never waits for a window.
 
+pub mod clients;
 pub mod http;
 pub mod metrics;
 

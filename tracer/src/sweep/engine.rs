@@ -120,6 +120,8 @@ pub struct Engine {
     nvml_answered: Option<bool>,
     /// The GPUs NVML could not reach then.
     unreachable: Vec<String>,
+    /// The window's NVML query, one at a time (a hung driver keeps the last one).
+    nvml_flight: nvml::Flight,
 }
 
 impl Engine {
@@ -147,7 +149,7 @@ impl Engine {
         }
         // The probes were just loaded: the first window counts from zero, so that calls made
         // once the "armed" line is out are all its own.
-        Self { me, show_commands, probes, arm_notes, attach_ms, start, sampler, samples: Vec::new(), baseline: BTreeMap::new(), losses_before: 0, windows: 0, continuous, quiet: false, jobs, nvml_answered: None, unreachable: Vec::new() }
+        Self { me, show_commands, probes, arm_notes, attach_ms, start, sampler, samples: Vec::new(), baseline: BTreeMap::new(), losses_before: 0, windows: 0, continuous, quiet: false, jobs, nvml_answered: None, unreachable: Vec::new(), nvml_flight: nvml::Flight::default() }
     }
 
     /// Log what a window finds wrong at debug level only: the caller shows it.
@@ -174,7 +176,8 @@ impl Engine {
         self.drain(&mut activity);
         self.observe(&mut activity, &mut seen);
 
-        let gpu = match tokio::task::spawn_blocking(move || nvml::query(since_unix_us)).await {
+        let flight = self.nvml_flight.clone();
+        let gpu = match tokio::task::spawn_blocking(move || nvml::query(&flight, since_unix_us)).await {
             Ok(Ok(view)) => {
                 if self.nvml_answered == Some(false) && !self.quiet {
                     log::info!("NVML answers again");

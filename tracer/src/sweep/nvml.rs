@@ -2,8 +2,20 @@
 //! per-process utilization samples since the window began. One query at the end of the
 //! window, on its own thread with a deadline, since NVML calls block and a hung driver must
 //! not hang the sweep. NVML is loaded at run time; without it the sweep says so once.
+//!
+//! A thread stuck in a hung driver cannot be stopped, only left behind. So at most one query
+//! is in flight ([`Flight`]): while the last one has not returned, a window starts none and
+//! says why, rather than leave one more thread stuck in the driver every window of `serve`.
 
-use std::{collections::BTreeMap, sync::mpsc, thread, time::Duration};
+use std::{
+    collections::BTreeMap,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        mpsc, Arc,
+    },
+    thread,
+    time::Duration,
+};
 
 use nvml_wrapper::{enums::device::UsedGpuMemory, error::NvmlError, Device, Nvml};
 
@@ -49,17 +61,49 @@ pub struct GpuView {
     pub unreachable: Vec<String>,
 }
 
+/// Whether a query is running: one per engine, shared by its windows.
+#[derive(Clone, Debug, Default)]
+pub struct Flight(Arc<AtomicBool>);
+
+/// The query in flight; dropped when its thread is done with NVML, answered or not.
+#[derive(Debug)]
+struct Boarded(Arc<AtomicBool>);
+
+impl Flight {
+    fn board(&self) -> Option<Boarded> {
+        self.0.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).ok().map(|_| Boarded(self.0.clone()))
+    }
+}
+
+impl Drop for Boarded {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
 /// Ask NVML; `since_unix_us` is the window's start on the wall clock, which NVML's
 /// per-process samples use. `Err` says why there is no GPU view.
-pub fn query(since_unix_us: u64) -> Result<GpuView, NoGpuView> {
+pub fn query(flight: &Flight, since_unix_us: u64) -> Result<GpuView, NoGpuView> {
+    single_flight(flight, NVML_TIMEOUT, move || ask(since_unix_us))
+}
+
+/// `ask` on a thread of its own, its answer awaited for `timeout`; none started while the
+/// last one `flight` saw has not returned.
+fn single_flight<T: Send + 'static>(flight: &Flight, timeout: Duration, ask: impl FnOnce() -> Result<T, NoGpuView> + Send + 'static) -> Result<T, NoGpuView> {
+    let boarded = flight.board().ok_or(NoGpuView::StillAsking(timeout))?;
     let (tx, rx) = mpsc::channel();
+    // A spawn that fails drops the closure, and with it `boarded`: the next window may try.
     thread::Builder::new()
         .name("gputrace-nvml".into())
         .spawn(move || {
-            let _ = tx.send(ask(since_unix_us));
+            let answer = ask();
+            // Landed before the answer is handed over, so that the window that takes it can
+            // start the next query at once.
+            drop(boarded);
+            let _ = tx.send(answer);
         })
         .map_err(NoGpuView::Thread)?;
-    rx.recv_timeout(NVML_TIMEOUT).map_err(|_| NoGpuView::AnswerTimeout(NVML_TIMEOUT))?
+    rx.recv_timeout(timeout).map_err(|_| NoGpuView::AnswerTimeout(timeout))?
 }
 
 fn ask(since_unix_us: u64) -> Result<GpuView, NoGpuView> {
@@ -126,4 +170,63 @@ fn device_processes(dev: &Device<'_>, index: u32, since_unix_us: u64, out: &mut 
         out.entry(pid).or_default().push(u);
     }
     (known, lists_read)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{sync::atomic::AtomicUsize, time::Instant};
+
+    use super::*;
+
+    const SHORT: Duration = Duration::from_millis(50);
+
+    #[test]
+    fn a_hung_query_holds_back_new_ones_instead_of_leaving_a_thread_per_window() {
+        let flight = Flight::default();
+        let started = Arc::new(AtomicUsize::new(0));
+        let (release, driver) = mpsc::channel::<()>();
+        let counted = started.clone();
+        let first = single_flight(&flight, SHORT, move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let _ = driver.recv();
+            Ok(1)
+        });
+        assert!(matches!(first, Err(NoGpuView::AnswerTimeout(t)) if t == SHORT), "{first:?}");
+        // Window after window while the driver hangs: skipped at once, no thread started.
+        for _ in 0..5 {
+            let counted = started.clone();
+            let began = Instant::now();
+            let skipped = single_flight(&flight, SHORT, move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok(2)
+            });
+            assert!(matches!(skipped, Err(NoGpuView::StillAsking(_))), "{skipped:?}");
+            assert!(began.elapsed() < SHORT, "a skipped query does not wait");
+        }
+        assert_eq!(started.load(Ordering::SeqCst), 1, "one thread in the driver, not one a window");
+        // The driver answers at last: the next window asks again.
+        release.send(()).expect("the hung query still waits");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match single_flight(&flight, Duration::from_secs(5), || Ok(3)) {
+                Ok(v) => {
+                    assert_eq!(v, 3);
+                    break;
+                }
+                Err(NoGpuView::StillAsking(_)) if Instant::now() < deadline => thread::sleep(Duration::from_millis(10)),
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn queries_that_answer_never_hold_the_next_back() {
+        let flight = Flight::default();
+        for i in 0..3 {
+            assert_eq!(single_flight(&flight, Duration::from_secs(5), move || Ok(i)).expect("an answer"), i);
+        }
+        let failed = single_flight::<u32>(&flight, Duration::from_secs(5), || Err(NoGpuView::NoDevice));
+        assert!(matches!(failed, Err(NoGpuView::NoDevice)), "{failed:?}");
+        assert_eq!(single_flight(&flight, Duration::from_secs(5), || Ok(4)).expect("an answer"), 4);
+    }
 }

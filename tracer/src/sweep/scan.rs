@@ -21,6 +21,7 @@ use std::{
 use crate::discover::{
     libraries::{self, Library},
     maps, process,
+    procfs::{self, MAX_CMDLINE_BYTES},
 };
 
 /// The NVIDIA device a path names (`nvidia0`, `nvidiactl`, `nvidia-uvm`, `nvidia-caps/…`),
@@ -107,6 +108,17 @@ pub fn command_line(bytes: &[u8]) -> Option<String> {
     (!args.is_empty()).then(|| args.join(" "))
 }
 
+/// A process's command line, at most [`MAX_CMDLINE_BYTES`] of it (each holder's is read
+/// every window). A longer one is cut there and ends in `…`.
+fn cmdline(pid: u32) -> Option<String> {
+    let (bytes, more) = procfs::read_head(format!("/proc/{pid}/cmdline"), MAX_CMDLINE_BYTES).ok()?;
+    let mut line = command_line(&bytes)?;
+    if more {
+        line.push('…');
+    }
+    Some(line)
+}
+
 /// Who a process is: read once, when it is first seen (it may exit during the window).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Details {
@@ -130,8 +142,8 @@ pub fn details(pid: u32) -> Option<Details> {
         comm: stat.comm,
         start_ticks: stat.start_ticks,
         uid: process::uid(pid),
-        cmdline: fs::read(format!("/proc/{pid}/cmdline")).ok().and_then(|b| command_line(&b)),
-        cgroup: crate::discover::procfs::read_text(format!("/proc/{pid}/cgroup")).ok().and_then(|t| cgroup_path(&t)),
+        cmdline: cmdline(pid),
+        cgroup: procfs::read_text(format!("/proc/{pid}/cgroup")).ok().and_then(|t| cgroup_path(&t)),
     })
 }
 
@@ -356,6 +368,28 @@ garbage line
         assert_eq!(command_line(b"bad\xff\0x").as_deref(), Some("bad\u{fffd} x"));
         assert!((age_s(1000, (100.0, 100.0)) - 90.0).abs() < 1e-9);
         assert!(age_s(u64::MAX, (100.0, 100.0)).abs() < f64::EPSILON);
+    }
+
+    #[test]
+    fn a_long_command_line_is_read_only_to_the_bound() {
+        // One argument of 100 KB (an argument may hold 128 KiB): `sh` ignores it and sleeps
+        // (a command after the sleep, so that `sh` does not exec into it).
+        let mut child = std::process::Command::new("sh").args(["-c", "sleep 30; exit 0", "sh"]).arg("x".repeat(100_000)).spawn().expect("sh starts");
+        // `spawn` returns once exec closed our pipe, which is before the kernel sets the new
+        // command line: until then it reads empty.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let line = loop {
+            let line = details(child.id()).and_then(|d| d.cmdline);
+            if line.is_some() || Instant::now() > deadline {
+                break line;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        let line = line.expect("a command line");
+        assert!(line.starts_with("sh -c sleep 30; exit 0 sh xxx") && line.ends_with("x…"), "{}", &line[..40]);
+        assert_eq!(line.len(), MAX_CMDLINE_BYTES + '…'.len_utf8());
     }
 
     #[test]

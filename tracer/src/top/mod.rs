@@ -120,7 +120,9 @@ async fn text_frames(options: &Options, signals: &mut Signals) -> Result<()> {
     Ok(())
 }
 
-/// One frame as plain text, every row shown.
+/// One frame as plain text, every row shown. The view cleans what it shows; the whole text
+/// is cleaned once more here (plain text has no colours, so no escape at all), so that a name
+/// the view forgot to clean still reaches no terminal raw (`top | less` shows this text).
 #[must_use]
 pub fn render_text(report: &SweepReport, status: &view::Status) -> String {
     let height = view::height(report);
@@ -129,10 +131,11 @@ pub fn render_text(report: &SweepReport, status: &view::Status) -> String {
         return String::new();
     }
     let buffer = terminal.backend().buffer();
-    (0..height)
+    let text = (0..height)
         .map(|y| (0..TEXT_WIDTH).map(|x| buffer[(x, y)].symbol()).collect::<String>().trim_end().to_owned())
         .collect::<Vec<_>>()
-        .join("\n")
+        .join("\n");
+    crate::output::clean_lines(&text)
 }
 
 /// Terminal events, read on a thread of their own (reading blocks).

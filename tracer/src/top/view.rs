@@ -1,5 +1,10 @@
 //! One frame of `top` (pure: a sweep and a sort order in, widgets drawn into a frame out;
 //! unit-tested against ratatui's test backend).
+//!
+//! Every text that came from elsewhere (user, pod, command and GPU names, diagnosis ids) is
+//! [`clean`]ed as it enters a cell: ratatui (0.29) writes a span's characters into the
+//! buffer as they are, and the buffer goes to the terminal as it is, so a command named with
+//! an escape sequence would otherwise drive the terminal of whoever runs `top`.
 
 use ratatui::{
     layout::{Constraint, Layout},
@@ -9,7 +14,10 @@ use ratatui::{
     Frame,
 };
 
-use crate::sweep::model::{Process, SweepReport};
+use crate::{
+    output::clean,
+    sweep::model::{Process, SweepReport},
+};
 
 /// What the process table is sorted by (most first, but for the pid).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -83,13 +91,13 @@ pub fn rows(report: &SweepReport, sort: Sort) -> Vec<(&Process, usize)> {
 fn verdict(report: &SweepReport, p: &Process) -> String {
     match report.diagnoses.iter().find(|d| d.pid == p.pid) {
         Some(d) => match d.impact {
-            Some(i) => format!("{}: {:.0}% of GPU memory", d.id, i * 100.0),
-            None => d.id.clone(),
+            Some(i) => format!("{}: {:.0}% of GPU memory", clean(&d.id), i * 100.0),
+            None => clean(&d.id),
         },
         None => match &p.judgement {
             Some(j) => match j.diagnoses.iter().find(|d| d.id == j.verdict) {
-                Some(d) => format!("{} {:.0}%", d.id, d.ratio * 100.0),
-                None => j.verdict.clone(),
+                Some(d) => format!("{} {:.0}%", clean(&d.id), d.ratio * 100.0),
+                None => clean(&j.verdict),
             },
             None if p.state == "active" => "using the GPU".into(),
             None => String::new(),
@@ -128,7 +136,7 @@ pub fn draw(frame: &mut Frame<'_>, report: &SweepReport, status: &Status) {
             .map(|d| {
                 Row::new(vec![
                     d.index.to_string(),
-                    d.name.clone(),
+                    clean(&d.name),
                     pct(d.utilization_pct),
                     pct(d.sm_activity_pct),
                     format!("{} / {}", gib(d.memory_used_bytes), gib(d.memory_total_bytes)),
@@ -153,15 +161,15 @@ pub fn draw(frame: &mut Frame<'_>, report: &SweepReport, status: &Status) {
         .map(|(p, workers)| {
             Row::new(vec![
                 p.pid.to_string(),
-                p.user.clone(),
+                clean(&p.user),
                 // Kubernetes' pod, else the container, else nothing.
-                p.pod.clone().or_else(|| p.container.clone()).unwrap_or_default(),
-                p.state.clone(),
+                clean(p.pod.as_deref().or(p.container.as_deref()).unwrap_or_default()),
+                clean(&p.state),
                 gib(p.gpu_memory_bytes),
                 launches_per_s(p, window_s).map_or_else(|| "-".into(), |l| format!("{l:.0}")),
                 if workers > 0 { format!("+{workers}") } else { String::new() },
                 verdict(report, p),
-                p.command.clone(),
+                clean(&p.command),
             ])
         })
         .collect();
@@ -274,5 +282,24 @@ mod tests {
         // 20×5 cells: cut short, no panic.
         let lines = frame(&r, Sort::State, 20, 5);
         assert_eq!(lines.len(), 5);
+    }
+
+    #[test]
+    fn names_from_other_users_cannot_drive_the_terminal() {
+        let mut r = report();
+        r.processes[0].user = "ev\u{1b}]0;pwned\u{7}il".into();
+        r.processes[0].command = "python3 \u{1b}[2J\u{1b}[H\u{202e}gpj.exe\r\njob".into();
+        r.processes[0].pod = Some("pod\u{9b}31m".into());
+        if let Some(g) = r.gpu.as_mut() {
+            g.devices[0].name = "H200\u{1b}[5m".into();
+        }
+        let lines = frame(&r, Sort::State, 160, height(&r));
+        let text = lines.join("\n");
+        assert!(!text.chars().any(|c| (c.is_control() && c != '\n') || ('\u{202a}'..='\u{202e}').contains(&c)), "{text:?}");
+        let idle = lines.iter().find(|l| l.trim_start().starts_with("7 ")).unwrap_or_else(|| panic!("{text}"));
+        assert!(idle.contains("ev?]0;pwne") && idle.contains("pod?31m") && idle.contains("python3 ?[2J?[H?gpj.exe??job"), "{idle}");
+        // The plain text of a pipe, too.
+        let plain = crate::top::render_text(&r, &Status::default());
+        assert!(plain.contains("python3 ?[2J") && !plain.chars().any(|c| c.is_control() && c != '\n'), "{plain:?}");
     }
 }
