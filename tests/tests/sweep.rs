@@ -157,6 +157,38 @@ fn a_job_that_starts_during_the_window_is_counted() {
     assert_eq!(num(j, "/launches"), 100, "{j:#}");
 }
 
+#[test]
+fn a_libcuda_owned_by_another_user_is_neither_parsed_nor_probed() {
+    use std::os::unix::fs::MetadataExt as _;
+    require_root();
+    // Issue 56: a library qualifies by its file name, so any user can offer root a
+    // `libcuda.so.1`. A job maps one owned by `nobody`: the sweep must leave it alone and say so.
+    let dir = gputrace_tests::scratch("sweep", "nobody");
+    for lib in ["libcuda.so.1", "libcudart.so.13"] {
+        std::fs::copy(fake_cuda_dir().join(lib), dir.join(lib)).expect("copy the fake CUDA");
+    }
+    let theirs = dir.join("libcuda.so.1");
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).expect("chown to nobody");
+    let inode = std::fs::metadata(&theirs).expect("stat").ino();
+    let mut job = Gated::spawn(
+        std::process::Command::new(fakejob())
+            .env_remove("LD_LIBRARY_PATH")
+            .arg("--gate")
+            .arg("--lib-dir")
+            .arg(&*dir)
+            .args(["--hold-ms", "60000"]),
+    );
+    job.release();
+    job.wait_for("holding");
+    let (r, code, stderr) = Tracer::sweep(&["--duration", "1"], None).report();
+    stop(job);
+    assert_eq!(code, 0, "{stderr}");
+    let probed = r["tracer"]["libraries"].as_array().expect("libraries");
+    assert!(!probed.iter().any(|l| l["inode"] == inode), "nobody's libcuda was probed: {:#}", r["tracer"]);
+    let notes = r["tracer"]["notes"].to_string();
+    assert!(notes.contains("owned by uid 65534"), "{notes}");
+}
+
 /// The judgement of a busy job released once a `--duration 2` sweep (with `extra` options)
 /// is armed.
 fn judged(args: &[&str], extra: &[&str]) -> (Value, Value) {

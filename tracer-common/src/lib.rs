@@ -15,7 +15,7 @@ pub mod python;
 pub use event::*;
 pub use host::{CallSite, CallStack, IoKey, IoStart, Layout, OffCpuStart, SampleKey, SampleStats, ThreadSched, TrapSamples, WakeKey, WakeStats};
 pub use probe::*;
-pub use python::{PyFrameRef, PyFramesEvent, PyLayout};
+pub use python::{PyFrameRef, PyFramesEvent, PyLayout, PyThreadKey};
 
 /// Capacity of the per-thread counter map. A thread's entry is folded into user-space totals
 /// and deleted when the thread exits, so this bounds live threads, not threads ever seen.
@@ -223,6 +223,8 @@ mod pod {
     unsafe impl aya::Pod for super::CallSite {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::PyLayout {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::PyThreadKey {}
 }
 
 #[cfg(test)]

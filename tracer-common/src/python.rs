@@ -51,6 +51,21 @@ pub struct PyLayout {
 }
 const _: () = assert!(core::mem::size_of::<PyLayout>() == 8 + 4 * 12);
 
+/// The key of `PY_THREADS`: a thread state is found by process and thread. The thread id in
+/// a thread state comes from the traced process's own memory, so keyed by it alone one
+/// process could name another's threads and overwrite their entries (issue 56); the process
+/// half is the kernel's, from the pid user space reads.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PyThreadKey {
+    /// The process (thread group id).
+    pub tgid: u32,
+    /// The thread's kernel id.
+    pub tid: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<PyThreadKey>() == 8);
+
 /// [`PyLayout::cframe_frame`] where the thread state points at the frame directly.
 pub const NO_CFRAME: u32 = u32::MAX;
 /// [`PyLayout::owner_skip`] where no frame is skipped.

@@ -17,16 +17,17 @@ use aya_ebpf::{
 use gputrace_common::{
     loss,
     python::{fits_window, NO_CFRAME, NO_OWNER, PY_CAPTURE_EVERY_NS, PY_FRAME_WINDOW, PY_MAX_FRAMES},
-    EventHeader, PyFrameRef, PyFramesEvent, PyLayout, KIND_PY_FRAMES, MAX_PROCESSES, MAX_THREADS,
+    EventHeader, PyFrameRef, PyFramesEvent, PyLayout, PyThreadKey, KIND_PY_FRAMES, MAX_PROCESSES, MAX_THREADS,
 };
 
 use crate::maps::{count_loss, python_layout, Current, EVENTS};
 
-/// Each Python thread's thread state, by thread id: written by user space from the
+/// Each Python thread's thread state, by process and thread: written by user space from the
 /// interpreter's thread list (`stacks/python.rs`), checked here against the state's own
-/// `native_thread_id` before use.
+/// `native_thread_id` before use. The process is part of the key because the thread ids
+/// come from the traced processes' memory: one process must not overwrite another's.
 #[map]
-static PY_THREADS: HashMap<u32, u64> = HashMap::with_max_entries(MAX_THREADS, 0);
+static PY_THREADS: HashMap<PyThreadKey, u64> = HashMap::with_max_entries(MAX_THREADS, 0);
 
 /// When each process's frames were last read (LRU: exited processes age out).
 #[map]
@@ -53,11 +54,12 @@ fn read_u64(addr: u64) -> u64 {
     unsafe { bpf_probe_read_user(addr as *const u64) }.unwrap_or(0)
 }
 
-/// The innermost frame of thread `tid` (0: none known, or its state is another thread's now).
+/// The innermost frame of thread `tid` of process `tgid` (0: none known, or its state is
+/// another thread's now).
 #[inline(always)]
-fn current_frame(l: &PyLayout, tid: u32) -> u64 {
+fn current_frame(l: &PyLayout, tgid: u32, tid: u32) -> u64 {
     // SAFETY: the value is copied out.
-    let Some(ts) = (unsafe { PY_THREADS.get(&tid) }).copied() else { return 0 };
+    let Some(ts) = (unsafe { PY_THREADS.get(&PyThreadKey { tgid, tid }) }).copied() else { return 0 };
     if read_u64(ts + u64::from(l.thread_tid)) != u64::from(tid) {
         return 0;
     }
@@ -100,10 +102,10 @@ pub fn capture(cur: &Current, now: u64, block: u64) -> Capture {
         return Capture::Skipped;
     }
     let _ = PY_CAPTURED.insert(&cur.tgid, &now, 0);
-    let mut frame = current_frame(&l, cur.tid);
+    let mut frame = current_frame(&l, cur.tgid, cur.tid);
     let borrowed = u32::from(frame == 0 && cur.tid != cur.tgid);
     if borrowed == 1 {
-        frame = current_frame(&l, cur.tgid);
+        frame = current_frame(&l, cur.tgid, cur.tgid);
     }
     if frame == 0 {
         return Capture::Skipped;

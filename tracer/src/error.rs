@@ -158,6 +158,55 @@ pub enum TraceError {
         source: object::read::Error,
     },
 
+    #[error(
+        "{}: its symbol tables ask for more than {} MiB to be read; not probed (a real library's are far smaller: \
+         a damaged or hostile file)",
+        .path.display(), .limit >> 20
+    )]
+    /// A library's headers claim symbol tables larger than gputrace reads
+    /// (`discover::symbols::MAX_ELF_READ_BYTES`).
+    ElfTooLarge {
+        /// The library's file, as its name is known to the user.
+        path: PathBuf,
+        /// The most bytes read from one library, for the message.
+        limit: u64,
+    },
+
+    #[error(
+        "{}: owned by uid {owner}, neither root nor the user who ran gputrace (uid {invoker}); not probed — \
+         root would parse and probe a file another user controls",
+        .library.display()
+    )]
+    /// A library owned by neither root nor the invoking user (`discover::trust`).
+    UntrustedLibrary {
+        /// The library, as the process names it.
+        library: PathBuf,
+        /// Its owner.
+        owner: u32,
+        /// The user gputrace works for (`SUDO_UID` under sudo).
+        invoker: u32,
+    },
+
+    #[error("{}: {size} bytes, over the {} MiB a library may have to be probed; not probed", .library.display(), .limit >> 20)]
+    /// A library file larger than `discover::trust::MAX_LIBRARY_FILE_BYTES`.
+    LibraryTooLarge {
+        /// The library, as the process names it.
+        library: PathBuf,
+        /// Its size.
+        size: u64,
+        /// The limit, for the message.
+        limit: u64,
+    },
+
+    #[error("{}: {limit} libraries are probed already, the most one session probes; not probed", .library.display())]
+    /// The session probes `probes::MAX_PROBED_LIBRARIES` libraries already.
+    TooManyLibraries {
+        /// The library left out.
+        library: PathBuf,
+        /// The limit, for the message.
+        limit: usize,
+    },
+
     #[error("cannot listen on {addr}: {source}; give --listen an address of this host and a free port (ADDR:PORT)")]
     /// The HTTP server could not bind the address given with `--listen`.
     Listen {
@@ -248,9 +297,28 @@ impl TraceError {
     pub(crate) fn naming(self, name: &str) -> Self {
         match self {
             Self::Elf { source, .. } => Self::Elf { path: name.into(), source },
+            Self::ElfTooLarge { limit, .. } => Self::ElfTooLarge { path: name.into(), limit },
+            Self::UntrustedLibrary { owner, invoker, .. } => Self::UntrustedLibrary { library: name.into(), owner, invoker },
+            Self::LibraryTooLarge { size, limit, .. } => Self::LibraryTooLarge { library: name.into(), size, limit },
             Self::Io { what, source, .. } => Self::Io { what, path: name.into(), source },
             other => other,
         }
+    }
+
+    /// Whether a library's failure will not change by trying again: the file is not trusted,
+    /// too large, not a readable ELF, holds nothing to probe, or the session's cap is reached.
+    /// (A file gone or a descriptor refused may differ for the next process that maps it.)
+    #[must_use]
+    pub fn lasting(&self) -> bool {
+        matches!(
+            self,
+            Self::Elf { .. }
+                | Self::ElfTooLarge { .. }
+                | Self::UntrustedLibrary { .. }
+                | Self::LibraryTooLarge { .. }
+                | Self::TooManyLibraries { .. }
+                | Self::NothingProbed { .. }
+        )
     }
 
     pub(crate) fn io(what: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {

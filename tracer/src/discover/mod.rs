@@ -9,3 +9,4 @@ pub mod maps;
 pub mod process;
 pub mod procfs;
 pub mod symbols;
+pub mod trust;

@@ -115,7 +115,9 @@ pub fn facts(pid: Option<u32>) -> GpuFacts {
 }
 
 fn job_facts(pid: u32) -> JobFacts {
-    let runtime = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok().and_then(|maps| runtime_version(&maps));
+    // Read as bytes, lossily: any mapped path not in UTF-8 (a file named by the job, or by
+    // anyone whose file it maps) made `read_to_string` fail, and the job "mapped no runtime".
+    let runtime = crate::discover::procfs::read_text(format!("/proc/{pid}/maps")).ok().and_then(|maps| runtime_version(&maps));
     JobFacts { pid, tree: process::tree(pid), cpus: cpus::allowed(pid), runtime }
 }
 
@@ -397,6 +399,27 @@ mod tests {
         assert_eq!(check(&judge(&f), "cuda-versions").status, Status::Pass);
         f.job = with(None);
         assert_eq!(check(&judge(&f), "cuda-versions").status, Status::Skip);
+    }
+
+    #[test]
+    fn a_mapped_path_not_in_utf8_does_not_hide_the_runtime() {
+        use std::os::unix::{ffi::OsStrExt as _, io::AsRawFd as _};
+        // This process maps a file called libcudart.so.12.4 from a folder whose name is not
+        // UTF-8, as a job may: its runtime must still be found.
+        let dir = crate::test_support::scratch("doctor", "maps");
+        let odd = dir.join(std::ffi::OsStr::from_bytes(b"venv\xff\xfe"));
+        std::fs::create_dir(&odd).expect("mkdir");
+        let path = odd.join("libcudart.so.12.4");
+        std::fs::write(&path, [0u8; 4096]).expect("write");
+        let file = std::fs::File::open(&path).expect("open");
+        // SAFETY: a fresh private read-only mapping of a 4096-byte file, unmapped below and
+        // never read.
+        let at = unsafe { libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ, libc::MAP_PRIVATE, file.as_raw_fd(), 0) };
+        assert_ne!(at, libc::MAP_FAILED);
+        let facts = job_facts(std::process::id());
+        // SAFETY: the mapping made above, of that length.
+        unsafe { libc::munmap(at, 4096) };
+        assert_eq!(facts.runtime, Some((12, Some(4))));
     }
 
     #[test]

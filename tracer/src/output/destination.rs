@@ -5,7 +5,10 @@
 //! (docs/cli.md, "Output files"):
 //! - `-` is standard output;
 //! - a character device or a FIFO (also when reached through a symlink, as `/dev/stdout`
-//!   is) is written through, never replaced: `/dev/null` discards, a pipe streams;
+//!   is) is written through, never replaced: `/dev/null` discards, a pipe streams; one owned
+//!   by neither root nor the user gputrace works for (`SUDO_UID` under sudo) only with
+//!   `--force`, unless it is our own standard output or error: root's trace written into
+//!   another user's FIFO is handed to that user (issue 56);
 //! - a regular file that exists is replaced only with `--force`, never when it is one of the
 //!   command's inputs (the same inode);
 //! - a symlink to a file, a directory, a block device or a socket is refused; with
@@ -76,6 +79,20 @@ pub enum Refused {
         /// What is there, in words, for the message (e.g. "block device").
         kind: &'static str,
     },
+    /// A FIFO or device owned by another user, and `--force` was not given.
+    #[error(
+        "{}: a FIFO or device owned by uid {owner}, neither root nor you (uid {invoker}); what gputrace writes there goes \
+         to that user — pass --force to write to it anyway, or choose another output",
+        .path.display()
+    )]
+    StrangersStream {
+        /// The output path asked for.
+        path: PathBuf,
+        /// The owner of what it leads to.
+        owner: u32,
+        /// The user gputrace works for.
+        invoker: u32,
+    },
     /// Examining or opening the path failed.
     #[error("{}: {source}", .path.display())]
     Io {
@@ -137,17 +154,45 @@ pub fn resolve(path: &Path, force: bool, inputs: &[&Path]) -> Result<Destination
         // Follow it only to see whether it leads to a stream (`/dev/stdout`, `/dev/fd/1`).
         let followed = fs::metadata(path).ok().map(|m| kind_of(m.file_type()));
         return match followed {
-            Some(Ok(Kind::Stream)) => Ok(Destination::Stream(path.to_owned())),
+            Some(Ok(Kind::Stream)) => stream(path, force),
             _ if force => Ok(Destination::File { path: path.to_owned(), replace: true }),
             _ => Err(Refused::Symlink(path.to_owned())),
         };
     }
     match kind_of(here.file_type()) {
-        Ok(Kind::Stream) => Ok(Destination::Stream(path.to_owned())),
+        Ok(Kind::Stream) => stream(path, force),
         Ok(Kind::Regular) if force => Ok(Destination::File { path: path.to_owned(), replace: true }),
         Ok(Kind::Regular) => Err(Refused::Exists(path.to_owned())),
         Err(kind) => Err(Refused::Unsupported { path: path.to_owned(), kind }),
     }
+}
+
+/// The FIFO or device `path` leads to, if gputrace may write to it: see [`stream_allowed`].
+fn stream(path: &Path, force: bool) -> Result<Destination, Refused> {
+    let target = fs::metadata(path).map_err(|source| Refused::Io { path: path.to_owned(), source })?;
+    let invoker = crate::discover::trust::invoking_uid();
+    if force || stream_allowed(target.uid(), invoker, is_our_std_stream(&target)) {
+        Ok(Destination::Stream(path.to_owned()))
+    } else {
+        Err(Refused::StrangersStream { path: path.to_owned(), owner: target.uid(), invoker })
+    }
+}
+
+/// Whether a FIFO or device owned by `owner` may be written without `--force` for `invoker`:
+/// root's (`/dev/null`, `/dev/full`), the invoker's own (their FIFO, their terminal, which
+/// login makes theirs), or our standard output or error (`/dev/stdout`, whoever owns it:
+/// whoever started gputrace chose it).
+fn stream_allowed(owner: u32, invoker: u32, ours: bool) -> bool {
+    owner == 0 || owner == invoker || ours
+}
+
+/// Whether `target` is the file our standard output or error is.
+fn is_our_std_stream(target: &fs::Metadata) -> bool {
+    use std::os::fd::AsFd as _;
+    [rustix::fs::fstat(io::stdout().as_fd()), rustix::fs::fstat(io::stderr().as_fd())]
+        .into_iter()
+        .flatten()
+        .any(|st| st.st_dev == target.dev() && st.st_ino == target.ino())
 }
 
 #[cfg(test)]
@@ -181,6 +226,33 @@ mod tests {
         let link = dir.join("null");
         symlink("/dev/null", &link).expect("link");
         assert_eq!(resolve(&link, false, &[]).expect("link"), Destination::Stream(link));
+    }
+
+    #[test]
+    fn a_stream_of_another_user_needs_force() {
+        assert!(stream_allowed(0, 1000, false), "root's device");
+        assert!(stream_allowed(1000, 1000, false), "the invoker's own FIFO or terminal");
+        assert!(stream_allowed(65534, 0, true), "our own standard output, whoever owns it");
+        assert!(!stream_allowed(65534, 0, false));
+        assert!(!stream_allowed(65534, 1000, false));
+        // On disk: a FIFO chowned to nobody (needs root to chown; says so and stops if not).
+        let dir = scratch("strangers");
+        let fifo = dir.join("pipe");
+        rustix::fs::mkfifoat(rustix::fs::CWD, &fifo, rustix::fs::Mode::from_raw_mode(0o666)).expect("mkfifo");
+        if std::os::unix::fs::chown(&fifo, Some(65534), Some(65534)).is_err() {
+            eprintln!("skipped the FIFO half: chown needs root");
+            return;
+        }
+        if crate::discover::trust::invoking_uid() == 65534 {
+            return;
+        }
+        assert!(matches!(resolve(&fifo, false, &[]), Err(Refused::StrangersStream { owner: 65534, .. })));
+        let link = dir.join("link");
+        symlink(&fifo, &link).expect("link");
+        assert!(matches!(resolve(&link, false, &[]), Err(Refused::StrangersStream { .. })), "through a link too");
+        assert_eq!(resolve(&fifo, true, &[]).expect("forced"), Destination::Stream(fifo));
+        // Root's devices stay writable.
+        assert_eq!(resolve(Path::new("/dev/null"), false, &[]).expect("/dev/null"), Destination::Stream("/dev/null".into()));
     }
 
     #[test]

@@ -105,6 +105,7 @@ impl ProbeSet {
                 exiting: Vec::new(),
                 copied: CopiedStacks::default(),
                 attached: BTreeMap::new(),
+                refused: std::collections::BTreeSet::new(),
                 library_files: Vec::new(),
                 shed_sites: Vec::new(),
                 shed: None,

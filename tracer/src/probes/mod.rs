@@ -124,6 +124,9 @@ pub struct ProbeSet {
     /// under their interned ids.
     copied: CopiedStacks,
     attached: BTreeMap<(u64, u64), AttachedLibrary>,
+    /// Libraries that failed for a lasting reason (`TraceError::lasting`), by (dev, inode):
+    /// not parsed and tried again at every rescan or window.
+    refused: std::collections::BTreeSet<(u64, u64)>,
     /// The attached libraries' files, open: their probes name them by descriptor.
     library_files: Vec<OwnedFd>,
     /// Every probe the overhead budget may take off, by place, and what it has off now
@@ -166,6 +169,12 @@ pub struct ProbeSet {
     #[expect(dead_code, reason = "held for its drop, which reads the last messages")]
     ebpf_log: Option<ebpf_log::Reader>,
 }
+
+/// The most libraries one session probes. A host runs a few drivers at most (one per
+/// container image that ships its own), plus an NCCL and a caching allocator per
+/// environment; each costs ~60 uprobes, and without a cap any user could make root attach
+/// to file after file by mapping copies (issue 56).
+pub const MAX_PROBED_LIBRARIES: usize = 64;
 
 pub use crate::model::Startup;
 

@@ -5,6 +5,7 @@ use super::{AttachedLibrary, ProbeSet, has_return, map_error, open_library, prob
 use crate::discover::files;
 use crate::discover::libraries::Library;
 use crate::discover::symbols;
+use crate::discover::trust;
 use crate::error::Result;
 use crate::error::TraceError;
 use gputrace_common::ALLOCATOR_SYMBOLS;
@@ -64,15 +65,40 @@ impl ProbeSet {
 
     /// Attach every probe the library exports. Returns false if this inode was already
     /// attached (the probes already cover every process that maps it).
+    /// A library refused for a lasting reason before is not tried again: see
+    /// [`ProbeSet::was_refused`].
     pub fn attach_library(&mut self, library: &Library) -> Result<bool> {
         let key = (library.dev, library.inode);
         if self.attached.contains_key(&key) {
             return Ok(false);
         }
+        let attached = self.try_attach_library(library);
+        if attached.as_ref().is_err_and(TraceError::lasting) {
+            self.refused.insert(key);
+        }
+        attached
+    }
+
+    /// Whether the library failed for a lasting reason (a file not trusted, too large, not
+    /// an ELF, over the session's cap): callers that look again at every rescan or window
+    /// skip it rather than parse it again.
+    #[must_use]
+    pub fn was_refused(&self, library: &Library) -> bool {
+        self.refused.contains(&(library.dev, library.inode))
+    }
+
+    fn try_attach_library(&mut self, library: &Library) -> Result<bool> {
+        let key = (library.dev, library.inode);
+        if self.attached.len() >= super::MAX_PROBED_LIBRARIES {
+            return Err(TraceError::TooManyLibraries { library: library.name.clone().into(), limit: super::MAX_PROBED_LIBRARIES });
+        }
         // Read and probed through one descriptor of the very file found: a path checked
         // and then used again could name another file by then (its directory may be the
         // job owner's), and root would read or probe that one.
         let file = open_library(library)?;
+        // Whose it is and how large, from that same descriptor, before a byte is parsed.
+        let status = rustix::fs::fstat(&file).map_err(|e| TraceError::io("reading the owner of", &library.name, e.into()))?;
+        trust::check(std::path::Path::new(&library.name), status.st_uid, u64::try_from(status.st_size).unwrap_or(0), trust::invoking_uid())?;
         let library = &Library { open_path: files::through(&file), ..library.clone() };
         let allocator = crate::discover::libraries::is_allocator_library(library.file_name());
         let offsets: HashMap<String, u64> = if allocator {

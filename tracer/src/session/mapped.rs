@@ -12,6 +12,12 @@ use crate::{
 /// one rescan, or since its exec): calls made then were missed, and the report says so.
 pub(super) fn attach_mapped(kernel: &mut ProbeSet, pid: u32) {
     let (drivers, allocators) = libraries::mapped_driver_and_allocators(pid);
+    // A library refused for a lasting reason (another user's file, too large) is not parsed
+    // again at every rescan.
+    let (drivers, allocators): (Vec<_>, Vec<_>) = (
+        drivers.into_iter().filter(|l| !kernel.was_refused(l)).collect(),
+        allocators.into_iter().filter(|l| !kernel.was_refused(l)).collect(),
+    );
     // A caching allocator (`--tensors`) is loaded with the framework (`import torch`), before
     // any CUDA: its blocks handed out before the probes are unknown to the tensor view, which
     // says so (`unknown_frees`), and mapping it does not make the process a CUDA one.

@@ -19,7 +19,7 @@ use std::{
 };
 
 use aya::maps::{HashMap as BpfHashMap, Map, MapData};
-use gputrace_common::{Family, PyFramesEvent, PyLayout, ThreadCounters, PROBES};
+use gputrace_common::{Family, PyFramesEvent, PyLayout, PyThreadKey, ThreadCounters, PROBES};
 use py_spy::{config::LockingStrategy, Config, PythonSpy};
 
 use super::{
@@ -217,12 +217,16 @@ struct Spied {
     /// Its threads whose states are in `PY_THREADS`, and when they were last listed.
     threads: Vec<u32>,
     threads_listed: Option<Instant>,
+    /// Its start time (clock ticks since boot) when it was opened: py-spy and
+    /// `/proc/PID/mem` name it by pid, and a pid reused by another process would be read as
+    /// this one (see [`same_process`]).
+    born: u64,
 }
 
 /// `PYTHON_READ`: each process read, and where the probes find its frames.
 type LayoutMap = BpfHashMap<MapData, u32, PyLayout>;
 /// `PY_THREADS`: each Python thread's thread state.
-type ThreadStateMap = BpfHashMap<MapData, u32, u64>;
+type ThreadStateMap = BpfHashMap<MapData, PyThreadKey, u64>;
 
 /// The kernel's maps the reader thread opens by id.
 #[derive(Clone, Copy, Debug)]
@@ -245,13 +249,23 @@ fn list_threads(s: &mut Spied, map: Option<&mut ThreadStateMap>) {
     }
     s.threads_listed = Some(Instant::now());
     let now = code.threads(&s.layout);
-    for gone in s.threads.iter().filter(|t| !now.iter().any(|(tid, _)| tid == *t)) {
-        let _ = map.remove(gone);
+    let (gone, entries) = thread_changes(s.pid, &s.threads, &now);
+    for key in &gone {
+        let _ = map.remove(key);
     }
-    for (tid, state) in &now {
-        let _ = map.insert(tid, state, 0);
+    for (key, state) in &entries {
+        let _ = map.insert(key, state, 0);
     }
     s.threads = now.into_iter().map(|(tid, _)| tid).collect();
+}
+
+/// What `PY_THREADS` gets from process `pid`'s thread list: the keys of its threads listed
+/// `before` and gone `now`, and its entries now. Every key holds `pid` (the kernel's), so a
+/// thread id read from the process's memory can only name one of its own entries.
+fn thread_changes(pid: u32, before: &[u32], now: &[(u32, u64)]) -> (Vec<PyThreadKey>, Vec<(PyThreadKey, u64)>) {
+    let gone = before.iter().filter(|t| !now.iter().any(|(tid, _)| tid == *t)).map(|&tid| PyThreadKey { tgid: pid, tid }).collect();
+    let entries = now.iter().map(|&(tid, state)| (PyThreadKey { tgid: pid, tid }, state)).collect();
+    (gone, entries)
 }
 
 fn run(shared: &Mutex<Shared>, stop: &AtomicBool, asked: &mpsc::Receiver<Ask>, maps: Maps, call_epoch: &std::sync::atomic::AtomicU32) {
@@ -274,14 +288,14 @@ fn run(shared: &Mutex<Shared>, stop: &AtomicBool, asked: &mpsc::Receiver<Ask>, m
         launched = launched || threads.as_ref().is_some_and(any_launch);
         spied.retain_mut(|s| {
             list_threads(s, python_threads.as_mut());
-            let kept = if launched { read(s, weight, threads.as_ref(), call_epoch.load(Ordering::Relaxed), shared) } else { std::path::Path::new(&format!("/proc/{}", s.pid)).exists() };
+            let kept = if launched { read(s, weight, threads.as_ref(), call_epoch.load(Ordering::Relaxed), shared) } else { same_process(s.pid, s.born) };
             if !kept {
                 if let Some(m) = python_read.as_mut() {
                     let _ = m.remove(&s.pid);
                 }
                 if let Some(m) = python_threads.as_mut() {
-                    for tid in &s.threads {
-                        let _ = m.remove(tid);
+                    for &tid in &s.threads {
+                        let _ = m.remove(&PyThreadKey { tgid: s.pid, tid });
                     }
                 }
             }
@@ -330,12 +344,18 @@ fn answer(
     match ask {
         Ask::Follow(pid) => {
             if seen.insert(pid) {
+                let Some(born) = crate::discover::process::stat(pid).map(|st| st.start_ticks) else { return };
                 match open(pid) {
                     Ok(spy) => {
                         let (layout, code) = probe_layout(pid, &spy);
+                        // Opened by pid: it must still be the process first seen, not one
+                        // that took its pid meanwhile.
+                        if !same_process(pid, born) {
+                            return;
+                        }
                         // The probes read its frames only once its code can be read here.
                         let layout = if code.is_some() { layout } else { PyLayout::default() };
-                        let mut s = Spied { pid, spy, code, layout, threads: Vec::new(), threads_listed: None };
+                        let mut s = Spied { pid, spy, code, layout, threads: Vec::new(), threads_listed: None, born };
                         // Its threads first: the probe reads frames from the layout on.
                         list_threads(&mut s, python_threads);
                         spied.push(s);
@@ -499,6 +519,13 @@ fn note(shared: &Mutex<Shared>, why: String) {
     }
 }
 
+/// Whether `pid` still names the process that started at `born` (clock ticks since boot): a
+/// pid freed by an exit is given to the next process, and what is read by pid would then be
+/// a stranger's memory.
+fn same_process(pid: u32, born: u64) -> bool {
+    crate::discover::process::stat(pid).is_some_and(|st| st.start_ticks == born && st.state != 'Z' && st.state != 'X')
+}
+
 /// Open a process for reading; `Err(None)` when it simply is not a Python process.
 fn open(pid: u32) -> Result<PythonSpy, Option<String>> {
     let config = Config { blocking: LockingStrategy::NonBlocking, native: false, ..Config::default() };
@@ -519,8 +546,13 @@ fn looks_like_python(pid: u32) -> bool {
 
 /// One read of a process; false once the process is gone.
 fn read(s: &mut Spied, weight: Duration, threads: Option<&BpfHashMap<MapData, u32, ThreadCounters>>, epoch: u32, shared: &Mutex<Shared>) -> bool {
-    // A torn read (the interpreter moved under us) is skipped; a process gone ends it.
-    let Ok(traces) = s.spy.get_stack_traces() else { return std::path::Path::new(&format!("/proc/{}", s.pid)).exists() };
+    // A torn read (the interpreter moved under us) is skipped; a process gone ends it, and so
+    // does its pid now naming another process (what was read may be that one's).
+    let traces = s.spy.get_stack_traces();
+    if !same_process(s.pid, s.born) {
+        return false;
+    }
+    let Ok(traces) = traces else { return true };
     let Ok(mut sh) = shared.lock() else { return false };
     for trace in traces {
         let Some(tid) = trace.os_thread_id.map(|t| t as u32) else { continue };
@@ -550,4 +582,41 @@ fn read(s: &mut Spied, weight: Duration, threads: Option<&BpfHashMap<MapData, u3
         entry.ns += weight.as_nanos() as u64;
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pid_names_the_same_process_only_with_its_start_time() {
+        let me = std::process::id();
+        let born = crate::discover::process::stat(me).expect("own stat").start_ticks;
+        assert!(same_process(me, born));
+        assert!(!same_process(me, born + 1), "another process that took the pid");
+        assert!(!same_process(u32::MAX, born), "no such pid");
+    }
+
+    #[test]
+    fn one_process_cannot_overwrite_anothers_thread_states() {
+        // Process 20 writes thread 7's id into its own thread list, as any process may; the
+        // job, process 10, has a real thread 7.
+        let mut map = std::collections::HashMap::new();
+        for (pid, state) in [(10, 0xaaaa), (20, 0xbbbb)] {
+            let (_, entries) = thread_changes(pid, &[], &[(7, state)]);
+            map.extend(entries);
+        }
+        assert_eq!(map.get(&PyThreadKey { tgid: 10, tid: 7 }), Some(&0xaaaa));
+        assert_eq!(map.get(&PyThreadKey { tgid: 20, tid: 7 }), Some(&0xbbbb));
+        // Its thread 7 gone from its list, process 20 takes out only its own entry.
+        let (gone, _) = thread_changes(20, &[7], &[]);
+        assert_eq!(gone, [PyThreadKey { tgid: 20, tid: 7 }]);
+        for key in &gone {
+            map.remove(key);
+        }
+        assert_eq!(map.get(&PyThreadKey { tgid: 10, tid: 7 }), Some(&0xaaaa));
+        // The kernel's key: two u32s, no padding, tgid first.
+        assert_eq!(std::mem::size_of::<PyThreadKey>(), 8);
+        assert_eq!(std::mem::offset_of!(PyThreadKey, tid), 4);
+    }
 }

@@ -147,12 +147,25 @@ struct Code {
     start: u64,
 }
 
+impl Code {
+    /// The bytes it holds that the process chose (counted against [`MAX_CODE_BYTES`]).
+    fn bytes(&self) -> usize {
+        self.name.len() + self.file.len() + self.table.len()
+    }
+}
+
 /// Bytes of a code object read at once: every field [`CodeLayout`] names lies within them.
 const CODE_HEAD: usize = 256;
 /// The longest string or line table read (a longer one is not a name or a table).
 const MAX_READ: u64 = 1 << 16;
 /// Code objects, and lines, remembered per process (a job has thousands of functions at most).
 const MAX_CODES: usize = 1 << 16;
+/// The most bytes of names, file names and line tables remembered per process. Each code
+/// object may hold up to [`MAX_READ`] of each, so [`MAX_CODES`] of them could hold gigabytes
+/// of whatever a hostile process lays out (issue 56); real ones are short (a training job's
+/// few thousand functions hold well under a megabyte). Beyond it a code object is still
+/// read for its frame, but not remembered.
+pub const MAX_CODE_BYTES: usize = 16 << 20;
 /// A remembered code object is checked against its address's memory this often.
 const RECHECK: Duration = Duration::from_secs(1);
 /// Threads listed at most per process.
@@ -168,6 +181,8 @@ pub struct CodeReader {
     /// What each address held when last read, and when: a code object freed and its address
     /// reused by another (a lambda made again, an `exec`) is read anew after [`RECHECK`].
     codes: HashMap<u64, (Option<Rc<Code>>, Instant)>,
+    /// What the code objects in `codes` hold, bytes (at most [`MAX_CODE_BYTES`]).
+    code_bytes: usize,
     /// Lines by code object and instruction: a loop's frames come back to the same few.
     lines: HashMap<(u64, u64), Option<u32>>,
 }
@@ -177,7 +192,7 @@ impl CodeReader {
     #[must_use]
     pub fn open(pid: u32, layout: CodeLayout) -> Option<Self> {
         let mem = File::open(format!("/proc/{pid}/mem")).ok()?;
-        Some(Self { mem, layout, code_type: None, codes: HashMap::new(), lines: HashMap::new() })
+        Some(Self { mem, layout, code_type: None, codes: HashMap::new(), code_bytes: 0, lines: HashMap::new() })
     }
 
     /// The frames of a record, innermost first: those whose code object checks out.
@@ -213,7 +228,8 @@ impl CodeReader {
             }
         }
         let code = self.read_code(addr).map(Rc::new);
-        let (before, _) = self.codes.insert(addr, (code.clone(), Instant::now())).unwrap_or((None, Instant::now()));
+        let before = self.codes.remove(&addr).and_then(|(c, _)| c);
+        self.code_bytes -= before.as_deref().map_or(0, Code::bytes);
         // Another object at the address now: its lines are not the old one's.
         let same = match (&before, &code) {
             (Some(a), Some(b)) => a.name == b.name && a.file == b.file && a.first_line == b.first_line && a.table == b.table,
@@ -223,8 +239,10 @@ impl CodeReader {
         if !same {
             self.lines.retain(|(a, _), _| *a != addr);
         }
-        if self.codes.len() > MAX_CODES {
-            self.codes.remove(&addr);
+        let held = code.as_deref().map_or(0, Code::bytes);
+        if self.codes.len() < MAX_CODES && self.code_bytes + held <= MAX_CODE_BYTES {
+            self.code_bytes += held;
+            self.codes.insert(addr, (code.clone(), Instant::now()));
         }
         code
     }
@@ -239,7 +257,7 @@ impl CodeReader {
             Some(known) if known != ty => return None,
             Some(_) => {}
             None => {
-                let name_ptr = self.word(ty + 24)?;
+                let name_ptr = self.word(ty.checked_add(24)?)?;
                 if self.c_string(name_ptr, 16)? != "code" {
                     return None;
                 }
@@ -253,7 +271,7 @@ impl CodeReader {
             file: self.str_object(at(l.filename))?,
             first_line,
             table: self.bytes_object(at(l.line_table))?,
-            start: addr + u64::from(l.code),
+            start: addr.checked_add(u64::from(l.code))?,
         })
     }
 
@@ -280,7 +298,7 @@ impl CodeReader {
         if !compact || length > MAX_READ || !matches!(kind, 1 | 2 | 4) {
             return None;
         }
-        let data = addr + u64::from(if ascii { self.layout.ascii_size } else { self.layout.compact_size });
+        let data = addr.checked_add(u64::from(if ascii { self.layout.ascii_size } else { self.layout.compact_size }))?;
         let mut b = vec![0u8; usize::try_from(length * u64::from(kind)).ok()?];
         self.mem.read_exact_at(&mut b, data).ok()?;
         match kind {
@@ -296,26 +314,27 @@ impl CodeReader {
     #[must_use]
     pub fn threads(&self, layout: &PyLayout) -> Vec<(u32, u64)> {
         let mut out = Vec::new();
-        let mut state = self.word(layout.interp + u64::from(layout.threads_head)).unwrap_or(0);
+        // Every address here is the process's to choose: a sum past u64::MAX ends the walk.
+        let mut state = layout.interp.checked_add(u64::from(layout.threads_head)).and_then(|a| self.word(a)).unwrap_or(0);
         while state != 0 && out.len() < MAX_THREADS {
-            let Some(tid) = self.word(state + u64::from(layout.thread_tid)).and_then(|t| u32::try_from(t).ok()) else { break };
+            let Some(tid) = state.checked_add(u64::from(layout.thread_tid)).and_then(|a| self.word(a)).and_then(|t| u32::try_from(t).ok()) else { break };
             if out.iter().any(|&(_, s)| s == state) {
                 break;
             }
             out.push((tid, state));
-            state = self.word(state + u64::from(layout.thread_next)).unwrap_or(0);
+            state = state.checked_add(u64::from(layout.thread_next)).and_then(|a| self.word(a)).unwrap_or(0);
         }
         out
     }
 
     /// A `bytes` object's contents.
     fn bytes_object(&self, addr: u64) -> Option<Vec<u8>> {
-        let length = self.word(addr + 16)?;
+        let length = self.word(addr.checked_add(16)?)?;
         if length > MAX_READ {
             return None;
         }
         let mut b = vec![0u8; usize::try_from(length).ok()?];
-        self.mem.read_exact_at(&mut b, addr + 32).ok()?;
+        self.mem.read_exact_at(&mut b, addr.checked_add(32)?).ok()?;
         Some(b)
     }
 }
@@ -339,7 +358,8 @@ fn field(head: &[u8], off: u32) -> u64 {
 
 /// The line of code unit `unit` by a code object's line table (`co_linetable`, 3.11 on),
 /// starting from its first line; None where the table says the instruction has no line, or the
-/// table ends first (a torn or foreign table).
+/// table ends first (a torn or foreign table), or its deltas would carry the line past what
+/// an `i64` holds (a crafted table: a wrapped sum would be a line made up).
 #[must_use]
 pub fn line_at(table: &[u8], first_line: i64, unit: i64) -> Option<i64> {
     if unit < 0 {
@@ -379,8 +399,9 @@ pub fn line_at(table: &[u8], first_line: i64, unit: i64) -> Option<i64> {
             }
         };
         if let Some(d) = delta {
-            line += d;
+            line = line.checked_add(d)?;
         }
+        // `start` grows by at most 8 a byte of the table: it cannot overflow.
         if unit < start + units {
             return delta.map(|_| line);
         }
@@ -455,6 +476,19 @@ mod tests {
         assert_eq!(line_at(&[], 1, 0), None);
     }
 
+    #[test]
+    fn a_table_whose_deltas_pass_i64_gives_no_line() {
+        // Two long-form entries of delta 2^62 each: the sum from line 1 passes i64::MAX, and
+        // the old `line += d` wrapped it to a negative line.
+        let mut entry = vec![0x80 | (14 << 3)];
+        entry.extend([0x40; 10]);
+        entry.extend([0x08, 0, 0, 0]);
+        let table = [entry.clone(), entry].concat();
+        assert_eq!(line_at(&table, 1, 0), Some(1 + (1 << 62)));
+        assert_eq!(line_at(&table, 1, 1), None);
+        assert_eq!(line_at(&table[..15], i64::MAX - 1, 0), None);
+    }
+
     /// A compact ASCII `str` object of CPython 3.12 holding `text`.
     fn str_object(text: &str) -> Vec<u64> {
         let mut o = vec![0u64; 5 + text.len() / 8 + 1];
@@ -515,6 +549,59 @@ mod tests {
         assert_eq!(reader.frames(&event)[0].function, "train_step", "remembered meanwhile");
         std::thread::sleep(RECHECK + Duration::from_millis(50));
         assert_eq!(reader.frames(&event)[0].function, "eval_step");
+    }
+
+    #[test]
+    fn code_objects_remembered_hold_at_most_the_byte_cap() {
+        // 300 code objects in this process's memory, each with a line table of MAX_READ bytes
+        // (19 MiB together, past MAX_CODE_BYTES): the first are remembered, the rest only read.
+        let (_, layout) = layout(3, 12, 0x1000).expect("3.12");
+        let name = b"code\0";
+        let mut ty = [0u64; 8];
+        ty[3] = name.as_ptr() as u64;
+        let function = str_object("f");
+        let file = str_object("/w/x.py");
+        let mut table = vec![0u64; 4 + usize::try_from(MAX_READ).expect("fits") / 8];
+        table[2] = MAX_READ;
+        let codes: Vec<Vec<u64>> = (0..300)
+            .map(|_| {
+                let mut code = vec![0u64; 64];
+                code[1] = ty.as_ptr() as u64;
+                code[layout.filename as usize / 8] = file.as_ptr() as u64;
+                code[layout.name as usize / 8] = function.as_ptr() as u64;
+                code[layout.line_table as usize / 8] = table.as_ptr() as u64;
+                code
+            })
+            .collect();
+        std::hint::black_box((&ty, &table, &codes, &function, &file));
+        let mut reader = CodeReader::open(std::process::id(), layout).expect("our own memory");
+        for code in &codes {
+            assert_eq!(reader.code(code.as_ptr() as u64).expect("a code object").table.len(), 1 << 16, "read whether remembered or not");
+        }
+        let held: usize = reader.codes.values().filter_map(|(c, _)| c.as_deref()).map(Code::bytes).sum();
+        assert!(held <= MAX_CODE_BYTES, "{held} bytes remembered");
+        assert_eq!(held, reader.code_bytes);
+        assert!(reader.codes.len() > 200 && reader.codes.len() < 300, "{} remembered", reader.codes.len());
+        // An entry read again past RECHECK replaces its old bytes, not adds to them.
+        let first = codes[0].as_ptr() as u64;
+        reader.codes.get_mut(&first).expect("remembered").1 -= RECHECK;
+        reader.code(first).expect("read again");
+        assert_eq!(reader.code_bytes, held);
+    }
+
+    #[test]
+    fn addresses_near_the_top_of_memory_end_reads_instead_of_wrapping() {
+        let (_, layout) = layout(3, 12, 0x1000).expect("3.12");
+        let mut reader = CodeReader::open(std::process::id(), layout).expect("our own memory");
+        assert!(reader.bytes_object(u64::MAX - 8).is_none());
+        assert!(reader.str_object(u64::MAX - 8).is_none());
+        // A code object whose type pointer is near u64::MAX: `ty + 24` would overflow.
+        let mut code = vec![0u64; 64];
+        code[1] = u64::MAX - 8;
+        std::hint::black_box(&code);
+        assert!(reader.code(code.as_ptr() as u64).is_none());
+        let (p, _) = super::layout(3, 12, u64::MAX - 8).expect("3.12");
+        assert!(reader.threads(&p).is_empty());
     }
 
     #[test]

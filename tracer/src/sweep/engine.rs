@@ -122,6 +122,9 @@ pub struct Engine {
     unreachable: Vec<String>,
     /// The window's NVML query, one at a time (a hung driver keeps the last one).
     nvml_flight: nvml::Flight,
+    /// Libraries refused for a lasting reason, by (dev, inode), with the note that says why:
+    /// tried once, not at every window, and said in every window's notes.
+    refused: BTreeMap<(u64, u64), String>,
 }
 
 impl Engine {
@@ -134,7 +137,8 @@ impl Engine {
         let me = std::process::id();
         let start = scan::census(me, false, true);
         let mut arm_notes = Vec::new();
-        let probes = arm(&start.libraries, &mut arm_notes);
+        let mut refused = BTreeMap::new();
+        let probes = arm(&start.libraries, &mut arm_notes, &mut refused);
         let attach_ms = began.elapsed().as_secs_f64() * 1e3;
         // Tests and scripts wait for this line (with -v) before starting work to be counted.
         log::info!(
@@ -149,7 +153,26 @@ impl Engine {
         }
         // The probes were just loaded: the first window counts from zero, so that calls made
         // once the "armed" line is out are all its own.
-        Self { me, show_commands, probes, arm_notes, attach_ms, start, sampler, samples: Vec::new(), baseline: BTreeMap::new(), losses_before: 0, windows: 0, continuous, quiet: false, jobs, nvml_answered: None, unreachable: Vec::new(), nvml_flight: nvml::Flight::default() }
+        Self {
+            me,
+            show_commands,
+            probes,
+            arm_notes,
+            attach_ms,
+            start,
+            sampler,
+            samples: Vec::new(),
+            baseline: BTreeMap::new(),
+            losses_before: 0,
+            windows: 0,
+            continuous,
+            quiet: false,
+            jobs,
+            nvml_answered: None,
+            unreachable: Vec::new(),
+            nvml_flight: nvml::Flight::default(),
+            refused,
+        }
     }
 
     /// Log what a window finds wrong at debug level only: the caller shows it.
@@ -214,6 +237,7 @@ impl Engine {
         if self.continuous {
             self.probe_new_libraries(&end.libraries, &mut notes);
         }
+        refused_notes(&self.refused, &mut notes);
         let candidates = candidates(self.me, &self.start, &end, &activity, gpu.as_ref(), seen);
         let viewer = rustix::process::geteuid().as_raw();
         // A plain user under `hidepid` sees only their own processes: an empty census then says
@@ -368,10 +392,11 @@ impl Engine {
     fn probe_new_libraries(&mut self, found: &[libraries::Library], notes: &mut Vec<String>) {
         let Some(p) = self.probes.as_mut() else { return };
         let probed: BTreeSet<(u64, u64)> = p.kernel.attached_libraries().iter().map(|l| (l.library.dev, l.library.inode)).collect();
-        for lib in found.iter().filter(|l| !probed.contains(&(l.dev, l.inode))) {
+        let fresh: Vec<&libraries::Library> = found.iter().filter(|l| !probed.contains(&(l.dev, l.inode)) && !p.kernel.was_refused(l)).collect();
+        for lib in fresh {
             match p.kernel.attach_library(lib) {
                 Ok(_) => log::info!("probing {} from now on (inode {})", lib.name, lib.inode),
-                Err(e) => notes.push(format!("{} is not probed, its processes' calls are not counted: {e}", lib.name)),
+                Err(e) => refuse(lib, &e, notes, &mut self.refused),
             }
         }
     }
@@ -427,7 +452,7 @@ fn candidates(
 /// plus the one the dynamic loader would give a process starting now (so a job that starts
 /// during the window is counted from its first call). Where the probes cannot be loaded (not
 /// root, no BPF), the sweep goes on from `/proc` and NVML alone, and says so.
-fn arm(mapped: &[libraries::Library], notes: &mut Vec<String>) -> Option<Probes> {
+fn arm(mapped: &[libraries::Library], notes: &mut Vec<String>, refused: &mut BTreeMap<(u64, u64), String>) -> Option<Probes> {
     let (mut kernel, ring) = match ProbeSet::load_scoped(Scope::AllCuda) {
         Ok(k) => k,
         Err(e) => {
@@ -443,9 +468,7 @@ fn arm(mapped: &[libraries::Library], notes: &mut Vec<String>) -> Option<Probes>
     let predicted = libraries::predicted_for_command(libraries::inherited_ld_library_path().as_deref());
     for lib in mapped.iter().chain(&predicted) {
         if let Err(e) = kernel.attach_library(lib) {
-            let note = format!("{} is not probed, its processes' calls are not counted: {e}", lib.name);
-            log::warn!("{note}");
-            notes.push(note);
+            refuse(lib, &e, notes, refused);
         }
     }
     if kernel.attached_libraries().is_empty() {
@@ -458,6 +481,31 @@ fn arm(mapped: &[libraries::Library], notes: &mut Vec<String>) -> Option<Probes>
             notes.push(format!("CUDA calls are not counted: watching the ring buffer failed: {e}"));
             None
         }
+    }
+}
+
+/// Libraries not probed that each window names one by one; the rest are counted. Any user can
+/// offer files by the thousand, and the notes are there to be read.
+const REFUSED_NOTES: usize = 16;
+
+/// The notes of the libraries refused so far, at most [`REFUSED_NOTES`] and a count.
+fn refused_notes(refused: &BTreeMap<(u64, u64), String>, notes: &mut Vec<String>) {
+    notes.extend(refused.values().take(REFUSED_NOTES).cloned());
+    if refused.len() > REFUSED_NOTES {
+        notes.push(format!("{} more libraries are not probed, for the same kinds of reasons (`-v` logs each)", refused.len() - REFUSED_NOTES));
+    }
+}
+
+/// Say why `lib` is not probed: in this window's notes for a failure that may pass (its file
+/// went away), or for every window from now on for a lasting one, which is not tried again.
+fn refuse(lib: &libraries::Library, e: &TraceError, notes: &mut Vec<String>, refused: &mut BTreeMap<(u64, u64), String>) {
+    let note = format!("{} is not probed, its processes' calls are not counted: {e}", lib.name);
+    // At info: `top` owns the terminal, and the notes say it in every report.
+    log::info!("{note}");
+    if e.lasting() {
+        refused.insert((lib.dev, lib.inode), note);
+    } else {
+        notes.push(note);
     }
 }
 
