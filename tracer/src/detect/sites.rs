@@ -147,21 +147,17 @@ fn name_the_workers_code(d: &mut Diagnosis, ev: &Evidence, threads: &[u32]) {
     // any other process of the tree (a compiler's worker pool, a library probing the
     // machine at import).
     let woke = crate::evidence::waits::input_wakers(&ev.wakes, |w| threads.contains(&w.tid));
-    let loaders: std::collections::BTreeSet<u32> =
+    let mut loaders: std::collections::BTreeSet<u32> =
         ev.stacks.iter().filter(|s| !launching.contains(&s.pid) && (woke.contains(&s.pid) || is_data_loading(&s.frames))).map(|s| s.pid).collect();
-    let mut workers: Vec<u32> = ev.stacks.iter().filter(|s| loaders.contains(&s.pid) && s.on_cpu).map(|s| s.tid).collect();
-    workers.sort_unstable();
-    workers.dedup();
-    if launching.is_empty() || workers.is_empty() {
-        return;
-    }
-    let worker_sites = top(&ev.stacks, &Wanted { activities: &[Activity::Host], on_cpu: Some(true), tids: &workers }, SITES - 1);
-    let Some(hottest) = worker_sites.first() else { return };
+    // A worker blocked on the disk may have left hardly a stack on the CPU: the wakes name it.
+    let own_pids: std::collections::BTreeSet<u32> = threads.iter().filter_map(|tid| ev.threads.get(tid).map(|t| t.pid)).collect();
+    loaders.extend(woke.iter().filter(|p| !launching.contains(p) && !own_pids.contains(p)));
     // What the workers wait on decides the fix: a worker blocked on the disk is not made
     // faster by faster code (one spent 7.27 s of its window in block reads against 40 ms on
     // the CPU, and was told to make its code faster).
     let waits = WorkerTime::of(ev, &loaders);
-    if waits.disk_bound() {
+    let disk_bound = waits.disk_bound();
+    if disk_bound {
         d.evidence.push(format!(
             "the loader workers wait on the disk {:.0}% of their time and run on the CPU {:.0}% ({:.1} MB read in {} requests): the reads, not their code, are the pace",
             waits.share(waits.blocked_ns) * 100.0,
@@ -170,7 +166,16 @@ fn name_the_workers_code(d: &mut Diagnosis, ev: &Evidence, threads: &[u32]) {
             waits.reads
         ));
         d.fix = DISK_BOUND_WORKERS_FIX.into();
-    } else {
+    }
+    let mut workers: Vec<u32> = ev.stacks.iter().filter(|s| loaders.contains(&s.pid) && s.on_cpu).map(|s| s.tid).collect();
+    workers.sort_unstable();
+    workers.dedup();
+    if launching.is_empty() || workers.is_empty() {
+        return;
+    }
+    let worker_sites = top(&ev.stacks, &Wanted { activities: &[Activity::Host], on_cpu: Some(true), tids: &workers }, SITES - 1);
+    let Some(hottest) = worker_sites.first() else { return };
+    if !disk_bound {
         d.evidence.push(format!(
             "the loader workers spend {:.0}% of their CPU time at {} ({} stacks): that is the code to make faster, or to spread over more workers",
             hottest.share * 100.0,
