@@ -46,15 +46,20 @@ m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ | mmap.PROT_EXEC)
 time.sleep($SECS + 60)" &
 pids+=($!)
 
-# The holders, as nobody, each named with 128 KiB.
-NAME=$(python3 -c "print('h' * 131072)")
+# The holders, as nobody, each named with 128 KiB (131 071 bytes and its NUL: the kernel's
+# MAX_ARG_STRLEN), the name made inside Python (as an argument of ours it would be too long).
 for _ in $(seq 1 "$HOLDERS"); do
   setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 -c "
-import os, sys
-os.execv('$FAKE/fakejob', ['$NAME', '--hold-ms', str(($SECS + 60) * 1000), '--lib-dir', '$FAKE'])" >/dev/null 2>&1 &
+import os
+os.execv('$FAKE/fakejob', ['h' * 131071, '--hold-ms', str(($SECS + 60) * 1000), '--lib-dir', '$FAKE'])" >/dev/null 2>&1 &
   pids+=($!)
 done
-sleep 5
+# Until they have all loaded the fake driver and hold their memory.
+for _ in $(seq 1 120); do
+  [ "$(pgrep -u 65534 -c fakejob)" -ge "$HOLDERS" ] && break
+  sleep 0.5
+done
+echo "holders started: $(pgrep -u 65534 -c fakejob) of $HOLDERS"
 
 "$BIN" -v serve --listen 127.0.0.1:0 --interval 5 2>"$OUT/serve.err" &
 serve=$!
@@ -93,7 +98,13 @@ while [ "$(date +%s)" -lt "$end" ]; do
   echo "$t" >>"$OUT/scrapes.txt"
   sleep 2
 done
+curl -s --max-time 10 "http://127.0.0.1:$port/metrics" >"$OUT/last.metrics"
+alive=$(pgrep -u 65534 -c fakejob)
 hwm=$(awk '/VmHWM/ {print $2}' "/proc/$serve/status")
+echo "holders alive at the end: $alive; their series in the last scrape: $(grep -c '^gputrace_process_active{' "$OUT/last.metrics"); longest line: $(awk '{ if (length($0) > m) m = length($0) } END { print m }' "$OUT/last.metrics") bytes"
 echo "holders: $HOLDERS; serve VmHWM: $((hwm / 1024)) MB"
+# The one-shot sweep under the same attack: its peak resident memory and its time.
+/usr/bin/time -f "sweep: %M KB peak resident, %e s" "$BIN" sweep --duration 3 --json >"$OUT/sweep.json" 2>"$OUT/sweep.err"
+tail -1 "$OUT/sweep.err"
 echo "scrapes (code seconds): $(wc -l <"$OUT/scrapes.txt"); slowest: $(awk '{print $2}' "$OUT/scrapes.txt" | sort -n | tail -1) s; not 200: $(grep -vc '^200 ' "$OUT/scrapes.txt")"
 grep -i "skipped\|refused\|not probed" "$OUT/serve.err" | head -3
