@@ -15,7 +15,13 @@
 //!   framework's launchers and data loading (`torch/distributed/`, `torch/utils/data/`)
 //!   are not dispatch. It misses a user line that calls an op directly.
 //!
-//! The larger of the two is taken.
+//! The larger of the two is taken, with one exception: the Python frames decide first. A
+//! sample whose Python stack is in data loading (a `__getitem__`, a collate, a DataLoader's
+//! fetch) is loading whatever native library runs below it, so the native view's share is
+//! capped by the share of Python samples that are not loading: `torch.from_numpy`,
+//! `torch.stack` and `pin_memory` in a training thread's own loader run in `libtorch` and
+//! were counted as dispatch (a DataLoader with `num_workers=0` was offered CUDA graphs at
+//! x15 where 12 workers measured x5.4, issue 57).
 
 use std::collections::HashSet;
 
@@ -68,7 +74,12 @@ pub struct Dispatch {
 /// The launching share of the `threads`' host time (`host_s` seconds, `launches` launches).
 #[must_use]
 pub fn share(ev: &Evidence, threads: &[u32], host_s: f64, launches: f64) -> Dispatch {
-    let views: Vec<(f64, u64)> = [Origin::Native, Origin::Python].into_iter().filter_map(|origin| view(on_cpu_host(ev, threads, origin), origin)).collect();
+    let not_loading = 1.0 - python_loading_share(ev, threads);
+    let views: Vec<(f64, u64)> = [Origin::Native, Origin::Python]
+        .into_iter()
+        .filter_map(|origin| view(on_cpu_host(ev, threads, origin), origin))
+        .map(|(share, samples)| (share.min(not_loading), samples))
+        .collect();
     if let Some(&(point, samples)) = views.iter().max_by(|a, b| a.0.total_cmp(&b.0)) {
         // Two standard errors of a sampled share.
         let spread = 2.0 * (point * (1.0 - point) / samples.max(1) as f64).sqrt();
@@ -85,6 +96,31 @@ pub fn share(ev: &Evidence, threads: &[u32], host_s: f64, launches: f64) -> Disp
         source: Source::LaunchCost,
         samples: 0,
     }
+}
+
+/// Of the `threads`' on-CPU Python samples of host work, the share in data loading
+/// (`stacks::sites::is_data_loading`); 0 with too few samples.
+fn python_loading_share(ev: &Evidence, threads: &[u32]) -> f64 {
+    let (mut loading, mut all, mut samples) = (0u64, 0u64, 0u64);
+    for s in on_cpu_host(ev, threads, Origin::Python) {
+        all += s.ns;
+        samples += s.count;
+        if is_loading_outside_the_framework(&s.frames) {
+            loading += s.ns;
+        }
+    }
+    if samples < MIN_SAMPLES || all == 0 {
+        0.0
+    } else {
+        loading as f64 / all as f64
+    }
+}
+
+/// A Python stack in data loading by a frame of the program's or a loader's own (a dataset's
+/// `__getitem__`, a collate, `torch/utils/data/`), not a framework's (a JAX array's
+/// `__getitem__` is dispatch).
+fn is_loading_outside_the_framework(frames: &[Frame]) -> bool {
+    !crate::stacks::sites::is_importing(frames) && frames.iter().any(|f| !is_framework_frame(f) && crate::stacks::sites::is_data_loading(std::slice::from_ref(f)))
 }
 
 /// The `threads`' on-CPU samples of host work, of one origin.
@@ -322,5 +358,41 @@ mod tests {
         assert_eq!(d.source, Source::LaunchCost);
         assert!((d.share.point - 0.4).abs() < 1e-9, "20,000 launches at 20 µs: {d:?}");
         assert!(d.share.lo < d.share.point && d.share.point < d.share.hi);
+    }
+
+    /// Issue 57: data preparation through torch on the training thread (`torch.stack` under
+    /// a dataset's `__getitem__`) runs in `libtorch`; the native view took it for dispatch.
+    /// The Python frames say it is loading, and they decide.
+    #[test]
+    fn loading_through_the_framework_on_the_training_thread_is_not_dispatch() {
+        let native_stack = |ns| StackTime {
+            tid: 1,
+            pid: 1,
+            activity: Activity::Host,
+            on_cpu: true,
+            origin: Origin::Native,
+            frames: vec![native("/venv/torch/lib/libtorch_cpu.so"), native("/usr/bin/python3.12")],
+            count: 10,
+            ns,
+        };
+        let py_stack = |frames: Vec<Frame>, ns| StackTime { tid: 1, pid: 1, activity: Activity::Host, on_cpu: true, origin: Origin::Python, frames, count: 10, ns };
+        let getitem = Frame { function: "__getitem__".into(), file: Some("/w/data.py".into()), line: Some(9), module: None };
+        let forward = vec![py("/w/model.py"), py("/venv/torch/nn/modules/module.py"), py("/w/train.py")];
+        // Every native sample in libtorch; the Python samples: 80 % a dataset's __getitem__
+        // (over torch.stack), 20 % the model's forward.
+        let mut ev = Evidence {
+            stacks: vec![
+                native_stack(1_000_000_000),
+                py_stack(vec![py("/venv/torch/functional.py"), getitem, py("/venv/torch/utils/data/dataloader.py"), py("/w/train.py")], 800_000_000),
+                py_stack(forward, 200_000_000),
+            ],
+            ..Evidence::default()
+        };
+        let d = share(&ev, &[1], 1.0, 1000.0);
+        assert_eq!(d.source, Source::Stacks);
+        assert!((d.share.point - 0.2).abs() < 1e-9, "the loading is not dispatch: {d:?}");
+        // Without Python samples the native view stands.
+        ev.stacks.truncate(1);
+        assert!((share(&ev, &[1], 1.0, 1000.0).share.point - 1.0).abs() < 1e-9);
     }
 }
