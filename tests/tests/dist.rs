@@ -9,8 +9,12 @@ use std::{
 
 use gputrace_tests::{hits, require_root, Gated};
 
+/// `target/dist` of the workspace, or of `CARGO_TARGET_DIR` where set (relative to the
+/// workspace, as cargo and xtask take it): a run with it set looked in `target/` and failed.
 fn dist_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/dist");
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let target = std::env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()).map_or_else(|| workspace.join("target"), |d| workspace.join(d));
+    let dir = target.join("dist");
     assert!(dir.is_dir(), "{} is missing: run `cargo xtask dist` (cargo xtask test does)", dir.display());
     dir
 }
