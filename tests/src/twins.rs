@@ -213,7 +213,6 @@ pub fn value_of<'a>(args: &'a [String], name: &str) -> &'a str {
 /// - `checkpoint-stall`: `--checkpoint-every` dropped (the save moved off the training loop).
 #[must_use]
 pub fn usual_fix(planted: &[String], id: &'static str) -> Fix {
-    let has = |name: &str| planted.iter().any(|a| a == name);
     let args = match id {
         "host-sync" => {
             let mut a = planted.to_vec();
@@ -248,6 +247,5 @@ pub fn usual_fix(planted: &[String], id: &'static str) -> Fix {
         "checkpoint-stall" => without_option(planted, "--checkpoint-every"),
         other => panic!("no usual twin for {other}"),
     };
-    assert!(has("--steps"), "a planted job names its steps");
     Fix::new(id, args)
 }

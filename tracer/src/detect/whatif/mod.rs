@@ -46,14 +46,13 @@ pub fn speedup(m: &StepModel, fix: &Fix) -> Speedup {
         let after = simulate::simulate(m, fix, g, d);
         // A fix never makes the step slower; an empty model changes nothing.
         let x = if after.t > 0.0 && base > 0.0 { (base / after.t).max(1.0) } else { 1.0 };
-        (x, after)
+        (x, after, base)
     };
-    let (point, after) = at(m.gpu.point, m.dispatch.share.point);
-    let base = simulate::step_time(m, &Fix::NONE, m.gpu.point, m.dispatch.share.point).0;
+    let (point, after, base) = at(m.gpu.point, m.dispatch.share.point);
     let (mut lo, mut hi) = (point, point);
     for g in m.gpu.values() {
         for d in m.dispatch.share.values() {
-            let (x, _) = at(g, d);
+            let (x, _, _) = at(g, d);
             lo = lo.min(x);
             hi = hi.max(x);
         }
