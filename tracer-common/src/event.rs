@@ -123,6 +123,7 @@ pub struct IoEvent {
     pub bytes: u32,
     /// First four characters of `rwbs`, little-endian.
     pub rwbs: u32,
+    /// The block layer's status of the completion (`blk_status_t`): 0 is success.
     pub error: i32,
 }
 const _: () = assert!(core::mem::size_of::<IoEvent>() == 24 + 24);

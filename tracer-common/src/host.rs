@@ -14,14 +14,50 @@ pub mod state {
     pub const COUNT: usize = 4;
 }
 
-/// `prev_state` bits in `sched:sched_switch` (include/linux/sched.h, and
-/// `__trace_sched_switch_state`: a preempted task reports `TASK_REPORT_MAX`, 0x80 since 4.14;
-/// a dying one its exit state).
+/// How a task left the CPU, in `sched:sched_switch`'s own encoding of `prev_state`
+/// (`__trace_sched_switch_state` in include/trace/events/sched.h): the highest reported state
+/// bit, `IDLE` for `TASK_IDLE`, `PREEMPTED` for a task preempted while runnable, 0 for one that
+/// yielded runnable. The raw tracepoint passes the task's raw state; [`from_raw`] encodes it.
 pub mod prev_state {
+    pub const TASK_INTERRUPTIBLE: u64 = 0x1;
     pub const TASK_UNINTERRUPTIBLE: u64 = 0x2;
     pub const EXIT_DEAD: u64 = 0x10;
     pub const EXIT_ZOMBIE: u64 = 0x20;
-    pub const PREEMPTED: u64 = 0x80;
+    /// `TASK_REPORT_IDLE`: an uninterruptible wait that is not counted as load (`I`).
+    pub const IDLE: u64 = 0x80;
+    /// `TASK_REPORT_MAX`: preempted while runnable (`R+`; the tracepoint's format prints it so).
+    pub const PREEMPTED: u64 = 0x100;
+    /// The states the tracepoint reports (`TASK_REPORT`).
+    const REPORT: u64 = 0x7f;
+    /// `TASK_NOLOAD`, which with `TASK_UNINTERRUPTIBLE` makes `TASK_IDLE`.
+    const NOLOAD: u64 = 0x400;
+    /// `TASK_RTLOCK_WAIT`: a sleeping spinlock's wait, reported as uninterruptible.
+    const RTLOCK_WAIT: u64 = 0x1000;
+
+    /// The tracepoint's `prev_state` from the raw tracepoint's arguments: whether the switch
+    /// was a preemption, the task's raw `__state`, and its `exit_state`.
+    #[must_use]
+    pub const fn from_raw(preempt: bool, state: u64, exit_state: u64) -> u64 {
+        if preempt {
+            return PREEMPTED;
+        }
+        let mut report = (state | exit_state) & REPORT;
+        if state & (TASK_UNINTERRUPTIBLE | NOLOAD) == TASK_UNINTERRUPTIBLE | NOLOAD {
+            report = IDLE;
+        }
+        if state & RTLOCK_WAIT != 0 {
+            report = TASK_UNINTERRUPTIBLE;
+        }
+        // The highest bit, `1 << (fls(report) - 1)`, in a loop the eBPF verifier sees bounded.
+        let mut bit = IDLE;
+        while bit != 0 {
+            if report & bit != 0 {
+                return bit;
+            }
+            bit >>= 1;
+        }
+        0
+    }
 }
 
 /// Per-thread scheduler accounting, kept in the kernel and folded by user space.
@@ -207,47 +243,105 @@ pub struct IoStart {
 }
 const _: () = assert!(core::mem::size_of::<IoStart>() == 24);
 
-/// Field offsets of the classic tracepoints we read, taken from tracefs at load time (they
-/// change between kernels: `rwbs` grew from 8 to 10 bytes, `prev_state` changed type).
+/// Where the raw tracepoints' arguments keep what we read: byte offsets into kernel structures,
+/// from the running kernel's BTF at load time (`tracer/src/probes/btf_layout.rs`). They change
+/// between kernels and configurations (`task_struct` is randomized on some), so none is
+/// assumed; [`Layout::NONE`] marks a member this kernel does not have.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
-    pub switch_prev_pid: u32,
-    pub switch_prev_state: u32,
-    /// Size of `prev_state` in bytes (4 or 8).
-    pub switch_prev_state_size: u32,
-    pub switch_next_pid: u32,
-    pub wakeup_pid: u32,
-    /// `block_rq_issue`, `block_rq_insert` and `block_io_start` share a layout.
-    pub rq_dev: u32,
+    /// `task_struct.pid`.
+    pub task_pid: u32,
+    /// `task_struct.exit_state`.
+    pub task_exit_state: u32,
+    /// `task_struct.__state` (`state` before 5.14), read where `sched_switch` does not pass it.
+    pub task_state: u32,
+    /// Its size in bytes (4, or 8 for the `long state` of old kernels).
+    pub task_state_size: u32,
+    /// 1 where `sched_switch` passes `prev_state` as its fourth argument (5.18 and later).
+    pub switch_passes_state: u32,
+    /// `request.q`, then `request_queue.disk` (5.16 and later)...
+    pub rq_q: u32,
+    pub queue_disk: u32,
+    /// ...or `request.rq_disk` (before): whichever this kernel has.
+    pub rq_disk: u32,
+    /// `gendisk.major` and `gendisk.first_minor`: the device, as the tracepoints' `dev`.
+    pub disk_major: u32,
+    pub disk_first_minor: u32,
+    /// `request.__sector`, `request.__data_len` and `request.cmd_flags`.
     pub rq_sector: u32,
-    pub rq_bytes: u32,
-    pub rq_rwbs: u32,
-    pub done_dev: u32,
-    pub done_sector: u32,
-    pub done_nr_sector: u32,
-    pub done_error: u32,
+    pub rq_data_len: u32,
+    pub rq_cmd_flags: u32,
 }
 const _: () = assert!(core::mem::size_of::<Layout>() == 52);
 
 impl Layout {
-    /// Offsets of Linux 6.18 (and most kernels since 5.x), used until tracefs says otherwise.
-    pub const DEFAULT: Self = Self {
-        switch_prev_pid: 24,
-        switch_prev_state: 32,
-        switch_prev_state_size: 8,
-        switch_next_pid: 56,
-        wakeup_pid: 24,
-        rq_dev: 8,
-        rq_sector: 16,
-        rq_bytes: 28,
-        rq_rwbs: 34,
-        done_dev: 8,
-        done_sector: 16,
-        done_nr_sector: 24,
-        done_error: 28,
+    /// A member this kernel does not have.
+    pub const NONE: u32 = u32::MAX;
+    /// Nothing known: what the object holds until user space writes the kernel's layout.
+    pub const UNKNOWN: Self = Self {
+        task_pid: Self::NONE,
+        task_exit_state: Self::NONE,
+        task_state: Self::NONE,
+        task_state_size: 4,
+        switch_passes_state: 0,
+        rq_q: Self::NONE,
+        queue_disk: Self::NONE,
+        rq_disk: Self::NONE,
+        disk_major: Self::NONE,
+        disk_first_minor: Self::NONE,
+        rq_sector: Self::NONE,
+        rq_data_len: Self::NONE,
+        rq_cmd_flags: Self::NONE,
     };
+}
+
+/// A block request's operation (`REQ_OP_*`, the low byte of `cmd_flags`) as the first letter
+/// of the tracepoints' `rwbs` string, the rest zero.
+#[must_use]
+pub fn rwbs_of_op(cmd_flags: u32) -> u32 {
+    let letter = match cmd_flags & 0xff {
+        0 => b'R',
+        1 => b'W',
+        2 => b'F',
+        3 | 5 | 9 => b'D',
+        _ => b'N',
+    };
+    u32::from(letter)
 }
 
 /// Name of the global that holds the [`Layout`].
 pub const LAYOUT_GLOBAL: &str = "LAYOUT";
+
+#[cfg(test)]
+mod tests {
+    use super::{prev_state, rwbs_of_op};
+
+    #[test]
+    fn raw_states_encode_as_the_tracepoint_prints_them() {
+        use prev_state::{from_raw, EXIT_DEAD, EXIT_ZOMBIE, IDLE, PREEMPTED, TASK_INTERRUPTIBLE, TASK_UNINTERRUPTIBLE};
+        // `R+`: preempted, whatever the state says.
+        assert_eq!(from_raw(true, TASK_INTERRUPTIBLE, 0), PREEMPTED);
+        // `R`: yielded while runnable.
+        assert_eq!(from_raw(false, 0, 0), 0);
+        assert_eq!(from_raw(false, TASK_INTERRUPTIBLE, 0), TASK_INTERRUPTIBLE);
+        // TASK_KILLABLE = TASK_WAKEKILL | TASK_UNINTERRUPTIBLE: `D`.
+        assert_eq!(from_raw(false, 0x100 | TASK_UNINTERRUPTIBLE, 0), TASK_UNINTERRUPTIBLE);
+        // TASK_IDLE = TASK_UNINTERRUPTIBLE | TASK_NOLOAD: `I`, not `D`.
+        assert_eq!(from_raw(false, 0x400 | TASK_UNINTERRUPTIBLE, 0), IDLE);
+        // The last switch of a dying task: TASK_DEAD with its exit state.
+        assert_eq!(from_raw(false, 0x80, EXIT_ZOMBIE), EXIT_ZOMBIE);
+        assert_eq!(from_raw(false, 0x80, EXIT_DEAD), EXIT_DEAD);
+        // A sleeping spinlock's wait reads uninterruptible.
+        assert_eq!(from_raw(false, 0x1000, 0), TASK_UNINTERRUPTIBLE);
+    }
+
+    #[test]
+    fn request_operations_read_as_their_rwbs_letter() {
+        assert_eq!(rwbs_of_op(0), u32::from(b'R'));
+        // REQ_SYNC and other flags above the op's byte do not change the op.
+        assert_eq!(rwbs_of_op(1 | 1 << 11), u32::from(b'W'));
+        assert_eq!(rwbs_of_op(3), u32::from(b'D'));
+        assert_eq!(rwbs_of_op(34), u32::from(b'N'));
+    }
+}

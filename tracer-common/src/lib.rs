@@ -181,10 +181,6 @@ const _: () = assert!(core::mem::size_of::<InflightCall>() == 8 + 8 * CALL_ARGS)
 
 /// Load-time settings written into the eBPF object's globals before it is loaded.
 pub mod globals {
-    /// Byte offset of `pid` in the `task:task_newtask` tracepoint record.
-    pub const NEWTASK_PID_OFFSET: &str = "NEWTASK_PID_OFFSET";
-    /// Byte offset of `clone_flags` in the `task:task_newtask` tracepoint record.
-    pub const NEWTASK_FLAGS_OFFSET: &str = "NEWTASK_FLAGS_OFFSET";
     /// Nonzero: the CUDA probes count every process, not only the traced set (`sweep`).
     pub const TRACE_ALL_CUDA: &str = "TRACE_ALL_CUDA";
     /// Nonzero: take the traced threads' user stacks (CPU samples and off-CPU spells).

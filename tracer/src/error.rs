@@ -111,12 +111,10 @@ pub enum TraceError {
         source: Box<AttachError>,
     },
 
-    #[error("attaching tracepoint {category}:{name}: {source}")]
+    #[error("attaching raw tracepoint {name}: {source}")]
     /// Attaching an eBPF program to a kernel tracepoint failed.
     AttachTracepoint {
-        /// The tracepoint's category (e.g. `sched`).
-        category: String,
-        /// The tracepoint's name within its category (e.g. `sched_switch`).
+        /// The tracepoint's name (e.g. `sched_switch`).
         name: String,
         /// Why the kernel refused the attachment.
         #[source]

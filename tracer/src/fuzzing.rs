@@ -8,7 +8,7 @@ use std::path::Path;
 use crate::{
     decode::{decode, encode, Event},
     discover::{cgroup, maps, process, symbols},
-    probes::tracefs,
+    probes::btf::Btf,
     record::{
         format::{self, kind},
         reader::Reader,
@@ -65,7 +65,7 @@ pub fn replay_frames(data: &[u8]) {
     read_recording(&file);
 }
 
-/// The `/proc` and tracefs texts we parse: maps, stat, `cpu.stat`, tracepoint formats.
+/// The `/proc` texts and kernel blobs we parse: maps, stat, `cpu.stat`, the kernel's BTF.
 pub fn parse_proc(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     let (mappings, _) = maps::parse(&text);
@@ -75,7 +75,9 @@ pub fn parse_proc(data: &[u8]) {
     let _ = process::parse_stat(&text);
     let _ = cgroup::parse_cpu_stat(&text);
     let _ = cgroup::candidates(&text);
-    let _ = tracefs::field_offset(&text, "prev_state");
+    if let Ok(btf) = Btf::parse(data.to_vec()) {
+        let _ = crate::probes::layout::read(&btf);
+    }
 }
 
 /// An ELF file's dynamic symbols (a library the target maps could be anything).

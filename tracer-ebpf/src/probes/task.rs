@@ -1,23 +1,18 @@
 //! Task tracepoints: keep `TRACED` equal to the traced process tree and tell user space when
-//! tasks appear, exec and exit. Classic tracepoints (not kprobes: our kernels have none);
-//! field offsets of `task:task_newtask` come from its tracefs format at load time.
+//! tasks appear, exec and exit. Raw tracepoints (not kprobes: our kernels have none); the new
+//! task's pid is read where the kernel's BTF places it in `task_struct`.
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
-    macros::tracepoint,
-    programs::TracePointContext,
+    macros::raw_tracepoint,
+    programs::RawTracePointContext,
 };
 use gputrace_common::{
     host::state, loss, EventHeader, TaskEvent, ThreadSched, CLONE_THREAD, KIND_TASK_EXEC, KIND_TASK_EXIT, KIND_TASK_NEW,
 };
 
+use super::layout::{layout, task_pid};
 use crate::maps::{count_loss, traced_current, Current, EVENTS, FORCE_WAKEUP, SCHED, TRACED};
-
-/// Set by user space from `events/task/task_newtask/format` before loading.
-#[unsafe(no_mangle)]
-static NEWTASK_PID_OFFSET: u32 = 8;
-#[unsafe(no_mangle)]
-static NEWTASK_FLAGS_OFFSET: u32 = 32;
 
 /// `submit_flags`: `FORCE_WAKEUP` for what user space must act on at once (a new process or
 /// image may map a CUDA library the probes do not cover yet), 0 for the rest.
@@ -39,15 +34,12 @@ fn emit(kind: u32, cur: &Current, child_tid: u32, flags: u64, submit_flags: u64)
 
 /// Runs in the parent, inside `copy_process`, before the child can run: a child process of a
 /// traced one is traced from its first instruction.
-#[tracepoint]
-pub fn task_newtask(ctx: TracePointContext) -> u32 {
+/// `task_newtask(struct task_struct *task, u64 clone_flags)`.
+#[raw_tracepoint(tracepoint = "task_newtask")]
+pub fn task_newtask(ctx: RawTracePointContext) -> u32 {
     let Some(cur) = traced_current() else { return 0 };
-    // SAFETY: read_volatile keeps the compiler from folding the load-time constant.
-    let (pid_off, flags_off) = unsafe { (core::ptr::read_volatile(&NEWTASK_PID_OFFSET), core::ptr::read_volatile(&NEWTASK_FLAGS_OFFSET)) };
-    // SAFETY: the offsets come from the tracepoint's own format; bpf_probe_read checks bounds.
-    let child = unsafe { ctx.read_at::<i32>(pid_off as usize) }.unwrap_or(0) as u32;
-    // SAFETY: as above.
-    let flags = unsafe { ctx.read_at::<u64>(flags_off as usize) }.unwrap_or(0);
+    let child = task_pid(&layout(), ctx.arg::<u64>(0));
+    let flags = ctx.arg::<u64>(1);
     if child != 0 && flags & CLONE_THREAD == 0 && TRACED.insert(&child, &cur.tgid, 0).is_err() {
         count_loss(loss::PROCESS_MAP_FULL);
     }
@@ -66,8 +58,8 @@ pub fn task_newtask(ctx: TracePointContext) -> u32 {
     0
 }
 
-#[tracepoint]
-pub fn sched_process_exec(_ctx: TracePointContext) -> u32 {
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn sched_process_exec(_ctx: RawTracePointContext) -> u32 {
     if let Some(cur) = traced_current() {
         emit(KIND_TASK_EXEC, &cur, 0, 0, FORCE_WAKEUP);
     }
@@ -76,8 +68,8 @@ pub fn sched_process_exec(_ctx: TracePointContext) -> u32 {
 
 /// Runs in the exiting task. The process leaves `TRACED` when its last thread is gone,
 /// which user space decides; here the event is only reported.
-#[tracepoint]
-pub fn sched_process_exit(_ctx: TracePointContext) -> u32 {
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn sched_process_exit(_ctx: RawTracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     // SAFETY: presence test only.

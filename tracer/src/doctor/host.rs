@@ -16,10 +16,9 @@ pub struct HostFacts {
     pub caps: u64,
     /// The uprobe event source (`/sys/bus/event_source/devices/uprobe`).
     pub uprobes: bool,
-    /// The kernel's own BTF (`/sys/kernel/btf/vmlinux`).
-    pub btf: bool,
-    /// Where tracefs is mounted, if it is.
-    pub tracefs: Option<String>,
+    /// The kernel's own BTF (`/sys/kernel/btf/vmlinux`): `None` where it publishes none, else
+    /// what the raw tracepoints could not read with it (empty: nothing).
+    pub btf: Option<Vec<String>>,
     /// Whether multi-uprobe links load (None: not checked, without privileges).
     pub multi_uprobe_links: Option<bool>,
     /// `kernel.perf_event_paranoid`.
@@ -36,18 +35,12 @@ pub fn facts() -> HostFacts {
         kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_owned()).unwrap_or_default(),
         caps,
         uprobes: Path::new("/sys/bus/event_source/devices/uprobe").exists(),
-        btf: Path::new("/sys/kernel/btf/vmlinux").exists(),
-        tracefs: tracefs_mount(),
+        btf: crate::probes::tracepoint_gaps(),
         multi_uprobe_links: privileged.then(crate::probes::multi_uprobe_links_supported),
         perf_event_paranoid: std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").ok().and_then(|s| s.trim().parse().ok()),
     }
 }
 
-/// Where tracefs is mounted, from this process's mount table (its files are root's to read).
-fn tracefs_mount() -> Option<String> {
-    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
-    mounts.lines().map(|l| l.split_whitespace().collect::<Vec<_>>()).find(|f| f.get(2) == Some(&"tracefs")).and_then(|f| f.get(1).map(|m| (*m).to_owned()))
-}
 
 /// The same rule as `preflight::check`'s.
 fn can_trace(caps: u64) -> bool {
@@ -75,18 +68,14 @@ pub fn judge(f: &HostFacts) -> Vec<Check> {
     } else {
         Check::new("uprobes", Status::Fail, "no uprobe event source (/sys/bus/event_source/devices/uprobe): the kernel needs CONFIG_UPROBE_EVENTS")
     });
-    checks.push(if f.btf {
-        Check::new("btf", Status::Pass, "/sys/kernel/btf/vmlinux is there")
-    } else {
-        Check::new("btf", Status::Fail, "the kernel publishes no BTF (/sys/kernel/btf/vmlinux): gputrace's programs need it (CONFIG_DEBUG_INFO_BTF)")
-    });
-    checks.push(match &f.tracefs {
-        Some(at) => Check::new("tracefs", Status::Pass, format!("mounted at {at}")),
+    checks.push(match &f.btf {
+        Some(gaps) if gaps.is_empty() => Check::new("btf", Status::Pass, "/sys/kernel/btf/vmlinux places every member the raw tracepoints read"),
+        Some(gaps) => Check::new("btf", Status::Warn, gaps.join("; ")),
         None => Check::new(
-            "tracefs",
-            Status::Warn,
-            "not mounted: gputrace mounts it at /sys/kernel/tracing when it traces; where it cannot, the scheduler, block I/O and \
-             child-process figures are off",
+            "btf",
+            Status::Fail,
+            "the kernel publishes no BTF (/sys/kernel/btf/vmlinux): the scheduler, block I/O and child-process tracepoints need it \
+             (CONFIG_DEBUG_INFO_BTF)",
         ),
     });
     checks.push(match f.multi_uprobe_links {
@@ -121,8 +110,7 @@ mod tests {
             kernel: "6.18.0".into(),
             caps: 1 << CAP_SYS_ADMIN,
             uprobes: true,
-            btf: true,
-            tracefs: Some("/sys/kernel/tracing".into()),
+            btf: Some(Vec::new()),
             multi_uprobe_links: Some(true),
             perf_event_paranoid: Some(2),
         }
@@ -153,11 +141,14 @@ mod tests {
 
     #[test]
     fn missing_kernel_features_fail_or_warn_by_what_they_cost() {
-        let f = HostFacts { uprobes: false, btf: false, tracefs: None, multi_uprobe_links: Some(false), ..root() };
+        let f = HostFacts { uprobes: false, btf: None, multi_uprobe_links: Some(false), ..root() };
         let checks = judge(&f);
         assert_eq!(status(&checks, "uprobes"), Status::Fail);
         assert_eq!(status(&checks, "btf"), Status::Fail);
-        assert_eq!(status(&checks, "tracefs"), Status::Warn);
+        let f = HostFacts { btf: Some(vec!["block I/O is not attributed: request.__sector".into()]), ..root() };
+        let btf = judge(&f).into_iter().find(|c| c.name == "btf").expect("btf");
+        assert_eq!(btf.status, Status::Warn);
+        assert!(btf.detail.contains("request.__sector"), "{}", btf.detail);
         assert_eq!(status(&checks, "multi-uprobe-links"), Status::Warn);
     }
 }

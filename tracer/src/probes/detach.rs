@@ -21,10 +21,10 @@ impl ProbeSet {
         }
     }
 
-    /// Start closing the tracepoints, once the window's last reading is taken: the kernel
-    /// closes perf-event tracepoints one at a time, each holding its event mutex across two
-    /// grace periods (~40 ms apiece here, 10 of them), so this runs while the report is made
-    /// rather than after it. The maps stay readable; `detach` waits for the thread.
+    /// Start closing the tracepoints, once the window's last reading is taken, so that the
+    /// scheduler's probes stop costing the machine while the report is made (raw tracepoints
+    /// close in milliseconds: `TRACEPOINT_GROUPS`). The maps stay readable; `detach` waits for
+    /// the thread.
     pub fn start_detaching_tracepoints(&mut self) {
         let links = take_tracepoint_links(&mut self.ebpf, std::mem::take(&mut self.tracepoint_links));
         if links.is_empty() || self.tracepoints_closing.is_some() {

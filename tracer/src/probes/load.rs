@@ -1,7 +1,7 @@
 //! Loading the eBPF object: every program verified at once, the maps created, the task
 //! tracepoints attached (before any uprobe, so that no child is missed).
 
-use super::{OBJECT, ProbeSet, Scope, Startup, TRACEPOINT_GROUPS, Tracepoints, attach_tracepoint_groups, ebpf_log, entry_only_decision, has_return, hash_map_id, load_configured, map_error, ms_since, return_program, sampler, tracefs, uprobes};
+use super::{OBJECT, ProbeSet, Scope, Startup, TRACEPOINT_GROUPS, TracepointGroup, attach_tracepoint_groups, ebpf_log, entry_only_decision, has_return, hash_map_id, kernel_layout, load_configured, map_error, ms_since, return_program, sampler, uprobes};
 use aya::Ebpf;
 use aya::maps::HashMap as BpfHashMap;
 use aya::maps::MapData;
@@ -26,16 +26,17 @@ impl ProbeSet {
             return Err(TraceError::NoEbpfObject);
         }
         crate::preflight::check()?;
-        let tracefs = match scope {
-            Scope::Tree => tracefs::ensure_mounted(),
-            Scope::AllCuda => Err(tracefs::Unavailable::Sweep),
+        // A sweep watches every process's CUDA calls and attaches no tracepoint at all.
+        let kernel = match scope {
+            Scope::Tree => kernel_layout(),
+            Scope::AllCuda => Err("no tracepoints are attached in a sweep".to_owned()),
         };
         let mut notes = Vec::new();
         let stacks_wanted = scope == Scope::Tree && sampler::wanted();
         let mut startup = Startup::default();
         let phase = std::time::Instant::now();
         let log_wanted = ebpf_log::wanted();
-        let mut ebpf = load_configured(scope, tracefs.as_ref().ok(), stacks_wanted, log_wanted, &mut notes)?;
+        let mut ebpf = load_configured(scope, kernel.as_ref().ok(), stacks_wanted, log_wanted)?;
         let ebpf_log = if log_wanted { ebpf_log::Reader::start(&mut ebpf) } else { None };
         startup.load_ms = ms_since(phase);
         let phase = std::time::Instant::now();
@@ -56,8 +57,8 @@ impl ProbeSet {
         // Before any probe can fire.
         let run_stats = hold_run_stats();
         let mut tracepoint_links = Vec::new();
-        let groups: &[(Tracepoints, &str)] = if scope == Scope::Tree { &TRACEPOINT_GROUPS } else { &[] };
-        let attached = attach_tracepoint_groups(&mut ebpf, groups, tracefs.as_ref().map(|_| ()), &mut tracepoint_links, &mut notes);
+        let groups: &[TracepointGroup] = if scope == Scope::Tree { &TRACEPOINT_GROUPS } else { &[] };
+        let attached = attach_tracepoint_groups(&mut ebpf, groups, kernel.as_ref().map_err(String::as_str), &mut tracepoint_links, &mut notes);
         let [_tasks_followed, sched_traced, io_traced, waking_attached, _io_start_attached] = attached;
         // Wakers only mean something on top of the scheduler accounting.
         let wakers_traced = waking_attached && sched_traced;

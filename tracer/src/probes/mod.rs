@@ -4,16 +4,16 @@
 //! programs filter on the `TRACED` set, which follows the process tree through the task
 //! tracepoints, so children, exec'd workers and libraries loaded later are all covered.
 
+pub mod btf;
 mod detach;
 pub mod ebpf_log;
 pub mod floor;
-mod layout;
+pub mod layout;
 mod load;
 mod read;
 pub mod return_safety;
 pub mod sampler;
 mod shedding;
-pub mod tracefs;
 mod tracing;
 pub mod trap_cost;
 pub mod uprobes;
@@ -26,8 +26,8 @@ use std::{
 use aya::{
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray},
     programs::{
-        trace_point::{TracePointLink, TracePointLinkId},
-        TracePoint,
+        raw_trace_point::{RawTracePointLink, RawTracePointLinkId},
+        RawTracePoint,
     },
     Ebpf, EbpfLoader,
 };
@@ -146,7 +146,7 @@ pub struct ProbeSet {
     pub startup: Startup,
     /// Every attachment, so that `detach` can undo them all at once.
     uprobes: uprobes::Uprobes,
-    tracepoint_links: Vec<(&'static str, TracePointLinkId)>,
+    tracepoint_links: Vec<(&'static str, RawTracePointLinkId)>,
     /// The tracepoints, being closed since the window ended (`start_detaching_tracepoints`).
     tracepoints_closing: Option<std::thread::JoinHandle<()>>,
     /// Whether the scheduler tracepoints are attached (see `TRACEPOINT_GROUPS`): without them
@@ -210,14 +210,6 @@ pub fn allocators_probed() -> bool {
     ALLOCATORS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Reads format files from a mounted tracefs.
-struct TraceFs(std::path::PathBuf);
-impl layout::Formats for TraceFs {
-    fn format(&self, category: &str, name: &str) -> Option<String> {
-        tracefs::format(&self.0, category, name).ok()
-    }
-}
-
 impl std::fmt::Debug for ProbeSet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProbeSet").field("attached", &self.attached).finish_non_exhaustive()
@@ -248,13 +240,6 @@ fn entry_only_decision(ebpf: &mut Ebpf, notes: &mut Vec<String>, links: &mut upr
     log::warn!("{why}: return probes are off");
     notes.push(format!("entry-only mode: {why}; return probes are off, since they would apply to every process mapping the library; {CONSEQUENCE}"));
     true
-}
-
-/// Offsets of `pid` and `clone_flags` in `task:task_newtask`, from tracefs where mounted.
-fn newtask_offsets(tracefs: Option<&std::path::PathBuf>) -> (u32, u32) {
-    let format = tracefs.and_then(|root| tracefs::format(root, "task", "task_newtask").ok());
-    let offset = |field: &str, default: u32| format.as_deref().and_then(|f| tracefs::field_offset(f, field)).unwrap_or(default);
-    (offset("pid", 8), offset("clone_flags", 32))
 }
 
 fn map_error(name: &str) -> TraceError {
@@ -312,71 +297,77 @@ fn hash_map_id(map: &aya::maps::Map) -> Option<u32> {
 }
 
 
-fn take_tracepoint_links(ebpf: &mut Ebpf, links: Vec<(&'static str, TracePointLinkId)>) -> Vec<TracePointLink> {
+fn take_tracepoint_links(ebpf: &mut Ebpf, links: Vec<(&'static str, RawTracePointLinkId)>) -> Vec<RawTracePointLink> {
     links
         .into_iter()
-        .filter_map(|(program, id)| ebpf.program_mut(program).and_then(|p| <&mut TracePoint>::try_from(p).ok())?.take_link(id).ok())
+        .filter_map(|(program, id)| ebpf.program_mut(program).and_then(|p| <&mut RawTracePoint>::try_from(p).ok())?.take_link(id).ok())
         .collect()
 }
 
-/// Tracepoint groups (task following, then `ProbeSet::{sched_traced, io_traced}`):
-/// each is attached whole or not at all, and a group that fails only
-/// degrades what it feeds (with a note), never the CUDA tracing.
-/// (program, category, tracepoint) triples.
-type Tracepoints = &'static [(&'static str, &'static str, &'static str)];
+/// A group of raw tracepoints (each program is named after its tracepoint), attached whole or
+/// not at all: what it feeds, said when it is off, and what it reads of the kernel's layout.
+#[derive(Clone, Copy, Debug)]
+struct TracepointGroup {
+    tracepoints: &'static [&'static str],
+    without: &'static str,
+    needs: layout::Needs,
+}
 
-const TRACEPOINT_GROUPS: [(Tracepoints, &str); 5] = [
-    (
-        &[
-            ("task_newtask", "task", "task_newtask"),
-            ("sched_process_exec", "sched", "sched_process_exec"),
-            ("sched_process_exit", "sched", "sched_process_exit"),
-        ],
-        "child processes are not followed",
-    ),
-    (
-        &[
-            ("sched_switch", "sched", "sched_switch"),
-            ("sched_wakeup", "sched", "sched_wakeup"),
-            ("sched_wakeup_new", "sched", "sched_wakeup_new"),
-        ],
-        "scheduler figures (on-CPU, run-queue, blocked, sleeping) are unavailable",
-    ),
-    (
-        &[
-            ("block_rq_insert", "block", "block_rq_insert"),
-            ("block_rq_issue", "block", "block_rq_issue"),
-            ("block_rq_complete", "block", "block_rq_complete"),
-        ],
-        "block I/O is not attributed",
-    ),
-    (&[("sched_waking", "sched", "sched_waking")], "off-CPU time is not split by who woke the threads"),
+/// Task following, then `ProbeSet::{sched_traced, io_traced}`, wakers and late block
+/// requests: a group that fails only degrades what it feeds (with a note), never the CUDA
+/// tracing. Raw tracepoints: they need neither tracefs nor its record formats, and close at
+/// once where a perf-event tracepoint's close waits out two grace periods under the kernel's
+/// event mutex (11 took 415 ms to close here, the same 11 raw ones 4 ms: issue 63).
+const TRACEPOINT_GROUPS: [TracepointGroup; 5] = [
+    TracepointGroup {
+        tracepoints: &["task_newtask", "sched_process_exec", "sched_process_exit"],
+        without: "child processes are not followed",
+        needs: layout::Needs::Tasks,
+    },
+    TracepointGroup {
+        tracepoints: &["sched_switch", "sched_wakeup", "sched_wakeup_new"],
+        without: "scheduler figures (on-CPU, run-queue, blocked, sleeping) are unavailable",
+        needs: layout::Needs::Scheduler,
+    },
+    TracepointGroup {
+        tracepoints: &["block_rq_insert", "block_rq_issue", "block_rq_complete"],
+        without: "block I/O is not attributed",
+        needs: layout::Needs::Requests,
+    },
+    TracepointGroup { tracepoints: &["sched_waking"], without: "off-CPU time is not split by who woke the threads", needs: layout::Needs::Tasks },
     // Kernels before 6.5 lack it; insert and issue still see most requests.
-    (&[("block_io_start", "block", "block_io_start")], "block requests issued later by a kernel worker are not attributed"),
+    TracepointGroup {
+        tracepoints: &["block_io_start"],
+        without: "block requests issued later by a kernel worker are not attributed",
+        needs: layout::Needs::Requests,
+    },
 ];
 
-/// Attach each group of `TRACEPOINT_GROUPS` (none without tracefs); which ones are on, in
-/// order. A group that fails leaves a note.
+/// Attach each of `groups` that the kernel's layout lets its programs read; which ones are
+/// on, in order. A group left off leaves a note.
 fn attach_tracepoint_groups(
     ebpf: &mut Ebpf,
-    groups: &[(Tracepoints, &str)],
-    tracefs: std::result::Result<(), &tracefs::Unavailable>,
-    links: &mut Vec<(&'static str, TracePointLinkId)>,
+    groups: &[TracepointGroup],
+    kernel: std::result::Result<&layout::KernelLayout, &str>,
+    links: &mut Vec<(&'static str, RawTracePointLinkId)>,
     notes: &mut Vec<String>,
 ) -> [bool; TRACEPOINT_GROUPS.len()] {
     let mut attached = [false; TRACEPOINT_GROUPS.len()];
-    for (ok, (group, what)) in attached.iter_mut().zip(groups.iter().copied()) {
-        let result = match tracefs {
-            Ok(()) => attach_tracepoints(ebpf, group, links).map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
+    for (ok, group) in attached.iter_mut().zip(groups.iter().copied()) {
+        let result = match kernel {
+            Ok(k) => match k.unreadable(group.tracepoints, group.needs) {
+                Some(why) => Err(why),
+                None => attach_tracepoints(ebpf, group.tracepoints, links).map_err(|e| e.to_string()),
+            },
+            Err(e) => Err(e.to_owned()),
         };
         match result {
             Ok(()) => *ok = true,
             Err(e) => {
-                log::warn!("{what}: {e}");
+                log::warn!("{}: {e}", group.without);
                 // The report keeps the first line; the verifier log went to stderr.
                 let first = e.lines().next().unwrap_or_default();
-                notes.push(format!("{what}: {}", first.chars().take(300).collect::<String>()));
+                notes.push(format!("{}: {}", group.without, first.chars().take(300).collect::<String>()));
             }
         }
     }
@@ -384,46 +375,55 @@ fn attach_tracepoint_groups(
 }
 
 /// Attach a group whole or not at all: on a failure, what it attached is detached again.
-fn attach_tracepoints(ebpf: &mut Ebpf, group: Tracepoints, links: &mut Vec<(&'static str, TracePointLinkId)>) -> Result<()> {
+fn attach_tracepoints(ebpf: &mut Ebpf, tracepoints: &[&'static str], links: &mut Vec<(&'static str, RawTracePointLinkId)>) -> Result<()> {
     let mark = links.len();
-    let all = attach_each_tracepoint(ebpf, group, links);
+    let all = attach_each_tracepoint(ebpf, tracepoints, links);
     if all.is_err() {
         uprobes::drop_all(take_tracepoint_links(ebpf, links.split_off(mark)));
     }
     all
 }
 
-fn attach_each_tracepoint(ebpf: &mut Ebpf, group: Tracepoints, links: &mut Vec<(&'static str, TracePointLinkId)>) -> Result<()> {
-    for &(program, category, name) in group {
-        let tp: &mut TracePoint = ebpf.program_mut(program).and_then(|p| p.try_into().ok()).ok_or_else(|| TraceError::Program { name: program.to_owned() })?;
-        tp.load().map_err(|source| TraceError::LoadProgram { program: program.to_owned(), source: Box::new(source) })?;
-        let link = tp.attach(category, name).map_err(|source| TraceError::AttachTracepoint {
-            category: category.to_owned(),
-            name: name.to_owned(),
-            source: Box::new(source),
-        })?;
-        links.push((program, link));
+fn attach_each_tracepoint(ebpf: &mut Ebpf, tracepoints: &[&'static str], links: &mut Vec<(&'static str, RawTracePointLinkId)>) -> Result<()> {
+    for &name in tracepoints {
+        let tp: &mut RawTracePoint = ebpf.program_mut(name).and_then(|p| p.try_into().ok()).ok_or_else(|| TraceError::Program { name: name.to_owned() })?;
+        tp.load().map_err(|source| TraceError::LoadProgram { program: name.to_owned(), source: Box::new(source) })?;
+        let link = tp.attach(name).map_err(|source| TraceError::AttachTracepoint { name: name.to_owned(), source: Box::new(source) })?;
+        links.push((name, link));
     }
     Ok(())
 }
 
-/// Load the eBPF object with its globals set for this kernel and scope: the tracepoint
-/// layouts read from tracefs (defaults, with a note, where it does not describe a field).
-fn load_configured(scope: Scope, tracefs: Option<&std::path::PathBuf>, stacks_wanted: bool, ebpf_log: bool, notes: &mut Vec<String>) -> Result<Ebpf> {
-    let mut loader = EbpfLoader::new();
-    let (pid_off, flags_off) = newtask_offsets(tracefs);
-    let layout = match tracefs {
-        Some(root) => {
-            let (layout, missing) = layout::read(&TraceFs(root.clone()));
-            if !missing.is_empty() {
-                notes.push(format!("tracepoint fields not described by this kernel (defaults used): {}", missing.join(", ")));
-            }
-            layout
+/// The running kernel's layout for the raw tracepoints, from its BTF; why there is none
+/// otherwise (every tracepoint group is then off, with that reason).
+fn kernel_layout() -> std::result::Result<layout::KernelLayout, String> {
+    match btf::Btf::kernel() {
+        Ok(Ok(btf)) => Ok(layout::read(&btf)),
+        Ok(Err(e)) => Err(format!("the kernel's BTF (/sys/kernel/btf/vmlinux) could not be read: {e}")),
+        Err(e) => Err(format!("the kernel publishes no BTF (/sys/kernel/btf/vmlinux: {e}); it needs CONFIG_DEBUG_INFO_BTF")),
+    }
+}
+
+/// What the raw tracepoints could not read with the kernel's BTF, group by group (`doctor`);
+/// `None` where the kernel publishes no BTF.
+#[must_use]
+pub fn tracepoint_gaps() -> Option<Vec<String>> {
+    let btf = btf::Btf::kernel().ok()?;
+    let gaps = match btf {
+        Err(e) => vec![format!("the kernel's BTF could not be read ({e}): every tracepoint is off")],
+        Ok(btf) => {
+            let kernel = layout::read(&btf);
+            TRACEPOINT_GROUPS.iter().filter_map(|g| Some(format!("{}: {}", g.without, kernel.unreadable(g.tracepoints, g.needs)?))).collect()
         }
-        None => gputrace_common::Layout::DEFAULT,
     };
-    loader.override_global(globals::NEWTASK_PID_OFFSET, &pid_off, true);
-    loader.override_global(globals::NEWTASK_FLAGS_OFFSET, &flags_off, true);
+    Some(gaps)
+}
+
+/// Load the eBPF object with its globals set for this kernel and scope: the raw tracepoints'
+/// layout read from the kernel's BTF (unknown, and every tracepoint left off, without it).
+fn load_configured(scope: Scope, kernel: Option<&layout::KernelLayout>, stacks_wanted: bool, ebpf_log: bool) -> Result<Ebpf> {
+    let mut loader = EbpfLoader::new();
+    let layout = kernel.map_or(gputrace_common::Layout::UNKNOWN, |k| k.layout);
     loader.override_global(LAYOUT_GLOBAL, &layout, true);
     let trace_all = u32::from(scope == Scope::AllCuda);
     loader.override_global(globals::TRACE_ALL_CUDA, &trace_all, true);
