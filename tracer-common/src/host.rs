@@ -244,7 +244,7 @@ pub struct IoStart {
 const _: () = assert!(core::mem::size_of::<IoStart>() == 24);
 
 /// Where the raw tracepoints' arguments keep what we read: byte offsets into kernel structures,
-/// from the running kernel's BTF at load time (`tracer/src/probes/btf_layout.rs`). They change
+/// from the running kernel's BTF at load time (`tracer/src/probes/layout.rs`). They change
 /// between kernels and configurations (`task_struct` is randomized on some), so none is
 /// assumed; [`Layout::NONE`] marks a member this kernel does not have.
 #[repr(C)]

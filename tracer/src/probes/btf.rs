@@ -217,7 +217,7 @@ impl Btf {
 pub(crate) mod tests {
     use super::*;
 
-    /// Builds a BTF blob type by type, for tests here and in `btf_layout`.
+    /// Builds a BTF blob type by type, for tests here and in `layout`.
     #[derive(Default)]
     pub(crate) struct Builder {
         types: Vec<u8>,
