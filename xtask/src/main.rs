@@ -265,7 +265,7 @@ fn test_steps(long: bool) -> Result<()> {
     let unit = suites::start_command("unit-tests", unit, &logs)?;
     let long_flag = std::ffi::OsString::from(if long { "1" } else { "0" });
     let env = [("GPUTRACE_BIN", gputrace.as_os_str()), ("GPUTRACE_LONG", long_flag.as_os_str())];
-    let mut failed = suites::run_lane(&suites, suites::Lane::Shared, 1, &env, &logs)?;
+    let mut failed = suites::run_lane(&suites, suites::Lane::Shared, 2, &env, &logs)?;
     if !suites::finish(unit)? {
         failed.push("unit tests".into());
     }
