@@ -12,6 +12,7 @@ use std::{
 
 use serde_json::Value;
 
+pub mod recordings;
 pub mod schema_check;
 pub mod twins;
 
