@@ -34,3 +34,30 @@ fn the_flight_recorder_writes_out_on_a_diagnosis_and_at_the_end() {
     assert!(num(&last, "/cuda/launches/kernels") < 12000 * 200);
     let _ = fs::remove_dir_all(&dir);
 }
+
+/// An out-of-memory is a memory diagnosis, which leaves the verdict alone: the flight
+/// recorder fires on it all the same, and the report of what it wrote out has the diagnosis
+/// it fired on, as it fired (issue 59: the recorder judged the time analysis alone).
+#[test]
+fn an_out_of_memory_fires_the_flight_recorder_and_its_dump_reports_the_diagnosis_it_fired_on() {
+    require_root();
+    let dir = gputrace_tests::scratch("flight_recorder", "oom");
+    let file = dir.join("oom.gtr");
+    // A job that outlives its out-of-memory by 3 s, as a server that catches one does: the
+    // write-out at the end is not what is tested.
+    let job = ["--steps", "200", "--driver-launches", "5", "--kernel-us", "300", "--sync", "--device-memory-mib", "256"];
+    let job: Vec<&str> = job.into_iter().chain(["--oom-at-end", "1073741824", "--hold-ms", "3000"]).collect();
+    let out = record(&file, &["--flight-recorder", "30", "-v"], &job);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let fired = stderr.lines().find_map(|l| l.split_once("flight recorder: oom fired (")).map(|(_, rest)| rest);
+    let summary = fired.and_then(|rest| rest.rsplit_once("); writing the buffer out")).map(|(s, _)| s);
+    let summary = summary.unwrap_or_else(|| panic!("the recorder fired on the out-of-memory:\n{stderr}"));
+    let (dump, code, e) = report(&PathBuf::from(format!("{}.1", file.display())));
+    assert_eq!(code, 0, "{e}");
+    assert_eq!(dump["window"]["stopped_by"], "flight-dump");
+    let oom = dump["diagnoses"].as_array().expect("diagnoses").iter().find(|d| d["id"] == "oom").unwrap_or_else(|| panic!("{dump:#}"));
+    assert_eq!(oom["severity"], "high", "{oom:#}");
+    assert_eq!(oom["summary"], summary, "the dump's report says what the recorder fired on");
+    assert_eq!(num(&dump, "/memory/failed_for_good"), 1);
+    let _ = fs::remove_dir_all(&dir);
+}

@@ -86,11 +86,43 @@ pub struct Findings {
     pub nccl: Option<crate::model::Nccl>,
 }
 
-/// Ranked diagnoses and the verdict (see [`analyze`]).
+/// Every finding of a window, as the report and the flight recorder both take them (issue 59:
+/// one entry): the time analysis ([`analyze`]), then the memory view with its diagnoses after
+/// the time ones (they cost memory, not time, and leave the verdict alone), then each fix in
+/// the framework's terms.
+#[derive(Debug)]
+pub struct Run {
+    /// The verdict, every diagnosis (memory ones from `memory_from` on), the time account.
+    pub findings: Findings,
+    /// Where the memory diagnoses begin in `findings.diagnoses`.
+    pub memory_from: usize,
+    /// The `memory` section.
+    pub memory: crate::model::Memory,
+    /// The framework the stacks show, whose terms the fixes are said in.
+    pub framework: Option<framework::Framework>,
+}
+
+/// See [`Run`].
 #[must_use]
-pub fn diagnose(inputs: &Inputs<'_>) -> (DiagnosisId, Vec<Diagnosis>) {
-    let f = analyze(inputs);
-    (f.verdict, f.diagnoses)
+pub fn run(time: &Inputs<'_>, memory: memory::Inputs<'_>) -> Run {
+    let mut findings = analyze(time);
+    let memory_from = findings.diagnoses.len();
+    let memory = memory::analyze(memory, &mut findings);
+    let framework = framework::of(&time.evidence.stacks);
+    framework::speak(&mut findings.diagnoses, framework);
+    Run { findings, memory_from, memory, framework }
+}
+
+impl Run {
+    /// The serious problem a flight recorder writes itself out for: the verdict where it is
+    /// `high` (and not the GPU doing its work), else a `high` memory diagnosis (an
+    /// out-of-memory: the incident one most wants kept).
+    #[must_use]
+    pub fn serious(&self) -> Option<&Diagnosis> {
+        let high = |d: &&Diagnosis| d.severity == crate::severity::Severity::High;
+        let verdict = self.findings.diagnoses.iter().filter(high).find(|d| d.id == self.findings.verdict && d.id != DiagnosisId::GpuBound);
+        verdict.or_else(|| self.findings.diagnoses.get(self.memory_from..)?.iter().find(high))
+    }
 }
 
 /// The diagnoses ranked by what their fix buys (`whatif`: each fix simulated on the step

@@ -34,13 +34,6 @@ fn loss_of(losses: &[u64; loss::COUNT as usize], undecodable: u64) -> Loss {
     }
 }
 
-/// The framework the stacks show, and every fix said in its terms.
-fn in_its_terms(ev: &crate::evidence::Evidence, findings: &mut detect::Findings) -> Option<detect::framework::Framework> {
-    let framework = detect::framework::of(&ev.stacks);
-    detect::framework::speak(&mut findings.diagnoses, framework);
-    framework
-}
-
 /// What the memory view is made of; its step figures come from the time analysis.
 fn memory_inputs<'a>(outcome: &'a Outcome, traced: &'a [u32]) -> detect::memory::Inputs<'a> {
     detect::memory::Inputs {
@@ -55,12 +48,13 @@ fn memory_inputs<'a>(outcome: &'a Outcome, traced: &'a [u32]) -> detect::memory:
     }
 }
 
-/// The analysis of the outcome, with the probes' own cost per thread taken out of the step
-/// model (`report::overhead::per_thread_ns`).
-fn findings_of(outcome: &Outcome, window_ns: u64, gpu: Option<&crate::model::Gpu>) -> detect::Findings {
+/// The analysis of the outcome (`detect::run`, as the flight recorder's), with the probes' own
+/// cost per thread taken out of the step model (`report::overhead::per_thread_ns`).
+fn analysis_of(outcome: &Outcome, window_ns: u64, gpu: Option<&crate::model::Gpu>, traced: &[u32]) -> detect::Run {
     let ev = &outcome.evidence;
     let tracer_ns = super::overhead::per_thread_ns(ev, outcome.entry_only, &outcome.libraries, outcome.trap_costs.as_ref());
-    detect::analyze(&detect::Inputs { start_ns: outcome.start_ns, window_ns, evidence: ev, gpu: gpu.map(|g| g.devices.as_slice()), cpus: outcome.cpus, tracer_ns: Some(&tracer_ns) })
+    let time = detect::Inputs { start_ns: outcome.start_ns, window_ns, evidence: ev, gpu: gpu.map(|g| g.devices.as_slice()), cpus: outcome.cpus, tracer_ns: Some(&tracer_ns) };
+    detect::run(&time, memory_inputs(outcome, traced))
 }
 
 /// Assemble the report for `outcome`, with the GPU view if NVML answered.
@@ -93,8 +87,7 @@ pub fn build(outcome: &Outcome) -> Report {
     // A return without its entry is a call that started before we attached: not a loss.
     let lost_events = lost_events(&loss);
     let probed_late = outcome.libraries.iter().map(|l| l.probed_late_for.len() as u64).sum::<u64>();
-    let mut findings = findings_of(outcome, window_ns, gpu.as_ref());
-    let memory = detect::memory::analyze(memory_inputs(outcome, &traced), &mut findings);
+    let detect::Run { findings, memory, framework, .. } = analysis_of(outcome, window_ns, gpu.as_ref(), &traced);
     let machine = machine_notes(outcome, gpu.as_ref(), &findings.diagnoses);
     let mut processes: Vec<ProcessEntry> =
         ev.processes.iter().map(|(&pid, p)| ProcessEntry { pid, parent: p.parent, execs: p.execs, exited: p.exited }).collect();
@@ -125,7 +118,7 @@ pub fn build(outcome: &Outcome) -> Report {
             // Loaded means mapped by a traced process (a probed file on the loader's path is
             // not enough), or evident from a probe that fired.
             cuda_loaded: outcome.libraries.iter().any(|l| !l.mapped_by.is_empty()) || !ev.hits().is_empty(),
-            framework: in_its_terms(ev, &mut findings),
+            framework,
         },
         window: window(outcome, findings.time.as_ref()),
         cpu: super::host::cpu(outcome),

@@ -25,15 +25,30 @@ pub(super) struct Tape {
 }
 
 impl Tape {
-    /// Diagnose the window so far; a `high` problem writes the flight recorder out.
+    /// Diagnose the window so far as the report does (`detect::run`); a serious problem
+    /// (`Run::serious`: a `high` verdict, or a `high` memory diagnosis) writes the flight
+    /// recorder out.
     pub(super) fn check_diagnosis(&mut self, ev: &Evidence, snapshot: &crate::evidence::snapshot::Snapshot, start_ns: u64, sampler: Option<&Sampler>) {
         let mut so_far = ev.clone();
         snapshot.apply(&mut so_far, None, &BTreeSet::new());
         let cx = crate::gpu::Context { start_ns, end_ns: snapshot.at_ns, ..crate::gpu::Context::default() };
         let devices = sampler.map(|s| crate::gpu::summarize(&s.devices, &self.samples, &cx));
         let window_ns = snapshot.at_ns.saturating_sub(start_ns);
-        let (verdict, diagnoses) = crate::detect::diagnose(&crate::detect::Inputs { start_ns, window_ns, evidence: &so_far, gpu: devices.as_deref(), cpus: None, tracer_ns: None });
-        if let Some(d) = diagnoses.iter().find(|d| d.id == verdict && d.severity == crate::severity::Severity::High && d.id != crate::model::DiagnosisId::GpuBound) {
+        let traced: Vec<u32> = so_far.pids().into_iter().collect();
+        // Without NVML's holders: what the job holds on the device is the report's to say.
+        let memory = crate::detect::memory::Inputs {
+            evidence: &so_far,
+            start_ns,
+            end_ns: snapshot.at_ns,
+            traced: &traced,
+            gpu: None,
+            steps_per_s: None,
+            step_times: None,
+            loop_start_ns: None,
+        };
+        let time = crate::detect::Inputs { start_ns, window_ns, evidence: &so_far, gpu: devices.as_deref(), cpus: None, tracer_ns: None };
+        let run = crate::detect::run(&time, memory);
+        if let Some(d) = run.serious() {
             self.diagnosis_fired = true;
             log::info!("flight recorder: {} fired ({}); writing the buffer out", d.id, d.summary);
             self.recorder.trigger(&Trigger {
