@@ -2,8 +2,9 @@
 use std::{io::Write as _, path::PathBuf, process::Command};
 
 use gputrace_tests::{
-    num, require_root, run_fakejob, run_fakejob_with,
+    fakejob, num, require_root, run_fakejob, run_fakejob_with,
     twins::{self, owned, usual_fix},
+    Gated, Tracer,
 };
 
 const MIB: u64 = 1 << 20;
@@ -62,6 +63,59 @@ impl Drop for Hogs {
             let _ = c.wait();
         }
     }
+}
+
+/// The kernel's own run delay of thread `tid` of `pid` (`schedstat`'s second field), in ns;
+/// None once the thread is gone.
+fn run_delay_ns(pid: u32, tid: u64) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+    text.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The run-queue time the raw scheduler tracepoints account agrees with the kernel's own run
+/// delay for the same thread (`schedstat`): a preemption (`prev_state` `R+`), a wakeup and a
+/// voluntary switch are read as the kernel means them.
+#[test]
+fn run_queue_time_agrees_with_the_kernels_own_run_delay() {
+    require_root();
+    let hogs = Hogs(
+        (0..2)
+            .map(|_| Command::new("taskset").args(["-c", "0", "sh", "-c", "while :; do :; done"]).spawn().expect("taskset runs"))
+            .collect(),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let job_args = ["--gate", "--steps", "100", "--driver-launches", "5", "--host-us", "2000", "--hold-ms", "500"];
+    let mut job = Gated::spawn(Command::new("taskset").args(["-c", "0"]).arg(fakejob()).args(job_args));
+    let tracer = Tracer::attach(job.pid, &[]);
+    let pid = job.pid;
+    job.release();
+    // The loop runs in a worker thread, born after the gate (its run delay starts at 0) and
+    // gone before the hold: its delay is read every 5 ms while it lives, the last reading kept.
+    let worker = loop {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("tasks");
+        let tids: Vec<u64> = tasks.filter_map(|t| t.ok()?.file_name().to_str()?.parse().ok()).collect();
+        if let Some(tid) = tids.into_iter().find(|t| *t != u64::from(pid)) {
+            break tid;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    };
+    let mut last = 0;
+    while let Some(delay) = run_delay_ns(pid, worker) {
+        last = delay;
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    drop(hogs);
+    job.finish();
+    let (r, code, stderr) = tracer.report();
+    assert_eq!(code, 0, "{stderr}");
+    let m = &r["cpu"]["main_thread"];
+    assert_eq!(m["tid"], worker, "the loop's thread is the one that launched: {m}");
+    let accounted = m["runqueue_s"].as_f64().expect("runqueue_s");
+    let kernel = last as f64 / 1e9;
+    // Three busy tasks on one CPU: the job waits about two thirds of its loop.
+    assert!(kernel > 0.2, "the job waited for the CPU: {kernel} s");
+    // The last reading misses at most the thread's last 5 ms.
+    assert!(accounted >= kernel * 0.9 && accounted <= kernel * 1.1 + 0.01, "tracepoints {accounted:.3} s, schedstat {kernel:.3} s: {m}");
 }
 
 #[test]

@@ -5,6 +5,12 @@ use gputrace_common::ThreadCounters;
 use super::*;
 use crate::model::{DiagnosisId, Distribution, GpuDevice};
 
+/// The time analysis's verdict and ranked diagnoses.
+fn diagnose(inputs: &Inputs<'_>) -> (DiagnosisId, Vec<Diagnosis>) {
+    let f = analyze(inputs);
+    (f.verdict, f.diagnoses)
+}
+
 const S: u64 = 1_000_000_000;
 
 /// Evidence with one thread that launched `kernels` and waited `wait_ns` in syncs.
