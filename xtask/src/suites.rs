@@ -43,6 +43,7 @@ pub const SUITES: &[(&str, Lane)] = &[
     ("nvml", Lane::Alone),       // busy shares against the fake GPU's truth
     ("sites", Lane::Alone),      // where sampled time goes
     ("sweep", Lane::Alone),      // judges jobs by their timing, and sees every holder
+    ("serve", Lane::Alone),      // the same judgements, window after window
     ("flight_recorder", Lane::Alone), // it fires on a verdict
     // Behaviour, and counts that load does not change.
     ("attaching", Lane::Shared),
@@ -58,7 +59,6 @@ pub const SUITES: &[(&str, Lane)] = &[
     ("html", Lane::Shared),
     ("lifecycle", Lane::Shared),
     ("recording", Lane::Shared), // counts and files: what a recording keeps, damaged or cut
-    ("serve", Lane::Shared), // the sweep's rows window after window: states, bytes, bad clients
     ("terminal", Lane::Shared),
     ("top", Lane::Shared), // the live sweep's rows: an idle holder and a busy job, by state
 ];
