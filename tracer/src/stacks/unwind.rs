@@ -376,11 +376,16 @@ fn trampoline_of(pid: u32) -> Option<std::ops::Range<u64>> {
 }
 
 /// A mapped file's unwind sections, read through the process's own mapping (`map_files`:
-/// the file it mapped, even if the path names another since), checked to be that file.
+/// the file it mapped, even if the path names another since), checked to be that file. A
+/// process gone since its map was read (a short job whose last stacks are walked after it
+/// exited) has no `map_files`: the path its map gave is opened then, if it still names the
+/// very file (as the symbolizer does, `stacks::native`; without it a wait inside libc's
+/// `read` was charged to `read` rather than to its caller).
 fn read_mapped(pid: u32, m: &Mapping) -> Result<FileUnwindInfo, UnwindInfoError> {
     let link = format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end);
     let read = || -> Result<FileUnwindInfo, UnwindInfoError> {
-        let fd = open_same_file(std::path::Path::new(&link), (m.dev(), m.inode), Links::Follow)?;
+        let fd = open_same_file(std::path::Path::new(&link), (m.dev(), m.inode), Links::Follow)
+            .or_else(|e| open_same_file(std::path::Path::new(&m.path), (m.dev(), m.inode), Links::Refuse).map_err(|_| e))?;
         let cache = object::ReadCache::new(std::fs::File::from(fd));
         FileUnwindInfo::parse(&cache)
     };
