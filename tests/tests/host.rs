@@ -56,6 +56,18 @@ fn a_forked_workers_disk_reads_are_attributed_to_it() {
 
 /// Busy loops pinned to CPU 0, killed when dropped (also when the test fails).
 struct Hogs(Vec<std::process::Child>);
+impl Hogs {
+    /// Two busy loops on CPU 0, given 200 ms to start spinning.
+    fn two_on_cpu0() -> Self {
+        let hogs = Self(
+            (0..2)
+                .map(|_| Command::new("taskset").args(["-c", "0", "sh", "-c", "while :; do :; done"]).spawn().expect("taskset runs"))
+                .collect(),
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        hogs
+    }
+}
 impl Drop for Hogs {
     fn drop(&mut self) {
         for c in &mut self.0 {
@@ -78,12 +90,7 @@ fn run_delay_ns(pid: u32, tid: u64) -> Option<u64> {
 #[test]
 fn run_queue_time_agrees_with_the_kernels_own_run_delay() {
     require_root();
-    let hogs = Hogs(
-        (0..2)
-            .map(|_| Command::new("taskset").args(["-c", "0", "sh", "-c", "while :; do :; done"]).spawn().expect("taskset runs"))
-            .collect(),
-    );
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    let hogs = Hogs::two_on_cpu0();
     let job_args = ["--gate", "--steps", "100", "--driver-launches", "5", "--host-us", "2000", "--hold-ms", "500"];
     let mut job = Gated::spawn(Command::new("taskset").args(["-c", "0"]).arg(fakejob()).args(job_args));
     let tracer = Tracer::attach(job.pid, &[]);
@@ -121,12 +128,7 @@ fn run_queue_time_agrees_with_the_kernels_own_run_delay() {
 #[test]
 fn competing_for_one_cpu_is_run_queue_time() {
     require_root();
-    let hogs = Hogs(
-        (0..2)
-            .map(|_| Command::new("taskset").args(["-c", "0", "sh", "-c", "while :; do :; done"]).spawn().expect("taskset runs"))
-            .collect(),
-    );
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    let hogs = Hogs::two_on_cpu0();
     // The job spins 2 ms per step on CPU 0 next to two busy loops. CFS gives each of the
     // three runnable tasks a third of the CPU, so while the job wants to run it waits about
     // two thirds of the time; we ask for at least half of that.
