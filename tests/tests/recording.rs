@@ -543,3 +543,78 @@ fn recordings_inconsistent_behind_valid_checksums_are_damage() {
     }
     let _ = fs::remove_dir_all(&dir);
 }
+
+/// A planted job: a 4 MiB upload from pageable memory and a scalar read every step.
+const PLANTED: &[&str] = &["--steps", "150", "--driver-launches", "10", "--kernel-us", "50", "--pageable-h2d", "4194304", "--item", "1", "--hold-ms", "1000"];
+/// Its fixed twin: the same upload from pinned memory.
+const PINNED_TWIN: &[&str] = &["--steps", "150", "--driver-launches", "10", "--kernel-us", "50", "--pinned-h2d", "4194304", "--item", "1", "--hold-ms", "1000"];
+
+/// `gputrace diff`: a planted job recorded, then its fixed twin recorded after it. The diff
+/// names the diagnosis that went away and checks its promise against the measured speed-up;
+/// `--fail-below` gates; a compressed recording and a `--json` report are compared as the
+/// file they came from; runs that cannot be compared are refused (issue 58).
+#[test]
+fn diff_checks_the_planted_jobs_promise_against_its_fixed_twin() {
+    require_root();
+    let dir = scratch("diff");
+    let (planted, fixed) = (dir.join("planted.gtr"), dir.join("fixed.gtr"));
+    let out = record(&planted, &["--json"], PLANTED);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let live = dir.join("planted.json");
+    fs::write(&live, &out.stdout).expect("the live report");
+    let out = record(&fixed, &[], PINNED_TWIN);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let diff = |args: &[&std::ffi::OsStr]| Command::new(gputrace()).arg("diff").args(args).output().expect("gputrace diff runs");
+    let out = diff(&[planted.as_os_str(), fixed.as_os_str(), "--json".as_ref()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let d: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    assert_eq!(d["schema"], "gputrace.diff/1");
+    assert_eq!(d["basis"], "steps", "{d:#}");
+    let (before, after) = (d["before"]["steps_per_s"].as_f64().expect("steps before"), d["after"]["steps_per_s"].as_f64().expect("steps after"));
+    let speedup = d["speedup"].as_f64().expect("speedup");
+    assert!((speedup - after / before).abs() < 1e-9 && speedup > 1.0, "pinned uploads run faster: {d:#}");
+    let gone: Vec<&str> = d["gone"].as_array().expect("gone").iter().filter_map(Value::as_str).collect();
+    assert!(gone.contains(&"pageable-copy"), "{d:#}");
+    let p = d["predictions"].as_array().and_then(|ps| ps.iter().find(|p| p["id"] == "pageable-copy")).unwrap_or_else(|| panic!("its promise is checked: {d:#}"));
+    assert_eq!(p["measured"].as_f64(), Some(speedup));
+    assert!(p["predicted"].as_f64().is_some_and(|x| x > 1.0), "{p:#}");
+    assert!(d["time_account"].as_array().is_some_and(|a| !a.is_empty()), "{d:#}");
+    // The gate: exit 1 below it, 0 above; the text says which.
+    let out = diff(&[planted.as_os_str(), fixed.as_os_str(), "--fail-below".as_ref(), "1000".as_ref()]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("--fail-below 1000: FAILS") && text.contains("pageable-copy promised ×"), "{text}");
+    let out = diff(&[planted.as_os_str(), fixed.as_os_str(), "--fail-below".as_ref(), "0.5".as_ref()]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    // The recording compressed (as the accuracy corpus keeps its), and the live JSON report:
+    // each compared as the recording they stand for.
+    let packed = dir.join("planted.gtr.zst");
+    fs::write(&packed, zstd::encode_all(&fs::read(&planted).expect("read")[..], 3).expect("compress")).expect("write");
+    assert_eq!(counts(&report(&packed).0), counts(&report(&planted).0), "a compressed recording reads as the plain one");
+    for before in [&packed, &live] {
+        let out = diff(&[before.as_os_str(), fixed.as_os_str(), "--json".as_ref()]);
+        assert!(out.status.success(), "{}: {}", before.display(), String::from_utf8_lossy(&out.stderr));
+        let again: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(again["gone"], d["gone"], "{}", before.display());
+    }
+    // Refused, with why: another program, a sweep's JSON, a missing file, a FIFO.
+    let other = dir.join("other.json");
+    let mut r: Value = serde_json::from_slice(&fs::read(&live).expect("read")).expect("JSON");
+    r["target"]["command"] = "python3 serve.py".into();
+    fs::write(&other, r.to_string()).expect("write");
+    let sweep = dir.join("sweep.json");
+    fs::write(&sweep, r#"{"schema": "gputrace.sweep/1"}"#).expect("write");
+    let fifo = dir.join("fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().is_ok_and(|s| s.success()));
+    for (bad, says) in [
+        (other.as_path(), "two different programs"),
+        (sweep.as_path(), "gputrace.sweep/1"),
+        (dir.join("missing").as_path(), "cannot open"),
+        (fifo.as_path(), "not a regular file"),
+    ] {
+        let out = diff(&[planted.as_os_str(), bad.as_os_str()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{}: {stderr}", bad.display());
+        assert!(stderr.contains(says) && out.stdout.is_empty(), "{}: {stderr}", bad.display());
+    }
+}

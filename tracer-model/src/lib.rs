@@ -1604,6 +1604,11 @@ pub struct RecordingNote {
     /// Whether the file was closed properly (an end record, or a flight recorder's dump):
     /// a file without one ends at the recorder's last flush.
     pub closed: bool,
+    /// The recording format's version (the file's preamble). A file older than the format
+    /// this gputrace writes lacks the evidence added since (docs/recording.md, "Format
+    /// versions"); its report says what the file holds.
+    #[serde(default)]
+    pub format_version: u32,
 }
 
 // The types below are defined here, where the report is, and re-exported by the stage that

@@ -94,6 +94,24 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Compare two runs of one job, before and after a change: the speed-up, the promises
+    /// checked, the diagnoses gone and new, the time account side by side.
+    Diff {
+        /// The run before the change: a recording, or a `--json` report.
+        before: PathBuf,
+        /// The run after it.
+        after: PathBuf,
+        /// Print the comparison as one JSON document (`gputrace.diff/1`) on stdout.
+        #[arg(long)]
+        json: bool,
+        /// Exit 1 when AFTER runs slower than X times BEFORE (a regression gate for CI;
+        /// `--fail-below 0.95` allows 5 % of noise).
+        #[arg(long, value_name = "X", value_parser = parse_ratio)]
+        fail_below: Option<f64>,
+        /// Compare runs of two different programs too.
+        #[arg(long)]
+        allow_different: bool,
+    },
     /// Export a recording as a timeline, or as a page to look at.
     #[command(group(clap::ArgGroup::new("format").required(true).multiple(true).args(["perfetto", "html"])))]
     Export {
@@ -289,6 +307,15 @@ fn parse_hz(s: &str) -> Result<f64, String> {
     Ok(hz)
 }
 
+/// A speed-up ratio for `diff --fail-below`: a positive, finite number (`0.95`, `1.2`).
+fn parse_ratio(s: &str) -> Result<f64, String> {
+    let x: f64 = s.trim().parse().map_err(|_| format!("`{s}` is not a ratio (e.g. 0.95: after may be 5 % slower than before)"))?;
+    if !(x.is_finite() && x > 0.0 && x <= 1e6) {
+        return Err(format!("--fail-below takes a ratio above 0 (e.g. 0.95), got `{s}`"));
+    }
+    Ok(x)
+}
+
 /// The smallest `--max-overhead`, percent: a millionth of every second (1 µs, about one
 /// trap). Below it the figure only makes notes unreadable (`1e-300` printed in full).
 const MIN_OVERHEAD_PCT: f64 = 0.0001;
@@ -350,6 +377,19 @@ pub enum Job {
         json: bool,
         /// Where to write the report also as an HTML page (never stdout); `None`: no page.
         html: Option<Destination>,
+    },
+    /// `diff`: two runs of one job compared.
+    Diff {
+        /// The run before the change.
+        before: PathBuf,
+        /// The run after it.
+        after: PathBuf,
+        /// Print the comparison as JSON on stdout rather than as text.
+        json: bool,
+        /// The regression gate: exit 1 when the speed-up is below it.
+        fail_below: Option<f64>,
+        /// Compare runs of two different programs too.
+        allow_different: bool,
     },
     /// `export`: a recording as a Perfetto trace, an HTML page, or both (at least one is given).
     Export {
@@ -469,6 +509,7 @@ impl Cli {
                 }
                 Job::Report { file, json, html }
             }
+            Command::Diff { before, after, json, fail_below, allow_different } => Job::Diff { before, after, json, fail_below, allow_different },
             Command::Export { file, perfetto, html, force } => {
                 let resolve = |p: Option<PathBuf>| p.map(|p| output::resolve(&p, force, &[&file])).transpose().map_err(|e| e.to_string());
                 let (perfetto, html) = (resolve(perfetto)?, resolve(html)?);
@@ -564,6 +605,7 @@ pub async fn execute(job: Job) -> i32 {
         }
         Job::Report { file, json, html } => offline_report(&file, json, html.as_ref()),
         Job::Export { file, perfetto, html } => export(&file, perfetto.as_ref(), html.as_ref()),
+        Job::Diff { before, after, json, fail_below, allow_different } => diff(&before, &after, json, fail_below, allow_different),
         Job::Sweep { options, json, html } => execute_sweep(&options, json, html.as_ref()).await,
         Job::Doctor { pid, json } => doctor(pid, json),
         Job::Top { options } => match crate::top::top(&options).await {
@@ -743,6 +785,50 @@ fn export(file: &std::path::Path, perfetto: Option<&Destination>, html: Option<&
         }
     }
     damage_code(replayed.damage.as_ref())
+}
+
+/// `gputrace diff`: 0 when compared (and above `--fail-below`), 1 below it, 2 when the two
+/// runs cannot be compared, 6 for a damaged recording.
+fn diff(before: &std::path::Path, after: &std::path::Path, json: bool, fail_below: Option<f64>, allow_different: bool) -> i32 {
+    use crate::diff;
+    let mut reports = Vec::with_capacity(2);
+    for path in [before, after] {
+        match diff::input::report_of(path) {
+            Ok(r) => reports.push(r),
+            Err(e) => {
+                eprintln!("gputrace: {}", output::clean(&e.to_string()));
+                return if e.damaged_recording { exit::BAD_RECORDING } else { exit::USAGE };
+            }
+        }
+    }
+    let (b, a) = (before.display().to_string(), after.display().to_string());
+    let compared = match diff::compare((&reports[0], &b), (&reports[1], &a), allow_different) {
+        Ok(d) => d,
+        Err(why) => {
+            eprintln!("gputrace: cannot compare: {}", output::clean(&why.to_string()));
+            return exit::USAGE;
+        }
+    };
+    let printed = print_with("the diff", |out| {
+        if json {
+            let mut v = serde_json::to_value(&compared).map_err(io::Error::from)?;
+            v["fail_below"] = serde_json::json!(fail_below);
+            v["passed"] = serde_json::json!(fail_below.map(|x| compared.speedup >= x));
+            serde_json::to_writer_pretty(&mut *out, &v).map_err(io::Error::from).and_then(|()| writeln!(out))
+        } else {
+            out.write_all(output::clean_lines(&diff::text::render(&compared, fail_below)).as_bytes())
+        }
+    });
+    if printed != exit::OK {
+        return printed;
+    }
+    match fail_below {
+        Some(x) if compared.speedup < x => {
+            eprintln!("gputrace: after runs ×{:.2} of before, below --fail-below {x}", compared.speedup);
+            exit::FAILURE
+        }
+        _ => exit::OK,
+    }
 }
 
 fn write_page(file: &std::path::Path, replayed: &record::Replayed, report: &report::Report, out: &Destination) -> Result<(), i32> {

@@ -20,6 +20,7 @@ pub mod clock;
 pub mod collect;
 pub mod decode;
 pub mod detect;
+pub mod diff;
 pub mod discover;
 pub mod doctor;
 pub mod error;

@@ -7,7 +7,8 @@ set -u
 OUT=$1; ROUNDS=$2; shift 2
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT"
-coproc JOB { PYTHONUNBUFFERED=1 python3 "$HERE/planted.py" launch_bound --seconds 600 2>"$OUT/job.err"; }
+# exec: the coprocess is python itself, so the kill below ends the job, not a subshell over it.
+coproc JOB { PYTHONUNBUFFERED=1 exec python3 "$HERE/planted.py" launch_bound --seconds 600 2>"$OUT/job.err"; }
 pid=$JOB_PID
 exec {from_job}<&"${JOB[0]}" {to_job}>&"${JOB[1]}"
 read -r -u "$from_job" ready

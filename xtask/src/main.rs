@@ -1,8 +1,9 @@
-//! Project tasks: `cargo xtask setup | build | demo | test | bench | dist | fuzz`.
+//! Project tasks: `cargo xtask setup | build | demo | test | accuracy | bench | dist | fuzz`.
 //!
 //! `setup` installs what the eBPF build needs and is idempotent; every other task runs it
 //! first, so the README's two commands work on a fresh machine.
 
+mod accuracy;
 mod bench;
 mod bench_unwind;
 mod dist;
@@ -40,6 +41,16 @@ enum Task {
         /// tests), which CI runs a part of (docs/development.md).
         #[arg(long)]
         long: bool,
+    },
+    /// Judge the recorded accuracy corpus (validation/corpus) with the current build, offline;
+    /// fail when a score falls below the recorded one (docs/accuracy.md).
+    Accuracy {
+        /// Write the scores as they are now into the corpus's scores.json.
+        #[arg(long)]
+        update: bool,
+        /// The corpus to judge: a folder with seeds.json, scores.json and jobs/.
+        #[arg(long, default_value = "validation/corpus")]
+        corpus: PathBuf,
     },
     /// Measure the added cost per traced launch against a bare uprobe, and of unwinding
     /// native stacks (root; docs/benchmarks.md).
@@ -263,11 +274,28 @@ fn test_steps(long: bool) -> Result<()> {
         .args(["--config", "profile.release.package.gputrace.opt-level=1"]);
     let running = std::time::Instant::now();
     let unit = suites::start_command("unit-tests", unit, &logs)?;
+    // The corpus judged again (offline reports, one at a time) beside them: it checks
+    // verdicts and promises read from recordings, not time.
+    let judging = {
+        let gputrace = gputrace.clone();
+        std::thread::spawn(move || {
+            let started = std::time::Instant::now();
+            (accuracy::run(&gputrace, &root(), &root().join("validation/corpus"), 1, false), started.elapsed())
+        })
+    };
     let long_flag = std::ffi::OsString::from(if long { "1" } else { "0" });
     let env = [("GPUTRACE_BIN", gputrace.as_os_str()), ("GPUTRACE_LONG", long_flag.as_os_str())];
     let mut failed = suites::run_lane(&suites, suites::Lane::Shared, 2, &env, &logs)?;
     if !suites::finish(unit)? {
         failed.push("unit tests".into());
+    }
+    match judging.join() {
+        Ok((Ok(()), took)) => eprintln!("+ took {:.1} s: the accuracy corpus, beside them", took.as_secs_f64()),
+        Ok((Err(e), _)) => {
+            eprintln!("accuracy: {e:#}");
+            failed.push("accuracy".into());
+        }
+        Err(_) => failed.push("accuracy (panicked)".into()),
     }
     eprintln!("+ took {:.1} s: the unit tests beside the shared suites", running.elapsed().as_secs_f64());
     let alone = std::time::Instant::now();
@@ -308,6 +336,11 @@ fn main() -> Result<()> {
         Task::Build => build().map(|_| ()),
         Task::Demo => demo(),
         Task::Test { long } => test(long),
+        Task::Accuracy { update, corpus } => {
+            let gputrace = build_only(&["gputrace"])?;
+            let workers = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+            accuracy::run(&gputrace, &root(), &root().join(corpus), workers, update)
+        }
         Task::Bench { unwind, calls, startup } => {
             let gputrace = build()?;
             let release = gputrace.parent().context("target/release")?.to_path_buf();

@@ -5,7 +5,7 @@
 
 use std::{
     fs::File,
-    io::{self, BufReader, Read},
+    io::{self, BufRead as _, BufReader, Read},
     path::{Path, PathBuf},
 };
 
@@ -117,15 +117,57 @@ pub struct Reader<R> {
     /// damage, found without allocating for it.
     remaining: Option<u64>,
     stopped: bool,
+    /// The format version the preamble gives (1..=[`VERSION`]).
+    version: u32,
 }
 
-impl Reader<BufReader<File>> {
-    /// Open a recording file and check its preamble.
+/// The first bytes of a zstd frame (RFC 8878).
+pub const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
+
+/// A recording file's bytes: as `record` wrote them, or compressed with zstd (`zstd -19
+/// FILE`; the accuracy corpus keeps its recordings so). Decompression streams: no more than
+/// zstd's window (at most 128 MiB, its default limit) and one frame are held at a time.
+pub enum Input {
+    /// The file as written.
+    Plain(BufReader<File>),
+    /// A zstd-compressed file, decompressed as it is read.
+    Zstd(Box<zstd::stream::read::Decoder<'static, BufReader<File>>>),
+}
+
+impl std::fmt::Debug for Input {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Plain(_) => "Input::Plain",
+            Self::Zstd(_) => "Input::Zstd",
+        })
+    }
+}
+
+impl Read for Input {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Self::Plain(r) => r.read(buf),
+            Self::Zstd(r) => r.read(buf),
+        }
+    }
+}
+
+impl Reader<Input> {
+    /// Open a recording file, compressed or not, and check its preamble.
     pub fn open(path: &Path) -> Result<Self, OpenError> {
         let io_err = |source| OpenError::Io { path: path.to_owned(), source };
         let file = File::open(path).map_err(io_err)?;
         let len = file.metadata().map_err(io_err)?.len();
-        Self::new(BufReader::new(file), Some(len)).map_err(|e| match e {
+        let mut file = BufReader::new(file);
+        let compressed = file.fill_buf().map_err(io_err)?.starts_with(&ZSTD_MAGIC);
+        // A compressed file's length says nothing of the frames': cut frames are found by
+        // reading past the end instead.
+        let (input, len) = if compressed {
+            (Input::Zstd(Box::new(zstd::stream::read::Decoder::with_buffer(file).map_err(io_err)?)), None)
+        } else {
+            (Input::Plain(file), Some(len))
+        };
+        Self::new(input, len).map_err(|e| match e {
             PreambleError::Io(source) => OpenError::Io { path: path.to_owned(), source },
             PreambleError::NotARecording => OpenError::NotARecording { path: path.to_owned() },
             PreambleError::TooNew(found) => OpenError::TooNew { path: path.to_owned(), found },
@@ -166,7 +208,14 @@ impl<R: Read> Reader<R> {
         if version > VERSION {
             return Err(PreambleError::TooNew(version));
         }
-        Ok(Self { input, offset: PREAMBLE_LEN as u64, remaining: len.map(|l| l.saturating_sub(PREAMBLE_LEN as u64)), stopped: false })
+        Ok(Self { input, offset: PREAMBLE_LEN as u64, remaining: len.map(|l| l.saturating_sub(PREAMBLE_LEN as u64)), stopped: false, version })
+    }
+
+    /// The format version the file's preamble gives: older than [`VERSION`], the file lacks
+    /// what was added to the format since (docs/recording.md, "Format versions").
+    #[must_use]
+    pub const fn version(&self) -> u32 {
+        self.version
     }
 
     /// The next frame; `None` at a clean end of file; `Some(Err)` once, where reading stopped.
@@ -320,6 +369,41 @@ mod tests {
         bytes.extend_from_slice(&(1u32 << 20).to_le_bytes());
         bytes.extend_from_slice(&[2, 0, 0, 0]);
         assert!(matches!(read_all(&bytes).1, Some(Damage::Truncated { .. })), "a length past the end is a cut, found before reading");
+    }
+
+    /// Every frame of a file at `path`, read through `Reader::open`.
+    fn open_all(path: &Path) -> (Vec<Frame>, Option<Damage>) {
+        let mut r = Reader::open(path).expect("opens");
+        let mut frames = Vec::new();
+        while let Some(f) = r.next_frame() {
+            match f {
+                Ok(f) => frames.push(f),
+                Err(d) => return (frames, Some(d)),
+            }
+        }
+        (frames, None)
+    }
+
+    #[test]
+    fn a_compressed_recording_reads_as_the_plain_one_and_its_cut_is_found() {
+        let dir = crate::test_support::scratch("reader", "zstd");
+        // Larger than zstd's 128 KiB blocks, so that a cut leaves whole blocks before it.
+        let big: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let bytes = file(&[(kind::START, b"{}"), (kind::EVENT, &big), (kind::EVENT, &big), (kind::END, b"")]);
+        let (plain, packed) = (dir.join("a.gtr"), dir.join("a.gtr.zst"));
+        std::fs::write(&plain, &bytes).expect("write");
+        let compressed = zstd::encode_all(&bytes[..], 19).expect("compress");
+        assert!(compressed.len() < bytes.len() / 4, "the test's file compresses");
+        std::fs::write(&packed, &compressed).expect("write");
+        assert_eq!(open_all(&packed), open_all(&plain));
+        assert_eq!(open_all(&packed).0.len(), 4);
+        // Cut inside the compressed stream: the frames before the cut, then where it stopped.
+        std::fs::write(&packed, &compressed[..compressed.len() - 8]).expect("write");
+        let (frames, damage) = open_all(&packed);
+        assert!(frames.len() < 4 && damage.is_some(), "{} frames, {damage:?}", frames.len());
+        // Not a recording inside: said as of the plain file.
+        std::fs::write(&packed, zstd::encode_all(&b"hello, not a recording"[..], 3).expect("compress")).expect("write");
+        assert!(matches!(Reader::open(&packed), Err(OpenError::NotARecording { .. })));
     }
 
     #[test]

@@ -115,6 +115,8 @@ struct State {
     frames: u64,
     unknown_frames: u64,
     ended_with_trigger: bool,
+    /// The file's format version (its preamble).
+    format_version: u32,
     /// Trigger records since the last checkpoint or end record (they carry no evidence, so
     /// they need no second reading).
     triggers_since_checkpoint: u64,
@@ -177,7 +179,7 @@ fn play<R: std::io::Read>(mut reader: Reader<R>, path: &Path, limit: Option<u64>
         Some(Err(d)) => return Err(no_start(format!("its start record is unreadable: {d}"))),
         None => return Err(no_start("it holds no start record (empty recording)".into())),
     };
-    let mut st = State { from_session_start: start.from_session_start, start_ns: start.start_ns, frames: 1, ..State::default() };
+    let mut st = State { from_session_start: start.from_session_start, start_ns: start.start_ns, frames: 1, format_version: reader.version(), ..State::default() };
     let (mut damage, mut read, mut through_last_checkpoint) = (None, 1u64, 1u64);
     while let Some(frame) = reader.next_frame() {
         let frame = match frame {
@@ -394,6 +396,7 @@ impl State {
                 frames_dropped: last.frames_dropped,
                 damage: damage.map(ToString::to_string),
                 closed: self.end.is_some() || self.ended_with_trigger,
+                format_version: self.format_version,
             }),
         }
     }
