@@ -597,6 +597,12 @@ fn diff_checks_the_planted_jobs_promise_against_its_fixed_twin() {
         let again: Value = serde_json::from_slice(&out.stdout).expect("JSON");
         assert_eq!(again["gone"], d["gone"], "{}", before.display());
     }
+    // The page: `export AFTER --html OUT --diff BEFORE` opens with the same comparison.
+    let page = dir.join("page.html");
+    let out = Command::new(gputrace()).arg("export").arg(&fixed).arg("--html").arg(&page).arg("--diff").arg(&planted).output().expect("export runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let html = fs::read_to_string(&page).expect("the page");
+    assert!(html.contains("Before and after: ×") && html.contains("Diagnoses gone: ") && html.contains("pageable-copy"), "{html}");
     // Refused, with why: another program, a sweep's JSON, a missing file, a FIFO.
     let other = dir.join("other.json");
     let mut r: Value = serde_json::from_slice(&fs::read(&live).expect("read")).expect("JSON");
@@ -617,4 +623,9 @@ fn diff_checks_the_planted_jobs_promise_against_its_fixed_twin() {
         assert_eq!(out.status.code(), Some(2), "{}: {stderr}", bad.display());
         assert!(stderr.contains(says) && out.stdout.is_empty(), "{}: {stderr}", bad.display());
     }
+    // A page is not written when its diff is refused.
+    let unwritten = dir.join("unwritten.html");
+    let out = Command::new(gputrace()).arg("export").arg(&fixed).arg("--html").arg(&unwritten).arg("--diff").arg(&other).output().expect("export runs");
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!unwritten.exists(), "nothing written for a refused diff");
 }

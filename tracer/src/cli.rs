@@ -126,6 +126,10 @@ enum Command {
         /// zoomable timeline; `-` for standard output.
         #[arg(long, value_name = "OUT.html")]
         html: Option<PathBuf>,
+        /// With --html: a run of the same job before a change (a recording or a `--json`
+        /// report); the page opens with the diff of it against FILE (as `gputrace diff`).
+        #[arg(long, value_name = "BEFORE", requires = "html")]
+        diff: Option<PathBuf>,
         /// Replace an existing file at the output path (never the recording being read).
         #[arg(long)]
         force: bool,
@@ -399,6 +403,8 @@ pub enum Job {
         perfetto: Option<Destination>,
         /// Where to write the HTML page; `None`: not asked for.
         html: Option<Destination>,
+        /// A run before a change, to diff FILE against on the page; `None`: no diff.
+        diff: Option<PathBuf>,
     },
     /// `sweep`: every GPU process on the host, judged once.
     Sweep {
@@ -510,15 +516,16 @@ impl Cli {
                 Job::Report { file, json, html }
             }
             Command::Diff { before, after, json, fail_below, allow_different } => Job::Diff { before, after, json, fail_below, allow_different },
-            Command::Export { file, perfetto, html, force } => {
-                let resolve = |p: Option<PathBuf>| p.map(|p| output::resolve(&p, force, &[&file])).transpose().map_err(|e| e.to_string());
+            Command::Export { file, perfetto, html, diff, force } => {
+                let inputs: Vec<&std::path::Path> = std::iter::once(file.as_path()).chain(diff.as_deref()).collect();
+                let resolve = |p: Option<PathBuf>| p.map(|p| output::resolve(&p, force, &inputs)).transpose().map_err(|e| e.to_string());
                 let (perfetto, html) = (resolve(perfetto)?, resolve(html)?);
                 if let (Some(p), Some(h)) = (&perfetto, &html) {
                     if p == h {
                         return Err(format!("--perfetto and --html name the same output, {p}: give each its own"));
                     }
                 }
-                Job::Export { file, perfetto, html }
+                Job::Export { file, perfetto, html, diff }
             }
             Command::Sweep { duration, json, show_commands, html, force } => {
                 let html = html.map(|h| output::resolve(&h, force, &[])).transpose().map_err(|e| e.to_string())?;
@@ -604,7 +611,7 @@ pub async fn execute(job: Job) -> i32 {
             Box::pin(trace(target, duration, json, nvml_interval, record, max_overhead)).await
         }
         Job::Report { file, json, html } => offline_report(&file, json, html.as_ref()),
-        Job::Export { file, perfetto, html } => export(&file, perfetto.as_ref(), html.as_ref()),
+        Job::Export { file, perfetto, html, diff } => export(&file, perfetto.as_ref(), html.as_ref(), diff.as_deref()),
         Job::Diff { before, after, json, fail_below, allow_different } => diff(&before, &after, json, fail_below, allow_different),
         Job::Sweep { options, json, html } => execute_sweep(&options, json, html.as_ref()).await,
         Job::Doctor { pid, json } => doctor(pid, json),
@@ -757,14 +764,14 @@ fn offline_report(file: &std::path::Path, json: bool, html: Option<&Destination>
         return printed;
     }
     if let Some(out) = html {
-        if let Err(code) = write_page(file, &replayed, &report, out) {
+        if let Err(code) = write_page(file, &replayed, &report, None, out) {
             return code;
         }
     }
     damage_code(replayed.damage.as_ref())
 }
 
-fn export(file: &std::path::Path, perfetto: Option<&Destination>, html: Option<&Destination>) -> i32 {
+fn export(file: &std::path::Path, perfetto: Option<&Destination>, html: Option<&Destination>, before: Option<&std::path::Path>) -> i32 {
     let replayed = match read_recording(file) {
         Ok(r) => r,
         Err(code) => return code,
@@ -773,6 +780,11 @@ fn export(file: &std::path::Path, perfetto: Option<&Destination>, html: Option<&
         eprintln!("gputrace: {}: {}; exporting what was read before it", file.display(), output::clean(&d.to_string()));
     }
     let report = report::build::build(&replayed.outcome);
+    // The diff is made before anything is written: runs that cannot be compared write nothing.
+    let compared = match before.map(|b| diff_against(b, file, &report)).transpose() {
+        Ok(d) => d,
+        Err(code) => return code,
+    };
     if let Some(out) = perfetto {
         match crate::export::perfetto::write(file, &replayed, &report, out) {
             Ok(n) => eprintln!("gputrace: wrote {n} trace events to {out}; open it at https://ui.perfetto.dev"),
@@ -780,11 +792,24 @@ fn export(file: &std::path::Path, perfetto: Option<&Destination>, html: Option<&
         }
     }
     if let Some(out) = html {
-        if let Err(code) = write_page(file, &replayed, &report, out) {
+        if let Err(code) = write_page(file, &replayed, &report, compared.as_ref(), out) {
             return code;
         }
     }
     damage_code(replayed.damage.as_ref())
+}
+
+/// The diff of the run at `before` against `after`'s report, or the exit code of why not.
+fn diff_against(before: &std::path::Path, after: &std::path::Path, report: &Report) -> Result<crate::diff::Diff, i32> {
+    let earlier = crate::diff::input::report_of(before).map_err(|e| {
+        eprintln!("gputrace: {}", output::clean(&e.to_string()));
+        if e.damaged_recording { exit::BAD_RECORDING } else { exit::USAGE }
+    })?;
+    let (b, a) = (before.display().to_string(), after.display().to_string());
+    crate::diff::compare((&earlier, &b), (report, &a), false).map_err(|why| {
+        eprintln!("gputrace: cannot compare: {}", output::clean(&why.to_string()));
+        exit::USAGE
+    })
 }
 
 /// `gputrace diff`: 0 when compared (and above `--fail-below`), 1 below it, 2 when the two
@@ -831,8 +856,8 @@ fn diff(before: &std::path::Path, after: &std::path::Path, json: bool, fail_belo
     }
 }
 
-fn write_page(file: &std::path::Path, replayed: &record::Replayed, report: &report::Report, out: &Destination) -> Result<(), i32> {
-    match crate::export::html::write(file, replayed, report, out) {
+fn write_page(file: &std::path::Path, replayed: &record::Replayed, report: &report::Report, diff: Option<&crate::diff::Diff>, out: &Destination) -> Result<(), i32> {
+    match crate::export::html::write(file, replayed, report, diff, out) {
         Ok(bytes) => {
             eprintln!("gputrace: wrote the page ({} KiB) to {out}; open it in any browser, no network needed", bytes.div_ceil(1024));
             Ok(())

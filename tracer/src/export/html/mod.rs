@@ -7,6 +7,7 @@
 //! `flame` draws the flamegraphs, `page` writes the HTML. A sweep has a page of its own
 //! (`sweep`): its processes as a table.
 
+mod diff;
 mod draw;
 mod flame;
 mod page;
@@ -24,8 +25,8 @@ use crate::{
 
 /// Write the page of the recording at `file` to `out`; returns its size in bytes. A file
 /// appears at `out` only once the whole page was written.
-pub fn write(file: &Path, replayed: &Replayed, report: &Report, out: &Destination) -> io::Result<u64> {
-    put(&render(file, replayed, report)?, out)
+pub fn write(file: &Path, replayed: &Replayed, report: &Report, diff: Option<&crate::diff::Diff>, out: &Destination) -> io::Result<u64> {
+    put(&render(file, replayed, report, diff)?, out)
 }
 
 /// Write the page of a sweep to `out`; returns its size in bytes.
@@ -45,8 +46,9 @@ fn put(html: &str, out: &Destination) -> io::Result<u64> {
     Ok(html.len() as u64)
 }
 
-/// The page, as text.
-pub fn render(file: &Path, replayed: &Replayed, report: &Report) -> io::Result<String> {
+/// The page, as text; with `diff`, it opens with the comparison of an earlier run against
+/// this one.
+pub fn render(file: &Path, replayed: &Replayed, report: &Report, diff: Option<&crate::diff::Diff>) -> io::Result<String> {
     let outcome = &replayed.outcome;
     let ev = &outcome.evidence;
     let time = crate::detect::startup::account(ev, outcome.start_ns, outcome.end_ns);
@@ -68,6 +70,7 @@ pub fn render(file: &Path, replayed: &Replayed, report: &Report) -> io::Result<S
         lanes_json: serde_json::to_string(&lanes).map_err(io::Error::other)?,
         bins: lanes.bins,
         bin_s: lanes.bin_ns as f64 / 1e9,
+        diff: diff.map(diff::section),
     };
     Ok(page::render(&page))
 }

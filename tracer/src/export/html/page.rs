@@ -25,6 +25,8 @@ pub struct Page<'a> {
     pub lanes_json: String,
     pub bins: usize,
     pub bin_s: f64,
+    /// The section comparing an earlier run with this one (`export --html --diff`), as HTML.
+    pub diff: Option<String>,
 }
 
 /// Text for HTML, attribute values included. Control characters (from names the traced
@@ -86,6 +88,9 @@ pub fn render(p: &Page<'_>) -> String {
         esc(&r.host),
         esc(&r.tool.version),
     );
+    if let Some(d) = &p.diff {
+        h.push_str(d);
+    }
     verdict(&mut h, r);
     diagnoses(&mut h, &p.sections, r.window.duration_s);
     account(&mut h, r);

@@ -1,0 +1,72 @@
+//! The page's "Before and after" section (`export FILE --html OUT --diff BEFORE`): the
+//! comparison `gputrace diff BEFORE FILE` prints, as a table a reviewer can attach.
+
+use std::fmt::Write as _;
+
+use super::page::esc;
+use crate::diff::Diff;
+
+/// The section, as HTML.
+#[must_use]
+pub fn section(d: &Diff) -> String {
+    let mut h = String::with_capacity(4096);
+    // Writing to a String cannot fail.
+    let _ = write_section(&mut h, d);
+    h
+}
+
+fn rate(steps: Option<f64>, launches: f64, basis: &str) -> String {
+    match (basis, steps) {
+        ("steps", Some(x)) => format!("{x:.1} steps/s ({:.2} ms a step)", 1e3 / x),
+        _ => format!("{launches:.0} launches/s"),
+    }
+}
+
+fn write_section(h: &mut String, d: &Diff) -> std::fmt::Result {
+    let word = if d.speedup >= 1.0 { "faster" } else { "slower" };
+    write!(
+        h,
+        r#"<section class="diff"><h2 id="diff">Before and after: ×{:.2} ({word})</h2><table><tr><th></th><th>run</th><th>rate</th><th>verdict</th></tr>"#,
+        d.speedup
+    )?;
+    for (name, s) in [("before", &d.before), ("after", &d.after)] {
+        write!(
+            h,
+            "<tr><td>{name}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&s.source),
+            esc(&rate(s.steps_per_s, s.launches_per_s, d.basis)),
+            esc(s.verdict.as_str())
+        )?;
+    }
+    h.push_str("</table>");
+    if !d.predictions.is_empty() {
+        h.push_str("<h3>Promised before, measured after</h3><table><tr><th>fix</th><th>promised</th><th>measured</th><th></th></tr>");
+        for p in &d.predictions {
+            let range = p.range.map(|[lo, hi]| format!(" (×{lo:.2}–×{hi:.2})")).unwrap_or_default();
+            let held = if p.held { "held (within ±20 %)" } else { "missed" };
+            write!(h, "<tr><td>{}</td><td>×{:.2}{range}</td><td>×{:.2}</td><td>{held}</td></tr>", esc(&p.id), p.predicted, p.measured)?;
+        }
+        h.push_str("</table>");
+    }
+    let ids = |v: &[crate::model::DiagnosisId]| if v.is_empty() { "none".to_owned() } else { v.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ") };
+    write!(h, "<p>Diagnoses gone: {} · new: {} · kept: {}</p>", esc(&ids(&d.gone)), esc(&ids(&d.new)), esc(&ids(&d.kept)))?;
+    if !d.time_account.is_empty() {
+        h.push_str("<table><tr><th>main thread</th><th>before</th><th>after</th></tr>");
+        for r in &d.time_account {
+            let cell = |share: f64, ms: Option<f64>| ms.map_or_else(|| format!("{:.0} %", share * 100.0), |ms| format!("{ms:.3} ms ({:.0} %)", share * 100.0));
+            write!(
+                h,
+                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&r.bucket.replace('_', " ")),
+                cell(r.before, r.before_ms_per_step),
+                cell(r.after, r.after_ms_per_step)
+            )?;
+        }
+        h.push_str("</table>");
+    }
+    for n in &d.notes {
+        write!(h, r#"<p class="hint">{}</p>"#, esc(n))?;
+    }
+    h.push_str("</section>");
+    Ok(())
+}
