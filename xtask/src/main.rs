@@ -43,7 +43,8 @@ enum Task {
         long: bool,
     },
     /// Judge the recorded accuracy corpus (validation/corpus) with the current build, offline;
-    /// fail when a score falls below the recorded one (docs/accuracy.md).
+    /// fail when a score falls below the recorded one (docs/accuracy.md). `GPUTRACE_BIN`
+    /// names a gputrace to judge with instead of building one.
     Accuracy {
         /// Write the scores as they are now into the corpus's scores.json.
         #[arg(long)]
@@ -286,7 +287,7 @@ fn test_steps(long: bool) -> Result<()> {
     };
     let long_flag = std::ffi::OsString::from(if long { "1" } else { "0" });
     let env = [("GPUTRACE_BIN", gputrace.as_os_str()), ("GPUTRACE_LONG", long_flag.as_os_str())];
-    let mut failed = suites::run_lane(&suites, suites::Lane::Shared, 2, &env, &logs)?;
+    let mut failed = suites::run_lane(&suites, suites::Lane::Shared, 3, &env, &logs)?;
     if !suites::finish(unit)? {
         failed.push("unit tests".into());
     }
@@ -338,7 +339,11 @@ fn main() -> Result<()> {
         Task::Demo => demo(),
         Task::Test { long } => test(long),
         Task::Accuracy { update, corpus } => {
-            let gputrace = build_only(&["gputrace"])?;
+            // GPUTRACE_BIN: a gputrace built already (as the suites take it), else built here.
+            let gputrace = match std::env::var_os("GPUTRACE_BIN") {
+                Some(bin) => PathBuf::from(bin),
+                None => build_only(&["gputrace"])?,
+            };
             let workers = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
             accuracy::run(&gputrace, &root(), &root().join(corpus), workers, update)
         }
