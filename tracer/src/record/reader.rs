@@ -309,8 +309,8 @@ mod tests {
         out
     }
 
-    fn read_all(bytes: &[u8]) -> (Vec<Frame>, Option<Damage>) {
-        let mut r = Reader::new(bytes, Some(bytes.len() as u64)).expect("preamble");
+    /// Every frame a reader gives, and where it stopped early.
+    fn drain<R: Read>(mut r: Reader<R>) -> (Vec<Frame>, Option<Damage>) {
         let mut frames = Vec::new();
         while let Some(f) = r.next_frame() {
             match f {
@@ -319,6 +319,10 @@ mod tests {
             }
         }
         (frames, None)
+    }
+
+    fn read_all(bytes: &[u8]) -> (Vec<Frame>, Option<Damage>) {
+        drain(Reader::new(bytes, Some(bytes.len() as u64)).expect("preamble"))
     }
 
     #[test]
@@ -373,15 +377,7 @@ mod tests {
 
     /// Every frame of a file at `path`, read through `Reader::open`.
     fn open_all(path: &Path) -> (Vec<Frame>, Option<Damage>) {
-        let mut r = Reader::open(path).expect("opens");
-        let mut frames = Vec::new();
-        while let Some(f) = r.next_frame() {
-            match f {
-                Ok(f) => frames.push(f),
-                Err(d) => return (frames, Some(d)),
-            }
-        }
-        (frames, None)
+        drain(Reader::open(path).expect("opens"))
     }
 
     #[test]
