@@ -41,7 +41,9 @@ xtask/src/score.rs):
   allfixed    every planted cause fixed (sync by lognth) and, where eager, the graph
 
 Environment: CORPUS_HOGS (pids of busy processes pinned to CORPUS_CORE, stopped and continued
-by this script), CORPUS_CORE [2], CORPUS_CKPT_DIR [/tmp].
+by this script), CORPUS_CORE [2], CORPUS_CKPT_DIR [/tmp], CORPUS_RECORD_FIXED [unset] (1: after
+the twins, the all-fixed twin runs T s more between "fixed-ready" and "fixed-traced N", for a
+recording of it).
 """
 import argparse
 import json
@@ -386,6 +388,17 @@ def run(seed, out_dir, seconds, traced_seconds):
     with open(os.path.join(out_dir, f"{seed}.json"), "w") as f:
         json.dump(result, f, indent=1, sort_keys=True)
         f.write("\n")
+    if os.environ.get("CORPUS_RECORD_FIXED") == "1":
+        # The all-fixed twin traced too, as the planted job was: a real pair for `gputrace
+        # diff` (corpus.sh records it into SEED.fixed.gtr).
+        set_hogs(False)
+        fixed = Variant(fixes_of(job, "allfixed") - set(failed))
+        fixed.train(1.0)
+        print("fixed-ready", flush=True)
+        sys.stdin.readline()
+        n = fixed.train(traced_seconds)
+        fixed.close()
+        print(f"fixed-traced {n}", flush=True)
     print("done", flush=True)
 
 

@@ -10,6 +10,9 @@
 # CORPUS_CORE [2], which corpus.py stops and continues per twin. One line per seed in
 # OUT/corpus.txt; a seed that fails is logged and the next one runs.
 #
+# CORPUS_RECORD_FIXED=1 records the all-fixed twin too (OUT/SEED.fixed.gtr): a real pair
+# for `gputrace diff OUT/SEED.gtr OUT/SEED.fixed.gtr`.
+#
 # Environment: PYTHON [python3], CORPUS_SECONDS [2.5] (each untraced measurement),
 # CORPUS_TRACE_SECONDS [3], CORPUS_CORE [2], CORPUS_HOGS [3], CORPUS_UNTIL [none] (a time,
 # seconds since the epoch, after which no seed starts: a device call's limit). The first
@@ -54,7 +57,18 @@ one_seed() {
         local rc=$?
         read -r -t 60 -u "$from_job" line
         echo twins >&"$to_job"
-        if read -r -t 400 -u "$from_job" line && [ "$line" = done ]; then
+        read -r -t 400 -u "$from_job" line
+        if [ "$line" = fixed-ready ]; then
+            # CORPUS_RECORD_FIXED=1: the all-fixed twin recorded as the planted job was.
+            "$GPUTRACE" -v record --pid "$pid" -o "$OUT/$seed.fixed.gtr" --duration "$TRACE_S" >/dev/null 2>"$OUT/$seed.fixed.err" &
+            gp=$!
+            for _ in $(seq 1 400); do grep -q "armed: tracing" "$OUT/$seed.fixed.err" && break; sleep 0.05; done
+            echo go >&"$to_job"
+            wait "$gp"
+            read -r -t 60 -u "$from_job" line
+            read -r -t 60 -u "$from_job" line
+        fi
+        if [ "$line" = done ]; then
             say "$seed" "done, record rc $rc, $(( $(date +%s) - started )) s, $(stat -c %s "$OUT/$seed.gtr" 2>/dev/null) bytes"
         else
             say "$seed" "failed: no twins (${line:-nothing}); see $seed.py.err"
