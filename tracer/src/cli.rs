@@ -130,6 +130,9 @@ enum Command {
         /// report); the page opens with the diff of it against FILE (as `gputrace diff`).
         #[arg(long, value_name = "BEFORE", requires = "html")]
         diff: Option<PathBuf>,
+        /// With --diff: compare runs of two different programs too.
+        #[arg(long, requires = "diff")]
+        allow_different: bool,
         /// Replace an existing file at the output path (never the recording being read).
         #[arg(long)]
         force: bool,
@@ -405,6 +408,8 @@ pub enum Job {
         html: Option<Destination>,
         /// A run before a change, to diff FILE against on the page; `None`: no diff.
         diff: Option<PathBuf>,
+        /// Compare runs of two different programs too.
+        allow_different: bool,
     },
     /// `sweep`: every GPU process on the host, judged once.
     Sweep {
@@ -516,7 +521,7 @@ impl Cli {
                 Job::Report { file, json, html }
             }
             Command::Diff { before, after, json, fail_below, allow_different } => Job::Diff { before, after, json, fail_below, allow_different },
-            Command::Export { file, perfetto, html, diff, force } => {
+            Command::Export { file, perfetto, html, diff, allow_different, force } => {
                 let inputs: Vec<&std::path::Path> = std::iter::once(file.as_path()).chain(diff.as_deref()).collect();
                 let resolve = |p: Option<PathBuf>| p.map(|p| output::resolve(&p, force, &inputs)).transpose().map_err(|e| e.to_string());
                 let (perfetto, html) = (resolve(perfetto)?, resolve(html)?);
@@ -525,7 +530,7 @@ impl Cli {
                         return Err(format!("--perfetto and --html name the same output, {p}: give each its own"));
                     }
                 }
-                Job::Export { file, perfetto, html, diff }
+                Job::Export { file, perfetto, html, diff, allow_different }
             }
             Command::Sweep { duration, json, show_commands, html, force } => {
                 let html = html.map(|h| output::resolve(&h, force, &[])).transpose().map_err(|e| e.to_string())?;
@@ -611,7 +616,7 @@ pub async fn execute(job: Job) -> i32 {
             Box::pin(trace(target, duration, json, nvml_interval, record, max_overhead)).await
         }
         Job::Report { file, json, html } => offline_report(&file, json, html.as_ref()),
-        Job::Export { file, perfetto, html, diff } => export(&file, perfetto.as_ref(), html.as_ref(), diff.as_deref()),
+        Job::Export { file, perfetto, html, diff, allow_different } => export(&file, perfetto.as_ref(), html.as_ref(), diff.as_deref().map(|b| (b, allow_different))),
         Job::Diff { before, after, json, fail_below, allow_different } => diff(&before, &after, json, fail_below, allow_different),
         Job::Sweep { options, json, html } => execute_sweep(&options, json, html.as_ref()).await,
         Job::Doctor { pid, json } => doctor(pid, json),
@@ -771,7 +776,7 @@ fn offline_report(file: &std::path::Path, json: bool, html: Option<&Destination>
     damage_code(replayed.damage.as_ref())
 }
 
-fn export(file: &std::path::Path, perfetto: Option<&Destination>, html: Option<&Destination>, before: Option<&std::path::Path>) -> i32 {
+fn export(file: &std::path::Path, perfetto: Option<&Destination>, html: Option<&Destination>, before: Option<(&std::path::Path, bool)>) -> i32 {
     let replayed = match read_recording(file) {
         Ok(r) => r,
         Err(code) => return code,
@@ -781,7 +786,7 @@ fn export(file: &std::path::Path, perfetto: Option<&Destination>, html: Option<&
     }
     let report = report::build::build(&replayed.outcome);
     // The diff is made before anything is written: runs that cannot be compared write nothing.
-    let compared = match before.map(|b| diff_against(b, file, &report)).transpose() {
+    let compared = match before.map(|(b, allow_different)| diff_against(b, file, &report, allow_different)).transpose() {
         Ok(d) => d,
         Err(code) => return code,
     };
@@ -800,26 +805,30 @@ fn export(file: &std::path::Path, perfetto: Option<&Destination>, html: Option<&
 }
 
 /// The diff of the run at `before` against `after`'s report, or the exit code of why not.
-fn diff_against(before: &std::path::Path, after: &std::path::Path, report: &Report) -> Result<crate::diff::Diff, i32> {
+fn diff_against(before: &std::path::Path, after: &std::path::Path, report: &Report, allow_different: bool) -> Result<crate::diff::Diff, i32> {
     let earlier = crate::diff::input::report_of(before).map_err(|e| {
         eprintln!("gputrace: {}", output::clean(&e.to_string()));
         if e.damaged_recording { exit::BAD_RECORDING } else { exit::USAGE }
     })?;
     let (b, a) = (before.display().to_string(), after.display().to_string());
-    crate::diff::compare((&earlier, &b), (report, &a), false).map_err(|why| {
+    let mut compared = crate::diff::compare((&earlier.report, &b), (report, &a), allow_different).map_err(|why| {
         eprintln!("gputrace: cannot compare: {}", output::clean(&why.to_string()));
         exit::USAGE
-    })
+    })?;
+    if let Some(d) = &earlier.damage {
+        compared.notes.push(format!("{}: {}; compared on what was read before it", output::clean(&b), output::clean(&d.to_string())));
+    }
+    Ok(compared)
 }
 
 /// `gputrace diff`: 0 when compared (and above `--fail-below`), 1 below it, 2 when the two
 /// runs cannot be compared, 6 for a damaged recording.
 fn diff(before: &std::path::Path, after: &std::path::Path, json: bool, fail_below: Option<f64>, allow_different: bool) -> i32 {
     use crate::diff;
-    let mut reports = Vec::with_capacity(2);
+    let mut runs = Vec::with_capacity(2);
     for path in [before, after] {
         match diff::input::report_of(path) {
-            Ok(r) => reports.push(r),
+            Ok(r) => runs.push(r),
             Err(e) => {
                 eprintln!("gputrace: {}", output::clean(&e.to_string()));
                 return if e.damaged_recording { exit::BAD_RECORDING } else { exit::USAGE };
@@ -827,13 +836,21 @@ fn diff(before: &std::path::Path, after: &std::path::Path, json: bool, fail_belo
         }
     }
     let (b, a) = (before.display().to_string(), after.display().to_string());
-    let compared = match diff::compare((&reports[0], &b), (&reports[1], &a), allow_different) {
+    let mut compared = match diff::compare((&runs[0].report, &b), (&runs[1].report, &a), allow_different) {
         Ok(d) => d,
         Err(why) => {
             eprintln!("gputrace: cannot compare: {}", output::clean(&why.to_string()));
             return exit::USAGE;
         }
     };
+    // A recording read short is compared on what was read, and says so; damage (not a cut)
+    // ends in exit 6, as `report` does.
+    for (name, run) in [(&b, &runs[0]), (&a, &runs[1])] {
+        if let Some(d) = &run.damage {
+            compared.notes.push(format!("{}: {}; compared on what was read before it", output::clean(name), output::clean(&d.to_string())));
+        }
+    }
+    let damaged = runs.iter().map(|r| damage_code(r.damage.as_ref())).max().unwrap_or(exit::OK);
     let printed = print_with("the diff", |out| {
         if json {
             let mut v = serde_json::to_value(&compared).map_err(io::Error::from)?;
@@ -847,13 +864,14 @@ fn diff(before: &std::path::Path, after: &std::path::Path, json: bool, fail_belo
     if printed != exit::OK {
         return printed;
     }
-    match fail_below {
+    let gate = match fail_below {
         Some(x) if compared.speedup < x => {
             eprintln!("gputrace: after runs ×{:.2} of before, below --fail-below {x}", compared.speedup);
             exit::FAILURE
         }
         _ => exit::OK,
-    }
+    };
+    gate.max(damaged)
 }
 
 fn write_page(file: &std::path::Path, replayed: &record::Replayed, report: &report::Report, diff: Option<&crate::diff::Diff>, out: &Destination) -> Result<(), i32> {

@@ -142,6 +142,12 @@ def run(seed, out_dir, seconds, traced_seconds):
     def log(msg):
         print(msg, file=sys.stderr, flush=True)
 
+    def wait_for_go():
+        # An empty read is corpus.sh gone (interrupted): stop, rather than run every twin.
+        if not sys.stdin.readline():
+            set_hogs(True)
+            sys.exit("corpus.py: stdin closed; stopping")
+
     def build_model():
         torch.manual_seed(seed)
         if m["kind"] == "mlp":
@@ -339,7 +345,7 @@ def run(seed, out_dir, seconds, traced_seconds):
     planted = Variant(set())
     planted.train(1.5)
     print("ready", flush=True)
-    sys.stdin.readline()
+    wait_for_go()
     t0 = time.perf_counter()
     traced_steps = planted.train(traced_seconds)
     traced = {"steps": traced_steps, "seconds": round(time.perf_counter() - t0, 4)}
@@ -347,7 +353,7 @@ def run(seed, out_dir, seconds, traced_seconds):
     del planted
     set_hogs(False)
     print(f"traced {traced_steps}", flush=True)
-    sys.stdin.readline()
+    wait_for_go()
 
     runs = {"planted": [measured("planted", seconds)]}
     failed = {}
@@ -395,7 +401,7 @@ def run(seed, out_dir, seconds, traced_seconds):
         fixed = Variant(fixes_of(job, "allfixed") - set(failed))
         fixed.train(1.0)
         print("fixed-ready", flush=True)
-        sys.stdin.readline()
+        wait_for_go()
         n = fixed.train(traced_seconds)
         fixed.close()
         print(f"fixed-traced {n}", flush=True)

@@ -35,17 +35,30 @@ mkdir -p "$OUT" || exit 1
 
 say() { echo "$1: $2" | tee -a "$OUT/corpus.txt"; }
 
+# What runs now, for the cleanup: the busy processes (maybe stopped) and the job.
+HOGS=()
+JOB=""
+cleanup() {
+    for h in "${HOGS[@]}"; do kill -CONT "$h" 2>/dev/null; kill "$h" 2>/dev/null; done
+    [ -n "$JOB" ] && kill "$JOB" 2>/dev/null
+    HOGS=()
+    JOB=""
+}
+trap 'cleanup; exit 130' INT TERM
+trap cleanup EXIT
+
 one_seed() {
-    local seed=$1 pid from_job to_job line gp hogs=() started
+    local seed=$1 pid from_job to_job line gp started
     started=$(date +%s)
     if "$PYTHON" "$HERE/corpus.py" draw "$seed" | grep -q '"contention"'; then
-        for _ in $(seq "$N_HOGS"); do taskset -c "$CORE" sh -c 'while :; do :; done' & hogs+=($!); done
+        for _ in $(seq "$N_HOGS"); do taskset -c "$CORE" sh -c 'while :; do :; done' & HOGS+=($!); done
     fi
-    rm -f "$OUT/$seed.gtr" "$OUT/$seed.json"
+    rm -f "$OUT/$seed.gtr" "$OUT/$seed.fixed.gtr" "$OUT/$seed.json"
     # exec: the coprocess is python itself (its pid is the one traced and waited for).
-    coproc JOB { CORPUS_HOGS="${hogs[*]}" CORPUS_CORE=$CORE PYTHONUNBUFFERED=1 exec "$PYTHON" "$HERE/corpus.py" run "$seed" --out "$OUT" --seconds "$SECONDS_EACH" --traced-seconds "$(( TRACE_S + 1 ))" 2>"$OUT/$seed.py.err"; }
-    pid=$JOB_PID
-    exec {from_job}<&"${JOB[0]}" {to_job}>&"${JOB[1]}"
+    coproc JOBP { CORPUS_HOGS="${HOGS[*]}" CORPUS_CORE=$CORE PYTHONUNBUFFERED=1 exec "$PYTHON" "$HERE/corpus.py" run "$seed" --out "$OUT" --seconds "$SECONDS_EACH" --traced-seconds "$(awk "BEGIN { print $TRACE_S + 1 }")" 2>"$OUT/$seed.py.err"; }
+    pid=$JOBP_PID
+    JOB=$pid
+    exec {from_job}<&"${JOBP[0]}" {to_job}>&"${JOBP[1]}"
     if ! read -r -t 240 -u "$from_job" line || [ "$line" != ready ]; then
         say "$seed" "failed: not ready (${line:-nothing}); see $seed.py.err"
     else
@@ -69,15 +82,15 @@ one_seed() {
             read -r -t 60 -u "$from_job" line
         fi
         if [ "$line" = done ]; then
-            say "$seed" "done, record rc $rc, $(( $(date +%s) - started )) s, $(stat -c %s "$OUT/$seed.gtr" 2>/dev/null) bytes"
+            local failed
+            failed=$(grep -c ": failed:" "$OUT/$seed.py.err")
+            say "$seed" "done, record rc $rc, $failed twin(s) failed, $(( $(date +%s) - started )) s, $(stat -c %s "$OUT/$seed.gtr" 2>/dev/null) bytes"
         else
             say "$seed" "failed: no twins (${line:-nothing}); see $seed.py.err"
         fi
     fi
     exec {from_job}<&- {to_job}>&-
-    kill "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null
-    for h in "${hogs[@]}"; do kill -CONT "$h" 2>/dev/null; kill "$h" 2>/dev/null; done
+    cleanup
     wait 2>/dev/null
 }
 

@@ -8,7 +8,8 @@ RUN_DIR is what corpus.sh wrote (SEED.json and SEED.gtr per seed); SET is `tunin
 `held_back`. Each seed whose run finished is compressed (`zstd -19 --long=27`) into
 validation/corpus/jobs/SEED.gtr.zst beside its twins' file jobs/SEED.json, and listed in
 validation/corpus/seeds.json under SET. Refused: a seed already listed in the other set, a
-compressed recording over 2 MB, a corpus over 60 MB in all. With --gputrace, each compressed
+compressed recording over 2 MB, a corpus over 60 MB in all, a job one of whose twins failed
+(its fastest twin is unknown). With --gputrace, each compressed
 file is checked to report as its plain recording did (the same verdict and launch count).
 """
 import argparse
@@ -46,6 +47,10 @@ def main():
     other = "held_back" if a.set == "tuning" else "tuning"
     os.makedirs(os.path.join(CORPUS, "jobs"), exist_ok=True)
     found = sorted(int(f[:-5]) for f in os.listdir(a.run_dir) if f.endswith(".json") and f[:-5].isdigit())
+    # A staged file of an interrupted import counts toward nothing.
+    for f in os.listdir(os.path.join(CORPUS, "jobs")):
+        if f.endswith(".new"):
+            os.unlink(os.path.join(CORPUS, "jobs", f))
     for seed in found:
         twins, gtr = os.path.join(a.run_dir, f"{seed}.json"), os.path.join(a.run_dir, f"{seed}.gtr")
         if seed in seeds[other]:
@@ -54,17 +59,25 @@ def main():
         if not os.path.exists(gtr):
             print(f"{seed}: skipped: no recording")
             continue
+        failed = json.load(open(twins)).get("failed_twins") or {}
+        if failed:
+            # Without every twin the fastest is unknown: the job cannot be judged.
+            print(f"{seed}: refused: twins failed ({', '.join(sorted(failed))})")
+            continue
         dest = os.path.join(CORPUS, "jobs", f"{seed}.gtr.zst")
-        subprocess.run(["zstd", "-q", "-f", "-19", "--long=27", gtr, "-o", dest], check=True)
-        size = os.path.getsize(dest)
+        # Compressed beside, checked, then renamed: a refusal leaves a listed job as it was.
+        staged = dest + ".new"
+        subprocess.run(["zstd", "-q", "-f", "-19", "--long=27", gtr, "-o", staged], check=True)
+        size = os.path.getsize(staged)
         if size > MAX_FILE or corpus_bytes() > MAX_ALL:
-            os.unlink(dest)
+            os.unlink(staged)
             print(f"{seed}: refused: {size} bytes compressed (at most {MAX_FILE} a file, {MAX_ALL} in all)")
             continue
-        if a.gputrace and report(a.gputrace, dest) != report(a.gputrace, gtr):
-            os.unlink(dest)
+        if a.gputrace and report(a.gputrace, staged) != report(a.gputrace, gtr):
+            os.unlink(staged)
             print(f"{seed}: refused: the compressed file reports otherwise than the plain one")
             continue
+        os.replace(staged, dest)
         shutil.copyfile(twins, os.path.join(CORPUS, "jobs", f"{seed}.json"))
         if seed not in seeds[a.set]:
             seeds[a.set].append(seed)

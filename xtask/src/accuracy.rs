@@ -70,6 +70,9 @@ pub fn run(gputrace: &Path, root: &Path, dir: &Path, workers: usize, update: boo
     let mut results = results.into_inner().map_err(|_| anyhow::anyhow!("a report worker panicked"))?;
     results.sort_by_key(|(set, j)| (*set != "tuning", j.as_ref().map_or(0, |j| j.seed)));
     let current = current_format(root);
+    if current.is_none() {
+        eprintln!("accuracy: tracer/src/record/format.rs names no `pub const VERSION: u32 = N;`: recordings of older formats are not listed");
+    }
     let mut scores: BTreeMap<&str, Scores> = BTreeMap::new();
     let mut failures = Vec::new();
     let mut older = Vec::new();
@@ -106,7 +109,12 @@ pub fn run(gputrace: &Path, root: &Path, dir: &Path, workers: usize, update: boo
         );
     }
     let path = dir.join("scores.json");
-    let recorded: Value = std::fs::read_to_string(&path).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or(Value::Null);
+    // The recorded scores are the gate: without them (unless writing them) there is none.
+    let recorded: Value = match std::fs::read_to_string(&path).map_err(anyhow::Error::from).and_then(|t| Ok(serde_json::from_str(&t)?)) {
+        Ok(v) => v,
+        Err(_) if update => Value::Null,
+        Err(e) => bail!("{}: {e:#} (the recorded scores; `cargo xtask accuracy --update` writes them)", path.display()),
+    };
     let mut drops = Vec::new();
     for set in ["tuning", "held_back"] {
         let now = scores.get(set).copied().unwrap_or_default();

@@ -136,10 +136,14 @@ impl Scores {
         )
     }
 
-    /// What fell since `recorded`: rates for the shares, counts per job for the rest.
+    /// What fell since `recorded`: rates for the shares, counts per job for the rest, and the
+    /// jobs themselves (a corpus that lost a job, whose rates would rise, has dropped).
     #[must_use]
     pub fn drops(self, recorded: Self) -> Vec<String> {
         let mut out = Vec::new();
+        if self.jobs < recorded.jobs {
+            out.push(format!("{} jobs judged, {} recorded: a job left the corpus", self.jobs, recorded.jobs));
+        }
         let eps = 1e-9;
         if Self::rate(self.verdict_right, self.jobs) + eps < Self::rate(recorded.verdict_right, recorded.jobs) {
             out.push(format!("first fix right {}/{}, recorded {}/{}", self.verdict_right, self.jobs, recorded.verdict_right, recorded.jobs));
@@ -174,7 +178,8 @@ pub fn judge(seed: u64, twins: &Value, report: &Value) -> Result<Judged> {
         .filter(|(name, _)| name.as_str() != "allfixed")
         .max_by(|a, b| a.1.total_cmp(b.1))
         .map_or(("none".to_owned(), 1.0), |(n, &x)| (n.clone(), x));
-    let healthy = best.1 < HEALTHY_BELOW;
+    // Healthy: no fix helps, alone or all together.
+    let healthy = best.1 < HEALTHY_BELOW && all_fixed.is_none_or(|x| x < HEALTHY_BELOW);
     let diagnoses = report["diagnoses"].as_array().context("no `diagnoses` in the report")?;
     let promise = |d: &Value| d["saving"]["speedup"].as_f64();
     let twin_of = |id: &str| -> Option<(String, f64)> {
@@ -211,7 +216,9 @@ pub fn judge(seed: u64, twins: &Value, report: &Value) -> Result<Judged> {
         let id = d["id"].as_str().unwrap_or("");
         matches!(d["severity"].as_str(), Some("high" | "medium")) && !HEALTHY_VERDICTS.contains(&id) && id != "no-cuda-work"
     };
-    let false_alarm = healthy && (diagnoses.iter().any(|d| alarm(&d)) || !HEALTHY_VERDICTS.contains(&verdict.as_str()));
+    // A false alarm is a `high` or `medium` problem on a healthy job (a wrong verdict there is
+    // already counted by `verdict_right`).
+    let false_alarm = healthy && diagnoses.iter().any(|d| alarm(&d));
     Ok(Judged {
         seed,
         causes: twins["job"]["causes"].as_array().map_or_else(String::new, |c| c.iter().filter_map(Value::as_str).collect::<Vec<_>>().join("+")),
@@ -266,6 +273,11 @@ mod tests {
         assert!(j.healthy && j.verdict_right && !j.false_alarm);
         let j = judge(2, &t, &report("launch-bound", &[("launch-bound", "medium", 1.6)])).expect("judged");
         assert!(j.healthy && !j.verdict_right && j.false_alarm);
+        let j = judge(2, &t, &report("host-sync", &[("host-sync", "low", 1.03)])).expect("judged");
+        assert!(!j.verdict_right && !j.false_alarm, "a low verdict is wrong, not an alarm");
+        // Fixes that only pay together: not healthy.
+        let j = judge(2, &twins(&[("graph", 1.05), ("lognth", 1.05), ("allfixed", 2.0)]), &report("gpu-bound", &[])).expect("judged");
+        assert!(!j.healthy);
     }
 
     #[test]
@@ -277,6 +289,8 @@ mod tests {
         let worse = Scores { verdict_right: 8, false_alarms: 1, ..recorded };
         let drops = worse.drops(recorded);
         assert_eq!(drops.len(), 2, "{drops:?}");
+        let fewer = Scores { jobs: 9, verdict_right: 9, ..recorded };
+        assert!(fewer.drops(recorded).iter().any(|d| d.contains("left the corpus")), "dropping a badly judged job is no gain");
         assert_eq!(Scores::from_json(&recorded.to_json()), recorded);
     }
 }

@@ -24,11 +24,20 @@ pub struct Unreadable {
 }
 
 /// A JSON report larger than this is refused before it is read (reports are tens of KB; the
-/// whole document is parsed in memory).
-const MAX_JSON_BYTES: u64 = 64 << 20;
+/// whole document is parsed in memory, where a crafted one takes many times its size).
+const MAX_JSON_BYTES: u64 = 8 << 20;
+
+/// A run read for `diff`: its report, and for a recording, where reading stopped early.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The report.
+    pub report: Report,
+    /// Damage or a cut that ended the reading of a recording early.
+    pub damage: Option<record::reader::Damage>,
+}
 
 /// The report of the recording or JSON report at `path`.
-pub fn report_of(path: &Path) -> Result<Report, Unreadable> {
+pub fn report_of(path: &Path) -> Result<Loaded, Unreadable> {
     let shown = path.display().to_string();
     let fail = |why: String, damaged_recording: bool| Unreadable { path: shown.clone(), why, damaged_recording };
     // Opened without blocking: a FIFO or a terminal named as BEFORE is refused, not waited on.
@@ -43,10 +52,7 @@ pub fn report_of(path: &Path) -> Result<Report, Unreadable> {
     let is_recording = head.starts_with(record::format::MAGIC) || head.starts_with(&record::reader::ZSTD_MAGIC);
     if is_recording {
         let replayed = record::replay(path).map_err(|e| fail(e.to_string(), true))?;
-        if let Some(d) = &replayed.damage {
-            log::warn!("{shown}: {d}; comparing what was read before it");
-        }
-        return Ok(crate::report::build::build(&replayed.outcome));
+        return Ok(Loaded { report: crate::report::build::build(&replayed.outcome), damage: replayed.damage });
     }
     if meta.len() > MAX_JSON_BYTES {
         return Err(fail(format!("{} MB: too large for a JSON report (a report is some tens of KB); give the recording instead", meta.len() >> 20), false));
@@ -59,5 +65,6 @@ pub fn report_of(path: &Path) -> Result<Report, Unreadable> {
         let found = if schema.is_empty() { "no `schema` field".to_owned() } else { format!("schema `{schema}`") };
         return Err(fail(format!("a JSON document with {found}: diff compares `{}` reports (from `--json`) and recordings", crate::model::SCHEMA), false));
     }
-    serde_json::from_value(value).map_err(|e| fail(format!("a `{schema}` report this gputrace cannot read ({e}): compare reports of one gputrace version"), false))
+    let report = serde_json::from_value(value).map_err(|e| fail(format!("a `{schema}` report this gputrace cannot read ({e}): compare reports of one gputrace version"), false))?;
+    Ok(Loaded { report, damage: None })
 }

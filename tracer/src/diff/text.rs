@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::{Diff, Side};
+use super::Diff;
 
 /// The diff as text; `fail_below` is said where it was given.
 #[must_use]
@@ -14,18 +14,11 @@ pub fn render(d: &Diff, fail_below: Option<f64>) -> String {
     out
 }
 
-fn rate(s: &Side, basis: &str) -> String {
-    match (basis, s.steps_per_s) {
-        ("steps", Some(x)) => format!("{x:.1} steps/s ({:.2} ms a step)", 1e3 / x),
-        _ => format!("{:.0} launches/s, {:.0} copies/s", s.launches_per_s, s.copies_per_s),
-    }
-}
-
 fn write_diff(out: &mut String, d: &Diff, fail_below: Option<f64>) -> std::fmt::Result {
     let word = if d.speedup >= 1.0 { "faster" } else { "slower" };
     writeln!(out, "gputrace diff: ×{:.2} ({word}, by {})", d.speedup, if d.basis == "steps" { "steps per second" } else { "launch rate" })?;
-    writeln!(out, "  before  {}  [{}]  verdict {}", rate(&d.before, d.basis), d.before.source, d.before.verdict)?;
-    writeln!(out, "  after   {}  [{}]  verdict {}", rate(&d.after, d.basis), d.after.source, d.after.verdict)?;
+    writeln!(out, "  before  {}  [{}]  verdict {}", d.before.rate(d.basis), d.before.source, d.before.verdict)?;
+    writeln!(out, "  after   {}  [{}]  verdict {}", d.after.rate(d.basis), d.after.source, d.after.verdict)?;
     if let Some(x) = fail_below {
         let verdict = if d.speedup < x { "FAILS" } else { "passes" };
         writeln!(out, "  --fail-below {x}: {verdict} (×{:.2})", d.speedup)?;
@@ -34,8 +27,7 @@ fn write_diff(out: &mut String, d: &Diff, fail_below: Option<f64>) -> std::fmt::
         writeln!(out, "\nPromised before, measured after:")?;
         for p in &d.predictions {
             let range = p.range.map(|[lo, hi]| format!(" (range ×{lo:.2}–×{hi:.2})")).unwrap_or_default();
-            let held = if p.held { "held (within ±20 %)" } else { "missed (off by more than 20 %)" };
-            writeln!(out, "  {} promised ×{:.2}{range}; measured ×{:.2}: {held}", p.id, p.predicted, p.measured)?;
+            writeln!(out, "  {} promised ×{:.2}{range}; measured ×{:.2}: {}", p.id, p.predicted, p.measured, p.verdict())?;
         }
     }
     let ids = |v: &[crate::model::DiagnosisId]| v.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");

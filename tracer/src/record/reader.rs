@@ -237,7 +237,7 @@ impl<R: Read> Reader<R> {
             Ok(0) => return None,
             Ok(n) if n < FRAME_HEAD => return Some(Err(Damage::Truncated { offset })),
             Ok(_) => {}
-            Err(e) => return Some(Err(Damage::Io { offset, why: e.to_string() })),
+            Err(e) => return Some(Err(io_damage(offset, &e))),
         }
         let len = u64::from(u32::from_le_bytes([head[0], head[1], head[2], head[3]]));
         let kind = u16::from_le_bytes([head[4], head[5]]);
@@ -256,7 +256,7 @@ impl<R: Read> Reader<R> {
         match read_full(&mut self.input, &mut body) {
             Ok(true) => {}
             Ok(false) => return Some(Err(Damage::Truncated { offset })),
-            Err(e) => return Some(Err(Damage::Io { offset, why: e.to_string() })),
+            Err(e) => return Some(Err(io_damage(offset, &e))),
         }
         let crc_at = len as usize;
         let stored = u32::from_le_bytes([body[crc_at], body[crc_at + 1], body[crc_at + 2], body[crc_at + 3]]);
@@ -272,6 +272,17 @@ impl<R: Read> Reader<R> {
             *left -= frame_len;
         }
         Some(Ok(Frame { offset, kind, payload: body }))
+    }
+}
+
+/// A read error as damage. A compressed file cut short ends its stream inside a zstd block,
+/// which the decoder says as `UnexpectedEof` ("incomplete frame"): that is a cut, as a plain
+/// file ending inside a frame is (a plain file's reads never say it).
+fn io_damage(offset: u64, e: &io::Error) -> Damage {
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        Damage::Truncated { offset }
+    } else {
+        Damage::Io { offset, why: e.to_string() }
     }
 }
 
@@ -396,7 +407,7 @@ mod tests {
         // Cut inside the compressed stream: the frames before the cut, then where it stopped.
         std::fs::write(&packed, &compressed[..compressed.len() - 8]).expect("write");
         let (frames, damage) = open_all(&packed);
-        assert!(frames.len() < 4 && damage.is_some(), "{} frames, {damage:?}", frames.len());
+        assert!(frames.len() < 4 && matches!(damage, Some(Damage::Truncated { .. })), "a cut, as of a plain file: {} frames, {damage:?}", frames.len());
         // Not a recording inside: said as of the plain file.
         std::fs::write(&packed, zstd::encode_all(&b"hello, not a recording"[..], 3).expect("compress")).expect("write");
         assert!(matches!(Reader::open(&packed), Err(OpenError::NotARecording { .. })));

@@ -15,13 +15,6 @@ pub fn section(d: &Diff) -> String {
     h
 }
 
-fn rate(steps: Option<f64>, launches: f64, basis: &str) -> String {
-    match (basis, steps) {
-        ("steps", Some(x)) => format!("{x:.1} steps/s ({:.2} ms a step)", 1e3 / x),
-        _ => format!("{launches:.0} launches/s"),
-    }
-}
-
 fn write_section(h: &mut String, d: &Diff) -> std::fmt::Result {
     let word = if d.speedup >= 1.0 { "faster" } else { "slower" };
     write!(
@@ -34,7 +27,7 @@ fn write_section(h: &mut String, d: &Diff) -> std::fmt::Result {
             h,
             "<tr><td>{name}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&s.source),
-            esc(&rate(s.steps_per_s, s.launches_per_s, d.basis)),
+            esc(&s.rate(d.basis)),
             esc(s.verdict.as_str())
         )?;
     }
@@ -43,8 +36,7 @@ fn write_section(h: &mut String, d: &Diff) -> std::fmt::Result {
         h.push_str("<h3>Promised before, measured after</h3><table><tr><th>fix</th><th>promised</th><th>measured</th><th></th></tr>");
         for p in &d.predictions {
             let range = p.range.map(|[lo, hi]| format!(" (×{lo:.2}–×{hi:.2})")).unwrap_or_default();
-            let held = if p.held { "held (within ±20 %)" } else { "missed" };
-            write!(h, "<tr><td>{}</td><td>×{:.2}{range}</td><td>×{:.2}</td><td>{held}</td></tr>", esc(&p.id), p.predicted, p.measured)?;
+            write!(h, "<tr><td>{}</td><td>×{:.2}{range}</td><td>×{:.2}</td><td>{}</td></tr>", esc(&p.id), p.predicted, p.measured, p.verdict())?;
         }
         h.push_str("</table>");
     }
