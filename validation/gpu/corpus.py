@@ -55,6 +55,8 @@ import time
 
 CAUSES = ("sync", "loader", "pageable", "churn", "contention", "checkpoint")
 LOG_EVERY = 100
+# Bumped when the same seed would run another job (SEED.json's "generator").
+GENERATOR = 2
 TWIN_WORKERS = 8
 
 
@@ -336,6 +338,10 @@ def run(seed, out_dir, seconds, traced_seconds):
         return {"steps": n, "seconds": round(took, 4), "steps_per_s": round(n / took, 3)}
 
     if "contention" in job["causes"]:
+        # torch's intra-op pool is made first, on every core: pinned with the training thread,
+        # its threads would take turns on that one core (seed 1007, generator 1: 14 of the
+        # training thread's 16 preempters were its own threads), a cause of its own.
+        torch.ones(256, 256) @ torch.ones(256, 256)
         os.sched_setaffinity(0, {core})
     set_hogs(False)
     log(f"seed {seed}: {json.dumps(job)}")
@@ -380,6 +386,8 @@ def run(seed, out_dir, seconds, traced_seconds):
     base = rate("planted")
     result = {
         "seed": seed,
+        # 2: torch's intra-op pool is made before the training thread is pinned (1: after).
+        "generator": GENERATOR,
         "job": job,
         "gpu": torch.cuda.get_device_name(0),
         "torch": torch.__version__,
