@@ -45,6 +45,7 @@ pub const SUITES: &[(&str, Lane)] = &[
     ("sweep", Lane::Alone),      // judges jobs by their timing, and sees every holder
     ("serve", Lane::Alone),      // the same judgements, window after window
     ("flight_recorder", Lane::Alone), // it fires on a verdict
+    ("lifecycle", Lane::Alone),       // counts the kernel's eBPF programs: another session's come and go
     // Behaviour, and counts that load does not change.
     ("attaching", Lane::Shared),
     ("bad_input", Lane::Shared),
@@ -57,7 +58,6 @@ pub const SUITES: &[(&str, Lane)] = &[
     ("hostile", Lane::Shared),
     ("house", Lane::Shared),
     ("html", Lane::Shared),
-    ("lifecycle", Lane::Shared),
     ("recording", Lane::Shared), // counts and files: what a recording keeps, damaged or cut
     ("terminal", Lane::Shared),
     ("top", Lane::Shared), // the live sweep's rows: an idle holder and a busy job, by state
