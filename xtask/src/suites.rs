@@ -46,21 +46,23 @@ pub const SUITES: &[(&str, Lane)] = &[
     ("serve", Lane::Alone),      // the same judgements, window after window
     ("flight_recorder", Lane::Alone), // it fires on a verdict
     ("lifecycle", Lane::Alone),       // counts the kernel's eBPF programs: another session's come and go
-    // Behaviour, and counts that load does not change.
-    ("attaching", Lane::Shared),
-    ("bad_input", Lane::Shared),
-    ("deploy", Lane::Shared),
+    // Behaviour, and counts that load does not change. Started in this order, the longest
+    // first (their times in CI, 2026-12-05): three at once, the lane ends with its longest
+    // suite only where that one started first.
+    ("recording", Lane::Shared), // counts and files: what a recording keeps, damaged or cut (44 s)
+    ("hostile", Lane::Shared),   // 22 s
+    ("loss", Lane::Shared),      // delivered + dropped == sent, whatever the load (17 s)
+    ("terminal", Lane::Shared),  // 12 s
+    ("attaching", Lane::Shared), // 10 s
+    ("launches", Lane::Shared),  // exact counts from many threads (9 s)
+    ("html", Lane::Shared),      // 8 s
+    ("top", Lane::Shared),       // the live sweep's rows: an idle holder and a busy job, by state (7 s)
     ("dist", Lane::Shared),
-    ("docs", Lane::Shared),
+    ("bad_input", Lane::Shared),
     ("fake_gpu", Lane::Shared), // lower bounds on the fake GPU's time: load only adds to it
-    ("launches", Lane::Shared), // exact counts from many threads
-    ("loss", Lane::Shared),     // delivered + dropped == sent, whatever the load
-    ("hostile", Lane::Shared),
+    ("docs", Lane::Shared),
+    ("deploy", Lane::Shared),
     ("house", Lane::Shared),
-    ("html", Lane::Shared),
-    ("recording", Lane::Shared), // counts and files: what a recording keeps, damaged or cut
-    ("terminal", Lane::Shared),
-    ("top", Lane::Shared), // the live sweep's rows: an idle holder and a busy job, by state
 ];
 
 /// The lane of suite `name`; an unlisted suite is an error that names the table.
@@ -138,7 +140,10 @@ pub fn finish(mut r: Running) -> Result<bool> {
 pub fn run_lane(suites: &[Suite], lane: Lane, width: usize, env: &[(&str, &std::ffi::OsStr)], logs: &Path) -> Result<Vec<String>> {
     fs::create_dir_all(logs)?;
     let mut failed = Vec::new();
-    let mut queue: VecDeque<&Suite> = suites.iter().filter(|s| lane_of(&s.name).is_ok_and(|l| l == lane)).collect();
+    let mut lane_suites: Vec<&Suite> = suites.iter().filter(|s| lane_of(&s.name).is_ok_and(|l| l == lane)).collect();
+    // In the table's order (`SUITES`), not the build's.
+    lane_suites.sort_by_key(|s| SUITES.iter().position(|(n, _)| *n == s.name));
+    let mut queue: VecDeque<&Suite> = lane_suites.into_iter().collect();
     let mut running: Vec<Running> = Vec::new();
     while !queue.is_empty() || !running.is_empty() {
         while running.len() < width.max(1) {
