@@ -338,9 +338,9 @@ def run(seed, out_dir, seconds, traced_seconds):
         return {"steps": n, "seconds": round(took, 4), "steps_per_s": round(n / took, 3)}
 
     if "contention" in job["causes"]:
-        # torch's intra-op pool is made first, on every core: pinned with the training thread,
-        # its threads would take turns on that one core (seed 1007, generator 1: 14 of the
-        # training thread's 16 preempters were its own threads), a cause of its own.
+        # torch's intra-op pool is made first, on every core: made after the pinning, its
+        # threads would be pinned with the training thread to that one core (generator 1),
+        # a planted cause the `alone` twin does not remove.
         torch.ones(256, 256) @ torch.ones(256, 256)
         os.sched_setaffinity(0, {core})
     set_hogs(False)
