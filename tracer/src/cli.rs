@@ -786,7 +786,7 @@ fn export(file: &std::path::Path, perfetto: Option<&Destination>, html: Option<&
     }
     let report = report::build::build(&replayed.outcome);
     // The diff is made before anything is written: runs that cannot be compared write nothing.
-    let compared = match before.map(|(b, allow_different)| diff_against(b, file, &report, allow_different)).transpose() {
+    let compared = match before.map(|(b, allow_different)| diff_against(b, file, &report, replayed.damage.as_ref(), allow_different)).transpose() {
         Ok(d) => d,
         Err(code) => return code,
     };
@@ -804,52 +804,58 @@ fn export(file: &std::path::Path, perfetto: Option<&Destination>, html: Option<&
     damage_code(replayed.damage.as_ref())
 }
 
-/// The diff of the run at `before` against `after`'s report, or the exit code of why not.
-fn diff_against(before: &std::path::Path, after: &std::path::Path, report: &Report, allow_different: bool) -> Result<crate::diff::Diff, i32> {
-    let earlier = crate::diff::input::report_of(before).map_err(|e| {
+/// The run at `path` for a diff, or the exit code of why not (said on stderr).
+fn load_run(path: &std::path::Path) -> Result<crate::diff::input::Loaded, i32> {
+    crate::diff::input::report_of(path).map_err(|e| {
         eprintln!("gputrace: {}", output::clean(&e.to_string()));
         if e.damaged_recording { exit::BAD_RECORDING } else { exit::USAGE }
-    })?;
-    let (b, a) = (before.display().to_string(), after.display().to_string());
-    let mut compared = crate::diff::compare((&earlier.report, &b), (report, &a), allow_different).map_err(|why| {
+    })
+}
+
+/// BEFORE against AFTER (each a path, its report and where its reading stopped short), or the
+/// exit code of why not. A recording read short is compared on what was read, and the notes
+/// say so.
+fn compare_runs(
+    before: (&std::path::Path, &Report, Option<&Damage>),
+    after: (&std::path::Path, &Report, Option<&Damage>),
+    allow_different: bool,
+) -> Result<crate::diff::Diff, i32> {
+    let (b, a) = (before.0.display().to_string(), after.0.display().to_string());
+    let mut compared = crate::diff::compare((before.1, &b), (after.1, &a), allow_different).map_err(|why| {
         eprintln!("gputrace: cannot compare: {}", output::clean(&why.to_string()));
         exit::USAGE
     })?;
-    if let Some(d) = &earlier.damage {
-        compared.notes.push(format!("{}: {}; compared on what was read before it", output::clean(&b), output::clean(&d.to_string())));
+    for (name, damage) in [(&b, before.2), (&a, after.2)] {
+        if let Some(d) = damage {
+            compared.notes.push(format!("{}: {}; compared on what was read before it", output::clean(name), output::clean(&d.to_string())));
+        }
     }
     Ok(compared)
+}
+
+/// The diff of the run at `before` against `after`'s report (read up to `damage`), or the exit
+/// code of why not.
+fn diff_against(before: &std::path::Path, after: &std::path::Path, report: &Report, damage: Option<&Damage>, allow_different: bool) -> Result<crate::diff::Diff, i32> {
+    let earlier = load_run(before)?;
+    compare_runs((before, &earlier.report, earlier.damage.as_ref()), (after, report, damage), allow_different)
 }
 
 /// `gputrace diff`: 0 when compared (and above `--fail-below`), 1 below it, 2 when the two
 /// runs cannot be compared, 6 for a damaged recording.
 fn diff(before: &std::path::Path, after: &std::path::Path, json: bool, fail_below: Option<f64>, allow_different: bool) -> i32 {
-    use crate::diff;
-    let mut runs = Vec::with_capacity(2);
-    for path in [before, after] {
-        match diff::input::report_of(path) {
-            Ok(r) => runs.push(r),
-            Err(e) => {
-                eprintln!("gputrace: {}", output::clean(&e.to_string()));
-                return if e.damaged_recording { exit::BAD_RECORDING } else { exit::USAGE };
-            }
-        }
-    }
-    let (b, a) = (before.display().to_string(), after.display().to_string());
-    let mut compared = match diff::compare((&runs[0].report, &b), (&runs[1].report, &a), allow_different) {
-        Ok(d) => d,
-        Err(why) => {
-            eprintln!("gputrace: cannot compare: {}", output::clean(&why.to_string()));
-            return exit::USAGE;
-        }
+    let runs = match load_run(before).and_then(|b| Ok([b, load_run(after)?])) {
+        Ok(runs) => runs,
+        Err(code) => return code,
     };
-    // A recording read short is compared on what was read, and says so; damage (not a cut)
-    // ends in exit 6, as `report` does.
-    for (name, run) in [(&b, &runs[0]), (&a, &runs[1])] {
-        if let Some(d) = &run.damage {
-            compared.notes.push(format!("{}: {}; compared on what was read before it", output::clean(name), output::clean(&d.to_string())));
-        }
-    }
+    let compared = match compare_runs(
+        (before, &runs[0].report, runs[0].damage.as_ref()),
+        (after, &runs[1].report, runs[1].damage.as_ref()),
+        allow_different,
+    ) {
+        Ok(d) => d,
+        Err(code) => return code,
+    };
+    // Damage (not a cut) ends in exit 6, as `report` does.
     let damaged = runs.iter().map(|r| damage_code(r.damage.as_ref())).max().unwrap_or(exit::OK);
     let printed = print_with("the diff", |out| {
         if json {
@@ -858,7 +864,7 @@ fn diff(before: &std::path::Path, after: &std::path::Path, json: bool, fail_belo
             v["passed"] = serde_json::json!(fail_below.map(|x| compared.speedup >= x));
             serde_json::to_writer_pretty(&mut *out, &v).map_err(io::Error::from).and_then(|()| writeln!(out))
         } else {
-            out.write_all(output::clean_lines(&diff::text::render(&compared, fail_below)).as_bytes())
+            out.write_all(output::clean_lines(&crate::diff::text::render(&compared, fail_below)).as_bytes())
         }
     });
     if printed != exit::OK {

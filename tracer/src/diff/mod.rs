@@ -85,6 +85,15 @@ impl Side {
     }
 }
 
+/// Diagnosis ids as a list for a person: `host-sync, launch-bound`, or `none`.
+#[must_use]
+pub fn ids_text(ids: &[DiagnosisId]) -> String {
+    if ids.is_empty() {
+        return "none".into();
+    }
+    ids.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+}
+
 impl Prediction {
     /// Whether it held, in words.
     #[must_use]

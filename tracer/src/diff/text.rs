@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::Diff;
+use super::{ids_text, Diff};
 
 /// The diff as text; `fail_below` is said where it was given.
 #[must_use]
@@ -30,11 +30,10 @@ fn write_diff(out: &mut String, d: &Diff, fail_below: Option<f64>) -> std::fmt::
             writeln!(out, "  {} promised ×{:.2}{range}; measured ×{:.2}: {}", p.id, p.predicted, p.measured, p.verdict())?;
         }
     }
-    let ids = |v: &[crate::model::DiagnosisId]| v.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
     writeln!(out, "\nDiagnoses:")?;
-    writeln!(out, "  gone: {}", if d.gone.is_empty() { "none".into() } else { ids(&d.gone) })?;
-    writeln!(out, "  new:  {}", if d.new.is_empty() { "none".into() } else { ids(&d.new) })?;
-    writeln!(out, "  kept: {}", if d.kept.is_empty() { "none".into() } else { ids(&d.kept) })?;
+    writeln!(out, "  gone: {}", ids_text(&d.gone))?;
+    writeln!(out, "  new:  {}", ids_text(&d.new))?;
+    writeln!(out, "  kept: {}", ids_text(&d.kept))?;
     if !d.time_account.is_empty() {
         let per_step = d.time_account.iter().all(|r| r.before_ms_per_step.is_some() && r.after_ms_per_step.is_some());
         writeln!(out, "\nThe main thread's time{}:", if per_step { ", ms a step (share)" } else { " (share of the window)" })?;

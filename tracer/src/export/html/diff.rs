@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::page::esc;
-use crate::diff::Diff;
+use crate::diff::{ids_text, Diff};
 
 /// The section, as HTML.
 #[must_use]
@@ -40,8 +40,7 @@ fn write_section(h: &mut String, d: &Diff) -> std::fmt::Result {
         }
         h.push_str("</table>");
     }
-    let ids = |v: &[crate::model::DiagnosisId]| if v.is_empty() { "none".to_owned() } else { v.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ") };
-    write!(h, "<p>Diagnoses gone: {} · new: {} · kept: {}</p>", esc(&ids(&d.gone)), esc(&ids(&d.new)), esc(&ids(&d.kept)))?;
+    write!(h, "<p>Diagnoses gone: {} · new: {} · kept: {}</p>", esc(&ids_text(&d.gone)), esc(&ids_text(&d.new)), esc(&ids_text(&d.kept)))?;
     if !d.time_account.is_empty() {
         h.push_str("<table><tr><th>main thread</th><th>before</th><th>after</th></tr>");
         for r in &d.time_account {
