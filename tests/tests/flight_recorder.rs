@@ -37,7 +37,8 @@ fn the_flight_recorder_writes_out_on_a_diagnosis_and_at_the_end() {
 
 /// An out-of-memory is a memory diagnosis, which leaves the verdict alone: the flight
 /// recorder fires on it all the same, and the report of what it wrote out has the diagnosis
-/// it fired on, as it fired (issue 59: the recorder judged the time analysis alone).
+/// it fired on, as it fired (issue 59: the recorder judged the time analysis alone), and the
+/// same diagnoses as the recorder judged.
 #[test]
 fn an_out_of_memory_fires_the_flight_recorder_and_its_dump_reports_the_diagnosis_it_fired_on() {
     require_root();
@@ -59,5 +60,11 @@ fn an_out_of_memory_fires_the_flight_recorder_and_its_dump_reports_the_diagnosis
     assert_eq!(oom["severity"], "high", "{oom:#}");
     assert_eq!(oom["summary"], summary, "the dump's report says what the recorder fired on");
     assert_eq!(num(&dump, "/memory/failed_for_good"), 1);
+    // One entry to the analysis: what the recorder judged is what the dump's report says,
+    // every diagnosis (memory ones included) with its figures, evidence and fix.
+    let judged = stderr.lines().find_map(|l| l.split_once("flight recorder: judged ")).map(|(_, json)| json);
+    let judged: serde_json::Value = serde_json::from_str(judged.unwrap_or_else(|| panic!("the recorder lists what it judged:\n{stderr}"))).expect("JSON");
+    assert!(judged.as_array().is_some_and(|j| j.iter().any(|d| d["id"] == "oom")), "{judged:#}");
+    assert_eq!(judged, dump["diagnoses"], "the recorder's diagnoses against the dump's report");
     let _ = fs::remove_dir_all(&dir);
 }

@@ -13,23 +13,6 @@ fn source_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tracer/src")
 }
 
-/// The top-level modules: `NAME.rs` and `NAME/` beside `lib.rs` (the binaries are apart).
-fn top_level_modules(root: &Path) -> BTreeSet<String> {
-    fs::read_dir(root)
-        .expect("tracer/src")
-        .filter_map(Result::ok)
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let path = e.path();
-            if path.is_dir() {
-                (name != "bin").then_some(name)
-            } else {
-                name.strip_suffix(".rs").filter(|n| *n != "lib").map(str::to_owned)
-            }
-        })
-        .collect()
-}
-
 fn rust_files(path: &Path, out: &mut Vec<PathBuf>) {
     if path.is_dir() {
         for e in fs::read_dir(path).expect("a source folder").filter_map(Result::ok) {
@@ -80,58 +63,184 @@ fn skip_item(code: &str) -> &str {
     }
 }
 
-/// The top-level module names a piece of code reaches through `crate::`: `crate::a::b`,
-/// and each name at the first level of `crate::{a::x, b, c::{..}}`.
-fn crate_paths(code: &str) -> BTreeSet<String> {
-    let mut names = BTreeSet::new();
-    let mut rest = code;
-    while let Some(at) = rest.find("crate::") {
-        rest = &rest[at + "crate::".len()..];
-        if let Some(group) = rest.strip_prefix('{') {
-            let (mut depth, mut item) = (0usize, String::new());
-            for ch in group.chars() {
-                match ch {
-                    '{' => depth += 1,
-                    '}' if depth == 0 => break,
-                    '}' => depth -= 1,
-                    ',' if depth == 0 => {
-                        names.insert(first_segment(&item));
-                        item.clear();
-                        continue;
-                    }
-                    _ => {}
+fn is_ident(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// The index of the `}` that closes the `{` at `open` (the end where none does).
+fn matching_brace(chars: &[char], open: usize) -> usize {
+    let mut depth = 0usize;
+    for (i, c) in chars.iter().enumerate().skip(open) {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return i;
                 }
-                item.push(ch);
             }
-            names.insert(first_segment(&item));
-        } else {
-            names.insert(first_segment(rest));
+            _ => {}
         }
     }
-    names
+    chars.len()
 }
 
-fn first_segment(path: &str) -> String {
-    path.trim().chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect()
-}
-
-/// Module -> the other top-level modules its code imports.
-fn import_graph() -> BTreeMap<String, BTreeSet<String>> {
-    let root = source_root();
-    let modules = top_level_modules(&root);
-    modules
-        .iter()
-        .map(|m| {
-            let mut files = Vec::new();
-            let dir = root.join(m);
-            rust_files(if dir.is_dir() { &dir } else { &root }, &mut files);
-            if !dir.is_dir() {
-                files.retain(|f| f == &root.join(format!("{m}.rs")));
+/// The paths of a use group's members (what is between its braces), each under `prefix`,
+/// nested groups expanded.
+fn group_paths(prefix: &[String], group: &[char], found: &mut Vec<Vec<String>>) {
+    let mut start = 0;
+    let mut depth = 0usize;
+    let mut members = Vec::new();
+    for (i, c) in group.iter().enumerate() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                members.push(&group[start..i]);
+                start = i + 1;
             }
-            let reached: BTreeSet<String> = files.iter().flat_map(|f| crate_paths(&code_of(f))).filter(|n| n != m && modules.contains(n)).collect();
-            (m.clone(), reached)
+            _ => {}
+        }
+    }
+    members.push(&group[start..]);
+    for member in members {
+        let text: String = member.iter().collect();
+        let text = text.trim();
+        let (head, nested) = match text.find("::{") {
+            Some(at) => (&text[..at], Some(at + 2)),
+            None => (text, None),
+        };
+        let segments: Vec<String> = prefix.iter().cloned().chain(head.split("::").map(|s| s.split_whitespace().next().unwrap_or_default().to_owned())).filter(|s| !s.is_empty() && s.chars().all(is_ident)).collect();
+        match nested {
+            Some(at) => {
+                let inner: Vec<char> = text[at..].chars().collect();
+                let close = matching_brace(&inner, 0);
+                group_paths(&segments, &inner[1..close.min(inner.len())], found);
+            }
+            None if segments.len() > prefix.len() => found.push(segments),
+            None => {}
+        }
+    }
+}
+
+/// Every path a piece of code names, as its segments: `a::b::c`, and for a group
+/// `a::{b::x, c, d::{e, f}}` each of `a::b::x`, `a::c`, `a::d::e` and `a::d::f`.
+fn paths(code: &str) -> Vec<Vec<String>> {
+    let chars: Vec<char> = code.chars().collect();
+    let ident_at = |i: usize| -> (String, usize) {
+        let mut j = i;
+        while j < chars.len() && is_ident(chars[j]) {
+            j += 1;
+        }
+        (chars[i..j].iter().collect(), j)
+    };
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let starts = is_ident(chars[i]) && !chars[i].is_ascii_digit() && (i == 0 || !(is_ident(chars[i - 1]) || chars[i - 1] == ':'));
+        if !starts {
+            i += 1;
+            continue;
+        }
+        let (first, mut j) = ident_at(i);
+        let mut segments = vec![first];
+        while chars.get(j) == Some(&':') && chars.get(j + 1) == Some(&':') {
+            j += 2;
+            if chars.get(j) == Some(&'{') {
+                let close = matching_brace(&chars, j);
+                group_paths(&segments, &chars[j + 1..close], &mut found);
+                j = close + 1;
+                break;
+            }
+            if chars.get(j).is_some_and(|c| is_ident(*c)) {
+                let (next, end) = ident_at(j);
+                segments.push(next);
+                j = end;
+            } else {
+                break;
+            }
+        }
+        if segments.len() > 1 {
+            found.push(segments);
+        }
+        i = j.max(i + 1);
+    }
+    found
+}
+
+/// The module path of a source file under `root`: `detect/whatif/model.rs` is
+/// `detect::whatif::model`, a folder's `mod.rs` (and the crate's `lib.rs`, `main.rs`) the
+/// folder's own.
+fn module_of(root: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(root).expect("under the root").with_extension("");
+    let mut segments: Vec<String> = rel.iter().map(|s| s.to_string_lossy().into_owned()).collect();
+    if segments.last().is_some_and(|l| ["mod", "lib", "main"].contains(&l.as_str())) {
+        segments.pop();
+    }
+    segments
+}
+
+/// The modules inside module `path`: its folder's files and folders.
+fn children(root: &Path, path: &[String]) -> BTreeSet<String> {
+    let dir = path.iter().fold(root.to_owned(), |d, s| d.join(s));
+    let Ok(entries) = fs::read_dir(&dir) else { return BTreeSet::new() };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if e.path().is_dir() {
+                Some(name)
+            } else {
+                name.strip_suffix(".rs").filter(|n| !["mod", "lib", "main"].contains(n)).map(str::to_owned)
+            }
         })
         .collect()
+}
+
+/// Where a path named in module `at` leads, as an absolute module path: through `crate::`,
+/// `super::` and `self::`, or a child of `at` named bare; None for anything else (a
+/// dependency's path, a type's associated item).
+fn resolve(root: &Path, at: &[String], path: &[String]) -> Option<Vec<String>> {
+    match path.first()?.as_str() {
+        "crate" => Some(path[1..].to_vec()),
+        "super" | "self" => {
+            let mut base = at.to_vec();
+            let mut rest = path;
+            while let Some(head) = rest.first().filter(|h| *h == "super" || *h == "self") {
+                if head == "super" {
+                    base.pop();
+                }
+                rest = &rest[1..];
+            }
+            Some(base.into_iter().chain(rest.iter().cloned()).collect())
+        }
+        first if children(root, at).contains(first) => Some(at.iter().chain(path).cloned().collect()),
+        _ => None,
+    }
+}
+
+/// For each folder (module) of the source tree under `root`, its children and which of them
+/// each imports (a child imports another when code anywhere inside it names a path into the
+/// other). A folder's own `mod.rs` stands for the folder, above its children: it is not one
+/// of them. The binaries under `bin/` are apart.
+fn sibling_graphs(root: &Path) -> BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> {
+    let mut files = Vec::new();
+    rust_files(root, &mut files);
+    let mut graphs: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for file in files.iter().filter(|f| !f.strip_prefix(root).is_ok_and(|r| r.starts_with("bin"))) {
+        let at = module_of(root, file);
+        for path in paths(&code_of(file)) {
+            let Some(to) = resolve(root, &at, &path) else { continue };
+            for level in 0..at.len() {
+                let folder = &at[..level];
+                let (Some(from), Some(target)) = (at.get(level), to.get(level)) else { continue };
+                if to[..level] == *folder && target != from && children(root, folder).contains(target) {
+                    graphs.entry(folder.to_vec()).or_default().entry(from.clone()).or_default().insert(target.clone());
+                }
+            }
+        }
+    }
+    graphs
 }
 
 /// A cycle through `from`, if any: the modules along it.
@@ -158,12 +267,68 @@ fn cycle_from(graph: &BTreeMap<String, BTreeSet<String>>, from: &str) -> Option<
     })
 }
 
+fn crate_root(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(name).join("src")
+}
+
+/// Every cycle among the modules of one folder, in every folder of the crates' sources.
+fn cycles_in(root: &Path) -> Vec<String> {
+    let mut cycles = Vec::new();
+    for (folder, graph) in sibling_graphs(root) {
+        let mut seen: Vec<BTreeSet<String>> = Vec::new();
+        for m in graph.keys() {
+            if let Some(c) = cycle_from(&graph, m) {
+                let members: BTreeSet<String> = c.iter().cloned().collect();
+                if !seen.contains(&members) {
+                    cycles.push(format!("{} in {}/: {}", root.display(), folder.join("/"), c.join(" → ")));
+                    seen.push(members);
+                }
+            }
+        }
+    }
+    cycles
+}
+
 #[test]
-fn no_two_top_level_modules_import_each_other_even_through_others() {
-    let graph = import_graph();
-    assert!(graph.len() > 20 && graph["session"].contains("detect"), "the graph was read: {graph:#?}");
-    let cycles: Vec<String> = graph.keys().filter_map(|m| cycle_from(&graph, m)).map(|c| c.join(" → ")).collect();
-    assert!(cycles.is_empty(), "import cycles between top-level modules of tracer/src:\n{}\n(the graph: {graph:#?})", cycles.join("\n"));
+fn no_two_modules_of_one_folder_import_each_other_even_through_others() {
+    let graphs = sibling_graphs(&source_root());
+    let top = &graphs[&Vec::new()];
+    assert!(top.len() > 20 && top["session"].contains("detect"), "the graph was read: {top:#?}");
+    let detect = &graphs[&vec!["detect".to_owned()]];
+    assert!(detect["diagnoses"].contains("whatif") && detect["rank"].contains("diagnoses"), "folders inside are read: {detect:#?}");
+    let cycles: Vec<String> = ["tracer", "tracer-common", "tracer-model", "xtask", "tests"].into_iter().flat_map(|c| cycles_in(&crate_root(c))).collect();
+    assert!(cycles.is_empty(), "import cycles:\n{}", cycles.join("\n"));
+}
+
+#[test]
+fn the_pure_stages_import_no_output_nor_the_machine() {
+    // Decoding, the evidence and the detectors are functions of their inputs: a recording's
+    // offline report is the live one. What they may not reach: the terminal and the files
+    // written (`output`), the probes and the ring (`probes`, `collect`), the sequencing
+    // above them (`session`, `cli`, `report`, `export`, `sweep`).
+    let top = &sibling_graphs(&source_root())[&Vec::new()];
+    let machine = ["output", "probes", "collect", "session", "cli", "report", "export", "sweep", "serve", "top", "record", "doctor"];
+    for stage in ["decode", "evidence", "detect"] {
+        let reached: Vec<&String> = top.get(stage).into_iter().flatten().filter(|m| machine.contains(&m.as_str())).collect();
+        assert!(reached.is_empty(), "{stage} imports {reached:?}");
+    }
+}
+
+#[test]
+fn a_cycle_between_two_files_of_a_folder_is_caught() {
+    let dir = std::env::temp_dir().join(format!("gputrace-house-cycle-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(dir.join("a")).expect("scratch");
+    fs::write(dir.join("lib.rs"), "mod a;\nmod c;\n").expect("write");
+    fs::write(dir.join("c.rs"), "use crate::a::x;\n").expect("write");
+    fs::write(dir.join("a/mod.rs"), "mod x;\nmod y;\n").expect("write");
+    fs::write(dir.join("a/x.rs"), "use super::y::Y;\nfn f() { crate::c::g() }\n").expect("write");
+    fs::write(dir.join("a/y.rs"), "use super::{x::X, super::c};\n#[cfg(test)]\nmod tests { use crate::a::x; }\n").expect("write");
+    let graphs = sibling_graphs(&dir);
+    assert_eq!(graphs[&vec!["a".to_owned()]]["y"], ["x".to_owned()].into(), "{graphs:#?}");
+    let cycles = cycles_in(&dir);
+    assert_eq!(cycles.len(), 2, "x ↔ y inside a/, and a ↔ c at the top: {cycles:?}");
+    let _ = fs::remove_dir_all(&dir);
 }
 
 /// The dependencies a crate's manifest names under `[dependencies]`.
@@ -197,12 +362,14 @@ fn test_items_are_left_out_and_what_follows_them_is_read() {
     fs::create_dir_all(&dir).expect("scratch");
     let file = dir.join("m.rs");
     fs::write(&file, "use crate::a;\n#[cfg(test)]\nmod tests { use crate::b; fn f() { if x { crate::c } } }\n#[cfg(test)]\nuse crate::d;\nfn g() { crate::e::h() } // crate::z\n").expect("write");
-    assert_eq!(crate_paths(&code_of(&file)), ["a", "e"].into_iter().map(String::from).collect());
+    let firsts: BTreeSet<String> = paths(&code_of(&file)).into_iter().filter(|p| p[0] == "crate").map(|p| p[1].clone()).collect();
+    assert_eq!(firsts, ["a", "e"].into_iter().map(String::from).collect());
     let _ = fs::remove_dir_all(&dir);
 }
 
 #[test]
-fn the_reader_of_imports_sees_groups_and_paths() {
-    let code = "use crate::{a::x, b, c::{d, e}};\nlet v = crate::f::g(crate::h);";
-    assert_eq!(crate_paths(code), ["a", "b", "c", "f", "h"].into_iter().map(String::from).collect());
+fn the_reader_of_paths_sees_groups_and_paths() {
+    let code = "use crate::{a::x, b, c::{d, e::{f, g as h}}};\nlet v = crate::f::g(crate::h);\nuse super::{super::k, m};";
+    let found: Vec<String> = paths(code).into_iter().map(|p| p.join("::")).collect();
+    assert_eq!(found, ["crate::a::x", "crate::b", "crate::c::d", "crate::c::e::f", "crate::c::e::g", "crate::f::g", "crate::h", "super::super::k", "super::m"], "{found:?}");
 }

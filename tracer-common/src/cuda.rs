@@ -13,7 +13,9 @@ use core::mem::{offset_of, size_of};
 
 /// `CUmemorytype` (cuda.h).
 pub mod memory_type {
+    /// Host memory: the copy's end is `srcHost` / `dstHost`.
     pub const HOST: u64 = 1;
+    /// Device memory: the copy's end is `srcDevice` / `dstDevice`.
     pub const DEVICE: u64 = 2;
     /// A CUDA array: device memory with an opaque layout.
     pub const ARRAY: u64 = 3;
@@ -44,23 +46,41 @@ pub mod slot {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Memcpy2D {
+    /// `srcXInBytes`: the source's first column, in bytes.
     pub src_x_in_bytes: u64,
+    /// `srcY`: the source's first row.
     pub src_y: u64,
+    /// `srcMemoryType`: one of [`memory_type`].
     pub src_memory_type: u32,
+    /// The 4 bytes of padding the C compiler puts after `srcMemoryType`.
     pub src_pad: u32,
+    /// `srcHost`: the source in host memory.
     pub src_host: u64,
+    /// `srcDevice`: the source in device memory (or a unified address).
     pub src_device: u64,
+    /// `srcArray`: the source CUDA array.
     pub src_array: u64,
+    /// `srcPitch`: bytes per row of the source.
     pub src_pitch: u64,
+    /// `dstXInBytes`: the destination's first column, in bytes.
     pub dst_x_in_bytes: u64,
+    /// `dstY`: the destination's first row.
     pub dst_y: u64,
+    /// `dstMemoryType`: one of [`memory_type`].
     pub dst_memory_type: u32,
+    /// The 4 bytes of padding the C compiler puts after `dstMemoryType`.
     pub dst_pad: u32,
+    /// `dstHost`: the destination in host memory.
     pub dst_host: u64,
+    /// `dstDevice`: the destination in device memory (or a unified address).
     pub dst_device: u64,
+    /// `dstArray`: the destination CUDA array.
     pub dst_array: u64,
+    /// `dstPitch`: bytes per row of the destination.
     pub dst_pitch: u64,
+    /// `WidthInBytes`: bytes copied per row.
     pub width_in_bytes: u64,
+    /// `Height`: rows copied.
     pub height: u64,
 }
 const _: () = assert!(size_of::<Memcpy2D>() == 128);
@@ -69,32 +89,59 @@ const _: () = assert!(size_of::<Memcpy2D>() == 128);
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Memcpy3D {
+    /// `srcXInBytes`: the source's first column, in bytes.
     pub src_x_in_bytes: u64,
+    /// `srcY`: the source's first row.
     pub src_y: u64,
+    /// `srcZ`: the source's first slice.
     pub src_z: u64,
+    /// `srcLOD`: the source's level of detail.
     pub src_lod: u64,
+    /// `srcMemoryType`: one of [`memory_type`].
     pub src_memory_type: u32,
+    /// The 4 bytes of padding the C compiler puts after `srcMemoryType`.
     pub src_pad: u32,
+    /// `srcHost`: the source in host memory.
     pub src_host: u64,
+    /// `srcDevice`: the source in device memory (or a unified address).
     pub src_device: u64,
+    /// `srcArray`: the source CUDA array.
     pub src_array: u64,
+    /// `reserved0`: must be NULL.
     pub reserved0: u64,
+    /// `srcPitch`: bytes per row of the source.
     pub src_pitch: u64,
+    /// `srcHeight`: rows per slice of the source.
     pub src_height: u64,
+    /// `dstXInBytes`: the destination's first column, in bytes.
     pub dst_x_in_bytes: u64,
+    /// `dstY`: the destination's first row.
     pub dst_y: u64,
+    /// `dstZ`: the destination's first slice.
     pub dst_z: u64,
+    /// `dstLOD`: the destination's level of detail.
     pub dst_lod: u64,
+    /// `dstMemoryType`: one of [`memory_type`].
     pub dst_memory_type: u32,
+    /// The 4 bytes of padding the C compiler puts after `dstMemoryType`.
     pub dst_pad: u32,
+    /// `dstHost`: the destination in host memory.
     pub dst_host: u64,
+    /// `dstDevice`: the destination in device memory (or a unified address).
     pub dst_device: u64,
+    /// `dstArray`: the destination CUDA array.
     pub dst_array: u64,
+    /// `reserved1`: must be NULL.
     pub reserved1: u64,
+    /// `dstPitch`: bytes per row of the destination.
     pub dst_pitch: u64,
+    /// `dstHeight`: rows per slice of the destination.
     pub dst_height: u64,
+    /// `WidthInBytes`: bytes copied per row.
     pub width_in_bytes: u64,
+    /// `Height`: rows copied per slice.
     pub height: u64,
+    /// `Depth`: slices copied.
     pub depth: u64,
 }
 const _: () = assert!(size_of::<Memcpy3D>() == 200);
@@ -103,13 +150,21 @@ const _: () = assert!(size_of::<Memcpy3D>() == 200);
 /// Memory types are 4-byte reads; every other field is an 8-byte read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CopyLayout {
+    /// `srcMemoryType`.
     pub src_type: u64,
+    /// `srcHost`.
     pub src_host: u64,
+    /// `srcDevice`.
     pub src_device: u64,
+    /// `dstMemoryType`.
     pub dst_type: u64,
+    /// `dstHost`.
     pub dst_host: u64,
+    /// `dstDevice`.
     pub dst_device: u64,
+    /// `WidthInBytes`.
     pub width: u64,
+    /// `Height`.
     pub height: u64,
     /// 3D copies only.
     pub depth: Option<u64>,
@@ -122,6 +177,7 @@ macro_rules! at {
     };
 }
 
+/// Where a 2D copy's entry reads its `CUDA_MEMCPY2D`.
 pub const MEMCPY2D: CopyLayout = CopyLayout {
     src_type: at!(Memcpy2D, src_memory_type),
     src_host: at!(Memcpy2D, src_host),
@@ -134,6 +190,7 @@ pub const MEMCPY2D: CopyLayout = CopyLayout {
     depth: None,
 };
 
+/// Where a 3D copy's entry reads its `CUDA_MEMCPY3D`.
 pub const MEMCPY3D: CopyLayout = CopyLayout {
     src_type: at!(Memcpy3D, src_memory_type),
     src_host: at!(Memcpy3D, src_host),

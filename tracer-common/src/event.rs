@@ -30,13 +30,18 @@ pub const KIND_PY_FRAMES: u32 = 61;
 /// `clone_flags` bit that marks a new thread rather than a new process (linux/sched.h).
 pub const CLONE_THREAD: u64 = 0x0001_0000;
 
+/// The start of every record: which struct follows, and which thread it is about.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EventHeader {
+    /// One of the `KIND_*` constants.
     pub kind: u32,
     /// Probe id for call events, 0 otherwise.
     pub probe: u32,
+    /// Process (thread group) of the thread the record is about.
     pub tgid: u32,
+    /// The thread the record is about: the caller, the woken thread, the submitter of a block
+    /// request.
     pub tid: u32,
     /// `bpf_ktime_get_ns` (`CLOCK_MONOTONIC`) when the record was written.
     pub ts_ns: u64,
@@ -47,6 +52,7 @@ const _: () = assert!(core::mem::size_of::<EventHeader>() == 24);
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CallEvent {
+    /// `KIND_CALL`, with the call's probe id.
     pub header: EventHeader,
     /// Entry time; `header.ts_ns` is the return time.
     pub start_ns: u64,
@@ -65,7 +71,10 @@ const _: () = assert!(core::mem::size_of::<CallEvent>() == 24 + 8 + 8 * CALL_ARG
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IdleEndEvent {
+    /// `KIND_IDLE_END`, with the launch's probe id; `ts_ns` is the launch.
     pub header: EventHeader,
+    /// When the draining call returned (monotonic ns): the queue was empty from then to
+    /// `header.ts_ns`.
     pub drained_at_ns: u64,
 }
 const _: () = assert!(core::mem::size_of::<IdleEndEvent>() == 32);
@@ -74,9 +83,12 @@ const _: () = assert!(core::mem::size_of::<IdleEndEvent>() == 32);
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TaskEvent {
+    /// `KIND_TASK_NEW`, `KIND_TASK_EXIT` or `KIND_TASK_EXEC`, for the task that created, exited or
+    /// exec'd.
     pub header: EventHeader,
     /// New task's id (`KIND_TASK_NEW`), 0 otherwise.
     pub child_tid: u32,
+    /// Explicit padding, always 0.
     #[expect(
         clippy::pub_underscore_fields,
         reason = "explicit padding of a wire struct; public so both sides can build it with a literal"
@@ -91,7 +103,9 @@ const _: () = assert!(core::mem::size_of::<TaskEvent>() == 40);
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SchedFinalEvent {
+    /// `KIND_SCHED_FINAL`, for the dying thread.
     pub header: EventHeader,
+    /// Its totals, as they were in `SCHED`.
     pub sched: ThreadSched,
 }
 const _: () = assert!(core::mem::size_of::<SchedFinalEvent>() == 24 + 64);
@@ -101,12 +115,15 @@ const _: () = assert!(core::mem::size_of::<SchedFinalEvent>() == 24 + 64);
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LongSleepEvent {
+    /// `KIND_LONG_SLEEP`.
     pub header: EventHeader,
+    /// When the spell began: the switch out (monotonic ns).
     pub start_ns: u64,
     /// The wakeup, as counted in the `WAKES` map.
     pub wake: crate::host::WakeKey,
     /// 1 for an uninterruptible (`D`) spell.
     pub blocked: u32,
+    /// Explicit padding, always 0.
     #[expect(clippy::pub_underscore_fields, reason = "explicit padding: wire types have no implicit padding")]
     pub _reserved: u32,
 }
@@ -117,9 +134,13 @@ const _: () = assert!(core::mem::size_of::<LongSleepEvent>() == 24 + 8 + 24 + 8)
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IoEvent {
+    /// `KIND_IO`, for the thread that submitted the request.
     pub header: EventHeader,
+    /// Submission time (monotonic ns).
     pub start_ns: u64,
+    /// The request's device: `major << 20 | minor`, as the block tracepoints give it.
     pub dev: u32,
+    /// Bytes the completion covered (the size at submission where it gave none).
     pub bytes: u32,
     /// First four characters of `rwbs`, little-endian.
     pub rwbs: u32,
@@ -165,8 +186,12 @@ pub struct UserStackHead {
     /// The frame-pointer stack of the same moment (`USER_STACKS`, or `ALLOC_STACKS` for
     /// allocations); negative where it could not be taken.
     pub fp_stack_id: i64,
+    /// The user instruction pointer, from the registers saved at the thread's entry into the
+    /// kernel.
     pub ip: u64,
+    /// The user stack pointer: where the copied bytes start.
     pub sp: u64,
+    /// The user frame pointer (`rbp`).
     pub bp: u64,
     /// One of [`stack_source`].
     pub source: u32,
@@ -188,6 +213,7 @@ const _: () = assert!(core::mem::size_of::<UserStackHead>() == 24 + 8 * 5 + 8 + 
 pub struct ReturnAddrs {
     /// Addresses of the stack words that held the return addresses (0: none).
     pub slots: [u64; 2],
+    /// What those words held: the return addresses before the trampoline replaced them.
     pub values: [u64; 2],
 }
 const _: () = assert!(core::mem::size_of::<ReturnAddrs>() == 32);
@@ -196,7 +222,9 @@ const _: () = assert!(core::mem::size_of::<ReturnAddrs>() == 32);
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct UserStackEvent {
+    /// The registers and where the stack was copied from.
     pub head: UserStackHead,
+    /// The stack bytes from `head.sp` up; the first `head.len` are valid.
     pub stack: [u8; STACK_COPY_BYTES],
 }
 const _: () = assert!(core::mem::size_of::<UserStackEvent>() == core::mem::size_of::<UserStackHead>() + STACK_COPY_BYTES);

@@ -4,6 +4,7 @@
 /// of its time in [`ThreadSched::spent_ns`]; the kernel side indexes with `state & 3`, a bound
 /// the verifier can see.
 pub mod state {
+    /// On a CPU.
     pub const RUNNING: u32 = 0;
     /// Runnable, waiting for a CPU (preempted, or woken and not yet running).
     pub const RUNNABLE: u32 = 1;
@@ -11,6 +12,7 @@ pub mod state {
     pub const BLOCKED: u32 = 2;
     /// Interruptible sleep (`S`) and anything else off-CPU by choice.
     pub const SLEEPING: u32 = 3;
+    /// Number of states: the length of `ThreadSched::spent_ns`.
     pub const COUNT: usize = 4;
 }
 
@@ -19,9 +21,13 @@ pub mod state {
 /// bit, `IDLE` for `TASK_IDLE`, `PREEMPTED` for a task preempted while runnable, 0 for one that
 /// yielded runnable. The raw tracepoint passes the task's raw state; [`from_raw`] encodes it.
 pub mod prev_state {
+    /// Interruptible sleep (`S`).
     pub const TASK_INTERRUPTIBLE: u64 = 0x1;
+    /// Uninterruptible sleep (`D`).
     pub const TASK_UNINTERRUPTIBLE: u64 = 0x2;
+    /// Dead, being reaped (`X`): the task's last switch.
     pub const EXIT_DEAD: u64 = 0x10;
+    /// A zombie (`Z`): the task's last switch.
     pub const EXIT_ZOMBIE: u64 = 0x20;
     /// `TASK_REPORT_IDLE`: an uninterruptible wait that is not counted as load (`I`).
     pub const IDLE: u64 = 0x80;
@@ -64,6 +70,7 @@ pub mod prev_state {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadSched {
+    /// Process the thread belongs to.
     pub tgid: u32,
     /// One of [`state`].
     pub state: u32,
@@ -73,6 +80,7 @@ pub struct ThreadSched {
     pub spent_ns: [u64; state::COUNT],
     /// Switches out while still runnable (involuntary) and by blocking or sleeping.
     pub preemptions: u64,
+    /// Switches out to block or sleep.
     pub voluntary_switches: u64,
 }
 const _: () = assert!(core::mem::size_of::<ThreadSched>() == 64);
@@ -92,6 +100,7 @@ pub struct WakeKey {
     pub stack_id: i64,
     /// 1 when the woken thread was inside a probed CUDA call (a sync or copy waiting).
     pub in_cuda: u32,
+    /// Explicit padding, always 0.
     #[expect(clippy::pub_underscore_fields, reason = "explicit padding: wire types have no implicit padding")]
     pub _reserved: u32,
 }
@@ -101,6 +110,7 @@ const _: () = assert!(core::mem::size_of::<WakeKey>() == 24);
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WakeStats {
+    /// Wakeups of this kind.
     pub count: u64,
     /// Off-CPU time the wakeups ended (sleep or uninterruptible wait before each).
     pub ns: u64,
@@ -108,8 +118,10 @@ pub struct WakeStats {
     pub blocked_ns: u64,
     /// The waker thread at the first such wakeup, and its command name then.
     pub waker_tid: u32,
+    /// Explicit padding, always 0.
     #[expect(clippy::pub_underscore_fields, reason = "explicit padding: wire types have no implicit padding")]
     pub _reserved: u32,
+    /// The waker's command name (`comm`, NUL-padded) at that first wakeup.
     pub waker_comm: [u8; 16],
 }
 const _: () = assert!(core::mem::size_of::<WakeStats>() == 48);
@@ -120,7 +132,9 @@ const _: () = assert!(core::mem::size_of::<WakeStats>() == 48);
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct SampleKey {
+    /// Process of the traced thread.
     pub tgid: u32,
+    /// The traced thread.
     pub tid: u32,
     /// The user stack in `USER_STACKS`; negative where it could not be taken.
     pub stack_id: i64,
@@ -148,7 +162,9 @@ const _: () = assert!(core::mem::size_of::<SampleStats>() == 16);
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TrapSamples {
+    /// Process the thread belongs to.
     pub tgid: u32,
+    /// Explicit padding, always 0.
     #[expect(clippy::pub_underscore_fields, reason = "explicit padding: wire types have no implicit padding")]
     pub _reserved: u32,
     /// CPU samples that found the thread on a CPU.
@@ -166,8 +182,12 @@ const _: () = assert!(core::mem::size_of::<TrapSamples>() == 24);
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OffCpuStart {
+    /// The stack (a `USER_STACKS` id, or a copied stack's id); negative where it could not be
+    /// taken.
     pub stack_id: i64,
+    /// The probe id of the CUDA call the thread was in, or [`stacks::HOST`].
     pub probe: u32,
+    /// Explicit padding, always 0.
     #[expect(clippy::pub_underscore_fields, reason = "explicit padding: wire types have no implicit padding")]
     pub _reserved: u32,
     /// When `stack_id` was taken.
@@ -184,10 +204,15 @@ const _: () = assert!(core::mem::size_of::<OffCpuStart>() == 24);
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CallStack {
+    /// The stack (a `USER_STACKS` id, or a copied stack's id); negative where it could not be
+    /// taken.
     pub stack_id: i64,
+    /// The probe id of the call whose entry took it.
     pub probe: u32,
+    /// Explicit padding, always 0.
     #[expect(clippy::pub_underscore_fields, reason = "explicit padding: wire types have no implicit padding")]
     pub _reserved: u32,
+    /// When the stack was taken (monotonic ns).
     pub taken_ns: u64,
 }
 const _: () = assert!(core::mem::size_of::<CallStack>() == 24);
@@ -197,10 +222,14 @@ const _: () = assert!(core::mem::size_of::<CallStack>() == 24);
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct CallSite {
+    /// The calling thread.
     pub tid: u32,
+    /// Explicit padding, always 0.
     #[expect(clippy::pub_underscore_fields, reason = "explicit padding: wire types have no implicit padding")]
     pub _reserved: u32,
+    /// Its stack pointer at the call's entry.
     pub sp: u64,
+    /// The call's return address.
     pub ret: u64,
 }
 const _: () = assert!(core::mem::size_of::<CallSite>() == 24);
@@ -223,9 +252,12 @@ pub const LONG_SLEEP_NS: u64 = 500_000_000;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IoKey {
+    /// The request's device: `major << 20 | minor`, as the block tracepoints give it.
     pub dev: u32,
+    /// Explicit padding, always 0.
     #[expect(clippy::pub_underscore_fields, reason = "explicit padding: wire types have no implicit padding")]
     pub _reserved: u32,
+    /// Its first sector (0 for passthrough requests, as the tracepoints give them).
     pub sector: u64,
 }
 const _: () = assert!(core::mem::size_of::<IoKey>() == 16);
@@ -234,9 +266,13 @@ const _: () = assert!(core::mem::size_of::<IoKey>() == 16);
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IoStart {
+    /// Process of the submitting thread.
     pub tgid: u32,
+    /// The submitting thread.
     pub tid: u32,
+    /// Submission time (monotonic ns).
     pub start_ns: u64,
+    /// The request's size at submission (`__data_len`), in bytes.
     pub bytes: u32,
     /// First four characters of `rwbs` (`R`, `W`, `D`, `F` and modifiers).
     pub rwbs: u32,
@@ -262,15 +298,19 @@ pub struct Layout {
     pub switch_passes_state: u32,
     /// `request.q`, then `request_queue.disk` (5.16 and later)...
     pub rq_q: u32,
+    /// `request_queue.disk`.
     pub queue_disk: u32,
     /// ...or `request.rq_disk` (before): whichever this kernel has.
     pub rq_disk: u32,
     /// `gendisk.major` and `gendisk.first_minor`: the device, as the tracepoints' `dev`.
     pub disk_major: u32,
+    /// `gendisk.first_minor`.
     pub disk_first_minor: u32,
     /// `request.__sector`, `request.__data_len` and `request.cmd_flags`.
     pub rq_sector: u32,
+    /// `request.__data_len`.
     pub rq_data_len: u32,
+    /// `request.cmd_flags`.
     pub rq_cmd_flags: u32,
 }
 const _: () = assert!(core::mem::size_of::<Layout>() == 52);

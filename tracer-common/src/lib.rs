@@ -4,6 +4,7 @@
 //! pinned by a `const` assertion, so both sides read the same bytes. Event kinds and probe
 //! ids are stable numbers: a recording written by one version is read by the next.
 #![no_std]
+#![deny(missing_docs)]
 
 pub mod cuda;
 pub mod event;
@@ -57,6 +58,7 @@ pub mod loss {
     /// A user stack could not be copied for unwinding (the ring buffer was full): its frame
     /// pointer stack stands in for it.
     pub const STACK_COPY_FAILED: u32 = 10;
+    /// Number of loss counters: the length of `LOSS`.
     pub const COUNT: u32 = 11;
 }
 
@@ -68,10 +70,12 @@ pub const INFLIGHT_SLOTS: usize = 2;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct InflightSlot {
+    /// The call's probe id; 0: the slot is free.
     pub probe: u32,
     /// The call epoch the call was entered in (`call_epoch`), or [`call_epoch::NEVER`] for
     /// a probe the overhead budget never takes off.
     pub epoch: u32,
+    /// Its entry time and saved arguments.
     pub call: InflightCall,
 }
 
@@ -124,6 +128,7 @@ const _: () = assert!(core::mem::size_of::<InflightSlot>() == 8 + core::mem::siz
 pub struct ThreadCounters {
     /// Process (thread group) the thread belongs to.
     pub tgid: u32,
+    /// Explicit padding, always 0.
     #[expect(clippy::pub_underscore_fields, reason = "explicit padding: wire types have no implicit padding")]
     pub _reserved: u16,
     /// The probe id of the call entered last: which call the thread is in while
@@ -174,7 +179,9 @@ impl ThreadCounters {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct InflightCall {
+    /// Entry time (`bpf_ktime_get_ns`, monotonic ns).
     pub start_ns: u64,
+    /// The saved arguments: the raw ones, or as `cuda::slot` and `nccl::slot` lay them out.
     pub args: [u64; CALL_ARGS],
 }
 const _: () = assert!(core::mem::size_of::<InflightCall>() == 8 + 8 * CALL_ARGS);

@@ -10,12 +10,19 @@
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Op {
+    /// `ncclAllReduce`.
     AllReduce = 1,
+    /// `ncclAllGather`.
     AllGather = 2,
+    /// `ncclReduceScatter`.
     ReduceScatter = 3,
+    /// `ncclBroadcast`.
     Broadcast = 4,
+    /// `ncclReduce`.
     Reduce = 5,
+    /// `ncclSend`.
     Send = 6,
+    /// `ncclRecv`.
     Recv = 7,
 }
 
@@ -41,15 +48,19 @@ pub const NONE: u8 = u8::MAX;
 /// Argument positions (0-based) of one collective.
 #[derive(Clone, Copy, Debug)]
 pub struct Layout {
+    /// What the call does.
     pub op: Op,
     /// Element count as the call gives it: the whole buffer for all-reduce, broadcast,
     /// reduce, send and recv; each rank's part for all-gather (`sendcount`) and
     /// reduce-scatter (`recvcount`).
     pub count: u8,
+    /// The element type (`ncclDataType_t`).
     pub datatype: u8,
     /// The reduction, the root or the peer (`NONE` for all-gather).
     pub extra: u8,
+    /// The communicator (`ncclComm_t`).
     pub comm: u8,
+    /// The CUDA stream the call is queued on.
     pub stream: u8,
 }
 
@@ -74,10 +85,15 @@ pub const RECV: Layout = layout(Op::Recv, 1, 2, 3, 4, 5);
 
 /// Where a collective's entry stores its arguments in the call's slots.
 pub mod slot {
+    /// Element count (`Layout::count`).
     pub const COUNT: usize = 0;
+    /// Element type (`Layout::datatype`).
     pub const DATATYPE: usize = 1;
+    /// Reduction, root or peer (`Layout::extra`; 0 where the call has none).
     pub const EXTRA: usize = 2;
+    /// Communicator (`Layout::comm`).
     pub const COMM: usize = 3;
+    /// Stream (`Layout::stream`).
     pub const STREAM: usize = 4;
 }
 
@@ -87,7 +103,9 @@ pub mod slot {
 pub mod init {
     /// The `ncclComm_t*` the call fills (`crate::ProbeSpec::out_arg`).
     pub const COMM_OUT: usize = 0;
+    /// `nranks`: the communicator's number of ranks.
     pub const NRANKS: usize = 1;
+    /// `rank`: the caller's rank in it.
     pub const RANK: usize = 2;
 }
 

@@ -74,8 +74,11 @@ pub enum Family {
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CopyDir {
+    /// Host to device (`cuMemcpyHtoD*`).
     HostToDevice = 1,
+    /// Device to host (`cuMemcpyDtoH*`).
     DeviceToHost = 2,
+    /// Device to device (`cuMemcpyDtoD*`).
     DeviceToDevice = 3,
     /// Unified-addressing copies (`cuMemcpy`, `cuMemcpyAsync`): decided from the pointers.
     Infer = 4,
@@ -125,9 +128,14 @@ pub enum Wait {
 /// One probed symbol and how to read its arguments.
 #[derive(Clone, Copy, Debug)]
 pub struct ProbeSpec {
+    /// Stable id (see the module docs): its hit slot and the `probe` of its records.
     pub id: u32,
+    /// The symbol probed, and the name of its eBPF program; for `Family::Block`, the program's name
+    /// only (the symbol is found by [`ALLOCATOR_SYMBOLS`]).
     pub symbol: &'static str,
+    /// What the call does.
     pub family: Family,
+    /// A copy's direction; `CopyDir::None` for every other call.
     pub copy: CopyDir,
     /// Index of the argument holding the byte count (copies, memsets, allocations).
     pub size_arg: Option<u8>,

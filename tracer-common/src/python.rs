@@ -43,6 +43,7 @@ pub struct PyLayout {
     /// One block in this many has its frames read ([`PY_CAPTURE_ONE_IN`]; 1: every one, for
     /// tests of short jobs, `GPUTRACE_PY_FRAMES_ONE_IN`).
     pub capture_one_in: u32,
+    /// Explicit padding, always 0.
     #[expect(
         clippy::pub_underscore_fields,
         reason = "explicit padding of a wire struct; public so both sides can build it with a literal"
@@ -101,7 +102,9 @@ const fn window_word(off: u32) -> bool {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PyFrameRef {
+    /// The frame's code object (0: no frame).
     pub code: u64,
+    /// Where the frame was: its `prev_instr` or `instr_ptr`.
     pub instr: u64,
 }
 const _: () = assert!(core::mem::size_of::<PyFrameRef>() == 16);
@@ -112,7 +115,9 @@ const _: () = assert!(core::mem::size_of::<PyFrameRef>() == 16);
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PyFramesEvent {
+    /// `KIND_PY_FRAMES`, for the allocating thread.
     pub header: EventHeader,
+    /// The block's address (the allocator report's argument 0).
     pub block: u64,
     /// Frame slots filled, innermost first (at most [`PY_MAX_FRAMES`]): a slot whose code is 0
     /// holds no frame (a frame skipped, or past the outermost).
@@ -120,6 +125,7 @@ pub struct PyFramesEvent {
     /// 1: the frames are the main thread's, read for a thread with none of its own (its work
     /// is done for the Python call the main thread waits in).
     pub borrowed: u32,
+    /// The frames, innermost first.
     pub frames: [PyFrameRef; PY_MAX_FRAMES],
 }
 const _: () = assert!(core::mem::size_of::<PyFramesEvent>() == 24 + 16 + 16 * PY_MAX_FRAMES);

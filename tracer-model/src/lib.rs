@@ -1099,115 +1099,85 @@ pub struct Distribution {
     pub samples: usize,
 }
 
-/// What a diagnosis is, and the verdict's word: the JSON names (`launch-bound`, …) that
-/// docs/report.md lists and scripts match on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum DiagnosisId {
-    /// The host launch path (Python, driver) paces the GPU.
-    LaunchBound,
-    /// Host work between launches leaves the GPU waiting.
-    HostBound,
-    /// A sync every step (`.item()`, `synchronize`) empties the GPU queue.
-    HostSync,
-    /// Copies from pageable host memory.
-    PageableCopy,
-    /// Copies the host waits for.
-    BlockingCopy,
-    /// Device memory allocated and freed every step.
-    AllocChurn,
-    /// Training threads runnable but not running.
-    CpuStarved,
-    /// The training thread blocked on disk reads.
-    IoStall,
-    /// The training thread waits for its input (a DataLoader).
-    InputStarved,
-    /// The training thread sleeps between steps.
-    HostSleep,
-    /// Kernels too small to fill the GPU.
-    SmallKernels,
-    /// A periodic save of device state stalls the training.
-    CheckpointStall,
-    /// The GPU is the limiter (healthy).
-    GpuBound,
-    /// An allocation failed for lack of device memory.
-    Oom,
-    /// Allocations fail while memory is free in pieces.
-    Fragmentation,
-    /// Device memory grows every step.
-    MemoryGrowth,
-    /// Memory reserved through the driver and never used.
-    MemoryReserved,
-    /// A verdict only: no CUDA work was seen.
-    NoCudaWork,
-    /// A verdict only: CUDA work, no detector fired, and nothing says the GPU is the limiter.
-    NoBottleneckFound,
-    /// One rank's host phase makes the other ranks wait in their collectives.
-    Straggler,
-    /// Collectives, not compute nor a rank, bound the step.
-    CommBound,
+/// Declares [`DiagnosisId`] from one row per diagnosis (`Variant = "json-name"`, under its
+/// doc): the enum, its JSON name (the serde name and [`DiagnosisId::as_str`] are the same
+/// literal), [`DiagnosisId::ALL`] and [`DiagnosisId::index`]. A new diagnosis is one row here,
+/// and its definition in `tracer/src/detect/diagnoses/` (docs/development.md).
+macro_rules! diagnosis_ids {
+    ($($(#[doc = $doc:literal])* $variant:ident = $name:literal,)*) => {
+        /// What a diagnosis is, and the verdict's word: the JSON names (`launch-bound`, …) that
+        /// docs/report.md lists and scripts match on.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+        pub enum DiagnosisId {
+            $($(#[doc = $doc])* #[serde(rename = $name)] $variant,)*
+        }
+
+        impl DiagnosisId {
+            /// How many there are.
+            pub const COUNT: usize = [$($name),*].len();
+            /// Every id, in [`Self::index`] order (the order of declaration).
+            pub const ALL: [Self; Self::COUNT] = [$(Self::$variant),*];
+
+            /// Its place in [`Self::ALL`].
+            #[must_use]
+            pub const fn index(self) -> usize {
+                self as usize
+            }
+
+            /// The name the JSON reports use.
+            #[must_use]
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $name,)*
+                }
+            }
+        }
+    };
 }
 
-impl DiagnosisId {
-    /// Every id, in [`Self::index`] order.
-    pub const ALL: [Self; 21] = [Self::LaunchBound, Self::HostBound, Self::HostSync, Self::PageableCopy, Self::BlockingCopy, Self::AllocChurn, Self::CpuStarved, Self::IoStall, Self::InputStarved, Self::HostSleep, Self::SmallKernels, Self::CheckpointStall, Self::GpuBound, Self::Oom, Self::Fragmentation, Self::MemoryGrowth, Self::MemoryReserved, Self::NoCudaWork, Self::NoBottleneckFound, Self::Straggler, Self::CommBound];
-
-    /// Its place in [`Self::ALL`] (an exhaustive match: a new id gets a place here, and
-    /// `detect::catalog`'s test then finds `ALL` short until it is listed there too).
-    #[must_use]
-    pub const fn index(self) -> usize {
-        match self {
-            Self::LaunchBound => 0,
-            Self::HostBound => 1,
-            Self::HostSync => 2,
-            Self::PageableCopy => 3,
-            Self::BlockingCopy => 4,
-            Self::AllocChurn => 5,
-            Self::CpuStarved => 6,
-            Self::IoStall => 7,
-            Self::InputStarved => 8,
-            Self::HostSleep => 9,
-            Self::SmallKernels => 10,
-            Self::CheckpointStall => 11,
-            Self::GpuBound => 12,
-            Self::Oom => 13,
-            Self::Fragmentation => 14,
-            Self::MemoryGrowth => 15,
-            Self::MemoryReserved => 16,
-            Self::NoCudaWork => 17,
-            Self::NoBottleneckFound => 18,
-            Self::Straggler => 19,
-            Self::CommBound => 20,
-        }
-    }
-
-    /// The name the JSON reports use.
-    #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::LaunchBound => "launch-bound",
-            Self::HostBound => "host-bound",
-            Self::HostSync => "host-sync",
-            Self::PageableCopy => "pageable-copy",
-            Self::BlockingCopy => "blocking-copy",
-            Self::AllocChurn => "alloc-churn",
-            Self::CpuStarved => "cpu-starved",
-            Self::IoStall => "io-stall",
-            Self::InputStarved => "input-starved",
-            Self::HostSleep => "host-sleep",
-            Self::SmallKernels => "small-kernels",
-            Self::CheckpointStall => "checkpoint-stall",
-            Self::GpuBound => "gpu-bound",
-            Self::Oom => "oom",
-            Self::Fragmentation => "fragmentation",
-            Self::MemoryGrowth => "memory-growth",
-            Self::MemoryReserved => "memory-reserved",
-            Self::NoCudaWork => "no-cuda-work",
-            Self::NoBottleneckFound => "no-bottleneck-found",
-            Self::Straggler => "straggler",
-            Self::CommBound => "comm-bound",
-        }
-    }
+diagnosis_ids! {
+    /// The host launch path (Python, driver) paces the GPU.
+    LaunchBound = "launch-bound",
+    /// Host work between launches leaves the GPU waiting.
+    HostBound = "host-bound",
+    /// A sync every step (`.item()`, `synchronize`) empties the GPU queue.
+    HostSync = "host-sync",
+    /// Copies from pageable host memory.
+    PageableCopy = "pageable-copy",
+    /// Copies the host waits for.
+    BlockingCopy = "blocking-copy",
+    /// Device memory allocated and freed every step.
+    AllocChurn = "alloc-churn",
+    /// Training threads runnable but not running.
+    CpuStarved = "cpu-starved",
+    /// The training thread blocked on disk reads.
+    IoStall = "io-stall",
+    /// The training thread waits for its input (a DataLoader).
+    InputStarved = "input-starved",
+    /// The training thread sleeps between steps.
+    HostSleep = "host-sleep",
+    /// Kernels too small to fill the GPU.
+    SmallKernels = "small-kernels",
+    /// A periodic save of device state stalls the training.
+    CheckpointStall = "checkpoint-stall",
+    /// The GPU is the limiter (healthy).
+    GpuBound = "gpu-bound",
+    /// An allocation failed for lack of device memory.
+    Oom = "oom",
+    /// Allocations fail while memory is free in pieces.
+    Fragmentation = "fragmentation",
+    /// Device memory grows every step.
+    MemoryGrowth = "memory-growth",
+    /// Memory reserved through the driver and never used.
+    MemoryReserved = "memory-reserved",
+    /// A verdict only: no CUDA work was seen.
+    NoCudaWork = "no-cuda-work",
+    /// A verdict only: CUDA work, no detector fired, and nothing says the GPU is the limiter.
+    NoBottleneckFound = "no-bottleneck-found",
+    /// One rank's host phase makes the other ranks wait in their collectives.
+    Straggler = "straggler",
+    /// Collectives, not compute nor a rank, bound the step.
+    CommBound = "comm-bound",
 }
 
 impl std::fmt::Display for DiagnosisId {

@@ -945,7 +945,7 @@ fn doctor(pid: Option<u32>, json: bool) -> i32 {
         if json {
             serde_json::to_writer_pretty(&mut *out, &findings).map_err(io::Error::from).and_then(|()| writeln!(out))
         } else {
-            out.write_all(crate::output::printable::terminal_safe(&crate::doctor::render(&findings)).as_bytes())
+            out.write_all(crate::printable::terminal_safe(&crate::doctor::render(&findings)).as_bytes())
         }
     });
     if printed != exit::OK {

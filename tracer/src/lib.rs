@@ -31,6 +31,7 @@ pub mod gpu;
 mod preflight;
 pub mod outcome;
 pub mod output;
+pub mod printable;
 pub mod probes;
 pub mod record;
 pub mod report;

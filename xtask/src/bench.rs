@@ -23,6 +23,8 @@ use std::{
 
 use anyhow::{bail, Context as _, Result};
 
+use crate::statistics::median;
+
 const STEPS: u64 = 20;
 const LAUNCHES_PER_STEP: u64 = 50_000;
 const REPEATS: usize = 5;
@@ -213,11 +215,6 @@ pub fn call_kinds(release: &Path, fake: &Path) -> Result<()> {
 /// Signal a child through kill(1), which keeps xtask free of a libc dependency.
 fn kill(pid: u32, signal: &str) {
     let _ = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status();
-}
-
-pub fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// Prints the results table on stdout: it is the command's output, meant to be pasted into

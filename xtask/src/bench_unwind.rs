@@ -13,7 +13,7 @@ use std::{path::Path, process::Command};
 
 use anyhow::{Context as _, Result};
 
-use crate::bench::median;
+use crate::statistics::median;
 
 const REPEATS: usize = 3;
 /// 20 s of the job: what stacks cost a running job. A 4 s run mostly measured what is paid

@@ -7,6 +7,7 @@ mod accuracy;
 mod bench;
 mod bench_unwind;
 mod dist;
+mod statistics;
 mod suites;
 mod toolchain;
 

@@ -109,6 +109,22 @@ pub(crate) const UTIL_BUSY: f64 = 0.85;
 pub(crate) const SM_BUSY: f64 = 0.60;
 
 impl Account {
+    /// The `sleeping` bucket split by what woke the threads (`evidence::waits`): the share of
+    /// the window asleep on a timer, and the share asleep waiting for something else. Without
+    /// waker evidence (an older kernel or recording) all of it is the latter.
+    #[must_use]
+    pub fn sleep_shares(&self) -> (f64, f64) {
+        let sleeping = self.share(|t| t.sleeping_ns);
+        let timer = self.time.as_ref().and_then(TimeAccount::sleep_split).map_or(0.0, |s| s[TIMER]);
+        (sleeping * timer, sleeping * (1.0 - timer))
+    }
+}
+
+/// Index of the timer in `WaitKind::ALL`.
+const TIMER: usize = 2;
+const _: () = assert!(matches!(crate::evidence::waits::WaitKind::ALL[TIMER], crate::evidence::waits::WaitKind::Timer));
+
+impl Account {
     /// Whether NVML says the GPU was busy (GPM where present, else utilization).
     #[must_use]
     pub fn gpu_busy(&self) -> Option<bool> {

@@ -3,6 +3,10 @@
 //! terms: its knobs, flags and environment variables (issue 35). From the stacks alone, so a
 //! recording's offline report names it as the live one does; without stacks it is unknown.
 
+use super::{
+    definition::Words,
+    diagnoses::{self, launch_bound},
+};
 use crate::{
     model::{Diagnosis, DiagnosisId},
     stacks::StackTime,
@@ -42,173 +46,27 @@ pub fn of(stacks: &[StackTime]) -> Option<Framework> {
 }
 
 /// Say each fix in `framework`'s terms where they differ from plain PyTorch's, and each
-/// memory note where PyTorch's caching allocator is not the one that holds the memory.
+/// memory note where PyTorch's caching allocator is not the one that holds the memory: the
+/// words each diagnosis's definition gives that framework (`Definition::in_framework`).
 pub fn speak(found: &mut [Diagnosis], framework: Option<Framework>) {
     let Some(fw) = framework else { return };
     for d in found {
         // A job that replays graphs already keeps the replay fix, except in JAX, whose own
         // text says the same in its terms.
-        if d.id == DiagnosisId::LaunchBound && d.fix == super::rules::REPLAYS_FIX && fw != Framework::Jax {
+        if d.id == DiagnosisId::LaunchBound && d.fix == launch_bound::REPLAYS_FIX && fw != Framework::Jax {
             continue;
         }
-        if let Some(fix) = fix_in(fw, d) {
+        let words = || diagnoses::of(d.id).in_framework.iter().filter(|(f, _)| *f == fw).map(|(_, w)| *w);
+        if let Some(fix) = words().find_map(|w| if let Words::Fix(fix) = w { Some(fix) } else { None }) {
             d.fix = fix.into();
         }
-        if let (DiagnosisId::MemoryReserved, Some(holder)) = (d.id, holder_in(fw)) {
+        if let Some(why) = words().find_map(|w| if let Words::WhyHeld(why) = w { Some(why) } else { None }) {
             // "the job holds 100 GiB (75% of the GPU): <why>": the why is the framework's.
             if let Some((held, _)) = d.summary.split_once(": ") {
-                d.summary = format!("{held}: {holder}");
+                d.summary = format!("{held}: {why}");
             }
         }
     }
-}
-
-/// Why a job of `fw` holds memory it is not using, where not PyTorch's caching allocator.
-fn holder_in(fw: Framework) -> Option<&'static str> {
-    Some(match fw {
-        Framework::Jax => "XLA's allocator preallocates a share of the GPU at start (75 % by default) and keeps it, so nvidia-smi shows it used whatever the arrays in it",
-        Framework::Tensorflow => "TensorFlow maps nearly all of the GPU's memory at start and keeps it, so nvidia-smi shows it used whatever the tensors in it",
-        Framework::Vllm => "vLLM reserves gpu_memory_utilization of the GPU (0.9 by default) at start for the weights and the KV cache, and keeps it",
-        Framework::Sglang => "SGLang reserves --mem-fraction-static of the GPU at start for the weights and the KV cache, and keeps it",
-        _ => return None,
-    })
-}
-
-/// Each framework's fix for the diagnoses it words its own way; the rest keep plain PyTorch's.
-#[rustfmt::skip]
-const FIXES: &[(Framework, &[DiagnosisId], &str)] = &[
-    (Framework::Jax, &[DiagnosisId::BlockingCopy],
-        "JAX: read results back less often (jax.device_get and np.asarray of a device array wait for it), and put the next \
-             inputs on the device with jax.device_put ahead of the step so that the copy overlaps the one running"),
-    (Framework::Jax, &[DiagnosisId::AllocChurn],
-        "JAX: keep shapes and dtypes fixed so that XLA reuses its buffers (pad batches to a few sizes); leave \
-             XLA_PYTHON_CLIENT_ALLOCATOR at its default (\"platform\" allocates and frees on every use)"),
-    (Framework::Jax, &[DiagnosisId::SmallKernels],
-        "give each dispatch more work: a larger batch, the whole step in one jax.jit, several steps in one call (jax.lax.scan), \
-             small pieces batched with jax.vmap"),
-    (Framework::Jax, &[DiagnosisId::CpuStarved],
-        "give the job its CPUs: stop or move competing processes, raise the cgroup/container CPU limit, and keep input workers \
-             (Grain's worker_count, tf.data's parallelism) and XLA's threads within the cores you have"),
-    (Framework::Jax, &[DiagnosisId::IoStall],
-        "read input ahead of the step in worker processes (grain.DataLoader(worker_count > 0), or tf.data with prefetch), \
-             and keep the data in memory or on faster storage"),
-    (Framework::Jax, &[DiagnosisId::CheckpointStall],
-        "checkpoint asynchronously and less often (orbax.checkpoint's AsyncCheckpointer, or a CheckpointManager with async saves)"),
-    (Framework::Jax, &[DiagnosisId::Fragmentation],
-        "JAX: keep shapes fixed (pad to a few bucket sizes) so that XLA reuses its buffers, lower the peak (jax.checkpoint, \
-             donate_argnums), and leave XLA the share it preallocates (XLA_PYTHON_CLIENT_MEM_FRACTION)"),
-    (Framework::Jax, &[DiagnosisId::CommBound],
-        "JAX: move fewer bytes between devices (bf16 gradients, sharding the state with jax.sharding instead of replicating \
-             it), accumulate gradients over several micro-batches before each psum, or use a faster interconnect (NVLink rather than PCIe)"),
-    (Framework::Tensorflow, &[DiagnosisId::CommBound],
-        "in TensorFlow: move fewer bytes between devices (mixed precision, gradient accumulation before each all-reduce), pack \
-             them (tf.distribute.experimental.CommunicationOptions(bytes_per_pack=...)), or use a faster interconnect (NVLink rather than PCIe)"),
-    (Framework::Tensorflow, &[DiagnosisId::BlockingCopy],
-        "in TensorFlow: read tensors back less often (.numpy() waits for the GPU), and let tf.data copy batches to the GPU ahead \
-             of the step (tf.data.experimental.prefetch_to_device)"),
-    (Framework::Tensorflow, &[DiagnosisId::AllocChurn, DiagnosisId::Fragmentation],
-        "in TensorFlow: keep shapes fixed (padded_batch to a few sizes, a tf.function input_signature) so that the allocator \
-             reuses its blocks; TF_GPU_ALLOCATOR=cuda_malloc_async lets the driver pool the memory"),
-    (Framework::Tensorflow, &[DiagnosisId::SmallKernels],
-        "in TensorFlow: fewer, larger kernels — XLA (tf.function(jit_compile=True)), a larger batch, several steps per call \
-             (model.compile(steps_per_execution=32))"),
-    (Framework::Tensorflow, &[DiagnosisId::CpuStarved],
-        "give the job its CPUs: stop or move competing processes, raise the cgroup/container CPU limit, and bound tf.data's \
-             threads (tf.data.Options().threading.private_threadpool_size) and TensorFlow's (tf.config.threading) to the cores you have"),
-    (Framework::Tensorflow, &[DiagnosisId::IoStall],
-        "in TensorFlow: read ahead in tf.data (interleave(..., num_parallel_calls=tf.data.AUTOTUNE), prefetch), and cache() \
-             the data in memory or on faster storage"),
-    (Framework::Tensorflow, &[DiagnosisId::CheckpointStall],
-        "checkpoint less often and off the step: tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True)"),
-    (Framework::Jax, &[DiagnosisId::HostSync],
-        "JAX dispatches asynchronously until a value is read: keep metrics on the device and read them every N steps, not each step \
-             (float(loss), .item(), jax.device_get and block_until_ready each wait for the GPU)"),
-    (Framework::Jax, &[DiagnosisId::Oom],
-        "lower the peak: a smaller batch, activations rematerialized (jax.checkpoint), buffers donated to the step \
-             (jax.jit(step, donate_argnums=...)); XLA_PYTHON_CLIENT_MEM_FRACTION above its 0.75 default gives XLA more of the GPU \
-             where nothing else needs it"),
-    (Framework::Jax, &[DiagnosisId::MemoryGrowth],
-        "find the device arrays that outlive their step (a Python list of outputs or metrics: keep jax.device_get copies, or \
-             drop the references); jax.live_arrays() lists what is held; a jitted function retraced for new shapes keeps each \
-             compilation's executable: keep shapes fixed"),
-    (Framework::Tensorflow, &[DiagnosisId::Oom],
-        "lower the peak: a smaller batch, mixed precision (tf.keras.mixed_precision.set_global_policy(\"mixed_float16\")); \
-             where another process shares the GPU, tf.config.experimental.set_memory_growth(gpu, True) lets TensorFlow take only what it uses"),
-    (Framework::Tensorflow, &[DiagnosisId::MemoryGrowth],
-        "find the tensors that outlive their step (a Python list of results: keep .numpy() copies, or drop them), and \
-             retracing: a tf.function called with new shapes or Python values builds a new graph each time \
-             (tf.function(reduce_retracing=True), an input_signature)"),
-    (Framework::Jax, &[DiagnosisId::PageableCopy],
-        "JAX copies numpy inputs from pageable memory: put the next batch on the device while the step runs (jax.device_put ahead \
-             of time, as flax.jax_utils.prefetch_to_device does), or stage batches in pinned host memory (a sharding with \
-             memory_kind=\"pinned_host\")"),
-    (Framework::Tensorflow, &[DiagnosisId::PageableCopy],
-        "in TensorFlow: let tf.data copy the next batch to the GPU while the step runs \
-             (dataset.apply(tf.data.experimental.prefetch_to_device(\"/gpu:0\")), after .prefetch)"),
-    (Framework::Tensorflow, &[DiagnosisId::HostBound, DiagnosisId::InputStarved],
-        "in TensorFlow: feed the step from tf.data in parallel and ahead of it — dataset.map(..., num_parallel_calls=tf.data.AUTOTUNE)\
-             .prefetch(tf.data.AUTOTUNE), .cache() where the data fits; in Keras, model.compile(..., steps_per_execution=32) runs several \
-             steps per call"),
-    (Framework::Tensorflow, &[DiagnosisId::LaunchBound],
-        "in TensorFlow: fewer, larger kernels — compile the step with XLA (tf.function(jit_compile=True), or model.compile(jit_compile=True)), \
-             several steps per call (model.compile(steps_per_execution=32)), a larger batch"),
-    (Framework::Tensorflow, &[DiagnosisId::HostSync],
-        "in TensorFlow: reading a tensor each step (.numpy(), print of a tensor, float(loss)) waits for the GPU: keep metrics in \
-             tf.keras.metrics and read them at the end of an epoch, or every N steps"),
-    (Framework::Deepspeed, &[DiagnosisId::LaunchBound],
-        "in DeepSpeed: launch fewer, larger kernels — a larger \"train_micro_batch_size_per_gpu\" (\"gradient_accumulation_steps\" keeps \
-             the effective batch), \"bf16\": {\"enabled\": true}, the engine compiled (model_engine.compile())"),
-    (Framework::Deepspeed, &[DiagnosisId::HostBound, DiagnosisId::InputStarved],
-        "in DeepSpeed: load in workers — pass your own DataLoader(num_workers > 0, pin_memory=True) rather than training_data to \
-             deepspeed.initialize — and keep \
-             per-step host work off the step: \"wall_clock_breakdown\": false and a large \"steps_per_print\" in the config"),
-    (Framework::Accelerate, &[DiagnosisId::LaunchBound],
-        "with Accelerate: launch fewer, larger kernels — Accelerator(mixed_precision=\"bf16\", dynamo_backend=\"inductor\"), a larger batch \
-             with Accelerator(gradient_accumulation_steps=N) to keep the effective batch"),
-    (Framework::Accelerate, &[DiagnosisId::HostBound, DiagnosisId::InputStarved],
-        "with Accelerate: the DataLoader given to accelerator.prepare(...) with num_workers > 0 and pin_memory=True; gather metrics \
-             (accelerator.gather_for_metrics) every N steps, not each step"),
-    (Framework::Vllm, &[DiagnosisId::MemoryReserved],
-        "a problem only where other jobs need the memory: LLM(..., gpu_memory_utilization=0.5) or vllm serve --gpu-memory-utilization 0.5 \
-             (less KV cache: fewer sequences at once)"),
-    (Framework::Vllm, &[DiagnosisId::LaunchBound, DiagnosisId::HostBound],
-        "in vLLM: keep CUDA graphs on (no enforce_eager=True) and batch more requests at once (max_num_seqs, more concurrent clients); \
-             the scheduler's host time per step is paid per batch, not per request"),
-    (Framework::Sglang, &[DiagnosisId::MemoryReserved],
-        "a problem only where other jobs need the memory: --mem-fraction-static 0.5 (less KV cache: fewer requests at once)"),
-    (Framework::Sglang, &[DiagnosisId::LaunchBound, DiagnosisId::HostBound],
-        "in SGLang: keep CUDA graphs on (no --disable-cuda-graph) with --cuda-graph-max-bs at least the running batch, and send more \
-             requests at once"),
-    (Framework::Jax, &[DiagnosisId::HostBound, DiagnosisId::InputStarved],
-        "give each dispatch more work: a larger batch, or several steps in one jitted call (jax.lax.scan over steps); \
-             check for retracing (jax.log_compiles, or jax.config.update(\"jax_explain_cache_misses\", True)); \
-             prefetch the next batch to the device while the step runs (jax.device_put ahead of time)"),
-    (Framework::Jax, &[DiagnosisId::LaunchBound],
-        "fuse more per dispatch: jit the whole step (not pieces of it), scan several steps in one call (jax.lax.scan), and keep Python out of the loop"),
-    (Framework::Jax, &[DiagnosisId::MemoryReserved],
-        "JAX preallocates 75 % of the GPU at start: XLA_PYTHON_CLIENT_PREALLOCATE=false (allocate on demand), or \
-             XLA_PYTHON_CLIENT_MEM_FRACTION=0.3 for a fixed share, when the GPU is shared"),
-    (Framework::Tensorflow, &[DiagnosisId::MemoryReserved],
-        "TensorFlow maps nearly all GPU memory at start: tf.config.experimental.set_memory_growth(gpu, True), or a memory_limit \
-             through tf.config.set_logical_device_configuration, when the GPU is shared"),
-    (Framework::Lightning, &[DiagnosisId::InputStarved, DiagnosisId::HostBound],
-        "in Lightning: give the DataLoaders workers (DataLoader(num_workers > 0, persistent_workers=True, pin_memory=True) in the \
-             LightningDataModule); log less per step (self.log(..., on_step=False, on_epoch=True), Trainer(log_every_n_steps=50)); \
-             a progress bar refresh every step costs host time too (Trainer(enable_progress_bar=False) or a larger refresh_rate)"),
-    (Framework::Lightning, &[DiagnosisId::LaunchBound],
-        "in Lightning: launch fewer, larger kernels — a larger batch_size in the DataLoader (with accumulate_grad_batches to keep the \
-             effective batch), the module compiled (torch.compile(model) before trainer.fit, mode=\"reduce-overhead\" for CUDA graphs), \
-             Trainer(precision=\"bf16-mixed\") for fewer, fused kernels; self.log(..., on_step=False) keeps logging off the step"),
-    (Framework::HfTrainer, &[DiagnosisId::LaunchBound],
-        "in the HF Trainer: launch fewer, larger kernels — TrainingArguments(torch_compile=True, torch_compile_mode=\"reduce-overhead\"), \
-             a larger per_device_train_batch_size (gradient_accumulation_steps to keep the effective batch), bf16=True"),
-    (Framework::HfTrainer, &[DiagnosisId::InputStarved, DiagnosisId::HostBound],
-        "in the HF Trainer: TrainingArguments(dataloader_num_workers > 0, dataloader_pin_memory=True, \
-             dataloader_persistent_workers=True); log less often (logging_steps); tokenize ahead (dataset.map(..., batched=True))"),
-];
-
-fn fix_in(fw: Framework, d: &Diagnosis) -> Option<&'static str> {
-    FIXES.iter().find(|(f, ids, _)| *f == fw && ids.contains(&d.id)).map(|(_, _, fix)| *fix)
 }
 
 #[cfg(test)]

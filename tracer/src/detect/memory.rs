@@ -23,7 +23,7 @@ use crate::{
     evidence::{Evidence, Failure, RETRY_WITHIN_NS},
     gpu::sampler::Finished,
     model::{BlockSizes, Diagnosis, DiagnosisId, Memory, MemoryPoint, TensorMemory},
-    output::text::bytes,
+    printable::bytes,
     stacks::alloc::{top, top_live, Weight},
 };
 

@@ -5,21 +5,22 @@
 //! "the GPU is busy".
 
 pub(crate) mod account;
-pub mod catalog;
-pub mod framework;
-mod checkpoint_stall;
+pub(crate) mod definition;
+pub(crate) mod diagnoses;
 mod diagnosis;
+pub mod framework;
 mod gpu_idle;
-pub(crate) mod host_rules;
 pub mod memory;
 pub mod nccl;
-pub(crate) mod rules;
+mod rank;
 pub mod sites;
 pub mod startup;
 pub mod steps;
+pub(crate) mod thresholds;
 pub mod whatif;
 
 pub use account::Account;
+pub use definition::Bearing;
 
 use crate::severity::Severity;
 use crate::{
@@ -133,7 +134,7 @@ impl Run {
 #[must_use]
 pub fn analyze(inputs: &Inputs<'_>) -> Findings {
     let account = Account::new(inputs.evidence, inputs.start_ns, inputs.window_ns, inputs.gpu);
-    let mut found: Vec<Diagnosis> = catalog::time_rules()
+    let mut found: Vec<Diagnosis> = diagnoses::time_rules()
         .filter_map(|(id, rule)| rule(inputs.evidence, &account).inspect(|d| debug_assert_eq!(d.id, id, "the rule listed for {id} found {}", d.id)))
         .collect();
     // The step model is built on the critical path around the job's main thread.
@@ -148,7 +149,7 @@ pub fn analyze(inputs: &Inputs<'_>) -> Findings {
     };
     found.sort_by(|a, b| b.impact.total_cmp(&a.impact));
     let threads = account.time.as_ref().map(|t| t.threads.clone()).unwrap_or_default();
-    checkpoint_stall::drop_pageable_of_checkpoints(&mut found, inputs.evidence);
+    diagnoses::checkpoint_stall::drop_pageable_of_checkpoints(&mut found, inputs.evidence);
     sites::attach(&mut found, inputs.evidence, &threads);
     let steps = account.time.as_ref().and_then(|t| steps::find(inputs.evidence, t));
     let mut model = whatif::StepModel::build(inputs.evidence, &account, steps.as_ref().map(|s| s.per_step.launches), inputs.cpus, inputs.tracer_ns);
@@ -164,7 +165,7 @@ pub fn analyze(inputs: &Inputs<'_>) -> Findings {
         _ => None,
     };
     let step_model = model.as_ref().map(|m| {
-        let pair = whatif::apply(&mut found, m, steps.as_ref().map(|s| s.per_second), account.window_s, sm_over_util);
+        let pair = rank::apply(&mut found, m, steps.as_ref().map(|s| s.per_second), account.window_s, sm_over_util);
         report_of(m, pair.as_ref(), steps.as_ref(), account.window_s)
     });
     let problems = || found.iter().filter(|d| d.id != DiagnosisId::GpuBound);

@@ -21,9 +21,9 @@ pub(super) const SITES: usize = 3;
 /// data loading.
 const LOADING_SHARE: f64 = 0.5;
 
-/// Which stacks a diagnosis is about, by id (None: no code to name; `catalog`).
-fn wanted(id: DiagnosisId) -> Option<super::catalog::Stacks> {
-    super::catalog::entry(id).stacks
+/// Which stacks a diagnosis is about, by id (None: no code to name; its definition's).
+fn wanted(id: DiagnosisId) -> Option<super::definition::Stacks> {
+    super::diagnoses::stacks_of(id)
 }
 
 /// Fill in `sites`, and turn a `host-bound` whose host time is data loading into
@@ -34,7 +34,7 @@ pub fn attach(found: &mut Vec<Diagnosis>, ev: &Evidence, threads: &[u32]) {
     }
     for d in found.iter_mut() {
         if d.id == DiagnosisId::HostBound {
-            let share = loading_share(ev, threads);
+            let share = crate::stacks::sites::loading_share(&ev.stacks, threads);
             if share >= LOADING_SHARE {
                 relabel_as_input(d, share);
             }
@@ -188,24 +188,6 @@ fn name_the_workers_code(d: &mut Diagnosis, ev: &Evidence, threads: &[u32]) {
     }
     let own = d.sites.drain(..).next();
     d.sites = worker_sites.into_iter().chain(own).collect();
-}
-
-/// Of the launching threads' on-CPU host time, the share whose stacks are in data loading.
-#[must_use]
-pub fn loading_share(ev: &Evidence, threads: &[u32]) -> f64 {
-    let host = preferred(&ev.stacks).filter(|s| s.activity == Activity::Host && s.on_cpu && (threads.is_empty() || threads.contains(&s.tid)));
-    let (mut loading, mut all) = (0u64, 0u64);
-    for s in host {
-        all += s.ns;
-        if is_data_loading(&s.frames) {
-            loading += s.ns;
-        }
-    }
-    if all == 0 {
-        0.0
-    } else {
-        loading as f64 / all as f64
-    }
 }
 
 fn relabel_as_input(d: &mut Diagnosis, share: f64) {

@@ -14,6 +14,7 @@ use super::{
     Status,
 };
 use crate::{
+    detect::{diagnoses, Bearing},
     discover::cpus::Placement,
     model::{Diagnosis, DiagnosisId, GpuDevice},
 };
@@ -25,27 +26,10 @@ const THROTTLED_SHARE: f64 = 0.2;
 /// saturated GPU runs at its cap by design.
 const SLOWDOWNS: [(&str, u64); 4] = [("hw-slowdown", 0x8), ("sw-thermal-slowdown", 0x20), ("hw-thermal-slowdown", 0x40), ("hw-power-brake-slowdown", 0x80)];
 
-/// Which diagnoses each check bears on.
-const BEARS_ON: [(&str, &[DiagnosisId]); 3] = [
-    ("pcie-link", &[DiagnosisId::PageableCopy, DiagnosisId::BlockingCopy, DiagnosisId::CheckpointStall]),
-    (
-        "numa",
-        &[
-            DiagnosisId::LaunchBound,
-            DiagnosisId::HostBound,
-            DiagnosisId::InputStarved,
-            DiagnosisId::CpuStarved,
-            DiagnosisId::PageableCopy,
-            DiagnosisId::BlockingCopy,
-            DiagnosisId::HostSync,
-        ],
-    ),
-    ("clocks", &[DiagnosisId::GpuBound, DiagnosisId::SmallKernels]),
-];
-
-/// Others that computed bear on the GPU's time; others that held memory on its memory.
-const COMPUTING_BEARS_ON: [DiagnosisId; 2] = [DiagnosisId::GpuBound, DiagnosisId::SmallKernels];
-const HOLDING_BEARS_ON: [DiagnosisId; 4] = [DiagnosisId::Oom, DiagnosisId::MemoryReserved, DiagnosisId::Fragmentation, DiagnosisId::MemoryGrowth];
+/// The diagnoses whose definitions say that `bearing` bears on them.
+fn bearing_on(bearing: Bearing) -> Vec<DiagnosisId> {
+    diagnoses::ALL.iter().filter(|d| d.bears_on.contains(&bearing)).map(|d| d.id).collect()
+}
 
 /// What the session saw of the job's device and of its placement.
 #[derive(Clone, Copy, Debug)]
@@ -72,12 +56,12 @@ pub fn notes(found: &[Diagnosis], seen: &Seen<'_>) -> Vec<String> {
         }
     };
     let checks = gpu::judge(&facts(seen, |_| false));
-    for (name, ids) in BEARS_ON {
-        if name == "numa" && !off_node(seen) {
+    for (name, bearing) in [("pcie-link", Bearing::PcieLink), ("numa", Bearing::Numa), ("clocks", Bearing::Clocks)] {
+        if bearing == Bearing::Numa && !off_node(seen) {
             continue;
         }
         if let Some(check) = checks.iter().find(|c| c.name == name) {
-            say(check, ids);
+            say(check, &bearing_on(bearing));
         }
     }
     // NVML names host pids: where none is the job's (a container's own pid namespace), the
@@ -89,10 +73,10 @@ pub fn notes(found: &[Diagnosis], seen: &Seen<'_>) -> Vec<String> {
     let holding = gpu::judge(&facts(seen, |p| p.memory_bytes.is_some_and(|b| b > 0)));
     let others = |checks: &[super::Check]| checks.iter().find(|c| c.name == "other-processes").cloned();
     if let Some(check) = others(&computing) {
-        say(&check, &COMPUTING_BEARS_ON);
+        say(&check, &bearing_on(Bearing::OthersComputing));
     }
     if let Some(check) = others(&holding) {
-        say(&check, &HOLDING_BEARS_ON);
+        say(&check, &bearing_on(Bearing::OthersHolding));
     }
     notes
 }

@@ -254,7 +254,7 @@ fn others(d: &DeviceFacts, job: Option<&JobFacts>) -> (Status, String) {
         .iter()
         .filter(|(pid, _)| !mine(*pid))
         .map(|&(pid, bytes)| {
-            let name = crate::output::printable::clean(&process::command_line(pid));
+            let name = crate::printable::clean(&process::command_line(pid));
             let name = name.split_whitespace().next().unwrap_or("?").rsplit('/').next().unwrap_or("?").to_owned();
             match bytes {
                 Some(b) => format!("{pid} {name} ({})", crate::output::text::bytes(b)),

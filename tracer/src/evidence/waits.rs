@@ -107,7 +107,7 @@ impl Wake {
             WaitKind::Disk => "a disk completion".into(),
             WaitKind::Network => "the network".into(),
             _ if self.waker_pid == 0 => "an interrupt".into(),
-            _ => format!("pid {} ({})", self.waker_pid, crate::output::clean(&self.waker_comm)),
+            _ => format!("pid {} ({})", self.waker_pid, crate::printable::clean(&self.waker_comm)),
         }
     }
 

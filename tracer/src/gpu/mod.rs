@@ -6,6 +6,7 @@ pub mod error;
 pub mod identity;
 pub mod nvml;
 pub mod sampler;
+pub mod source;
 pub mod summary;
 
 pub use error::NoGpuView;

@@ -2,7 +2,7 @@
 //! the driver's high-resolution utilization samples, memory, power, SM clock, throttle
 //! reasons, the PCIe link's generation and width, Hopper GPM SM activity, occupancy and
 //! tensor activity); slow reads every
-//! [`super::sampler::SLOW_EVERY`] ticks (PCIe throughput, which NVML measures over ~20 ms
+//! [`super::source::SLOW_EVERY`] ticks (PCIe throughput, which NVML measures over ~20 ms
 //! inside the call, and per-process utilization, which enumerates processes).
 
 use nvml_wrapper::{
@@ -11,7 +11,7 @@ use nvml_wrapper::{
     gpm, Device, GpmSample, Nvml,
 };
 
-use super::{sampler::Source, DeviceInfo, FineUtil, ProcessUse, Sample};
+use super::{source::Source, DeviceInfo, FineUtil, ProcessUse, Sample};
 use crate::clock;
 
 /// The real NVML [`Source`]: every device NVML lists, read through one NVML handle.

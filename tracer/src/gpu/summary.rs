@@ -3,7 +3,7 @@
 use crate::model::{Distribution, GpuDevice, GpuProcess, ThrottleSeen};
 
 /// One reading of one device, on the eBPF clock (`CLOCK_MONOTONIC`). Fields a source could
-/// not read are None; slow fields are read every [`super::sampler::SLOW_EVERY`] ticks only.
+/// not read are None; slow fields are read every [`super::source::SLOW_EVERY`] ticks only.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
 pub struct Sample {

@@ -3,10 +3,9 @@
 
 pub mod destination;
 pub mod open;
-pub mod printable;
 pub mod style;
 pub mod text;
 
 pub use destination::{resolve, Destination, Refused};
 pub use open::{open, Placement};
-pub use printable::{clean, clean_lines, terminal_safe};
+pub use crate::printable::{clean, clean_lines, terminal_safe};

@@ -2,7 +2,7 @@
 //! default) colours stdout only when it is a terminal and honours `NO_COLOR`,
 //! `CLICOLOR_FORCE` and `TERM=dumb` (anstream's rules); `--color always` and `never` decide
 //! outright. Strings from the traced process are made printable first
-//! ([`super::printable::clean`]), so the only escapes written are these styles.
+//! ([`crate::printable::clean`]), so the only escapes written are these styles.
 
 use anstyle::{AnsiColor, Style};
 

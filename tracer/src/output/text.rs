@@ -3,24 +3,7 @@
 
 use std::fmt::Write as _;
 
-pub use super::printable::{clean, terminal_safe};
-
-/// A size in bytes, in the largest binary unit under 1,024 of it (`1.5 MiB`).
-#[must_use]
-pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
+pub use crate::printable::{bytes, clean, terminal_safe};
 
 /// Word-wrap `text` to 78 columns; the first line starts with `lead`, the others are
 /// indented to line up under it. Each word is made printable: most of what is wrapped

@@ -34,27 +34,20 @@ fn loss_of(losses: &[u64; loss::COUNT as usize], undecodable: u64) -> Loss {
     }
 }
 
-/// What the memory view is made of; its step figures come from the time analysis.
-fn memory_inputs<'a>(outcome: &'a Outcome, traced: &'a [u32]) -> detect::memory::Inputs<'a> {
-    detect::memory::Inputs {
+/// The analysis of the outcome (`analysis::run`, as the flight recorder's).
+fn analysis_of(outcome: &Outcome, gpu: Option<&crate::model::Gpu>, traced: &[u32]) -> detect::Run {
+    super::analysis::run(&super::analysis::Window {
         evidence: &outcome.evidence,
         start_ns: outcome.start_ns,
         end_ns: outcome.end_ns,
+        devices: gpu.map(|g| g.devices.as_slice()),
+        samples: outcome.gpu.as_ref().map(|(samples, _)| samples),
         traced,
-        gpu: outcome.gpu.as_ref().map(|(samples, _)| samples),
-        steps_per_s: None,
-        step_times: None,
-        loop_start_ns: None,
-    }
-}
-
-/// The analysis of the outcome (`detect::run`, as the flight recorder's), with the probes' own
-/// cost per thread taken out of the step model (`report::overhead::per_thread_ns`).
-fn analysis_of(outcome: &Outcome, window_ns: u64, gpu: Option<&crate::model::Gpu>, traced: &[u32]) -> detect::Run {
-    let ev = &outcome.evidence;
-    let tracer_ns = super::overhead::per_thread_ns(ev, outcome.entry_only, &outcome.libraries, outcome.trap_costs.as_ref());
-    let time = detect::Inputs { start_ns: outcome.start_ns, window_ns, evidence: ev, gpu: gpu.map(|g| g.devices.as_slice()), cpus: outcome.cpus, tracer_ns: Some(&tracer_ns) };
-    detect::run(&time, memory_inputs(outcome, traced))
+        cpus: outcome.cpus,
+        entry_only: outcome.entry_only,
+        libraries: &outcome.libraries,
+        trap_costs: outcome.trap_costs.as_ref(),
+    })
 }
 
 /// Assemble the report for `outcome`, with the GPU view if NVML answered.
@@ -87,7 +80,7 @@ pub fn build(outcome: &Outcome) -> Report {
     // A return without its entry is a call that started before we attached: not a loss.
     let lost_events = lost_events(&loss);
     let probed_late = outcome.libraries.iter().map(|l| l.probed_late_for.len() as u64).sum::<u64>();
-    let detect::Run { findings, memory, framework, .. } = analysis_of(outcome, window_ns, gpu.as_ref(), &traced);
+    let detect::Run { findings, memory, framework, .. } = analysis_of(outcome, gpu.as_ref(), &traced);
     let machine = machine_notes(outcome, gpu.as_ref(), &findings.diagnoses);
     let mut processes: Vec<ProcessEntry> =
         ev.processes.iter().map(|(&pid, p)| ProcessEntry { pid, parent: p.parent, execs: p.execs, exited: p.exited }).collect();

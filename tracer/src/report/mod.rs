@@ -1,5 +1,6 @@
 //! The report: the typed model (`crate::model`, a leaf every stage may fill), built from a session's evidence (`build`), shown as
 //! JSON (serde) or as text for a terminal (`text`). Schema: docs/report.md.
+pub mod analysis;
 pub mod build;
 mod host;
 pub mod overhead;

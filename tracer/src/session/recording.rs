@@ -8,7 +8,7 @@ use crate::{
     clock,
     evidence::Evidence,
     gpu::{sampler::Sampler, Sample},
-    probes::ProbeSet,
+    probes::{trap_cost::TrapCosts, ProbeSet},
     record::{
         format::{GpuStart, Start, Trigger},
         Recorder,
@@ -22,35 +22,47 @@ pub(super) struct Tape {
     pub(super) samples: Vec<Sample>,
     /// A flight recorder writes itself out once when a serious problem shows.
     pub(super) diagnosis_fired: bool,
+    /// The traced process and the cores the job may use, as the recording's start says
+    /// them: the report of a dump judges with them, and so does the recorder.
+    pub(super) target_pid: u32,
+    /// See `target_pid`.
+    pub(super) cpus: Option<f64>,
 }
 
 impl Tape {
-    /// Diagnose the window so far as the report does (`detect::run`); a serious problem
-    /// (`Run::serious`: a `high` verdict, or a `high` memory diagnosis) writes the flight
-    /// recorder out.
-    pub(super) fn check_diagnosis(&mut self, ev: &Evidence, snapshot: &crate::evidence::snapshot::Snapshot, start_ns: u64, sampler: Option<&Sampler>) {
+    /// Diagnose the window so far as the report does, through the same entry
+    /// (`report::analysis::run`, with the same pieces); a serious problem (`Run::serious`: a
+    /// `high` verdict, or a `high` memory diagnosis) writes the flight recorder out. At `-v`
+    /// the log then lists every diagnosis judged, as JSON, so that a test holds them against
+    /// the dump's report.
+    pub(super) fn check_diagnosis(&mut self, ev: &Evidence, snapshot: &crate::evidence::snapshot::Snapshot, start_ns: u64, sampler: Option<&Sampler>, probes: (&ProbeSet, Option<&TrapCosts>)) {
         let mut so_far = ev.clone();
         snapshot.apply(&mut so_far, None, &BTreeSet::new());
-        let cx = crate::gpu::Context { start_ns, end_ns: snapshot.at_ns, ..crate::gpu::Context::default() };
+        let traced: Vec<u32> = so_far.pids().into_iter().chain([self.target_pid]).collect();
+        let cx = crate::gpu::Context { start_ns, end_ns: snapshot.at_ns, traced: &traced, ..crate::gpu::Context::default() };
         let devices = sampler.map(|s| crate::gpu::summarize(&s.devices, &self.samples, &cx));
-        let window_ns = snapshot.at_ns.saturating_sub(start_ns);
-        let traced: Vec<u32> = so_far.pids().into_iter().collect();
-        // Without NVML's holders: what the job holds on the device is the report's to say.
-        let memory = crate::detect::memory::Inputs {
+        let (kernel, trap_costs) = probes;
+        let libraries = kernel.attached_libraries();
+        // Without NVML's holders (known at the end): what the job holds on the device is the
+        // report's to say.
+        let run = crate::report::analysis::run(&crate::report::analysis::Window {
             evidence: &so_far,
             start_ns,
             end_ns: snapshot.at_ns,
+            devices: devices.as_deref(),
+            samples: None,
             traced: &traced,
-            gpu: None,
-            steps_per_s: None,
-            step_times: None,
-            loop_start_ns: None,
-        };
-        let time = crate::detect::Inputs { start_ns, window_ns, evidence: &so_far, gpu: devices.as_deref(), cpus: None, tracer_ns: None };
-        let run = crate::detect::run(&time, memory);
+            cpus: self.cpus,
+            entry_only: kernel.entry_only,
+            libraries: &libraries,
+            trap_costs,
+        });
         if let Some(d) = run.serious() {
             self.diagnosis_fired = true;
             log::info!("flight recorder: {} fired ({}); writing the buffer out", d.id, d.summary);
+            if log::log_enabled!(log::Level::Info) {
+                log::info!("flight recorder: judged {}", serde_json::to_string(&run.findings.diagnoses).unwrap_or_default());
+            }
             self.recorder.trigger(&Trigger {
                 at_ns: snapshot.at_ns,
                 reason: "diagnosis".into(),
@@ -108,7 +120,7 @@ impl Live {
         // The first checkpoint: a baseline for files that do not start with the session.
         let first = self.snapshots.read(&self.kernel, self.start_ns, &self.evidence.allocs, &self.evidence.blocks);
         r.checkpoint(snapshots::checkpoint(first, &self.kernel, &self.evidence, &self.notes, 0), &[]);
-        self.tape = Some(Tape { recorder: r, samples: Vec::new(), diagnosis_fired: false });
+        self.tape = Some(Tape { recorder: r, samples: Vec::new(), diagnosis_fired: false, target_pid: pid, cpus });
         Ok(())
     }
 
@@ -126,7 +138,8 @@ impl Live {
         // The timeline's mark, as the replay takes it from this checkpoint.
         cp.snapshot.mark(&mut self.evidence, None);
         if diagnose && !t.diagnosis_fired {
-            t.check_diagnosis(&self.evidence, &cp.snapshot, self.start_ns, self.sampler.as_ref());
+            let trap_costs = self.budget.as_ref().and_then(|b| b.costs.as_ref());
+            t.check_diagnosis(&self.evidence, &cp.snapshot, self.start_ns, self.sampler.as_ref(), (&self.kernel, trap_costs));
         }
     }
 }

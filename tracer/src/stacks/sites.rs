@@ -309,6 +309,24 @@ pub fn is_data_loading(frames: &[Frame]) -> bool {
         })
 }
 
+/// Of the launching threads' on-CPU host time, the share whose stacks are in data loading.
+#[must_use]
+pub fn loading_share(stacks: &[StackTime], threads: &[u32]) -> f64 {
+    let host = preferred(stacks).filter(|s| s.activity == Activity::Host && s.on_cpu && (threads.is_empty() || threads.contains(&s.tid)));
+    let (mut loading, mut all) = (0u64, 0u64);
+    for s in host {
+        all += s.ns;
+        if is_data_loading(&s.frames) {
+            loading += s.ns;
+        }
+    }
+    if all == 0 {
+        0.0
+    } else {
+        loading as f64 / all as f64
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,7 +21,7 @@ use super::{
     model::{JobDiagnosis, JobTime, Judgement, SleepSplit},
     sched::{SchedStat, Wait},
 };
-use crate::detect::{account as gpu, host_rules as host, rules, LOW, MEDIUM};
+use crate::detect::{account as gpu, thresholds as rules, LOW, MEDIUM};
 
 /// How much recent time a judgement covers: the windows of the last 30 s at least, so that
 /// `top`'s one-second windows are judged over enough steps and polls, and one window where
@@ -289,31 +289,31 @@ pub fn judge(w: &JobWindow) -> Option<Judgement> {
     })
 }
 
-/// Every rule that holds, `attach`'s (`detect::rules`, `detect::host_rules`) on this evidence.
+/// Every rule that holds, `attach`'s (their thresholds: `detect::thresholds`) on this evidence.
 fn diagnoses(f: &Facts) -> Vec<JobDiagnosis> {
     let t = &f.time;
     let s = &f.sleep;
-    let gpu_waiting = f.time_busy.is_none_or(|g| g < host::GPU_WAITING);
+    let gpu_waiting = f.time_busy.is_none_or(|g| g < rules::GPU_WAITING);
     let mut found: Vec<JobDiagnosis> = Vec::new();
     let mut add = |id: &str, ratio: f64, summary: String, fix: &str| {
         found.push(JobDiagnosis { id: id.to_owned(), ratio, summary, fix: fix.to_owned() });
     };
-    if t.waiting_for_cpu >= host::RUNQUEUE_STARVED {
+    if t.waiting_for_cpu >= rules::RUNQUEUE_STARVED {
         add("cpu-starved", t.waiting_for_cpu, format!("its launching threads wait for a CPU {} of the time", pct(t.waiting_for_cpu)), "give the job its CPUs: stop or move competing processes, raise the cgroup/container CPU limit, keep workers and threads within the cores you have");
     }
     let disk = t.sleeping * s.disk;
-    if disk >= host::BLOCKED_STALL {
+    if disk >= rules::BLOCKED_STALL {
         add("io-stall", disk, format!("its launching threads wait on the disk {} of the time", pct(disk)), "read and write in DataLoader workers or a background thread, not the training thread; prefetch; faster or local storage");
     }
     let waiting_input = t.sleeping * (s.input + s.thread + s.other);
     // A job that waits for its loader has workers, or calls CUDA all through the window.
-    if waiting_input >= host::SLEEP_STARVED && gpu_waiting && (f.workers > 0 || f.looping()) {
+    if waiting_input >= rules::SLEEP_STARVED && gpu_waiting && (f.workers > 0 || f.looping()) {
         let workers = if f.workers == 1 { "its data-loading worker is".to_owned() } else { format!("its {} data-loading workers are", f.workers) };
-        let cause = if f.workers > 0 && f.workers_blocked >= host::WORKER_BLOCKED {
+        let cause = if f.workers > 0 && f.workers_blocked >= rules::WORKER_BLOCKED {
             format!("{workers} waiting on the disk {} of the time", pct(f.workers_blocked))
-        } else if f.workers > 0 && f.workers_on_cpu >= host::WORKER_BUSY {
+        } else if f.workers > 0 && f.workers_on_cpu >= rules::WORKER_BUSY {
             format!("{workers} on a CPU {} of the time and cannot keep up", pct(f.workers_on_cpu))
-        } else if f.workers > 0 && f.workers_runqueue >= host::RUNQUEUE_STARVED {
+        } else if f.workers > 0 && f.workers_runqueue >= rules::RUNQUEUE_STARVED {
             format!("{workers} waiting for a CPU")
         } else if s.input >= s.thread.max(s.other) {
             "it waits on a pipe or socket (a DataLoader worker or the network hands it input)".to_owned()
@@ -334,7 +334,7 @@ fn diagnoses(f: &Facts) -> Vec<JobDiagnosis> {
         0.0
     };
     let timer_left = timer - (overlap - t.host).clamp(0.0, timer);
-    if timer_left >= host::SLEEP_STARVED && gpu_waiting && f.looping() {
+    if timer_left >= rules::SLEEP_STARVED && gpu_waiting && f.looping() {
         let ratio = timer_left.min(f.idle_cap());
         add("host-sleep", ratio, format!("the loop sleeps on a timer {} of the time while the GPU waits", pct(ratio)), "remove the sleep from the loop, or wait on the data itself instead of polling");
     }

@@ -25,7 +25,7 @@
 
 use std::collections::HashSet;
 
-use super::model::Range;
+use super::range::Range;
 use crate::{
     evidence::Evidence,
     stacks::{Activity, Frame, Origin, StackTime},

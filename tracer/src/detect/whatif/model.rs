@@ -3,6 +3,7 @@
 //! and the GPU's own busy time, the floor no host-side fix can beat. Shares of the active
 //! window: with steps found they are the same shares of a step (the step count cancels).
 
+pub use super::range::Range;
 use super::dispatch::{self, Dispatch};
 use crate::{
     detect::Account,
@@ -65,31 +66,6 @@ impl Segments {
         self.io_wait *= k;
         self.input_wait *= k;
         self.timer *= k;
-    }
-}
-
-/// A quantity known within a range, with the value taken for the point estimate.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Range {
-    /// The lowest value the evidence allows.
-    pub lo: f64,
-    /// The value taken for the point estimate.
-    pub point: f64,
-    /// The highest value the evidence allows.
-    pub hi: f64,
-}
-
-impl Range {
-    /// A value known exactly: all three the same.
-    #[must_use]
-    pub fn exact(v: f64) -> Self {
-        Self { lo: v, point: v, hi: v }
-    }
-
-    /// The three values to simulate with.
-    #[must_use]
-    pub fn values(&self) -> [f64; 3] {
-        [self.lo, self.point, self.hi]
     }
 }
 
@@ -277,7 +253,7 @@ impl StepModel {
             m.workers = h.workers;
             m.workers_cpu = h.workers_on_cpu * h.workers as f64;
         }
-        m.loading_share = crate::detect::sites::loading_share(ev, &t.threads);
+        m.loading_share = crate::stacks::sites::loading_share(&ev.stacks, &t.threads);
         // The bus time of the copies: their bytes at the link's pinned speed (NVML's link;
         // without it a gen4 x16 link's), or the transfers the host waited for where those say
         // more. A floor no host fix can beat, so the faster link where known: the slow

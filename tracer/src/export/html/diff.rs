@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::page::esc;
+use super::markup::esc;
 use crate::diff::{ids_text, Diff};
 
 /// The section, as HTML.

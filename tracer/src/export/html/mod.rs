@@ -10,6 +10,7 @@
 mod diff;
 mod draw;
 mod flame;
+mod markup;
 mod page;
 mod sweep;
 pub mod timeline;

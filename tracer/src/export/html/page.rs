@@ -5,7 +5,10 @@
 
 use std::fmt::Write as _;
 
-use super::draw::{human, Lane};
+use super::{
+    draw::{human, Lane},
+    markup::esc,
+};
 use crate::model::{Diagnosis, Report};
 
 /// A diagnosis with its flamegraph (SVG), where it has one.
@@ -27,25 +30,6 @@ pub struct Page<'a> {
     pub bin_s: f64,
     /// The section comparing an earlier run with this one (`export --html --diff`), as HTML.
     pub diff: Option<String>,
-}
-
-/// Text for HTML, attribute values included. Control characters (from names the traced
-/// process chose) become `?`: a page written to `-` may be read on a terminal.
-#[must_use]
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            c if c.is_control() && c != '\n' && c != '\t' => out.push('?'),
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// An SVG as an image source: `data:` with the few characters a URL cannot hold escaped, so

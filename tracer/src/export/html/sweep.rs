@@ -6,7 +6,8 @@ use std::fmt::Write as _;
 
 use super::{
     draw::human,
-    page::{esc, STYLE},
+    markup::esc,
+    page::STYLE,
 };
 use crate::sweep::model::SweepReport;
 

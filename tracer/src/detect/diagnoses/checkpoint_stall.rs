@@ -1,16 +1,20 @@
 //! `checkpoint-stall`: every so often the loop stops while the model and optimizer state are
 //! copied to the host and written out (`torch.save` in the loop). Seen as bursts of bulk
 //! device-to-host copies with no launch between them (`evidence::bursts`); each costs the
-//! time from its first copy to the next launch, during which the GPU has nothing queued.
+//! time from its first copy to the next launch, during which the GPU has nothing queued. Its
+//! fix checkpoints asynchronously and less often.
 
-use super::{
-    diagnosis::{diagnosis, pct},
-    steps::best_marker,
-    Account,
-};
 use crate::{
+    detect::{
+        definition::{Bearing, Definition, FoundBy, Words},
+        diagnosis::{diagnosis, pct},
+        steps::best_marker,
+        whatif::Fix,
+        Account,
+    },
     evidence::{bursts::Burst, Evidence},
-    model::{Diagnosis, DiagnosisId, TimeBucket},
+    model::{Diagnosis, DiagnosisId, Framework, TimeBucket},
+    stacks::Activity,
 };
 
 /// A burst this large is a checkpoint's worth of state, not a batch of outputs.
@@ -25,7 +29,7 @@ fn checkpoints(ev: &Evidence) -> Vec<Burst> {
     ev.d2h_bursts.all().into_iter().filter(|b| b.bytes >= CHECKPOINT_BYTES).collect()
 }
 
-pub(super) fn checkpoint_stall(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
+fn detect(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     let list = checkpoints(ev);
     let n = list.len();
     if n < MIN_CHECKPOINTS || a.window_s <= 0.0 {
@@ -65,7 +69,7 @@ pub(super) fn checkpoint_stall(ev: &Evidence, a: &Account) -> Option<Diagnosis> 
 
 /// The pageable copies of a checkpoint are the checkpoint's: when most pageable bytes were
 /// copied by checkpoints, `pageable-copy` (whose fix is pinned input) is not the problem.
-pub(super) fn drop_pageable_of_checkpoints(found: &mut Vec<Diagnosis>, ev: &Evidence) {
+pub(crate) fn drop_pageable_of_checkpoints(found: &mut Vec<Diagnosis>, ev: &Evidence) {
     if !found.iter().any(|d| d.id == DiagnosisId::CheckpointStall) {
         return;
     }
@@ -75,3 +79,30 @@ pub(super) fn drop_pageable_of_checkpoints(found: &mut Vec<Diagnosis>, ev: &Evid
         found.retain(|d| d.id != DiagnosisId::PageableCopy);
     }
 }
+
+fn fix(d: &Diagnosis) -> (Fix, String) {
+    (Fix { cut: d.impact, ..Fix::NONE }, "an asynchronous checkpoint overlaps the training".into())
+}
+
+/// Its words in the frameworks that say it their own way.
+#[rustfmt::skip]
+const IN_FRAMEWORK: &[(Framework, Words)] = &[
+    (Framework::Jax, Words::Fix(
+        "checkpoint asynchronously and less often (orbax.checkpoint's AsyncCheckpointer, or a CheckpointManager with async saves)",
+    )),
+    (Framework::Tensorflow, Words::Fix(
+        "checkpoint less often and off the step: tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True)",
+    )),
+];
+
+/// See the module's documentation.
+pub(crate) const DEFINITION: Definition = Definition {
+    id: DiagnosisId::CheckpointStall,
+    found_by: FoundBy::Time(detect),
+    stacks: Some((&[Activity::Copy], None)),
+    effort: 0,
+    fix: Some(|d, _, _| Some(fix(d))),
+    forms: None,
+    in_framework: IN_FRAMEWORK,
+    bears_on: &[Bearing::PcieLink],
+};

@@ -1,3 +1,6 @@
+//! Text for a person that every stage may write, pure and at the bottom of the house: one
+//! escaping policy, and sizes in binary units.
+//!
 //! One escaping policy for every string that came from a traced process (command lines,
 //! thread, file and frame names, library paths) or from a recording on its way to a terminal.
 //!
@@ -51,6 +54,23 @@ fn unsafe_char(c: char) -> bool {
     // `is_control` is C0, DEL and C1 (CSI 0x9b included); the rest are the bidirectional
     // embeddings, overrides and isolates.
     c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// A size in bytes, in the largest binary unit under 1,024 of it (`1.5 MiB`).
+#[must_use]
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
 }
 
 #[cfg(test)]
