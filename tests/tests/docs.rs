@@ -27,7 +27,7 @@ fn text_files(dir: &Path, out: &mut Vec<PathBuf>) {
 /// Repository paths cited in `text`: `docs/…`, `validation/…`, `tracer/…` and the like,
 /// ending in a file extension.
 fn cited(text: &str) -> Vec<String> {
-    const ROOTS: [&str; 9] = ["docs/", "validation/", "tracer/", "tracer-ebpf/", "tracer-common/", "tracer-model/", "tests/", "xtask/", "fuzz/"];
+    const ROOTS: [&str; 10] = ["docs/", "validation/", "tracer/", "tracer-ebpf/", "tracer-common/", "tracer-model/", "tracer-analysis/", "tests/", "xtask/", "fuzz/"];
     let bytes = text.as_bytes();
     let mut out = Vec::new();
     for root in ROOTS {

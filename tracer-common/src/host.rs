@@ -19,7 +19,7 @@ pub mod state {
 /// How a task left the CPU, in `sched:sched_switch`'s own encoding of `prev_state`
 /// (`__trace_sched_switch_state` in include/trace/events/sched.h): the highest reported state
 /// bit, `IDLE` for `TASK_IDLE`, `PREEMPTED` for a task preempted while runnable, 0 for one that
-/// yielded runnable. The raw tracepoint passes the task's raw state; [`from_raw`] encodes it.
+/// yielded runnable. The raw tracepoint passes the task's raw state; `from_raw` encodes it.
 pub mod prev_state {
     /// Interruptible sleep (`S`).
     pub const TASK_INTERRUPTIBLE: u64 = 0x1;

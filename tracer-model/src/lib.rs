@@ -1102,7 +1102,7 @@ pub struct Distribution {
 /// Declares [`DiagnosisId`] from one row per diagnosis (`Variant = "json-name"`, under its
 /// doc): the enum, its JSON name (the serde name and [`DiagnosisId::as_str`] are the same
 /// literal), [`DiagnosisId::ALL`] and [`DiagnosisId::index`]. A new diagnosis is one row here,
-/// and its definition in `tracer/src/detect/diagnoses/` (docs/development.md).
+/// and its definition in `tracer-analysis/src/detect/diagnoses/` (docs/development.md).
 macro_rules! diagnosis_ids {
     ($($(#[doc = $doc:literal])* $variant:ident = $name:literal,)*) => {
         /// What a diagnosis is, and the verdict's word: the JSON names (`launch-bound`, …) that

@@ -16,22 +16,21 @@ pub mod cli;
 pub use gputrace_model as model;
 /// How bad a diagnosis is, shared by the detectors, the sweep and the reports.
 pub use gputrace_model::severity;
+/// The pure analysis, a crate of its own (`tracer-analysis/`) that imports no aya and does no
+/// I/O: decoding, the evidence, the diagnoses and their fixes.
+pub use gputrace_analysis::{decode, detect, evidence, printable};
 pub mod clock;
 pub mod collect;
-pub mod decode;
-pub mod detect;
 pub mod diff;
 pub mod discover;
 pub mod doctor;
 pub mod error;
-pub mod evidence;
 pub mod export;
 pub mod fuzzing;
 pub mod gpu;
 mod preflight;
 pub mod outcome;
 pub mod output;
-pub mod printable;
 pub mod probes;
 pub mod record;
 pub mod report;

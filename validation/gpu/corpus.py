@@ -255,8 +255,10 @@ def run(seed, out_dir, seconds, traced_seconds):
             self.graph = torch.cuda.CUDAGraph()
             self.opt.zero_grad(set_to_none=True)
             # Captured on the stream it was warmed up on (cuDNN's state for a conv net is
-            # made there, not inside the capture).
-            with torch.cuda.graph(self.graph, stream=s):
+            # made there, not inside the capture). Thread-local: the DataLoader's pin-memory
+            # thread, already started, may call CUDA meanwhile, which a global capture refuses
+            # (seed 1010's twin, cudaErrorStreamCaptureInvalidated).
+            with torch.cuda.graph(self.graph, stream=s, capture_error_mode="thread_local"):
                 self.static_loss = F.mse_loss(self.net(self.x), self.y)
                 self.static_loss.backward()
                 self.opt.step()

@@ -259,7 +259,8 @@ fn test_steps(long: bool) -> Result<()> {
     // have none; clippy checks them). gputrace's own are built with overflow checks and debug
     // assertions on: the fuzz corpus and its mutations run as the fuzzer runs them (a release
     // build would wrap an overflow silently), without a second, debug build of every crate.
-    // The options change gputrace alone; the eBPF object is not needed by unit tests (the
+    // The options change gputrace and gputrace-analysis alone (the analysis crate holds the
+    // decoding, the evidence and the detectors, and most of the unit tests); the eBPF object is not needed by unit tests (the
     // stub spares its second build). Not optimized: the crate's test build took 118 s on 2
     // cores at opt-level 3 and 65 s at 1 with its dependencies built (2026-12-03); at 0 it
     // takes 19 s (23 s of CPU against 102 s at 1) and its tests 7.5 s instead of 2.4 s
@@ -274,7 +275,10 @@ fn test_steps(long: bool) -> Result<()> {
         .args(["--exclude", "gputrace-tests", "--lib"])
         .args(["--config", "profile.release.package.gputrace.overflow-checks=true"])
         .args(["--config", "profile.release.package.gputrace.debug-assertions=true"])
-        .args(["--config", "profile.release.package.gputrace.opt-level=0"]);
+        .args(["--config", "profile.release.package.gputrace.opt-level=0"])
+        .args(["--config", "profile.release.package.gputrace-analysis.overflow-checks=true"])
+        .args(["--config", "profile.release.package.gputrace-analysis.debug-assertions=true"])
+        .args(["--config", "profile.release.package.gputrace-analysis.opt-level=0"]);
     let running = std::time::Instant::now();
     let unit = suites::start_command("unit-tests", unit, &logs)?;
     // The corpus judged again (offline reports, one at a time) beside them: it checks

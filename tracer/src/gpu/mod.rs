@@ -7,7 +7,8 @@ pub mod identity;
 pub mod nvml;
 pub mod sampler;
 pub mod source;
-pub mod summary;
 
 pub use error::NoGpuView;
+/// The pure summary of the samples (the analysis crate's).
+pub use gputrace_analysis::gpu as summary;
 pub use summary::{summarize, Context, DeviceInfo, FineUtil, ProcessUse, Sample};

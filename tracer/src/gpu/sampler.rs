@@ -12,6 +12,7 @@ use std::{
 };
 
 pub use super::source::{Source, SLOW_EVERY};
+pub use gputrace_analysis::gpu::Finished;
 use super::{DeviceInfo, NoGpuView, Sample};
 
 /// How long the source may take to start or to hand back its final readings.
@@ -34,19 +35,6 @@ pub struct Sampler {
     /// The busiest device's last `utilization.gpu` (f64 bits; NaN: none yet), for the live
     /// status line, which must not take samples from the report.
     latest_util: Arc<AtomicU64>,
-}
-
-/// What the sampler hands back at the end.
-#[derive(Debug, Default)]
-pub struct Finished {
-    /// The devices, with the memory the traced processes held at the end (`target_memory_bytes`).
-    pub devices: Vec<DeviceInfo>,
-    /// The samples not taken by `Sampler::take_samples` before the end, oldest first.
-    pub samples: Vec<Sample>,
-    /// The driver's version, read again at the end.
-    pub driver_version: Option<String>,
-    /// Per device, every process holding memory there at the end: (pid, bytes).
-    pub holders: Vec<Vec<(u32, u64)>>,
 }
 
 /// The driver version and the devices, sent once the source answered.

@@ -2,138 +2,14 @@
 //! kernel's CPU sampler and off-CPU spells (`probes/sampler.rs`, `SAMPLES`), symbolized here
 //! (`native`), and Python frames of CPython targets read from outside (`python`). Each stack
 //! carries the CUDA call its thread was in, so a diagnosis can name the code that causes it
-//! (`sites`).
+//! (the types and the call sites are the analysis crate's, `gputrace_analysis::stacks`).
 
-pub mod alloc;
 pub mod copied;
-pub mod counts;
 pub mod native;
 pub mod python;
 pub mod python_frames;
 pub mod sections;
-pub mod sites;
-pub mod table;
 pub mod unwind;
 pub mod unwind_cost;
 
-use gputrace_common::{host::stacks::HOST, Family, PROBES};
-use serde::{Deserialize, Serialize};
-
-/// One frame of a stack, innermost first in [`StackTime::frames`].
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct Frame {
-    /// The function (demangled), or the address in hex where it is unknown.
-    pub function: String,
-    /// The source file, where the debug information or the interpreter says.
-    pub file: Option<String>,
-    /// The line in `file`, where known.
-    pub line: Option<u32>,
-    /// The object file of a native frame.
-    pub module: Option<String>,
-}
-
-impl Frame {
-    /// `train.py:42 in train_step`, `loop.c:17 in compute`, or `compute (fakejob)`.
-    #[must_use]
-    pub fn location(&self) -> String {
-        match (&self.file, self.line) {
-            (Some(file), Some(line)) => format!("{}:{line} in {}", short_path(file), self.function),
-            (Some(file), None) => format!("{} in {}", short_path(file), self.function),
-            _ => match &self.module {
-                Some(m) => format!("{} ({})", self.function, short_path(m)),
-                None => self.function.clone(),
-            },
-        }
-    }
-}
-
-/// The last two components of a path: enough to find the file, short enough to read.
-fn short_path(path: &str) -> String {
-    let parts: Vec<&str> = path.rsplit('/').take(2).collect();
-    parts.into_iter().rev().collect::<Vec<_>>().join("/")
-}
-
-/// What a thread was doing when its stack was taken: the CUDA call it was inside, or host
-/// code (which includes launching: launch probes are entry-only).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Activity {
-    /// Host code outside any probed call, launching included.
-    Host,
-    /// Inside a synchronizing call.
-    Sync,
-    /// Inside a memory copy or memset.
-    Copy,
-    /// Inside a device allocation, or a pinned host allocation or registration.
-    Alloc,
-    /// Inside a device free, or a pinned host release or unregistration.
-    Free,
-    /// Inside any other probed call (context, mapping, NCCL, …).
-    OtherCall,
-}
-
-impl Activity {
-    /// The activity of a thread inside the call of probe `probe` (`HOST`: outside any).
-    #[must_use]
-    pub fn of_probe(probe: u32) -> Self {
-        if probe == HOST {
-            return Self::Host;
-        }
-        match PROBES.iter().find(|s| s.id == probe).map(|s| s.family) {
-            Some(Family::Sync) => Self::Sync,
-            Some(Family::Copy | Family::Memset) => Self::Copy,
-            Some(Family::Alloc | Family::HostPin) => Self::Alloc,
-            Some(Family::Free | Family::HostUnpin) => Self::Free,
-            Some(Family::Launch | Family::GraphLaunch) => Self::Host,
-            _ => Self::OtherCall,
-        }
-    }
-}
-
-/// Where the frames came from.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Origin {
-    /// The kernel's user stack of the thread, symbolized from the process's ELF files.
-    #[default]
-    Native,
-    /// The interpreter's frames of a CPython thread.
-    Python,
-}
-
-/// Time of one thread on one stack, doing one thing, cumulative since the session began.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StackTime {
-    /// The thread's id.
-    pub tid: u32,
-    /// The process it belongs to (its thread group id).
-    pub pid: u32,
-    /// What the thread was doing on this stack.
-    pub activity: Activity,
-    /// On a CPU (sampled there), or off it (asleep or blocked; for Python, an idle thread).
-    pub on_cpu: bool,
-    /// Where the frames came from.
-    pub origin: Origin,
-    /// Innermost first.
-    pub frames: Vec<Frame>,
-    /// Samples (or off-CPU spells) counted.
-    pub count: u64,
-    /// The time they stand for.
-    pub ns: u64,
-}
-
-impl StackTime {
-    /// Whether `other` is the same thread, stack and activity (a later reading of this one).
-    #[must_use]
-    pub fn same_key(&self, other: &Self) -> bool {
-        self.tid == other.tid
-            && self.activity == other.activity
-            && self.on_cpu == other.on_cpu
-            && self.origin == other.origin
-            && self.frames == other.frames
-    }
-}
-
-/// At most this many frames are kept per stack: the call site is near the top, and a
-/// recording writes every stack once a second.
-pub const MAX_FRAMES: usize = 48;
+pub use gputrace_analysis::stacks::*;

@@ -33,7 +33,7 @@ use super::definition::{Definition, FoundBy, Rule, Stacks};
 use crate::model::DiagnosisId;
 
 /// Every diagnosis's definition, in `DiagnosisId::ALL`'s order.
-pub(crate) const ALL: [&Definition; DiagnosisId::COUNT] = [
+pub const ALL: [&Definition; DiagnosisId::COUNT] = [
     &launch_bound::DEFINITION,
     &host_bound::DEFINITION,
     &host_sync::DEFINITION,
@@ -69,25 +69,25 @@ const _: () = {
 
 /// The definition of `id`.
 #[must_use]
-pub(crate) const fn of(id: DiagnosisId) -> &'static Definition {
+pub const fn of(id: DiagnosisId) -> &'static Definition {
     ALL[id.index()]
 }
 
 /// The stacks whose call sites `id` names (`sites::attach`).
 #[must_use]
-pub(crate) const fn stacks_of(id: DiagnosisId) -> Option<Stacks> {
+pub const fn stacks_of(id: DiagnosisId) -> Option<Stacks> {
     of(id).stacks
 }
 
 /// What `id`'s fix asks of the user (`Definition::effort`).
 #[must_use]
-pub(crate) const fn effort(id: DiagnosisId) -> u8 {
+pub const fn effort(id: DiagnosisId) -> u8 {
     of(id).effort
 }
 
 /// The time rules and the diagnosis each finds, in `DiagnosisId::ALL`'s order (ties in
 /// impact keep it).
-pub(crate) fn time_rules() -> impl Iterator<Item = (DiagnosisId, Rule)> {
+pub fn time_rules() -> impl Iterator<Item = (DiagnosisId, Rule)> {
     ALL.into_iter().filter_map(|d| match d.found_by {
         FoundBy::Time(rule) => Some((d.id, rule)),
         FoundBy::Memory | FoundBy::VerdictOnly | FoundBy::Collectives => None,

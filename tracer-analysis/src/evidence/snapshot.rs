@@ -12,7 +12,7 @@ use gputrace_common::{ThreadCounters, ThreadSched};
 use serde::{Deserialize, Serialize};
 
 use super::{host::SchedStats, Evidence};
-use crate::discover::cgroup::CpuStat;
+use crate::evidence::cpu_stat::CpuStat;
 
 /// A thread's launch and call counters: `(probe id, hits)` for the probes it hit.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

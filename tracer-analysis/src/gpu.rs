@@ -1,9 +1,11 @@
-//! Samples and their summary over the window (pure, unit-tested on synthetic samples).
+//! NVML's samples as the analysis takes them, and their summary over the window (pure,
+//! unit-tested on synthetic samples). The sampler that takes them is the tracer's
+//! (`gputrace::gpu`).
 
 use crate::model::{Distribution, GpuDevice, GpuProcess, ThrottleSeen};
 
 /// One reading of one device, on the eBPF clock (`CLOCK_MONOTONIC`). Fields a source could
-/// not read are None; slow fields are read every [`super::source::SLOW_EVERY`] ticks only.
+/// not read are None; slow fields are read every `SLOW_EVERY` (`gputrace::gpu::source`) ticks only.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
 pub struct Sample {
@@ -328,6 +330,20 @@ fn target_util(mine: &[&Sample], traced: &[u32]) -> Option<f64> {
         slow.iter().map(|s| s.processes.iter().filter(|p| traced.contains(&p.pid)).fold(0.0, |a, p| a + p.sm_pct).min(100.0)).collect();
     Some(per_reading.iter().fold(0.0, |a, v| a + v) / per_reading.len() as f64)
 }
+
+/// What the sampler hands back at the end.
+#[derive(Debug, Default)]
+pub struct Finished {
+    /// The devices, with the memory the traced processes held at the end (`target_memory_bytes`).
+    pub devices: Vec<DeviceInfo>,
+    /// The samples not taken by the sampler (`gputrace::gpu::sampler`) before the end, oldest first.
+    pub samples: Vec<Sample>,
+    /// The driver's version, read again at the end.
+    pub driver_version: Option<String>,
+    /// Per device, every process holding memory there at the end: (pid, bytes).
+    pub holders: Vec<Vec<(u32, u64)>>,
+}
+
 
 #[cfg(test)]
 mod tests {

@@ -8,6 +8,7 @@ pub mod bursts;
 pub mod collectives;
 mod copies;
 pub mod cost;
+pub mod cpu_stat;
 pub mod host;
 mod memory;
 pub mod sampled_calls;
@@ -114,7 +115,7 @@ pub struct Evidence {
     /// Who took the CPU from traced threads, looked up at the end.
     pub preempted_by: Vec<snapshot::Preemptor>,
     /// CPU throttling of the tree's cgroups over the window, by `cpu.stat` file.
-    pub cgroups: Vec<(String, crate::discover::cgroup::CpuStat)>,
+    pub cgroups: Vec<(String, crate::evidence::cpu_stat::CpuStat)>,
     /// Off-CPU time of the traced threads by who woke them (from snapshots; `waits`).
     pub wakes: Vec<waits::Wake>,
     /// Time by user stack and activity (`crate::stacks`), for the diagnoses' call sites.

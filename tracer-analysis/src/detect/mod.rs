@@ -4,9 +4,9 @@
 //! origin. NVML, where present, is the referee between "the GPU waits for the host" and
 //! "the GPU is busy".
 
-pub(crate) mod account;
-pub(crate) mod definition;
-pub(crate) mod diagnoses;
+pub mod account;
+pub mod definition;
+pub mod diagnoses;
 mod diagnosis;
 pub mod framework;
 mod gpu_idle;
@@ -16,7 +16,7 @@ mod rank;
 pub mod sites;
 pub mod startup;
 pub mod steps;
-pub(crate) mod thresholds;
+pub mod thresholds;
 pub mod whatif;
 
 pub use account::Account;

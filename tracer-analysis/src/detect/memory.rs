@@ -21,7 +21,7 @@ use super::{diagnosis::pct, severity, sites::SITES};
 use crate::severity::Severity;
 use crate::{
     evidence::{Evidence, Failure, RETRY_WITHIN_NS},
-    gpu::sampler::Finished,
+    gpu::Finished,
     model::{BlockSizes, Diagnosis, DiagnosisId, Memory, MemoryPoint, TensorMemory},
     printable::bytes,
     stacks::alloc::{top, top_live, Weight},

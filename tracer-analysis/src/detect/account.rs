@@ -49,11 +49,13 @@ const ACTIVE_WORKER: f64 = 0.05;
 /// The other processes of the tree (DataLoader workers), from scheduler evidence.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct HostTime {
-    /// Other processes of the tree: mean on-CPU, largest blocked and run-queue fractions, and
-    /// how many there were.
+    /// How many other processes of the tree were active (the loader's workers).
     pub workers: usize,
+    /// Their mean share of the window on a CPU.
     pub workers_on_cpu: f64,
+    /// The largest share of the window one of them spent blocked (uninterruptible, I/O).
     pub workers_blocked: f64,
+    /// The largest share of the window one of them spent runnable, waiting for a CPU.
     pub workers_runqueue: f64,
 }
 
@@ -101,12 +103,12 @@ fn may_load_input(ev: &Evidence, pid: u32, input_wakers: &std::collections::BTre
 
 /// `utilization.gpu` at or above which the GPU counts as busy when GPM is not available.
 /// docs/facts.md: 91–100 % for GPU-bound jobs, 3–11 % for launch-bound or starved ones.
-pub(crate) const UTIL_BUSY: f64 = 0.85;
+pub const UTIL_BUSY: f64 = 0.85;
 /// GPM SM activity at or above which the GPU counts as busy. `utilization.gpu` only says
 /// "some kernel ran": on the GPU machine a job filling buffers between allocations read 87 %
 /// utilization with 8 % SM activity, while GPU-bound jobs read 81–94 % SM activity
 /// (docs/validation.md; docs/facts.md: 83–95 %).
-pub(crate) const SM_BUSY: f64 = 0.60;
+pub const SM_BUSY: f64 = 0.60;
 
 impl Account {
     /// The `sleeping` bucket split by what woke the threads (`evidence::waits`): the share of
@@ -227,7 +229,8 @@ impl Account {
 /// The device the job runs on: one where it holds memory, else the only one, else the
 /// busiest (NVML and CUDA may number devices differently, and inside a container NVML's
 /// pids are not ours).
-pub(crate) fn job_device(devices: &[GpuDevice]) -> Option<&GpuDevice> {
+#[must_use]
+pub fn job_device(devices: &[GpuDevice]) -> Option<&GpuDevice> {
     let util = |d: &GpuDevice| d.utilization.as_ref().map_or(0.0, |u| u.mean);
     let holding = devices.iter().filter(|d| d.target_memory_bytes.unwrap_or(0) > 0).max_by(|a, b| util(a).total_cmp(&util(b)));
     holding.or_else(|| devices.iter().max_by(|a, b| util(a).total_cmp(&util(b))))
