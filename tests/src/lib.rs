@@ -1,6 +1,7 @@
 //! Helpers for the privileged integration tests: the gputrace binary, the fake CUDA built by
 //! `build.rs`, and workloads held at a gate until the tracer is armed.
 #![expect(clippy::missing_panics_doc, reason = "test helpers panic by design")]
+#![deny(missing_docs)]
 
 use std::{
     io::{BufRead as _, BufReader, Read as _, Write as _},
@@ -31,6 +32,7 @@ pub fn fake_cuda_dir() -> PathBuf {
     PathBuf::from(env!("FAKE_CUDA_DIR"))
 }
 
+/// The fake job binary built beside the fake CUDA.
 #[must_use]
 pub fn fakejob() -> PathBuf {
     fake_cuda_dir().join("fakejob")
@@ -81,11 +83,14 @@ pub fn require_root() {
 /// A fakejob that has loaded its libraries and waits at its gate.
 #[derive(Debug)]
 pub struct Gated {
+    /// The job's process.
     pub child: Child,
+    /// Its pid.
     pub pid: u32,
 }
 
 impl Gated {
+    /// The fake job with `args`, started and held at its gate.
     #[must_use]
     pub fn start(args: &[&str]) -> Self {
         Self::start_as(&fakejob(), args)
@@ -141,11 +146,13 @@ impl Gated {
 /// A running `gputrace attach`, armed (its "armed" log line was seen).
 #[derive(Debug)]
 pub struct Tracer {
+    /// The tracer's process.
     pub child: Child,
     stderr_rest: mpsc::Receiver<String>,
 }
 
 impl Tracer {
+    /// `gputrace -v attach --json --pid PID` with `extra`, once armed.
     #[must_use]
     pub fn attach(pid: u32, extra: &[&str]) -> Self {
         Self::start(Command::new(gputrace()).args(["-v", "attach", "--json", "--pid", &pid.to_string()]).args(extra))
@@ -193,6 +200,7 @@ impl Tracer {
         self.child
     }
 
+    /// Send the tracer signal `sig`.
     pub fn signal(&self, sig: i32) {
         // SAFETY: sending a signal has no memory-safety preconditions.
         unsafe { libc::kill(self.child.id() as i32, sig) };
@@ -242,6 +250,7 @@ pub struct FakeNvml {
 }
 
 impl FakeNvml {
+    /// A fake NVML of its own, under a fresh name.
     #[must_use]
     pub fn new() -> Self {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

@@ -53,11 +53,14 @@ fn shorter(args: &[String]) -> Vec<String> {
 /// One cause fixed: the diagnosis id whose fix it is, and the job's arguments with it fixed.
 #[derive(Debug, Clone)]
 pub struct Fix {
+    /// The diagnosis whose fix it is.
     pub id: &'static str,
+    /// The job's arguments with it fixed.
     pub args: Vec<String>,
 }
 
 impl Fix {
+    /// The fix of `id`, as `args`.
     #[must_use]
     pub fn new(id: &'static str, args: Vec<String>) -> Self {
         Self { id, args }
@@ -67,7 +70,9 @@ impl Fix {
 /// What the twins measured: the planted job's time and each fix's speed-up over it.
 #[derive(Debug)]
 pub struct Measured {
+    /// The planted job's time, s.
     pub planted_s: f64,
+    /// Each fix's speed-up over it, by diagnosis id.
     pub speedups: Vec<(&'static str, f64)>,
 }
 

@@ -326,6 +326,27 @@ fn the_pure_analysis_is_a_crate_without_aya_or_io() {
 }
 
 #[test]
+fn no_two_source_files_share_a_name_across_stages() {
+    // A file's name says its stage's part (docs/development.md): `memory.rs` twice, one the
+    // evidence's and one the detectors', had a reader open the wrong one. A folder's `mod.rs`,
+    // a crate's root and its unit tests' `tests.rs` are the exceptions.
+    let mut seen: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+    for c in ["tracer", "tracer-analysis", "tracer-common", "tracer-model"] {
+        let mut files = Vec::new();
+        rust_files(&crate_root(c), &mut files);
+        for f in files {
+            let name = f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if !["mod.rs", "lib.rs", "main.rs", "tests.rs"].contains(&name.as_str()) && !f.components().any(|p| p.as_os_str() == "bin") {
+                seen.entry(name).or_default().push(f);
+            }
+        }
+    }
+    let twice: Vec<String> = seen.iter().filter(|(_, at)| at.len() > 1).map(|(n, at)| format!("{n}: {at:?}")).collect();
+    assert!(seen.len() > 100, "the sources were read: {}", seen.len());
+    assert!(twice.is_empty(), "file names used twice:\n{}", twice.join("\n"));
+}
+
+#[test]
 fn a_cycle_between_two_files_of_a_folder_is_caught() {
     let dir = std::env::temp_dir().join(format!("gputrace-house-cycle-{}", std::process::id()));
     let _ = fs::remove_dir_all(&dir);

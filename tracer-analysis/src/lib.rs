@@ -1,6 +1,6 @@
 //! The pure analysis of gputrace (issue 59): the kernel's records decoded (`decode`), folded
 //! into the evidence of a window (`evidence`), the stacks charged to call sites (`stacks`),
-//! NVML's samples summarized (`gpu`), and the diagnoses judged, each with its fix simulated
+//! NVML's samples summarized (`gpu_samples`), and the diagnoses judged, each with its fix simulated
 //! on a model of the step (`detect`).
 //!
 //! Nothing here loads a probe, reads a file or a process, or writes anywhere: it imports no
@@ -14,7 +14,7 @@
 pub mod decode;
 pub mod detect;
 pub mod evidence;
-pub mod gpu;
+pub mod gpu_samples;
 pub mod printable;
 pub mod stacks;
 

@@ -6,7 +6,7 @@
 //! report type cannot reach into a stage of the tracer (the compiler refuses the import), and
 //! the stages, the sweep and the readers of recordings all fill the one set of types.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod severity;
 pub mod sweep;
@@ -55,7 +55,7 @@ pub struct Report {
     /// others.
     pub diagnoses: Vec<Diagnosis>,
     /// Where the main thread's wall time went; null when no thread launched kernels.
-    pub time_account: Option<TimeAccount>,
+    pub time_account: Option<TimeAccountReport>,
     /// How long the GPU was known to be idle, and what NVML says; null when no thread
     /// launched kernels.
     pub gpu_idle: Option<GpuIdle>,
@@ -312,8 +312,11 @@ pub struct PerStep {
 }
 
 /// A partition of the window for the main (launching) thread: the fractions add up to 1.
+// The report's form of the analysis's `evidence::time_account::TimeAccount`, named apart so
+// that the two are not taken for each other; the schema keeps its name.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct TimeAccount {
+#[schemars(rename = "TimeAccount")]
+pub struct TimeAccountReport {
     /// The main thread: the one that launched the most kernels.
     pub tid: u32,
     /// The active time (`window.active_s`), seconds: what every fraction here is of.

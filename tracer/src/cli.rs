@@ -472,7 +472,7 @@ impl Cli {
             crate::probes::force_entry_only();
         }
         if no_stacks {
-            crate::probes::sampler::disable();
+            crate::probes::cpu_sampler::disable();
         }
         Ok(match self.command {
             Command::Attach { pid, common } => Job::Trace {
@@ -652,7 +652,7 @@ async fn execute_sweep(options: &sweep::Options, json: bool, html: Option<&Desti
         if json {
             serde_json::to_writer_pretty(&mut *out, report).map_err(io::Error::from).and_then(|()| writeln!(out))
         } else {
-            out.write_all(sweep::text::render(report, crate::output::style::on_stdout()).as_bytes())
+            out.write_all(sweep::sweep_text::render(report, crate::output::style::on_stdout()).as_bytes())
         }
     });
     let code = match html.map(|out| (out, crate::export::html::write_sweep(report, out))) {
@@ -864,7 +864,7 @@ fn diff(before: &std::path::Path, after: &std::path::Path, json: bool, fail_belo
             v["passed"] = serde_json::json!(fail_below.map(|x| compared.speedup >= x));
             serde_json::to_writer_pretty(&mut *out, &v).map_err(io::Error::from).and_then(|()| writeln!(out))
         } else {
-            out.write_all(output::clean_lines(&crate::diff::text::render(&compared, fail_below)).as_bytes())
+            out.write_all(output::clean_lines(&crate::diff::diff_text::render(&compared, fail_below)).as_bytes())
         }
     });
     if printed != exit::OK {

@@ -9,7 +9,7 @@
 //! `session` sequences the stages; `cli` is the command line; `gpu` is the NVML view; `sweep`
 //! is the host-wide census, `serve` its windows as Prometheus metrics and `top` as a live view.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod cli;
 /// The report's types, a crate of their own (`tracer-model/`) so that none can import a stage.

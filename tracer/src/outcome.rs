@@ -124,7 +124,7 @@ pub struct Outcome {
     /// The cores the target may use (affinity and cgroup quota), read when tracing began.
     pub cpus: Option<f64>,
     /// The job's CPUs against the NUMA nodes, read when tracing began; None on one node.
-    pub placement: Option<crate::discover::cpus::Placement>,
+    pub placement: Option<crate::discover::cpus::CpuPlacement>,
     /// What `--max-overhead` did; None without it.
     pub sampling: Option<Sampling>,
 }

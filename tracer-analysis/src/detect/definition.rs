@@ -29,10 +29,10 @@ pub enum FoundBy {
     /// Its own rule over the time account (run by `detect::analyze`, in `DiagnosisId::ALL`'s
     /// order).
     Time(Rule),
-    /// The memory view (`detect::memory`), which finds the memory diagnoses together from the
+    /// The memory view (`detect::memory_view`), which finds the memory diagnoses together from the
     /// allocation timeline.
     Memory,
-    /// The ranks' NCCL and time accounts (`detect::nccl`), which need every rank's evidence.
+    /// The ranks' NCCL and time accounts (`detect::ranks`), which need every rank's evidence.
     Collectives,
     /// A verdict only, when no diagnosis applies.
     VerdictOnly,

@@ -143,7 +143,7 @@ mod tests {
         // own terms, and none of theirs names PyTorch's.
         let worded = DiagnosisId::ALL.into_iter().filter(|id| {
             // A straggler's fix is its own cause's, worded without any framework's API where it
-            // is made (`detect::nccl::fix_of`).
+            // is made (`detect::ranks::fix_of`).
             ![DiagnosisId::HostSleep, DiagnosisId::GpuBound, DiagnosisId::NoCudaWork, DiagnosisId::NoBottleneckFound, DiagnosisId::Straggler].contains(id)
         });
         for fw in [Framework::Jax, Framework::Tensorflow] {

@@ -10,12 +10,12 @@ pub mod diagnoses;
 mod diagnosis;
 pub mod framework;
 mod gpu_idle;
-pub mod memory;
-pub mod nccl;
+pub mod memory_view;
+pub mod ranks;
 mod rank;
-pub mod sites;
+pub mod code_sites;
 pub mod startup;
-pub mod steps;
+pub mod rhythm;
 pub mod thresholds;
 pub mod whatif;
 
@@ -105,10 +105,10 @@ pub struct Run {
 
 /// See [`Run`].
 #[must_use]
-pub fn run(time: &Inputs<'_>, memory: memory::Inputs<'_>) -> Run {
+pub fn run(time: &Inputs<'_>, memory: memory_view::Inputs<'_>) -> Run {
     let mut findings = analyze(time);
     let memory_from = findings.diagnoses.len();
-    let memory = memory::analyze(memory, &mut findings);
+    let memory = memory_view::analyze(memory, &mut findings);
     let framework = framework::of(&time.evidence.stacks);
     framework::speak(&mut findings.diagnoses, framework);
     Run { findings, memory_from, memory, framework }
@@ -139,7 +139,7 @@ pub fn analyze(inputs: &Inputs<'_>) -> Findings {
         .collect();
     // The step model is built on the critical path around the job's main thread.
     let modelled = inputs.evidence.main_thread().map(|(_, t)| t.pid);
-    let multi_gpu = nccl::analyze(inputs.evidence, &account, modelled, inputs.start_ns, inputs.start_ns.saturating_add(inputs.window_ns));
+    let multi_gpu = ranks::analyze(inputs.evidence, &account, modelled, inputs.start_ns, inputs.start_ns.saturating_add(inputs.window_ns));
     let (nccl, rank_lag) = match multi_gpu {
         Some(m) => {
             found.extend(m.found);
@@ -150,8 +150,8 @@ pub fn analyze(inputs: &Inputs<'_>) -> Findings {
     found.sort_by(|a, b| b.impact.total_cmp(&a.impact));
     let threads = account.time.as_ref().map(|t| t.threads.clone()).unwrap_or_default();
     diagnoses::checkpoint_stall::drop_pageable_of_checkpoints(&mut found, inputs.evidence);
-    sites::attach(&mut found, inputs.evidence, &threads);
-    let steps = account.time.as_ref().and_then(|t| steps::find(inputs.evidence, t));
+    code_sites::attach(&mut found, inputs.evidence, &threads);
+    let steps = account.time.as_ref().and_then(|t| rhythm::find(inputs.evidence, t));
     let mut model = whatif::StepModel::build(inputs.evidence, &account, steps.as_ref().map(|s| s.per_step.launches), inputs.cpus, inputs.tracer_ns);
     if let (Some(m), Some((lag, slowest))) = (model.as_mut(), rank_lag) {
         m.rank_lag = lag;

@@ -38,7 +38,7 @@ fn loop_start<'a>(ev: &'a Evidence, whole: &TimeAccount) -> Option<&'a Mark> {
     // count as the job's): the steps must span half of that. The loop need not last to the
     // end: a job winds down after it (Lightning's teardown makes CUDA calls of its own).
     let end = whole.span.1;
-    let (_, times, rhythm) = super::steps::best_marker_over(ev, whole, None, |times| end.saturating_sub(times.front().copied().unwrap_or(end)))?;
+    let (_, times, rhythm) = super::rhythm::best_marker_over(ev, whole, None, |times| end.saturating_sub(times.front().copied().unwrap_or(end)))?;
     // The first markers were forgotten: where the loop began is not known.
     if times.len() >= MAX_TIMES {
         return None;
@@ -65,7 +65,7 @@ mod tests {
 
     use super::*;
     use crate::evidence::{
-        host::SchedStats,
+        sched_io::SchedStats,
         steps::MarkerKind,
         timeline::{Mark, ThreadMark},
     };

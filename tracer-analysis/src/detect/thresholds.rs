@@ -18,7 +18,7 @@ pub const HOST_WAIT_NONE: f64 = 0.05;
 /// Syncs per second that amount to "every step" for a training loop (≥ 10 steps/s).
 pub const SYNCS_PER_S: f64 = 10.0;
 /// Alloc + free calls per second that mean the caching allocator is not caching. Only calls
-/// that pair up count: allocations never freed are growth (`detect::memory`), not churn.
+/// that pair up count: allocations never freed are growth (`detect::memory_view`), not churn.
 pub const ALLOCS_PER_S: f64 = 20.0;
 
 /// A CUDA thread waiting for a CPU this much of the window is starved (it is runnable: the

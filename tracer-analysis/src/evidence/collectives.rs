@@ -7,7 +7,7 @@
 //! drains the queue after a collective was queued is charged to the last collective queued
 //! before it. It includes the device work queued before that collective too, so it is an upper
 //! bound on the collective's own time; across ranks, a rank that waits while another does
-//! not is what a straggler looks like (`detect::nccl`).
+//! not is what a straggler looks like (`detect::ranks`).
 
 use std::collections::BTreeMap;
 

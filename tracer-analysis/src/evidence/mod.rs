@@ -9,7 +9,7 @@ pub mod collectives;
 mod copies;
 pub mod cost;
 pub mod cpu_stat;
-pub mod host;
+pub mod sched_io;
 mod memory;
 pub mod sampled_calls;
 pub mod snapshot;
@@ -109,9 +109,9 @@ pub struct Evidence {
     /// Owner (real uid) of each process seen, looked up while it was alive.
     pub uids: BTreeMap<u32, Option<u32>>,
     /// Scheduler accounting per thread of the traced tree.
-    pub sched: BTreeMap<u32, host::SchedStats>,
+    pub sched: BTreeMap<u32, sched_io::SchedStats>,
     /// Block I/O of the traced tree.
-    pub io: host::IoStats,
+    pub io: sched_io::IoStats,
     /// Who took the CPU from traced threads, looked up at the end.
     pub preempted_by: Vec<snapshot::Preemptor>,
     /// CPU throttling of the tree's cgroups over the window, by `cpu.stat` file.

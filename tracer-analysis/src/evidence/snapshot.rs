@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use gputrace_common::{ThreadCounters, ThreadSched};
 use serde::{Deserialize, Serialize};
 
-use super::{host::SchedStats, Evidence};
+use super::{sched_io::SchedStats, Evidence};
 use crate::evidence::cpu_stat::CpuStat;
 
 /// A thread's launch and call counters: `(probe id, hits)` for the probes it hit.

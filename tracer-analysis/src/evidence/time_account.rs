@@ -21,7 +21,7 @@
 
 use crate::model::TimeBucket;
 use super::{
-    host::SchedStats,
+    sched_io::SchedStats,
     timeline::{CudaTimes, Mark},
     waits::{self, WaitKind},
     Evidence, ThreadStats,
@@ -89,7 +89,7 @@ pub struct TimeAccount {
     /// The job's start-up, left out like pauses where it was found (`detect::startup`): from
     /// the stretch's start to the timeline's mark where the account begins, whose figures
     /// the account's are counted from.
-    pub startup: Option<StartUp>,
+    pub startup: Option<SkippedStartUp>,
     /// Off-CPU time of the accounted threads by what woke them, indexed like
     /// `WaitKind::ALL`, pauses excluded; and of it, outside CUDA calls and not in `D` state:
     /// what the `sleeping` bucket is made of.
@@ -102,7 +102,7 @@ pub struct TimeAccount {
 
 /// A start-up left out of the account: from `from_ns` (where the stretch began) to the mark.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct StartUp {
+pub struct SkippedStartUp {
     /// Where the stretch began (monotonic ns).
     pub from_ns: u64,
     /// The timeline's mark where the account begins: its figures are those the account's
@@ -110,7 +110,7 @@ pub struct StartUp {
     pub mark: Mark,
 }
 
-impl StartUp {
+impl SkippedStartUp {
     /// The start-up's length, ns.
     #[must_use]
     pub const fn ns(&self) -> u64 {
@@ -318,7 +318,7 @@ impl TimeAccount {
         a.paused_ns = paused_ns;
         a.span = span;
         a.outside_ns = window_ns.saturating_sub(whole.1.saturating_sub(whole.0));
-        a.startup = since.map(|m| StartUp { from_ns: whole.0, mark: m.clone() });
+        a.startup = since.map(|m| SkippedStartUp { from_ns: whole.0, mark: m.clone() });
         Some(a)
     }
 
@@ -408,21 +408,21 @@ impl TimeAccount {
     /// one was left out.
     #[must_use]
     pub fn allocs_in(&self, ev: &Evidence) -> (u64, u64) {
-        let (count, frees) = self.startup.as_ref().map_or((0, 0), StartUp::allocs_before);
+        let (count, frees) = self.startup.as_ref().map_or((0, 0), SkippedStartUp::allocs_before);
         (ev.allocs.count.saturating_sub(count), ev.allocs.frees.saturating_sub(frees))
     }
 
     /// Bytes copied either way in the account's time.
     #[must_use]
     pub fn bytes_copied_in(&self, ev: &Evidence) -> u64 {
-        (ev.copies.h2d.bytes + ev.copies.d2h.bytes).saturating_sub(self.startup.as_ref().map_or(0, StartUp::bytes_before))
+        (ev.copies.h2d.bytes + ev.copies.d2h.bytes).saturating_sub(self.startup.as_ref().map_or(0, SkippedStartUp::bytes_before))
     }
 
     /// The whole window: the active time, the pauses, the start-up and the time outside
     /// the stretch.
     #[must_use]
     pub fn whole_ns(&self) -> u64 {
-        self.window_ns + self.paused_ns + self.outside_ns + self.startup.as_ref().map_or(0, StartUp::ns)
+        self.window_ns + self.paused_ns + self.outside_ns + self.startup.as_ref().map_or(0, SkippedStartUp::ns)
     }
 
     fn active_ns(&self) -> u64 {

@@ -11,7 +11,7 @@
 
 use gputrace_common::{Family, ThreadCounters, PROBES};
 
-use super::{host::SchedStats, Evidence, ThreadStats};
+use super::{sched_io::SchedStats, Evidence, ThreadStats};
 
 /// Marks kept at most (the spacing doubles when full).
 pub const MAX_MARKS: usize = 256;

@@ -9,7 +9,7 @@
 //! renders the judgement for a person; `--json` prints it as it is.
 
 pub mod input;
-pub mod text;
+pub mod diff_text;
 
 use serde::Serialize;
 
@@ -342,7 +342,7 @@ fn account(b: &Report, a: &Report, sb: &Side, sa: &Side) -> Vec<AccountRow> {
             names.push(x.name.to_string());
         }
     }
-    let share = |t: &crate::model::TimeAccount, name: &str| t.buckets.iter().find(|x| x.name.as_str() == name).map_or(0.0, |x| x.fraction);
+    let share = |t: &crate::model::TimeAccountReport, name: &str| t.buckets.iter().find(|x| x.name.as_str() == name).map_or(0.0, |x| x.fraction);
     names
         .into_iter()
         .map(|name| {

@@ -32,7 +32,7 @@ fn a_fix_that_took_a_diagnosis_away_is_checked_against_its_promise() {
     let p = d.predictions.iter().find(|p| p.id == "host-sync").expect("host-sync's promise is checked");
     assert!((p.predicted - 1.4215).abs() < 1e-3 && p.held == Some(true), "{p:?}");
     // Its promise and the time account appear in the text, the figures as measured.
-    let text = text::render(&d, Some(1.1));
+    let text = diff_text::render(&d, Some(1.1));
     assert!(text.contains("host-sync promised ×1.42"), "{text}");
     assert!(text.contains("measured ×1.38: held"), "{text}");
     assert!(text.contains("--fail-below 1.1: passes"), "{text}");
@@ -61,7 +61,7 @@ fn a_slower_after_is_said_and_new_diagnoses_are_listed() {
     assert!((d.speedup - 0.5).abs() < 1e-9);
     assert_eq!(d.new, vec![DiagnosisId::HostBound]);
     assert!(d.predictions.is_empty());
-    let text = text::render(&d, Some(0.9));
+    let text = diff_text::render(&d, Some(0.9));
     assert!(text.contains("×0.50 (slower") && text.contains("--fail-below 0.9: FAILS"), "{text}");
 }
 

@@ -110,7 +110,7 @@ pub fn numa_node_of_pci(bus_id: &str) -> Option<i32> {
 /// Where a job may run against the machine's NUMA nodes, for the placement check of a report
 /// (`doctor::bearing`). Recorded, so that an offline report checks it too.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Placement {
+pub struct CpuPlacement {
     /// The CPUs the job may run on.
     pub cpus: Vec<u32>,
     /// NUMA node → its CPUs.
@@ -120,10 +120,10 @@ pub struct Placement {
 /// Process `pid`'s placement; None on a machine of one NUMA node (nothing to place) or where
 /// `/proc` and sysfs do not say.
 #[must_use]
-pub fn placement(pid: u32) -> Option<Placement> {
+pub fn placement(pid: u32) -> Option<CpuPlacement> {
     let nodes = numa_nodes();
     (nodes.len() >= 2).then_some(())?;
-    Some(Placement { cpus: allowed(pid)?, nodes })
+    Some(CpuPlacement { cpus: allowed(pid)?, nodes })
 }
 
 /// NUMA node → its CPUs (empty on a machine without NUMA information).

@@ -15,7 +15,7 @@ use super::{
 };
 use crate::{
     detect::{diagnoses, Bearing},
-    discover::cpus::Placement,
+    discover::cpus::CpuPlacement,
     model::{Diagnosis, DiagnosisId, GpuDevice},
 };
 
@@ -39,7 +39,7 @@ pub struct Seen<'a> {
     /// The traced job's pid (its process tree's root).
     pub target_pid: u32,
     /// The CPUs the job may run on and the machine's NUMA nodes; None where not known.
-    pub placement: Option<&'a Placement>,
+    pub placement: Option<&'a CpuPlacement>,
     /// The report is of a live session: the processes NVML names are this host's now (a
     /// recording's pids name whatever runs under them where it is read).
     pub live: bool,
@@ -157,7 +157,7 @@ mod tests {
         .expect("a device")
     }
 
-    fn seen(device: &GpuDevice, placement: Option<&Placement>) -> Vec<String> {
+    fn seen(device: &GpuDevice, placement: Option<&CpuPlacement>) -> Vec<String> {
         let found = [DiagnosisId::PageableCopy, DiagnosisId::GpuBound, DiagnosisId::HostBound, DiagnosisId::Oom].map(diagnosis);
         notes(&found, &Seen { device, target_pid: 10, placement, live: true })
     }
@@ -167,7 +167,7 @@ mod tests {
         let mut d = device();
         d.pcie_under_load = Some(PcieLink { gen: 5, width: 16 });
         d.numa_node = Some(0);
-        let placement = Placement { cpus: (0..8).collect(), nodes: [(0, (0..8).collect()), (1, (8..16).collect())].into_iter().collect() };
+        let placement = CpuPlacement { cpus: (0..8).collect(), nodes: [(0, (0..8).collect()), (1, (8..16).collect())].into_iter().collect() };
         d.processes = vec![GpuProcess { pid: 10, traced: true, memory_bytes: Some(1 << 30), sm_util_pct: Some(90.0) }];
         d.throttle_reasons = vec![ThrottleSeen { reason: "sw-power-cap".into(), fraction: 0.9 }];
         assert_eq!(seen(&d, Some(&placement)), Vec::<String>::new());
@@ -225,11 +225,11 @@ mod tests {
     fn a_job_on_the_other_node_is_said_beside_host_time() {
         let mut d = device();
         d.numa_node = Some(1);
-        let placement = Placement { cpus: (0..8).collect(), nodes: [(0, (0..8).collect()), (1, (8..16).collect())].into_iter().collect() };
+        let placement = CpuPlacement { cpus: (0..8).collect(), nodes: [(0, (0..8).collect()), (1, (8..16).collect())].into_iter().collect() };
         let found = [diagnosis(DiagnosisId::LaunchBound)];
         let notes = notes(&found, &Seen { device: &d, target_pid: 10, placement: Some(&placement), live: true });
         assert!(notes.len() == 1 && notes[0].contains("numactl --cpunodebind=1") && notes[0].contains("launch-bound"), "{notes:?}");
-        let unpinned = Placement { cpus: (0..16).collect(), ..placement };
+        let unpinned = CpuPlacement { cpus: (0..16).collect(), ..placement };
         let said = super::notes(&found, &Seen { device: &d, target_pid: 10, placement: Some(&unpinned), live: true });
         assert!(said.is_empty(), "a job free to run near its GPU: {said:?}");
     }

@@ -257,7 +257,7 @@ fn others(d: &DeviceFacts, job: Option<&JobFacts>) -> (Status, String) {
             let name = crate::printable::clean(&process::command_line(pid));
             let name = name.split_whitespace().next().unwrap_or("?").rsplit('/').next().unwrap_or("?").to_owned();
             match bytes {
-                Some(b) => format!("{pid} {name} ({})", crate::output::text::bytes(b)),
+                Some(b) => format!("{pid} {name} ({})", crate::output::wrap::bytes(b)),
                 None => format!("{pid} {name}"),
             }
         })

@@ -2,13 +2,13 @@
 //! says pass, warn, fail or skip, and why; only a fail makes the command exit non-zero
 //! (docs/cli.md, "gputrace doctor").
 //!
-//! Two stages, as the rest of the tool: gather the facts (`host::facts`, `gpu::facts`, each
-//! reading the system once), then judge them with pure rules (`host::judge`, `gpu::judge`),
+//! Two stages, as the rest of the tool: gather the facts (`host_checks::facts`, `gpu::facts`, each
+//! reading the system once), then judge them with pure rules (`host_checks::judge`, `gpu::judge`),
 //! which the unit tests drive with planted facts.
 
 pub mod bearing;
 pub mod gpu;
-pub mod host;
+pub mod host_checks;
 
 use serde::Serialize;
 
@@ -74,7 +74,7 @@ pub struct Findings {
 /// Run every check; `pid`: the job whose CPUs and CUDA runtime are checked against the GPU.
 #[must_use]
 pub fn run(pid: Option<u32>) -> Findings {
-    let mut checks = host::judge(&host::facts());
+    let mut checks = host_checks::judge(&host_checks::facts());
     checks.extend(gpu::judge(&gpu::facts(pid)));
     let count = |s: Status| checks.iter().filter(|c| c.status == s).count();
     Findings { pid, fails: count(Status::Fail), warns: count(Status::Warn), checks }

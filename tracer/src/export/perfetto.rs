@@ -23,7 +23,7 @@ use super::walk::{launches_since, walk, Item};
 use crate::{
     decode::Event,
     evidence::{
-        host::op_of,
+        sched_io::op_of,
         snapshot::{Snapshot, ThreadHits},
     },
     gpu::Sample,

@@ -11,10 +11,10 @@ use nvml_wrapper::{
     gpm, Device, GpmSample, Nvml,
 };
 
-use super::{source::Source, DeviceInfo, FineUtil, ProcessUse, Sample};
+use super::{source::SampleSource, DeviceInfo, FineUtil, ProcessUse, Sample};
 use crate::clock;
 
-/// The real NVML [`Source`]: every device NVML lists, read through one NVML handle.
+/// The real NVML [`SampleSource`]: every device NVML lists, read through one NVML handle.
 pub struct NvmlSource<'n> {
     nvml: &'n Nvml,
     /// The devices that opened, each with NVML's index of it.
@@ -71,7 +71,7 @@ fn nvlinks_active(dev: &nvml_wrapper::Device<'_>) -> Option<u32> {
     (!states.is_empty()).then(|| states.iter().filter(|a| **a).count() as u32)
 }
 
-impl Source for NvmlSource<'_> {
+impl SampleSource for NvmlSource<'_> {
     fn devices(&self) -> Vec<DeviceInfo> {
         self.devices
             .iter()

@@ -1,4 +1,4 @@
-//! The sampler: a thread that reads a [`Source`] (NVML, or a fake in tests) at a fixed rate
+//! The sampler: a thread that reads a [`SampleSource`] (NVML, or a fake in tests) at a fixed rate
 //! and hands each sample over a channel as it is taken. NVML calls block, and a hung driver
 //! must not stall the event loop: the session only ever waits on channels, with timeouts.
 
@@ -11,8 +11,8 @@ use std::{
     time::Duration,
 };
 
-pub use super::source::{Source, SLOW_EVERY};
-pub use gputrace_analysis::gpu::Finished;
+pub use super::source::{SampleSource, SLOW_EVERY};
+pub use gputrace_analysis::gpu_samples::Finished;
 use super::{DeviceInfo, NoGpuView, Sample};
 
 /// How long the source may take to start or to hand back its final readings.
@@ -30,7 +30,7 @@ pub struct Sampler {
     timeout: Duration,
     /// The driver and the devices, known from the start (for a recording's start record).
     pub driver_version: Option<String>,
-    /// The devices, each as `Source::devices` described it at the start.
+    /// The devices, each as `SampleSource::devices` described it at the start.
     pub devices: Vec<DeviceInfo>,
     /// The busiest device's last `utilization.gpu` (f64 bits; NaN: none yet), for the live
     /// status line, which must not take samples from the report.
@@ -68,7 +68,7 @@ impl Sampler {
     /// The source has `timeout` to start, and again to hand back its final readings.
     pub fn start_with<F>(interval: Duration, timeout: Duration, open: F) -> Result<Self, NoGpuView>
     where
-        F: FnOnce(&mut dyn FnMut(&mut dyn Source)) -> Result<(), NoGpuView> + Send + 'static,
+        F: FnOnce(&mut dyn FnMut(&mut dyn SampleSource)) -> Result<(), NoGpuView> + Send + 'static,
     {
         let (stop, stop_rx) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::channel();
@@ -114,7 +114,7 @@ impl Sampler {
     }
 }
 
-fn sample_loop(source: &mut dyn Source, interval: Duration, ch: &Channels) {
+fn sample_loop(source: &mut dyn SampleSource, interval: Duration, ch: &Channels) {
     let devices = source.devices();
     let _ = ch.ready.send(Ok((source.driver_version(), devices.clone())));
     let mut tick: u64 = 0;
@@ -172,7 +172,7 @@ mod tests {
         slow: Arc<AtomicU64>,
     }
 
-    impl Source for Fake {
+    impl SampleSource for Fake {
         fn devices(&self) -> Vec<DeviceInfo> {
             (0..2).map(|i| DeviceInfo { index: i, uuid: format!("GPU-{i}"), ..DeviceInfo::default() }).collect()
         }
@@ -239,7 +239,7 @@ mod tests {
     #[test]
     fn a_source_that_hangs_at_the_end_is_given_up() {
         struct Stuck;
-        impl Source for Stuck {
+        impl SampleSource for Stuck {
             fn devices(&self) -> Vec<DeviceInfo> {
                 vec![DeviceInfo::default()]
             }

@@ -9,7 +9,7 @@ use super::{DeviceInfo, Sample};
 pub const SLOW_EVERY: u64 = 10;
 
 /// Where samples come from.
-pub trait Source {
+pub trait SampleSource {
     /// The devices the source sees, each with its index, read once at the start.
     fn devices(&self) -> Vec<DeviceInfo>;
     /// The NVIDIA driver's version; None where the source cannot say.

@@ -4,8 +4,8 @@
 pub mod destination;
 pub mod open;
 pub mod style;
-pub mod text;
+pub mod wrap;
 
 pub use destination::{resolve, Destination, Refused};
-pub use open::{open, Placement};
+pub use open::{open, Landing};
 pub use crate::printable::{clean, clean_lines, terminal_safe};

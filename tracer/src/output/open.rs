@@ -1,7 +1,7 @@
 //! Opening a vetted [`Destination`] for writing.
 //!
 //! A file is written unnamed (`O_TMPFILE` in its directory) and linked into place by
-//! [`Placement::publish`] only once there is something worth keeping: a failed session or
+//! [`Landing::publish`] only once there is something worth keeping: a failed session or
 //! export, even one killed with SIGKILL, leaves nothing behind and whatever was at the path
 //! untouched. Without `--force` the link refuses to replace anything that appeared there
 //! meanwhile. Where the filesystem has no `O_TMPFILE`, the file is written under a hidden
@@ -28,7 +28,7 @@ use super::destination::{Destination, Refused};
 
 /// Where an opened output still has to go: its final name, and how it gets there.
 #[derive(Debug)]
-pub struct Placement {
+pub struct Landing {
     how: Unnamed,
     path: PathBuf,
     replace: bool,
@@ -43,9 +43,9 @@ enum Unnamed {
     Named(PathBuf),
 }
 
-/// Open `dest` for writing with file mode `mode`. For a file, the [`Placement`] puts it in
+/// Open `dest` for writing with file mode `mode`. For a file, the [`Landing`] puts it in
 /// place; dropping it unpublished leaves nothing.
-pub fn open(dest: &Destination, mode: u32) -> Result<(File, Option<Placement>), Refused> {
+pub fn open(dest: &Destination, mode: u32) -> Result<(File, Option<Landing>), Refused> {
     match dest {
         Destination::Stdout => {
             let fd = io::stdout().as_fd().try_clone_to_owned().map_err(|source| Refused::Io { path: "-".into(), source })?;
@@ -73,7 +73,7 @@ pub fn open(dest: &Destination, mode: u32) -> Result<(File, Option<Placement>), 
                 }
                 Err(e) => return Err(io_err(e)),
             };
-            Ok((file, Some(Placement { how, path: path.clone(), replace: *replace, published: false })))
+            Ok((file, Some(Landing { how, path: path.clone(), replace: *replace, published: false })))
         }
     }
 }
@@ -155,7 +155,7 @@ fn remove_stale_temporaries(path: &Path) {
     }
 }
 
-impl Placement {
+impl Landing {
     /// The final path.
     #[must_use]
     pub fn path(&self) -> &Path {
@@ -204,7 +204,7 @@ fn link_in(file: &File, to: &Path) -> io::Result<()> {
     Ok(linkat(CWD, fd.as_str(), CWD, to, AtFlags::SYMLINK_FOLLOW)?)
 }
 
-impl Drop for Placement {
+impl Drop for Landing {
     fn drop(&mut self) {
         if let (false, Unnamed::Named(tmp)) = (self.published, &self.how) {
             let _ = fs::remove_file(tmp);

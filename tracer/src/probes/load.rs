@@ -1,7 +1,7 @@
 //! Loading the eBPF object: every program verified at once, the maps created, the task
 //! tracepoints attached (before any uprobe, so that no child is missed).
 
-use super::{OBJECT, ProbeSet, Scope, Startup, TRACEPOINT_GROUPS, TracepointGroup, attach_tracepoint_groups, ebpf_log, entry_only_decision, has_return, hash_map_id, kernel_layout, load_configured, map_error, ms_since, return_program, sampler, uprobes};
+use super::{OBJECT, ProbeSet, Scope, Startup, TRACEPOINT_GROUPS, TracepointGroup, attach_tracepoint_groups, ebpf_log, entry_only_decision, has_return, hash_map_id, kernel_layout, load_configured, map_error, ms_since, return_program, cpu_sampler, uprobes};
 use aya::Ebpf;
 use aya::maps::HashMap as BpfHashMap;
 use aya::maps::MapData;
@@ -32,7 +32,7 @@ impl ProbeSet {
             Scope::AllCuda => Err("no tracepoints are attached in a sweep".to_owned()),
         };
         let mut notes = Vec::new();
-        let stacks_wanted = scope == Scope::Tree && sampler::wanted();
+        let stacks_wanted = scope == Scope::Tree && cpu_sampler::wanted();
         let mut startup = Startup::default();
         let phase = std::time::Instant::now();
         let log_wanted = ebpf_log::wanted();
@@ -63,7 +63,7 @@ impl ProbeSet {
         // Wakers only mean something on top of the scheduler accounting.
         let wakers_traced = waking_attached && sched_traced;
         // The sampler measures the probes' cost in the job too (`TRAP_SAMPLES`): on with `--no-stacks`.
-        let sampler_running = scope == Scope::Tree && sampler::attach_or_note(&mut ebpf, stacks_wanted, &mut notes);
+        let sampler_running = scope == Scope::Tree && cpu_sampler::attach_or_note(&mut ebpf, stacks_wanted, &mut notes);
         let cpu_sampled = sampler_running && stacks_wanted;
         startup.tracepoints_ms = ms_since(phase);
 

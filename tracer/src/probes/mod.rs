@@ -12,7 +12,7 @@ pub mod layout;
 mod load;
 mod read;
 pub mod return_safety;
-pub mod sampler;
+pub mod cpu_sampler;
 mod shedding;
 mod tracing;
 pub mod trap_cost;

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 impl ProbeSet {
     /// What a trap costs on this kernel, by the instruction it sits on (`trap_cost`).
-    pub fn measure_trap_costs(&mut self) -> std::result::Result<trap_cost::TrapCosts, String> {
+    pub fn measure_trap_costs(&mut self) -> std::result::Result<trap_cost::TrapCosts, trap_cost::CalibrationError> {
         trap_cost::calibrate(&mut self.ebpf, &mut self.uprobes)
     }
 

@@ -69,6 +69,47 @@ const CODE: [(&str, &[u8]); 4] = [
 #[cfg(target_arch = "x86_64")]
 const SLOT: usize = 16;
 
+/// Why the trap costs could not be measured (the assumed ones are used then, and a note says
+/// why).
+#[derive(Debug, thiserror::Error)]
+pub enum CalibrationError {
+    /// The calibration code could not be made: an executable memfd, written and mapped.
+    #[error("{what}: {source}")]
+    Code {
+        /// The step that failed.
+        what: &'static str,
+        /// Its error.
+        source: std::io::Error,
+    },
+    /// A calibration program did not load.
+    #[error("loading {program}: {source}")]
+    Load {
+        /// The program's name.
+        program: &'static str,
+        /// aya's error.
+        source: aya::programs::ProgramError,
+    },
+    /// A calibration probe did not attach.
+    #[error("attaching to {function}: {source}")]
+    Attach {
+        /// The calibration function it was to sit on.
+        function: &'static str,
+        /// Why.
+        source: super::uprobes::AttachError,
+    },
+    /// The probes fired fewer times than the calls made: the figures would measure nothing.
+    #[error("the calibration probes fired {hits} times of {expected}")]
+    Missed {
+        /// Runs counted.
+        hits: u64,
+        /// Calls made.
+        expected: u64,
+    },
+    /// Not on this architecture: the calibration code is x86-64 machine code.
+    #[error("trap costs are measured on x86-64 only")]
+    Unsupported,
+}
+
 /// The calibration functions, mapped executable from a private memfd.
 #[cfg(target_arch = "x86_64")]
 struct CalibrationCode {
@@ -78,7 +119,7 @@ struct CalibrationCode {
 
 #[cfg(target_arch = "x86_64")]
 impl CalibrationCode {
-    fn new() -> Result<Self, String> {
+    fn new() -> Result<Self, CalibrationError> {
         use std::os::fd::FromRawFd as _;
         let name = c"gputrace-trap-calibration";
         // MFD_EXEC: an executable memfd, where the kernel distinguishes (6.3+); older
@@ -90,7 +131,7 @@ impl CalibrationCode {
             raw = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
         }
         if raw < 0 {
-            return Err(format!("memfd_create: {}", std::io::Error::last_os_error()));
+            return Err(CalibrationError::Code { what: "memfd_create", source: std::io::Error::last_os_error() });
         }
         // SAFETY: a descriptor we just created and own.
         let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
@@ -98,11 +139,12 @@ impl CalibrationCode {
         for (i, (_, code)) in CODE.iter().enumerate() {
             page[i * SLOT..i * SLOT + code.len()].copy_from_slice(code);
         }
-        std::io::Write::write_all(&mut std::fs::File::from(fd.try_clone().map_err(|e| e.to_string())?), &page).map_err(|e| format!("writing the code: {e}"))?;
+        let written = fd.try_clone().and_then(|copy| std::io::Write::write_all(&mut std::fs::File::from(copy), &page));
+        written.map_err(|source| CalibrationError::Code { what: "writing the code", source })?;
         // SAFETY: maps the 4096 bytes just written, read and execute, private to us.
         let base = unsafe { libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_EXEC, libc::MAP_PRIVATE, std::os::fd::AsRawFd::as_raw_fd(&fd), 0) };
         if base == libc::MAP_FAILED {
-            return Err(format!("mapping the code executable: {}", std::io::Error::last_os_error()));
+            return Err(CalibrationError::Code { what: "mapping the code executable", source: std::io::Error::last_os_error() });
         }
         Ok(Self { fd, base })
     }
@@ -195,18 +237,18 @@ pub fn hit_ns(libraries: &[AttachedLibrary], measured: Option<&TrapCosts>, entry
 /// NOPs and `endbr64` are single-stepped like any other instruction on the kernels measured
 /// (6.18: 12–13 µs against 13 µs for a `mov`), and are charged as such, not probed here.
 #[cfg(target_arch = "x86_64")]
-pub fn calibrate(ebpf: &mut Ebpf, links: &mut Uprobes) -> Result<TrapCosts, String> {
+pub fn calibrate(ebpf: &mut Ebpf, links: &mut Uprobes) -> Result<TrapCosts, CalibrationError> {
     let code = CalibrationCode::new()?;
     let functions: Vec<unsafe extern "C" fn()> = (0..CODE.len()).map(|i| code.function(i)).collect();
     let bare: Vec<f64> = functions.iter().map(|f| per_call_ns(*f)).collect();
     for program in ["uprobe_floor", "uretprobe_floor"] {
-        links.prepare(ebpf, program).map_err(|e| format!("loading {program}: {e}"))?;
+        links.prepare(ebpf, program).map_err(|source| CalibrationError::Load { program, source })?;
     }
     let path = code.path();
     let result = (|| {
         for (i, (name, _)) in CODE.iter().enumerate() {
             let program = if *name == "return" { "uretprobe_floor" } else { "uprobe_floor" };
-            links.attach(ebpf, program, (i * SLOT) as u64, &path).map_err(|e| format!("attaching to {name}: {e}"))?;
+            links.attach(ebpf, program, (i * SLOT) as u64, &path).map_err(|source| CalibrationError::Attach { function: name, source })?;
         }
         let hits_before = floor_hits(ebpf);
         let probed: Vec<f64> = functions.iter().map(|f| per_call_ns(*f)).collect();
@@ -215,7 +257,7 @@ pub fn calibrate(ebpf: &mut Ebpf, links: &mut Uprobes) -> Result<TrapCosts, Stri
         let expected = u64::from(CALLS * BATCHES) * functions.len() as u64;
         let hits = floor_hits(ebpf).saturating_sub(hits_before);
         if hits < expected {
-            return Err(format!("the calibration probes fired {hits} times of {expected}"));
+            return Err(CalibrationError::Missed { hits, expected });
         }
         let cost = |i: usize| (probed[i] - bare[i]).max(0.0);
         Ok(TrapCosts {
@@ -239,8 +281,8 @@ pub fn calibrate(ebpf: &mut Ebpf, links: &mut Uprobes) -> Result<TrapCosts, Stri
 /// Elsewhere than x86-64: no measurement (the calibration code is x86-64 machine code), so
 /// the costs are the assumed ones.
 #[cfg(not(target_arch = "x86_64"))]
-pub fn calibrate(_ebpf: &mut Ebpf, _links: &mut Uprobes) -> Result<TrapCosts, String> {
-    Err("trap costs are measured on x86-64 only".into())
+pub fn calibrate(_ebpf: &mut Ebpf, _links: &mut Uprobes) -> Result<TrapCosts, CalibrationError> {
+    Err(CalibrationError::Unsupported)
 }
 
 fn floor_hits(ebpf: &Ebpf) -> u64 {

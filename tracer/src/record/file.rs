@@ -8,7 +8,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::output::{self, Destination, Placement, Refused};
+use crate::output::{self, Destination, Landing, Refused};
 
 /// `FILE.n`
 #[must_use]
@@ -63,7 +63,7 @@ pub struct Output {
     /// The first write or flush error; once set, nothing more is written. None while all went well.
     pub failed: Option<io::Error>,
     /// Where a file still has to be renamed to; `None` once in place, and for streams.
-    placement: Option<Placement>,
+    placement: Option<Landing>,
 }
 
 /// The file under the buffer. Once writing has failed it takes nothing more: what the

@@ -99,7 +99,7 @@ pub struct Start {
     pub cpus: Option<f64>,
     /// The job's CPUs against the NUMA nodes; absent on one node and in older recordings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub placement: Option<crate::discover::cpus::Placement>,
+    pub placement: Option<crate::discover::cpus::CpuPlacement>,
     /// Return probes were off.
     #[serde(default)]
     pub entry_only: bool,

@@ -99,7 +99,7 @@ pub enum Damage {
 
 /// One good frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Frame {
+pub struct RecordFrame {
     /// Byte offset in the file of the frame's start (its length field).
     pub offset: u64,
     /// The frame's kind (`format::kind`).
@@ -219,7 +219,7 @@ impl<R: Read> Reader<R> {
     }
 
     /// The next frame; `None` at a clean end of file; `Some(Err)` once, where reading stopped.
-    pub fn next_frame(&mut self) -> Option<Result<Frame, Damage>> {
+    pub fn next_frame(&mut self) -> Option<Result<RecordFrame, Damage>> {
         if self.stopped {
             return None;
         }
@@ -230,7 +230,7 @@ impl<R: Read> Reader<R> {
         r
     }
 
-    fn read_frame(&mut self) -> Option<Result<Frame, Damage>> {
+    fn read_frame(&mut self) -> Option<Result<RecordFrame, Damage>> {
         let offset = self.offset;
         let mut head = [0u8; FRAME_HEAD];
         match read_some(&mut self.input, &mut head) {
@@ -271,7 +271,7 @@ impl<R: Read> Reader<R> {
         if let Some(left) = self.remaining.as_mut() {
             *left -= frame_len;
         }
-        Some(Ok(Frame { offset, kind, payload: body }))
+        Some(Ok(RecordFrame { offset, kind, payload: body }))
     }
 }
 
@@ -321,7 +321,7 @@ mod tests {
     }
 
     /// Every frame a reader gives, and where it stopped early.
-    fn drain<R: Read>(mut r: Reader<R>) -> (Vec<Frame>, Option<Damage>) {
+    fn drain<R: Read>(mut r: Reader<R>) -> (Vec<RecordFrame>, Option<Damage>) {
         let mut frames = Vec::new();
         while let Some(f) = r.next_frame() {
             match f {
@@ -332,7 +332,7 @@ mod tests {
         (frames, None)
     }
 
-    fn read_all(bytes: &[u8]) -> (Vec<Frame>, Option<Damage>) {
+    fn read_all(bytes: &[u8]) -> (Vec<RecordFrame>, Option<Damage>) {
         drain(Reader::new(bytes, Some(bytes.len() as u64)).expect("preamble"))
     }
 
@@ -387,7 +387,7 @@ mod tests {
     }
 
     /// Every frame of a file at `path`, read through `Reader::open`.
-    fn open_all(path: &Path) -> (Vec<Frame>, Option<Damage>) {
+    fn open_all(path: &Path) -> (Vec<RecordFrame>, Option<Damage>) {
         drain(Reader::open(path).expect("opens"))
     }
 

@@ -13,7 +13,7 @@ use gputrace_common::{probe::PROBE_SLOTS, ThreadCounters, PROBES};
 
 use super::{
     format::{kind, Checkpoint, End, GpuSamples, HostAnswer, Start, Trigger},
-    reader::{Damage, Frame, OpenError, Reader},
+    reader::{Damage, RecordFrame, OpenError, Reader},
 };
 use crate::{
     decode::{decode, Event},
@@ -172,7 +172,7 @@ struct Played {
 fn play<R: std::io::Read>(mut reader: Reader<R>, path: &Path, limit: Option<u64>) -> Result<Played, ReplayError> {
     let no_start = |why: String| ReplayError::NoStart { path: path.to_owned(), why };
     let start: Start = match reader.next_frame() {
-        Some(Ok(Frame { kind: kind::START, payload, .. })) => {
+        Some(Ok(RecordFrame { kind: kind::START, payload, .. })) => {
             serde_json::from_slice(&payload).map_err(|e| no_start(format!("its start record does not parse ({e})")))?
         }
         Some(Ok(f)) => return Err(no_start(format!("it begins with a frame of kind {} instead of a start record", f.kind))),
@@ -214,12 +214,12 @@ fn play<R: std::io::Read>(mut reader: Reader<R>, path: &Path, limit: Option<u64>
     Ok(Played { replayed: Replayed { outcome, start, damage, triggers }, through_last_checkpoint, after_last_checkpoint })
 }
 
-fn parse<T: serde::de::DeserializeOwned>(f: &Frame) -> Result<T, Damage> {
+fn parse<T: serde::de::DeserializeOwned>(f: &RecordFrame) -> Result<T, Damage> {
     serde_json::from_slice(&f.payload).map_err(|e| Damage::Payload { offset: f.offset, kind: f.kind, why: e.to_string() })
 }
 
 impl State {
-    fn apply(&mut self, f: &Frame) -> Result<(), Damage> {
+    fn apply(&mut self, f: &RecordFrame) -> Result<(), Damage> {
         let damage = |why: String| Damage::Payload { offset: f.offset, kind: f.kind, why };
         // A file ends with its end record: anything after it was not written by a recorder.
         if self.end.is_some() {

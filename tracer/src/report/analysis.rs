@@ -51,7 +51,7 @@ pub fn run(w: &Window<'_>) -> detect::Run {
         tracer_ns: Some(&tracer_ns),
     };
     // The memory view's step figures come from the time analysis.
-    let memory = detect::memory::Inputs {
+    let memory = detect::memory_view::Inputs {
         evidence: w.evidence,
         start_ns: w.start_ns,
         end_ns: w.end_ns,

@@ -114,9 +114,9 @@ pub fn build(outcome: &Outcome) -> Report {
             framework,
         },
         window: window(outcome, findings.time.as_ref()),
-        cpu: super::host::cpu(outcome),
+        cpu: super::host_sections::cpu(outcome),
         cuda,
-        io: outcome.io_traced.then(|| super::host::io(&ev.io)),
+        io: outcome.io_traced.then(|| super::host_sections::io(&ev.io)),
         gpu,
         time_account: findings.time.as_ref().map(time_account),
         verdict: findings.verdict,
@@ -379,7 +379,7 @@ fn window(outcome: &Outcome, time: Option<&crate::evidence::time_account::TimeAc
 }
 
 /// What leaving the start-up out means for the figures (under 400 characters, as every note).
-fn startup_note(s: &crate::evidence::time_account::StartUp) -> String {
+fn startup_note(s: &crate::evidence::time_account::SkippedStartUp) -> String {
     format!(
         "the job's start-up ({:.1} s before its steps kept their beat: loading, reading, warming up) is left out of the time account and \
          the diagnoses, as pauses are (window.phases: startup); host sites and waker shares still include it",
@@ -426,10 +426,10 @@ fn phases(pauses: &[(u64, u64)], span: (u64, u64), startup: Option<(u64, u64)>, 
     out
 }
 
-fn time_account(account: &crate::evidence::time_account::TimeAccount) -> crate::model::TimeAccount {
+fn time_account(account: &crate::evidence::time_account::TimeAccount) -> crate::model::TimeAccountReport {
     let window_ns = account.window_ns;
     let fraction = |ns: u64| if window_ns == 0 { 0.0 } else { ns as f64 / window_ns as f64 };
-    crate::model::TimeAccount {
+    crate::model::TimeAccountReport {
         tid: account.threads.first().copied().unwrap_or(0),
         window_s: secs(window_ns),
         buckets: account

@@ -2,7 +2,7 @@
 //! JSON (serde) or as text for a terminal (`text`). Schema: docs/report.md.
 pub mod analysis;
 pub mod build;
-mod host;
+mod host_sections;
 pub mod overhead;
 pub mod schema;
 pub mod text;

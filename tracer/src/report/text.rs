@@ -8,7 +8,7 @@ use crate::{
     model::{CopyDir, Report},
     output::{
         style,
-        text::{bytes, clean, terminal_safe, wrap},
+        wrap::{bytes, clean, terminal_safe, wrap},
     },
 };
 

@@ -14,7 +14,7 @@ use crate::{
     evidence::{Evidence, HostClass, HostMemory, RankEnv},
     probes::ProbeSet,
     record::format::HostAnswer,
-    stacks::{copied::is_copy, python::PythonSampler},
+    stacks::{copied::is_copy, python_reader::PythonSampler},
 };
 
 

@@ -7,14 +7,14 @@ mod budget_loop;
 mod snapshots;
 mod drain;
 mod mapped;
-mod nvml;
+mod gpu_sampling;
 pub mod progress;
 mod recording;
 mod target;
 
 use budget_loop::Budgeting;
 use mapped::{reap_gone, rescan_libraries};
-use nvml::{finish_sampler, start_sampler};
+use gpu_sampling::{finish_sampler, start_sampler};
 use recording::Tape;
 
 use std::{

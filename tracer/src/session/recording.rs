@@ -108,7 +108,7 @@ impl Live {
     /// Open the recording and claim its name, before the command runs: a name another
     /// recorder took meanwhile stops the session here, so that no job is traced for a
     /// recording that would be thrown away.
-    pub(super) fn begin_recording(&mut self, mut r: Recorder, command: &str, pid: u32, attach_ms: f64, cuda_env: &crate::model::CudaEnv, (cpus, placement): (Option<f64>, Option<&crate::discover::cpus::Placement>)) -> crate::error::Result<()> {
+    pub(super) fn begin_recording(&mut self, mut r: Recorder, command: &str, pid: u32, attach_ms: f64, cuda_env: &crate::model::CudaEnv, (cpus, placement): (Option<f64>, Option<&crate::discover::cpus::CpuPlacement>)) -> crate::error::Result<()> {
         let mut start = start_record(&self.kernel, command, pid, self.start_ns, attach_ms, self.sampler.as_ref());
         // The same instant as the live report's `started_at`, so that both reports agree.
         start.started_unix_s = self.started_unix_s;

@@ -14,7 +14,7 @@ use crate::{
     },
     probes::{AttachedLibrary, ProbeSet},
     record::format::{Checkpoint, LibraryRecord},
-    stacks::{alloc::AllocStack, copied::is_interned, native::NativeSymbolizer, python::PythonSampler, Activity, Origin, StackTime},
+    stacks::{alloc::AllocStack, copied::is_interned, native::NativeSymbolizer, python_reader::PythonSampler, Activity, Origin, StackTime},
 };
 
 /// Set on an allocation stack's id in the symbolizer's cache, whose sampled stacks' ids come
@@ -175,7 +175,7 @@ impl SnapshotReader {
         for (key, stats) in kernel.samples() {
             let on_cpu = key.off_cpu == 0;
             let activity = Activity::of_probe(key.probe);
-            let ns = if on_cpu { stats.count * crate::probes::sampler::PERIOD_NS } else { stats.ns };
+            let ns = if on_cpu { stats.count * crate::probes::cpu_sampler::PERIOD_NS } else { stats.ns };
             // One entry per thread, activity, state and stack id: the samples of a stack id
             // add up, each id symbolized once.
             let slot = *index.entry((key.tid, activity, on_cpu, key.stack_id)).or_insert_with(|| {

@@ -107,7 +107,7 @@ impl Timed {
 
 /// The window's CUDA activity of every process seen.
 #[derive(Debug, Default)]
-pub struct Activity {
+pub struct CudaActivity {
     /// Calls per process as of the latest poll.
     pub calls: BTreeMap<u32, Calls>,
     pub timed: BTreeMap<u32, Timed>,
@@ -125,7 +125,7 @@ pub struct Activity {
     pub decode_errors: u64,
 }
 
-impl Activity {
+impl CudaActivity {
     /// Take a poll of the hit counters made at `now_ns`.
     pub fn observe(&mut self, now_ns: u64, counters: &[(u32, ThreadCounters)]) {
         let calls = calls_by_process(counters);
@@ -261,18 +261,18 @@ mod tests {
         assert_eq!(calls[&10].kernels, 37);
         assert_eq!(calls[&10].syncs, 0);
         assert_eq!(calls[&11].kernels, 3);
-        let mut a = Activity::default();
+        let mut a = CudaActivity::default();
         a.observe(1_000, &d);
         assert_eq!(a.last_ns.get(&10), Some(&1_000));
         // A window in which a process's counters did not move does not date it.
-        let mut quiet = Activity::default();
+        let mut quiet = CudaActivity::default();
         quiet.observe(2_000, &since(&[(1, now)], &[(1, now)].into()));
         assert!(quiet.last_ns.is_empty() && quiet.pids().next().is_none());
     }
 
     #[test]
     fn threads_add_up_per_process_and_polls_date_the_activity() {
-        let mut a = Activity::default();
+        let mut a = CudaActivity::default();
         let t1 = thread(10, &[("cuLaunchKernel", 5), ("cuStreamSynchronize", 1)]);
         let t2 = thread(10, &[("cuLaunchKernelEx", 3), ("cuMemcpyHtoDAsync_v2", 2)]);
         let t3 = thread(20, &[("cuGraphLaunch", 4), ("cuMemAlloc_v2", 1), ("cuDevicePrimaryCtxRetain", 1)]);
@@ -294,7 +294,7 @@ mod tests {
 
     #[test]
     fn records_give_bytes_waits_contexts_and_memory_allocated_in_the_window() {
-        let mut a = Activity::default();
+        let mut a = CudaActivity::default();
         a.apply(&call(7, "cuStreamSynchronize", [0; 5], 0, 0, 100, 600));
         a.apply(&call(7, "cuMemcpyHtoDAsync_v2", [0xd000, 0x1000, 4096, 0, 0], 0, 0, 700, 800));
         a.apply(&call(7, "cuMemAlloc_v2", [0x7ff0, 1 << 20, 0, 0, 0], 0, 0xa000, 900, 950));
@@ -315,7 +315,7 @@ mod tests {
 
     #[test]
     fn unknown_probe_ids_and_context_floods_are_bounded() {
-        let mut a = Activity::default();
+        let mut a = CudaActivity::default();
         let mut bad = call(1, "cuMemAlloc_v2", [0; 5], 0, 0, 0, 1);
         // An id no probe has (82 and 83 are free).
         bad.header.probe = 83;

@@ -6,7 +6,7 @@ use super::{
     model::{Diagnosis, Process},
     privacy::escape,
 };
-use crate::output::text::bytes;
+use crate::output::wrap::bytes;
 
 /// States in the order the report lists them: rogue holders first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -16,7 +16,7 @@ use std::{
 use gputrace_common::ThreadCounters;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
-use super::{activity, build, model, nvml, scan, users, watch::JobWatch, POLL};
+use super::{activity, assemble, holders, model, scan, users, watch::JobWatch, POLL};
 use crate::{
     clock,
     collect::ring::RingReader,
@@ -27,7 +27,7 @@ use crate::{
     model::Tool,
     probes::{ProbeSet, Scope},
 };
-use build::Candidate;
+use assemble::Candidate;
 use model::SweepReport;
 use scan::{Details, ScanCost};
 
@@ -121,7 +121,7 @@ pub struct Engine {
     /// The GPUs NVML could not reach then.
     unreachable: Vec<String>,
     /// The window's NVML query, one at a time (a hung driver keeps the last one).
-    nvml_flight: nvml::Flight,
+    nvml_flight: holders::Flight,
     /// Libraries refused for a lasting reason, by (dev, inode), with the note that says why:
     /// tried once, not at every window, and said in every window's notes.
     refused: BTreeMap<(u64, u64), String>,
@@ -170,7 +170,7 @@ impl Engine {
             jobs,
             nvml_answered: None,
             unreachable: Vec::new(),
-            nvml_flight: nvml::Flight::default(),
+            nvml_flight: holders::Flight::default(),
             refused,
         }
     }
@@ -193,14 +193,14 @@ impl Engine {
         let mut notes = self.arm_notes.clone();
         let mut cost = std::mem::take(&mut self.start.cost);
         let mut seen: BTreeMap<u32, Details> = self.start.holders.keys().filter_map(|&p| Some((p, scan::details(p)?))).collect();
-        let mut activity = activity::Activity::default();
+        let mut activity = activity::CudaActivity::default();
         let stopped = self.watch(duration, &mut activity, &mut seen, signals).await;
         let end_ns = clock::monotonic_ns();
         self.drain(&mut activity);
         self.observe(&mut activity, &mut seen);
 
         let flight = self.nvml_flight.clone();
-        let gpu = match tokio::task::spawn_blocking(move || nvml::query(&flight, since_unix_us)).await {
+        let gpu = match tokio::task::spawn_blocking(move || holders::query(&flight, since_unix_us)).await {
             Ok(Ok(view)) => {
                 if self.nvml_answered == Some(false) && !self.quiet {
                     log::info!("NVML answers again");
@@ -258,7 +258,7 @@ impl Engine {
         }
 
         let users = users::resolve(candidates.iter().filter_map(|c| c.details.as_ref()?.uid));
-        let inputs = build::Inputs {
+        let inputs = assemble::Inputs {
             start_ns,
             end_ns,
             probes: self.probes.is_some(),
@@ -269,9 +269,9 @@ impl Engine {
             show_commands: self.show_commands,
             boot: scan::boot_clock(),
         };
-        let mut processes = build::processes(&inputs, &candidates);
-        let diagnoses = build::diagnoses(&inputs, &processes);
-        let gpu = gpu.as_ref().map(|g| build::gpu(g, &devices));
+        let mut processes = assemble::processes(&inputs, &candidates);
+        let diagnoses = assemble::diagnoses(&inputs, &processes);
+        let gpu = gpu.as_ref().map(|g| assemble::gpu(g, &devices));
         if self.probes.is_some() {
             self.jobs.judge(end_ns.saturating_sub(start_ns), &activity, &mut processes, gpu.as_ref().map_or(&[], |g| &g.devices));
         }
@@ -324,7 +324,7 @@ impl Engine {
     }
 
     /// Collect during the window, until its end or a signal.
-    async fn watch(&mut self, duration: Duration, activity: &mut activity::Activity, seen: &mut BTreeMap<u32, Details>, signals: &mut Signals) -> Stopped {
+    async fn watch(&mut self, duration: Duration, activity: &mut activity::CudaActivity, seen: &mut BTreeMap<u32, Details>, signals: &mut Signals) -> Stopped {
         let deadline = tokio::time::sleep(duration);
         tokio::pin!(deadline);
         let mut poll = tokio::time::interval(POLL);
@@ -346,7 +346,7 @@ impl Engine {
         }
     }
 
-    fn drain(&mut self, activity: &mut activity::Activity) {
+    fn drain(&mut self, activity: &mut activity::CudaActivity) {
         let Some(p) = self.probes.as_mut() else { return };
         p.ring.drain(|_, decoded| match decoded {
             Ok(Event::Call(call)) => activity.apply(&call),
@@ -361,7 +361,7 @@ impl Engine {
 
     /// Read the counters (the window's part of them); remember who a newly seen process is
     /// while it is alive.
-    fn observe(&mut self, activity: &mut activity::Activity, seen: &mut BTreeMap<u32, Details>) {
+    fn observe(&mut self, activity: &mut activity::CudaActivity, seen: &mut BTreeMap<u32, Details>) {
         let Some(p) = self.probes.as_ref() else { return };
         let counters = p.kernel.thread_counters();
         activity.observe(clock::monotonic_ns(), &activity::since(&counters, &self.baseline));
@@ -430,8 +430,8 @@ fn candidates(
     me: u32,
     start: &scan::Census,
     end: &scan::Census,
-    activity: &activity::Activity,
-    gpu: Option<&nvml::GpuView>,
+    activity: &activity::CudaActivity,
+    gpu: Option<&holders::GpuView>,
     mut seen: BTreeMap<u32, Details>,
 ) -> Vec<Candidate> {
     let mut pids: BTreeSet<u32> = start.holders.keys().chain(end.holders.keys()).copied().collect();
@@ -528,7 +528,7 @@ fn counted_losses(kernel: &ProbeSet) -> u64 {
 
 /// gputrace's own cost and completeness over the window (`lost`: the kernel's lost records
 /// in it).
-fn tracer(kernel: Option<&ProbeSet>, activity: &activity::Activity, lost: u64, cost: ScanCost, scans: u32, attach_ms: f64, notes: Vec<String>) -> model::Tracer {
+fn tracer(kernel: Option<&ProbeSet>, activity: &activity::CudaActivity, lost: u64, cost: ScanCost, scans: u32, attach_ms: f64, notes: Vec<String>) -> model::Tracer {
     let lost_events = lost + activity.decode_errors;
     let u = crate::usage::now().unwrap_or_default();
     model::Tracer {

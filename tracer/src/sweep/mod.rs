@@ -13,17 +13,17 @@
 //! counted too, and the scan's answer can be stale by the time the probes are armed.
 
 mod activity;
-mod build;
+mod assemble;
 mod classify;
 mod job;
 pub mod engine;
 /// The sweep report's types, beside the trace report's in `tracer-model/`.
 pub use gputrace_model::sweep as model;
-mod nvml;
+mod holders;
 mod privacy;
 mod scan;
 mod sched;
-pub mod text;
+pub mod sweep_text;
 mod users;
 mod watch;
 

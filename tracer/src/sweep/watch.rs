@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use gputrace_common::ThreadCounters;
 
 use super::{
-    activity::Activity,
+    activity::CudaActivity,
     job::{self, JobWindow, ThreadWindow, WaitSamples},
     model::{GpuDevice, Process},
     sched::{self, SchedStat},
@@ -61,7 +61,7 @@ impl JobWatch {
     /// One poll: what each process's launching threads are doing now. A thread inside a
     /// probed call (`counters`, the kernel's, in call epoch `epoch`) is busy with CUDA
     /// whatever it sleeps in.
-    pub fn poll(&mut self, activity: &Activity, counters: &[(u32, ThreadCounters)], epoch: u32) {
+    pub fn poll(&mut self, activity: &CudaActivity, counters: &[(u32, ThreadCounters)], epoch: u32) {
         // The host's whole counter map is read at each poll; only the launching threads matter.
         let in_call: BTreeMap<u32, bool> =
             counters.iter().filter(|(tid, _)| activity.launching.contains_key(tid)).map(|(tid, c)| (*tid, c.in_call(epoch))).collect();
@@ -86,7 +86,7 @@ impl JobWatch {
 
     /// Judge every active process of the window that ended (`span_ns` long), over its recent
     /// windows; then take the counters the next window starts from.
-    pub fn judge(&mut self, span_ns: u64, activity: &Activity, processes: &mut [Process], devices: &[GpuDevice]) {
+    pub fn judge(&mut self, span_ns: u64, activity: &CudaActivity, processes: &mut [Process], devices: &[GpuDevice]) {
         let mut samples = std::mem::take(&mut self.samples);
         let mut children = std::mem::take(&mut self.children);
         let mut recent = std::mem::take(&mut self.recent);
@@ -141,7 +141,7 @@ impl JobWatch {
     }
 
     /// The window of `pid`'s launching threads that have counters at both ends; None if none has.
-    fn window(&self, span_ns: u64, activity: &Activity, pid: u32, end: &BTreeMap<u32, (u32, SchedStat)>) -> Option<JobWindow> {
+    fn window(&self, span_ns: u64, activity: &CudaActivity, pid: u32, end: &BTreeMap<u32, (u32, SchedStat)>) -> Option<JobWindow> {
         let timed = activity.timed.get(&pid);
         let inside = |of: fn(&super::activity::Timed) -> &BTreeMap<u32, u64>, tid: u32| timed.and_then(|t| of(t).get(&tid)).copied().unwrap_or(0);
         let threads: Vec<ThreadWindow> = activity

@@ -8,7 +8,7 @@ use crate::{
     detect::{
         definition::{Bearing, Definition, FoundBy, Words},
         diagnosis::{diagnosis, pct},
-        steps::best_marker,
+        rhythm::best_marker,
         whatif::Fix,
         Account,
     },

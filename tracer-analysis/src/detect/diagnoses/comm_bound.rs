@@ -1,5 +1,5 @@
 //! `comm-bound`: collectives, not compute nor a rank, bound the step. Found from every rank's
-//! NCCL and time accounts (`detect::nccl`). How much overlap or fewer bytes hide depends on
+//! NCCL and time accounts (`detect::ranks`). How much overlap or fewer bytes hide depends on
 //! what the GPU computes meanwhile, which the host cannot see: no promise.
 
 use crate::{

@@ -1,5 +1,5 @@
 //! `fragmentation`: allocations fail while memory is free in pieces. Found by the memory view
-//! (`detect::memory`).
+//! (`detect::memory_view`).
 
 use crate::{
     detect::{definition::{Bearing, Definition, FoundBy, Words}},

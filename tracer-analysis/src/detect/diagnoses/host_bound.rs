@@ -35,9 +35,9 @@ fn detect(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     // Without stacks the split is a guess: a launch rate only tiny kernels sustain is taken
     // as launching, as `launch-bound` takes it.
     let launching = match dispatch.source {
-        whatif::dispatch::Source::Stacks => dispatch.share.point,
-        whatif::dispatch::Source::LaunchCost if a.launch_rate >= LAUNCH_BOUND_RATE => return None,
-        whatif::dispatch::Source::LaunchCost => 0.0,
+        whatif::dispatch::ShareBasis::Stacks => dispatch.share.point,
+        whatif::dispatch::ShareBasis::LaunchCost if a.launch_rate >= LAUNCH_BOUND_RATE => return None,
+        whatif::dispatch::ShareBasis::LaunchCost => 0.0,
     };
     // All of the program's own host code on the critical path: where a sync leaves the GPU
     // idle behind it, moving it off the thread buys as much as dropping the sync (their twins

@@ -43,7 +43,7 @@ fn detect(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
     let threads = a.time.as_ref().map(|t| t.threads.clone()).unwrap_or_default();
     let all_host = a.share(|t| t.launching_and_host_ns);
     let dispatch = whatif::dispatch::share(ev, &threads, all_host * a.window_s, a.launch_rate * a.window_s);
-    let dispatch_heavy = dispatch.source == whatif::dispatch::Source::Stacks && dispatch.share.point * all_host >= MEDIUM;
+    let dispatch_heavy = dispatch.source == whatif::dispatch::ShareBasis::Stacks && dispatch.share.point * all_host >= MEDIUM;
     if a.launch_rate < LAUNCH_BOUND_RATE && !dispatch_heavy {
         return None;
     }
@@ -58,7 +58,7 @@ fn detect(ev: &Evidence, a: &Account) -> Option<Diagnosis> {
         format!("{:.0} launches/s over {:.2} s ({:.0} kernel launches/s, {:.0} graph replays/s)", a.launch_rate, a.window_s, a.launch_rate - a.graph_rate, a.graph_rate),
         format!("the launching threads ran host code {} of the time and were blocked on the GPU {}", pct(host_share), pct(blocked)),
     ];
-    if dispatch.source == whatif::dispatch::Source::Stacks {
+    if dispatch.source == whatif::dispatch::ShareBasis::Stacks {
         evidence.push(format!("the stacks put {} of that host time in launching and the framework's dispatch", pct(dispatch.share.point)));
     }
     evidence.extend(gpu_line(a));

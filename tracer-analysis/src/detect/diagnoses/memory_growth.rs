@@ -1,5 +1,5 @@
 //! `memory-growth`: device memory grows every step, to the line that holds it. Found by the
-//! memory view (`detect::memory`).
+//! memory view (`detect::memory_view`).
 
 use crate::{
     detect::{definition::{Bearing, Definition, FoundBy, Words}},

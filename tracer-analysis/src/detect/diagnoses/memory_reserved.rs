@@ -1,5 +1,5 @@
 //! `memory-reserved`: memory reserved through the driver and never used (a caching allocator's
-//! reserve, a framework's preallocation). Found by the memory view (`detect::memory`); in the
+//! reserve, a framework's preallocation). Found by the memory view (`detect::memory_view`); in the
 //! frameworks that preallocate, the summary says why in their terms.
 
 use crate::{

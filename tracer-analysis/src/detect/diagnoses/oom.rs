@@ -1,5 +1,5 @@
 //! `oom`: an allocation failed for lack of device memory. Found by the memory view
-//! (`detect::memory`) from the failed allocation calls, with the stacks that allocated most.
+//! (`detect::memory_view`) from the failed allocation calls, with the stacks that allocated most.
 
 use crate::{
     detect::{definition::{Bearing, Definition, FoundBy, Words}},

@@ -1,5 +1,5 @@
 //! `straggler`: one rank's host phase makes the other ranks wait in their collectives. Found
-//! from every rank's NCCL and time accounts (`detect::nccl`), with its fix its own cause's.
+//! from every rank's NCCL and time accounts (`detect::ranks`), with its fix its own cause's.
 //! Once the straggler's own bottleneck is fixed, the others no longer wait for it.
 
 use crate::{

@@ -41,7 +41,7 @@ const MIN_SAMPLES: u64 = 8;
 
 /// Where the launching share of host time comes from (the report's `launching_source`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Source {
+pub enum ShareBasis {
     /// On-CPU stacks of the launching threads.
     Stacks,
     /// Launches times a launch's host cost.
@@ -49,7 +49,7 @@ pub enum Source {
     LaunchCost,
 }
 
-impl Source {
+impl ShareBasis {
     /// The name the report uses: `stacks` or `launch-cost`.
     #[must_use]
     pub const fn as_str(self) -> &'static str {
@@ -66,7 +66,7 @@ pub struct Dispatch {
     /// The share of the launching threads' on-CPU host time spent launching (0..1), as a range.
     pub share: Range,
     /// Which view gave `share`.
-    pub source: Source,
+    pub source: ShareBasis,
     /// Samples the stacks view rests on.
     pub samples: u64,
 }
@@ -86,14 +86,14 @@ pub fn share(ev: &Evidence, threads: &[u32], host_s: f64, launches: f64) -> Disp
         let lo = views.iter().map(|v| v.0).fold(point, f64::min);
         return Dispatch {
             share: Range { lo: (lo - spread).clamp(0.0, 1.0), point, hi: (point + spread).clamp(0.0, 1.0) },
-            source: Source::Stacks,
+            source: ShareBasis::Stacks,
             samples,
         };
     }
     let of = |cost: f64| if host_s > 0.0 { (launches * cost / host_s).clamp(0.0, 1.0) } else { 0.0 };
     Dispatch {
         share: Range { lo: of(LAUNCH_COST_S.lo), point: of(LAUNCH_COST_S.point), hi: of(LAUNCH_COST_S.hi) },
-        source: Source::LaunchCost,
+        source: ShareBasis::LaunchCost,
         samples: 0,
     }
 }
@@ -355,7 +355,7 @@ mod tests {
     #[test]
     fn without_stacks_the_launches_times_their_cost_are_the_share() {
         let d = share(&Evidence::default(), &[1], 1.0, 20_000.0);
-        assert_eq!(d.source, Source::LaunchCost);
+        assert_eq!(d.source, ShareBasis::LaunchCost);
         assert!((d.share.point - 0.4).abs() < 1e-9, "20,000 launches at 20 µs: {d:?}");
         assert!(d.share.lo < d.share.point && d.share.point < d.share.hi);
     }
@@ -389,7 +389,7 @@ mod tests {
             ..Evidence::default()
         };
         let d = share(&ev, &[1], 1.0, 1000.0);
-        assert_eq!(d.source, Source::Stacks);
+        assert_eq!(d.source, ShareBasis::Stacks);
         assert!((d.share.point - 0.2).abs() < 1e-9, "the loading is not dispatch: {d:?}");
         // Without Python samples the native view stands.
         ev.stacks.truncate(1);

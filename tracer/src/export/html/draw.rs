@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use super::{markup::esc, timeline::Lanes};
+use super::{lanes::Lanes, markup::esc};
 use crate::evidence::waits::WaitKind;
 
 /// One lane: its title, the largest value it shows (for the label), and its shapes.

@@ -1,8 +1,8 @@
 //! A flamegraph per diagnosis, from the stacks its call sites were ranked from
-//! (`detect::sites::stacks_of`), drawn by inferno as SVG. Frames are the same locations the
+//! (`detect::code_sites::stacks_of`), drawn by inferno as SVG. Frames are the same locations the
 //! report names (`train.py:42 in step`), outermost at the bottom; widths are time.
 
-use crate::{detect::sites::stacks_of, evidence::Evidence, stacks::StackTime};
+use crate::{detect::code_sites::stacks_of, evidence::Evidence, stacks::StackTime};
 
 /// Pixels wide; the page scales it down to fit.
 const WIDTH: usize = 1200;

@@ -12,13 +12,13 @@ mod draw;
 mod flame;
 mod markup;
 mod page;
-mod sweep;
-pub mod timeline;
+mod sweep_page;
+pub mod lanes;
 
 use std::{io, io::Write as _, path::Path};
 
 use crate::{
-    detect::steps::best_marker,
+    detect::rhythm::best_marker,
     output::{self, Destination},
     record::Replayed,
     report::Report,
@@ -32,7 +32,7 @@ pub fn write(file: &Path, replayed: &Replayed, report: &Report, diff: Option<&cr
 
 /// Write the page of a sweep to `out`; returns its size in bytes.
 pub fn write_sweep(report: &crate::sweep::model::SweepReport, out: &Destination) -> io::Result<u64> {
-    put(&sweep::render(report), out)
+    put(&sweep_page::render(report), out)
 }
 
 fn put(html: &str, out: &Destination) -> io::Result<u64> {
@@ -55,14 +55,14 @@ pub fn render(file: &Path, replayed: &Replayed, report: &Report, diff: Option<&c
     let time = crate::detect::startup::account(ev, outcome.start_ns, outcome.end_ns);
     let step_times: Vec<u64> = time.as_ref().and_then(|t| best_marker(ev, t)).map(|(_, times, _)| times.iter().copied().collect()).unwrap_or_default();
     let threads: Vec<u32> = report.time_account.as_ref().map(|a| a.threads.clone()).unwrap_or_default();
-    let scope = timeline::Scope {
+    let scope = lanes::Scope {
         start_ns: outcome.start_ns,
         end_ns: outcome.end_ns,
         main_tid: report.time_account.as_ref().map(|a| a.tid),
         evidence: ev,
         step_times: &step_times,
     };
-    let lanes = timeline::collect(file, &scope)?;
+    let lanes = lanes::collect(file, &scope)?;
     let sections = report.diagnoses.iter().map(|d| page::Section { diagnosis: d, flamegraph: flame::svg(ev, d.id, &threads) }).collect();
     let page = page::Page {
         report,

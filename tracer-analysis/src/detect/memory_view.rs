@@ -17,11 +17,11 @@
 //! These are not parts of the time account: their impact is 0 except `fragmentation`'s
 //! (the time from a failed request to its successful retry).
 
-use super::{diagnosis::pct, severity, sites::SITES};
+use super::{diagnosis::pct, severity, code_sites::SITES};
 use crate::severity::Severity;
 use crate::{
     evidence::{Evidence, Failure, RETRY_WITHIN_NS},
-    gpu::Finished,
+    gpu_samples::Finished,
     model::{BlockSizes, Diagnosis, DiagnosisId, Memory, MemoryPoint, TensorMemory},
     printable::bytes,
     stacks::alloc::{top, top_live, Weight},
@@ -157,7 +157,7 @@ impl Inputs<'_> {
 /// `inputs` (`steps_per_s`, `step_times`, `loop_start_ns`) are taken from the findings:
 /// growth is judged per step, and from the loop's start.
 pub fn analyze(inputs: Inputs<'_>, findings: &mut super::Findings) -> Memory {
-    let marker = findings.time.as_ref().and_then(|t| super::steps::best_marker(inputs.evidence, t));
+    let marker = findings.time.as_ref().and_then(|t| super::rhythm::best_marker(inputs.evidence, t));
     let inputs = Inputs {
         steps_per_s: findings.steps.as_ref().map(|s| s.per_second),
         step_times: marker.as_ref().map(|(_, times, _)| &**times),
@@ -231,7 +231,7 @@ fn timeline(inputs: &Inputs<'_>) -> Vec<MemoryPoint> {
     let tensors = &inputs.evidence.blocks.timeline;
     // The memory readings in time order, each interval's found by bisection (a long window of
     // many devices must not be scanned once per point).
-    let mut samples: Vec<&crate::gpu::Sample> = inputs.gpu.map(|g| g.samples.iter().filter(|s| s.memory_by_pid.is_some()).collect()).unwrap_or_default();
+    let mut samples: Vec<&crate::gpu_samples::Sample> = inputs.gpu.map(|g| g.samples.iter().filter(|s| s.memory_by_pid.is_some()).collect()).unwrap_or_default();
     samples.sort_by_key(|s| s.at_ns);
     let mut out = Vec::new();
     let mut t = inputs.start_ns;

@@ -2,7 +2,7 @@
 
 use crate::model::{CgroupThrottle, Cpu, Io, IoEntry, MainThread, Preemptor, Quantiles, ThreadTime};
 use crate::{
-    evidence::host::{IoStats, IoTotals},
+    evidence::sched_io::{IoStats, IoTotals},
     outcome::Outcome,
 };
 

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use super::{classify::duration, model::SweepReport};
 use crate::output::{
     style,
-    text::{bytes, clean, terminal_safe, wrap},
+    wrap::{bytes, clean, terminal_safe, wrap},
 };
 
 /// At most `width` characters, with `…` where cut.

@@ -77,7 +77,7 @@ pub fn find(ev: &Evidence, time: &TimeAccount) -> Option<Steps> {
     let steps = window_ns as f64 / mean_ns;
     // Counted from the end of the start-up, where the account left one out.
     let startup = time.startup.as_ref();
-    let on_path = |f: fn(&crate::evidence::ThreadStats) -> u64, before: fn(&crate::evidence::time_account::StartUp, u32) -> u64| -> f64 {
+    let on_path = |f: fn(&crate::evidence::ThreadStats) -> u64, before: fn(&crate::evidence::time_account::SkippedStartUp, u32) -> u64| -> f64 {
         time.threads
             .iter()
             .filter_map(|tid| ev.threads.get(tid).map(|t| f(t).saturating_sub(startup.map_or(0, |s| before(s, *tid)))))
@@ -98,8 +98,8 @@ pub fn find(ev: &Evidence, time: &TimeAccount) -> Option<Steps> {
         per_second: 1e9 / mean_ns,
         step_time_s: StepTime { mean: mean_ns / 1e9, p50: r.quantile_ns(0.5) as f64 / 1e9, p95: r.quantile_ns(0.95) as f64 / 1e9 },
         per_step: PerStep {
-            launches: on_path(|t| t.kernel_launches() + t.graph_launches(), crate::evidence::time_account::StartUp::launches_before) / steps,
-            syncs: on_path(|t| t.syncs, crate::evidence::time_account::StartUp::syncs_before) / steps,
+            launches: on_path(|t| t.kernel_launches() + t.graph_launches(), crate::evidence::time_account::SkippedStartUp::launches_before) / steps,
+            syncs: on_path(|t| t.syncs, crate::evidence::time_account::SkippedStartUp::syncs_before) / steps,
             h2d_bytes: bytes(ev.copies.h2d.bytes, |m| m.h2d_bytes) / steps,
             d2h_bytes: bytes(ev.copies.d2h.bytes, |m| m.d2h_bytes) / steps,
             input_wait_s: time.sleeping_ns as f64 / 1e9 / steps,

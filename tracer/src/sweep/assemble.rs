@@ -4,10 +4,10 @@
 use std::collections::{BTreeSet, HashMap};
 
 use super::{
-    activity::{Activity, Calls, Timed},
+    activity::{CudaActivity, Calls, Timed},
     classify::{self, Facts, State},
     model::{ContextCall, Cuda, Diagnosis, Gpu, GpuDevice, GpuUse, Process},
-    nvml::GpuView,
+    holders::GpuView,
     privacy,
     scan::{self, Details, Holding},
     users,
@@ -30,7 +30,7 @@ pub struct Inputs<'a> {
     pub end_ns: u64,
     /// Whether CUDA calls were counted.
     pub probes: bool,
-    pub activity: &'a Activity,
+    pub activity: &'a CudaActivity,
     pub gpu: Option<&'a GpuView>,
     pub users: &'a HashMap<u32, String>,
     /// Our effective uid, and whether `--show-commands` was given.
@@ -280,7 +280,7 @@ mod tests {
     use gputrace_common::{ThreadCounters, PROBES};
 
     use super::*;
-    use crate::sweep::nvml::{DeviceView, ProcessUse};
+    use crate::sweep::holders::{DeviceView, ProcessUse};
 
     fn details(uid: u32, ppid: u32, state: char) -> Details {
         Details {
@@ -305,7 +305,7 @@ mod tests {
         (tgid, c)
     }
 
-    fn inputs<'a>(activity: &'a Activity, gpu: Option<&'a GpuView>, users: &'a HashMap<u32, String>, probes: bool) -> Inputs<'a> {
+    fn inputs<'a>(activity: &'a CudaActivity, gpu: Option<&'a GpuView>, users: &'a HashMap<u32, String>, probes: bool) -> Inputs<'a> {
         Inputs {
             start_ns: 1_000_000_000,
             end_ns: 6_000_000_000,
@@ -321,7 +321,7 @@ mod tests {
 
     #[test]
     fn forked_children_of_a_job_are_its_workers_not_idle_holders() {
-        let mut activity = Activity::default();
+        let mut activity = CudaActivity::default();
         activity.observe(5_500_000_000, &[launches(20, 300)]);
         let users = HashMap::new();
         let input = inputs(&activity, None, &users, true);
@@ -339,7 +339,7 @@ mod tests {
 
     #[test]
     fn rows_are_judged_ordered_and_filtered_for_privacy() {
-        let mut activity = Activity::default();
+        let mut activity = CudaActivity::default();
         activity.observe(5_500_000_000, &[launches(20, 300)]);
         let users = HashMap::from([(1000, "me".to_owned())]);
         let input = inputs(&activity, None, &users, true);
@@ -371,7 +371,7 @@ mod tests {
 
     #[test]
     fn nvml_gives_memory_and_running_samples() {
-        let activity = Activity::default();
+        let activity = CudaActivity::default();
         let users = HashMap::new();
         let view = GpuView {
             driver_version: Some("580".into()),
@@ -415,7 +415,7 @@ mod tests {
 
     #[test]
     fn unknown_activity_and_exits() {
-        let activity = Activity::default();
+        let activity = CudaActivity::default();
         let users = HashMap::new();
         let input = inputs(&activity, None, &users, false);
         let gone = Candidate { alive: false, ..candidate(40, 0, true) };
