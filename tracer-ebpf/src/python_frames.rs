@@ -23,7 +23,7 @@ use gputrace_common::{
 use crate::maps::{count_loss, python_layout, Current, EVENTS};
 
 /// Each Python thread's thread state, by process and thread: written by user space from the
-/// interpreter's thread list (`stacks/python.rs`), checked here against the state's own
+/// interpreter's thread list (`stacks/python_reader.rs`), checked here against the state's own
 /// `native_thread_id` before use. The process is part of the key because the thread ids
 /// come from the traced processes' memory: one process must not overwrite another's.
 #[map]

@@ -92,22 +92,23 @@ pub struct Evidence {
     pub contexts: Vec<ContextCall>,
     /// NCCL, per rank.
     pub collectives: collectives::Collectives,
-    /// Where each rank runs, from its environment (read while it lived).
-    pub rank_env: BTreeMap<u32, RankEnv>,
+    /// Where each rank runs, from its environment (read while it lived; `learn_rank_env`).
+    pub(crate) rank_env: BTreeMap<u32, RankEnv>,
     /// Per-thread figures, by tid, of each thread that made a CUDA call or hit a probe.
     pub threads: BTreeMap<u32, ThreadStats>,
     /// Processes (by pid) that task events named: created, exec'd or exited during the window.
     pub processes: BTreeMap<u32, ProcessSeen>,
-    /// Records that failed to decode (a kernel/user version mismatch or a damaged recording).
-    pub decode_errors: u64,
+    /// Records that failed to decode (a kernel/user version mismatch or a damaged recording;
+    /// `undecodable`).
+    pub(crate) decode_errors: u64,
     /// Records delivered through the ring buffer and folded in; of them, CUDA call records.
     pub delivered: u64,
     /// Of `delivered`, call records (CUDA, NCCL and caching-allocator probes).
     pub calls_delivered: u64,
     /// Events whose probe id we do not know.
     pub unknown_probes: u64,
-    /// Owner (real uid) of each process seen, looked up while it was alive.
-    pub uids: BTreeMap<u32, Option<u32>>,
+    /// Owner (real uid) of each process seen, looked up while it was alive (`learn_uid`).
+    pub(crate) uids: BTreeMap<u32, Option<u32>>,
     /// Scheduler accounting per thread of the traced tree.
     pub sched: BTreeMap<u32, sched_io::SchedStats>,
     /// Block I/O of the traced tree.
@@ -185,6 +186,52 @@ impl RankEnv {
         match self.visible_devices.as_deref().map(str::trim).filter(|v| !v.is_empty()) {
             Some(list) => list.split(',').nth(local as usize).map(|d| d.trim().to_owned()),
             None => Some(local.to_string()),
+        }
+    }
+}
+
+/// What the evidence learns beside the events, by its own methods: the live drain and a
+/// recording's replay write through these and `apply` alone (issue 59), so the two cannot
+/// fold the same records differently.
+impl Evidence {
+    /// A record that did not decode (counted in the report's `tracer.lost_events`).
+    pub fn undecodable(&mut self) {
+        self.decode_errors += 1;
+    }
+
+    /// Records that failed to decode so far.
+    #[must_use]
+    pub const fn decode_errors(&self) -> u64 {
+        self.decode_errors
+    }
+
+    /// The owner of process `pid`, looked up by `read` the first time it is seen (a live
+    /// session reads `/proc` while the process lives; a replay knows it from a checkpoint).
+    pub fn learn_uid(&mut self, pid: u32, read: impl FnOnce() -> Option<u32>) {
+        self.uids.entry(pid).or_insert_with(read);
+    }
+
+    /// The owner of `pid` as learnt; None where unknown.
+    #[must_use]
+    pub fn uid_of(&self, pid: u32) -> Option<u32> {
+        self.uids.get(&pid).copied().flatten()
+    }
+
+    /// Every owner learnt, by pid (a recording's checkpoint keeps them).
+    pub fn uids(&self) -> impl Iterator<Item = (u32, Option<u32>)> + '_ {
+        self.uids.iter().map(|(p, u)| (*p, *u))
+    }
+
+    /// Where rank `pid` runs, read by `read` the first time it calls NCCL.
+    pub fn learn_rank_env(&mut self, pid: u32, read: impl FnOnce() -> RankEnv) {
+        self.rank_env.entry(pid).or_insert_with(read);
+    }
+
+    /// Thread `tid`'s scheduler figures made relative to `before` (a recording that does not
+    /// start with the session keeps only its own part of an exit's cumulative reading).
+    pub fn rebase_sched(&mut self, tid: u32, before: &sched_io::SchedStats) {
+        if let Some(s) = self.sched.get_mut(&tid) {
+            *s = s.since(before);
         }
     }
 }

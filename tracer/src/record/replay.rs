@@ -297,8 +297,8 @@ impl State {
             self.baseline = Some(cp.snapshot.clone());
         }
         cp.snapshot.mark(&mut self.evidence, self.baseline.as_ref());
-        for (pid, uid) in &cp.uids {
-            self.evidence.uids.insert(*pid, *uid);
+        for &(pid, uid) in &cp.uids {
+            self.evidence.learn_uid(pid, || uid);
         }
         self.last = Some(cp);
         self.exited_since_last.clear();
@@ -310,7 +310,7 @@ impl State {
             Ok(e) => e,
             Err(e) => {
                 log::debug!("undecodable recorded event: {e}");
-                self.evidence.decode_errors += 1;
+                self.evidence.undecodable();
                 return;
             }
         };
@@ -321,9 +321,7 @@ impl State {
             // The exit reading is cumulative since the thread began: a segment keeps its part.
             let tid = e.header.tid;
             if let Some(before) = self.baseline.as_ref().and_then(|b| b.sched_of(tid)) {
-                if let Some(s) = self.evidence.sched.get_mut(&tid) {
-                    *s = s.since(&before);
-                }
+                self.evidence.rebase_sched(tid, &before);
             }
             self.exited_since_last.insert(tid);
         }

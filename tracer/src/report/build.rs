@@ -76,7 +76,7 @@ pub fn build(outcome: &Outcome) -> Report {
     });
     let cuda = cuda(ev, outcome, window_ns);
     let launches_estimated = cuda.launches.estimated;
-    let loss = loss_of(&outcome.losses, ev.decode_errors);
+    let loss = loss_of(&outcome.losses, ev.decode_errors());
     // A return without its entry is a call that started before we attached: not a loss.
     let lost_events = lost_events(&loss);
     let probed_late = outcome.libraries.iter().map(|l| l.probed_late_for.len() as u64).sum::<u64>();
@@ -280,7 +280,7 @@ fn cuda(ev: &Evidence, outcome: &Outcome, window_ns: u64) -> Cuda {
                 symbol: c.symbol.into(),
                 pid: c.pid,
                 tid: c.tid,
-                uid: ev.uids.get(&c.pid).copied().flatten(),
+                uid: ev.uid_of(c.pid),
                 at_s: secs(c.ts_ns.saturating_sub(outcome.start_ns)),
                 duration_s: secs(c.duration_ns),
                 result: c.result,

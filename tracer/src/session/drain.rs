@@ -37,7 +37,7 @@ pub(super) fn drain_ring(
                 Ok(copy) => kernel.take_copied_stack(&copy),
                 Err(e) => {
                     log::debug!("undecodable record: {e}");
-                    evidence.decode_errors += 1;
+                    evidence.undecodable();
                 }
             }
             return;
@@ -53,7 +53,7 @@ pub(super) fn drain_ring(
                 }
                 Err(e) => {
                     log::debug!("undecodable record: {e}");
-                    evidence.decode_errors += 1;
+                    evidence.undecodable();
                 }
             }
             return;
@@ -62,7 +62,7 @@ pub(super) fn drain_ring(
             Ok(event) => event,
             Err(e) => {
                 log::debug!("undecodable record: {e}");
-                evidence.decode_errors += 1;
+                evidence.undecodable();
                 if let Some(t) = tape.as_deref_mut() {
                     t.recorder.event(bytes);
                 }
@@ -74,7 +74,7 @@ pub(super) fn drain_ring(
         let bytes = swapped.as_deref().unwrap_or(bytes);
         let pid = event.header().tgid;
         // Enrichment: who owns the process, read while it is still alive.
-        evidence.uids.entry(pid).or_insert_with(|| process::uid(pid));
+        evidence.learn_uid(pid, || process::uid(pid));
         match tape.as_deref_mut() {
             Some(t) => {
                 // The host-memory answers are recorded before their event, so a replay has
@@ -94,7 +94,7 @@ pub(super) fn drain_ring(
                 // A rank's placement, read from its environment while it lives (not taped: a
                 // recording's report leaves it out).
                 if spec.is_some_and(|s| matches!(s.family, Family::Collective | Family::Comm)) {
-                    evidence.rank_env.entry(pid).or_insert_with(|| std::fs::read(format!("/proc/{pid}/environ")).map(|e| RankEnv::parse(&e)).unwrap_or_default());
+                    evidence.learn_rank_env(pid, || std::fs::read(format!("/proc/{pid}/environ")).map(|e| RankEnv::parse(&e)).unwrap_or_default());
                 }
                 if let (Some(py), Some(spec)) = (python, spec) {
                     let bytes = spec.size_arg.map_or(0, |i| c.args[usize::from(i)]);

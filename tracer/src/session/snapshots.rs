@@ -330,7 +330,7 @@ pub fn checkpoint(snapshot: Snapshot, kernel: &ProbeSet, evidence: &Evidence, no
         libraries: library_records(&kernel.attached_libraries()),
         notes: notes.to_vec(),
         maps_reads,
-        uids: evidence.uids.iter().map(|(p, u)| (*p, *u)).collect(),
+        uids: evidence.uids().collect(),
         frames_dropped: 0,
     }
 }

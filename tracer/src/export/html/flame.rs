@@ -51,8 +51,8 @@ mod tests {
 
     #[test]
     fn a_sync_stack_becomes_a_flamegraph_naming_its_frames() {
-        let ev = Evidence {
-            stacks: vec![StackTime {
+        let mut ev = Evidence::default();
+        ev.stacks = vec![StackTime {
                 tid: 7,
                 pid: 7,
                 activity: Activity::Sync,
@@ -61,9 +61,7 @@ mod tests {
                 frames: vec![frame("step", 42), frame("main", 7)],
                 count: 10,
                 ns: 2_000_000_000,
-            }],
-            ..Evidence::default()
-        };
+            }];
         let drawn = svg(&ev, crate::model::DiagnosisId::HostSync, &[7]).expect("a flamegraph");
         assert!(drawn.contains("train.py:42 in step"), "{drawn}");
         assert!(drawn.contains("train.py:7 in main"));
