@@ -149,6 +149,48 @@ fn threads_taking_turns_are_not_input_starved() {
     assert!(found.iter().all(|d| d.id != DiagnosisId::InputStarved), "{found:?}");
 }
 
+/// A loop that sleeps on a timer after each step's `.item()` (bookkeeping asleep), with
+/// autograd's thread on the path too: while the Python thread sleeps, autograd's waits for it,
+/// and is woken by it (a hand-off inside the path, `TimeAccount::handoff`). The idle is the
+/// timer's, not a wait on another thread (corpus seed 18 read as input-starved, whose fix
+/// measured ×1.0, where dropping the bookkeeping measured ×3.1).
+#[test]
+fn a_timed_sleep_handed_on_to_autograds_thread_is_host_sleep_not_a_wait_on_a_thread() {
+    use crate::evidence::waits::{Wake, WaitKind};
+    let mut ev = evidence(150_000, 0, 0, 0);
+    let mut c = ThreadCounters { tgid: 1, drained_at_ns: 0, ..ThreadCounters::ZERO };
+    c.hits[1] = 150_000;
+    ev.add_counters(2, &c);
+    sched(&mut ev, 1, 1, [3 * S, 0, 0, 7 * S]);
+    sched(&mut ev, 2, 1, [S, 0, 0, 9 * S]);
+    let wake = |tid: u32, waker_tid: u32, kind: WaitKind, count: u64, ns: u64| Wake {
+        tid,
+        pid: 1,
+        waker_pid: u32::from(waker_tid != 0),
+        waker_tid,
+        waker_comm: "python3".into(),
+        stack_id: -1,
+        in_cuda: false,
+        kind,
+        site: if kind == WaitKind::Timer { "hrtimer_wakeup" } else { "futex_wake" }.into(),
+        count,
+        ns,
+        blocked_ns: 0,
+    };
+    ev.wakes = vec![wake(2, 1, WaitKind::Thread, 600, 9 * S), wake(1, 0, WaitKind::Timer, 600, 6 * S), wake(1, 2, WaitKind::Thread, 600, S)];
+    let idle_gpu = gpu_with_sm(5.0, Some(2.0));
+    let (v, found) = diagnose(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &ev, gpu: Some(&idle_gpu), cpus: None, tracer_ns: None });
+    assert_eq!(v, DiagnosisId::HostSleep, "{found:#?}");
+    assert!(found.iter().all(|d| d.id != DiagnosisId::InputStarved), "{found:#?}");
+    // The same waits from a thread off the path (a producer thread that launches nothing)
+    // are a wait on that thread.
+    ev.wakes = vec![wake(1, 5, WaitKind::Thread, 600, 6 * S), wake(2, 1, WaitKind::Thread, 600, 9 * S)];
+    sched(&mut ev, 5, 1, [6 * S, 0, 0, 4 * S]);
+    let (v, found) = diagnose(&Inputs { start_ns: 0, window_ns: 10 * S, evidence: &ev, gpu: Some(&idle_gpu), cpus: None, tracer_ns: None });
+    assert_eq!(v, DiagnosisId::InputStarved, "{found:#?}");
+    assert!(found[0].summary.contains("another thread of the job"), "{}", found[0].summary);
+}
+
 /// The same sleep with busy loader workers is input starvation, and the cause is named.
 #[test]
 fn a_sleeping_trainer_with_busy_workers_is_input_starved() {

@@ -323,13 +323,15 @@ impl TimeAccount {
     }
 
     /// Split the accounted threads' off-CPU time by what woke them; the pauses' time comes
-    /// off the timer's share.
+    /// off the timer's share. The `sleeping` bucket's split leaves out hand-offs (`handoff`):
+    /// a spell in which every thread of the path sleeps ends when the first of them wakes,
+    /// and the others' waits for it say nothing of why.
     fn waits(&mut self, ev: &Evidence, paused_ns: u64) {
         let index = |k: WaitKind| WaitKind::ALL.iter().position(|x| *x == k).unwrap_or(6);
         let mut wakers: Vec<waits::Wake> = ev.wakes.iter().filter(|w| self.threads.contains(&w.tid)).cloned().collect();
         for w in &wakers {
             self.waits_ns[index(w.kind)] += w.ns;
-            if !w.in_cuda {
+            if !w.in_cuda && !self.handoff(w) {
                 self.sleep_by_kind_ns[index(w.kind)] += w.ns.saturating_sub(w.blocked_ns);
             }
         }
@@ -338,6 +340,16 @@ impl TimeAccount {
         self.sleep_by_kind_ns[timer] = self.sleep_by_kind_ns[timer].saturating_sub(paused_ns);
         wakers.sort_by_key(|w| std::cmp::Reverse(w.ns));
         self.wakers = wakers;
+    }
+
+    /// Whether `w` is a hand-off inside the critical path: a thread of the path woken by
+    /// another thread of the path (PyTorch's autograd thread woken by the Python thread that
+    /// called `backward()`). While the waker ran, the path was not idle; while it slept too,
+    /// what woke it is the idle's cause, and is counted where it woke it. (The waker is the
+    /// one of the first wakeup of `w`'s kind, `Wake::waker_tid`.)
+    #[must_use]
+    pub fn handoff(&self, w: &waits::Wake) -> bool {
+        w.waker_tid != w.tid && w.waker_tid != 0 && self.threads.contains(&w.waker_tid)
     }
 
     /// Of the `sleeping` bucket, the share woken by each kind (None without waker evidence).

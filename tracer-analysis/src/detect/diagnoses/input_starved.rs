@@ -23,7 +23,8 @@ use crate::{
 /// What woke the launching threads most, outside CUDA calls and timers: (kind, who, site).
 fn top_waker(a: &Account) -> Option<(WaitKind, String, String)> {
     let t = a.time.as_ref()?;
-    let w = t.wakers.iter().find(|w| !w.in_cuda && w.kind != WaitKind::Timer && w.kind != WaitKind::Gpu)?;
+    // A hand-off inside the critical path is no wait for input (`TimeAccount::handoff`).
+    let w = t.wakers.iter().find(|w| !w.in_cuda && w.kind != WaitKind::Timer && w.kind != WaitKind::Gpu && !t.handoff(w))?;
     Some((w.kind, w.who(), w.site.clone()))
 }
 
