@@ -91,7 +91,7 @@ pub struct Evidence {
     /// Context calls, in the order they arrived.
     pub contexts: Vec<ContextCall>,
     /// NCCL, per rank.
-    pub collectives: collectives::Collectives,
+    pub(crate) collectives: collectives::Collectives,
     /// Where each rank runs, from its environment (read while it lived; `learn_rank_env`).
     pub(crate) rank_env: BTreeMap<u32, RankEnv>,
     /// Per-thread figures, by tid, of each thread that made a CUDA call or hit a probe.
@@ -106,7 +106,7 @@ pub struct Evidence {
     /// Of `delivered`, call records (CUDA, NCCL and caching-allocator probes).
     pub calls_delivered: u64,
     /// Events whose probe id we do not know.
-    pub unknown_probes: u64,
+    pub(crate) unknown_probes: u64,
     /// Owner (real uid) of each process seen, looked up while it was alive (`learn_uid`).
     pub(crate) uids: BTreeMap<u32, Option<u32>>,
     /// Scheduler accounting per thread of the traced tree.
@@ -130,33 +130,33 @@ pub struct Evidence {
     /// The CUDA threads' cumulative figures at moments of the window (`timeline`).
     pub timeline: timeline::Timeline,
     /// When threads and processes created during the window were created.
-    pub births: BTreeMap<u32, u64>,
+    pub(crate) births: BTreeMap<u32, u64>,
     /// When threads of the traced tree exited during the window.
     pub deaths: BTreeMap<u32, u64>,
     /// Spans with the launch probes off (`--max-overhead`), ns; the last ends at `u64::MAX`
     /// while they are still off.
-    pub launches_off: Vec<(u64, u64)>,
+    pub(crate) launches_off: Vec<(u64, u64)>,
     /// Spans with the copy, memset and sync probes off as well (`sampled_calls`), ns; the
     /// last ends at `u64::MAX` while they are still off.
-    pub calls_off: Vec<(u64, u64)>,
+    pub(crate) calls_off: Vec<(u64, u64)>,
     /// Empty-queue spells left out because the launch probes were off during them (the
     /// launch that ended the spell may have gone unseen).
     pub spells_unseen: u64,
     /// Each thread's probe hits, and its empty-queue time and spells, when the launch probes
     /// first went off (all seen until then).
-    pub hits_at_first_shed: BTreeMap<u32, [u64; gputrace_common::PROBE_SLOTS]>,
+    pub(crate) hits_at_first_shed: BTreeMap<u32, [u64; gputrace_common::PROBE_SLOTS]>,
     /// Each thread's empty-queue time (ns) and spells at that moment (`queue_idle_ns`,
     /// `idle_periods`).
-    pub spells_at_first_shed: BTreeMap<u32, (u64, u64)>,
+    pub(crate) spells_at_first_shed: BTreeMap<u32, (u64, u64)>,
     /// Each thread's hits when the launch probes last went off, until they are back on
     /// (kept for a thread that ended meanwhile: its last hits are its final ones).
-    pub hits_at_last_shed: BTreeMap<u32, [u64; gputrace_common::PROBE_SLOTS]>,
+    pub(crate) hits_at_last_shed: BTreeMap<u32, [u64; gputrace_common::PROBE_SLOTS]>,
     /// Hits counted while the launch probes were off: the kernel takes a closed link's
     /// probes out over a grace period or more, and they fire meanwhile. Their calls count as
     /// made with launches off, so these are left out of what is scaled
     /// (`scale_sampled_launches`): counted, then scaled again, they made short windows'
     /// estimates 5–40 % high.
-    pub lingering_hits: BTreeMap<u32, [u64; gputrace_common::PROBE_SLOTS]>,
+    pub(crate) lingering_hits: BTreeMap<u32, [u64; gputrace_common::PROBE_SLOTS]>,
 }
 
 /// A rank's placement, as its launcher set it in its environment.
