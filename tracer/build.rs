@@ -1,6 +1,7 @@
-//! Builds the eBPF object (`tracer-ebpf`) with aya-build and the dated nightly toolchain that
-//! `cargo xtask setup` installs (named in `xtask/ebpf-nightly`), and places it in `OUT_DIR`
-//! for `include_bytes_aligned!`.
+//! Builds the eBPF object (`tracer-ebpf`) with the dated nightly toolchain that `cargo xtask
+//! setup` installs (named in `xtask/ebpf-nightly`) and bpf-linker, and places it in `OUT_DIR`
+//! for `include_bytes_aligned!`. The nightly run itself is in `ebpf_build.rs`, which xtask
+//! shares to start it early (that file says why).
 //!
 //! For editors, `cargo check` and clippy on a machine without the eBPF toolchain, set
 //! `GPUTRACE_EBPF_STUB=1`: an empty object is written instead, and the binary then refuses
@@ -14,9 +15,9 @@ use std::{env, fs, path::PathBuf, process::Command};
 
 use anyhow::{anyhow, Context as _};
 
-const EBPF_PACKAGE: &str = "gputrace-ebpf";
-/// The binary target name in `tracer-ebpf/Cargo.toml`; aya-build names the object after it.
-const EBPF_OBJECT: &str = "gputrace";
+#[path = "ebpf_build.rs"]
+mod ebpf_build;
+
 /// The nightly that `cargo xtask setup` installs, with its rust-src and a bpf-linker built
 /// against its LLVM.
 const NIGHTLY: &str = include_str!("../xtask/ebpf-nightly");
@@ -24,12 +25,19 @@ const NIGHTLY: &str = include_str!("../xtask/ebpf-nightly");
 fn main() -> anyhow::Result<()> {
     println!("cargo:rerun-if-env-changed=GPUTRACE_EBPF_STUB");
     println!("cargo:rerun-if-env-changed=GPUTRACE_LINTED_BUILD");
+    println!("cargo:rerun-if-env-changed={}", ebpf_build::TARGET_DIR_ENV);
     println!("cargo:rerun-if-changed=../xtask/ebpf-nightly");
+    println!("cargo:rerun-if-changed=ebpf_build.rs");
+    // The programs and the wire types they share with user space: a change to either is a
+    // new object.
+    println!("cargo:rerun-if-changed=../tracer-ebpf");
+    println!("cargo:rerun-if-changed=../tracer-common");
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").context("OUT_DIR not set")?);
+    let object_out = out_dir.join(ebpf_build::OBJECT);
     let under_clippy = env::var("RUSTC_WORKSPACE_WRAPPER").is_ok_and(|w| w.contains("clippy"));
     let linted_build = env::var_os("GPUTRACE_LINTED_BUILD").is_some();
     if env::var_os("GPUTRACE_EBPF_STUB").is_some() || (under_clippy && !linted_build) {
-        fs::write(out_dir.join(EBPF_OBJECT), []).context("writing the eBPF stub")?;
+        fs::write(&object_out, []).context("writing the eBPF stub")?;
         return Ok(());
     }
     if which_bpf_linker().is_none() {
@@ -39,26 +47,31 @@ fn main() -> anyhow::Result<()> {
         ));
     }
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").context("CARGO_MANIFEST_DIR not set")?);
-    let root_dir = manifest_dir.parent().context("the workspace's folder")?.join("tracer-ebpf");
-    let root_dir = root_dir.to_str().ok_or_else(|| anyhow!("the eBPF crate's path is not UTF-8: {}", root_dir.display()))?;
-    // The nightly cargo that aya-build runs inherits this process's environment; aya-build
-    // clears the wrapper itself, and this keeps clippy's arguments away as well.
-    for wrapper in ["RUSTC_WORKSPACE_WRAPPER", "CLIPPY_ARGS"] {
-        env::remove_var(wrapper);
-    }
-    let package = aya_build::Package { name: EBPF_PACKAGE, root_dir, ..aya_build::Package::default() };
-    aya_build::build_ebpf([package], aya_build::Toolchain::Custom(NIGHTLY.trim()))?;
-    strip_btf_and_debug_info(&out_dir.join(EBPF_OBJECT))
+    let workspace = manifest_dir.parent().context("the workspace's folder")?;
+    // Built by the run that xtask may have started already into the agreed directory; cargo's
+    // lock on that directory makes this run wait for that one and find the object fresh.
+    // Otherwise it is built here, into OUT_DIR.
+    let target_dir = env::var_os(ebpf_build::TARGET_DIR_ENV).map_or_else(|| out_dir.join("ebpf-target"), PathBuf::from);
+    let arch = env::var("CARGO_CFG_TARGET_ARCH").context("CARGO_CFG_TARGET_ARCH not set")?;
+    let endian = env::var("CARGO_CFG_TARGET_ENDIAN").context("CARGO_CFG_TARGET_ENDIAN not set")?;
+    let mut build = ebpf_build::command(workspace, NIGHTLY.trim(), &target_dir, &arch, &endian);
+    // Its messages go to our stderr, which cargo shows when the build fails; our stdout is
+    // read by cargo as directives.
+    build.stdout(std::io::stderr());
+    let status = build.status().with_context(|| format!("running {build:?}"))?;
+    anyhow::ensure!(status.success(), "building the eBPF object failed ({status}): {build:?}");
+    let object = ebpf_build::object(&target_dir, &endian);
+    fs::copy(&object, &object_out).with_context(|| format!("copying {} into OUT_DIR", object.display()))?;
+    strip_debug_info(&object_out)
 }
 
-/// aya-build 0.2 links the object with BTF and DWARF (its `-Cdebuginfo=2 -Clink-arg=--btf`
-/// cannot be turned off). Loaded with BTF, aya fixes up and loads the object's BTF and hands
-/// every program its line info: gputrace's start-up took ~50 ms more on the build machine
-/// (docs/benchmarks.md), and the DWARF made the object 20 times larger in the binary. The
-/// object had neither before, and nothing here uses them (CO-RE relocations read the
-/// kernel's BTF, not the object's): both are stripped, by the host toolchain's own
-/// llvm-objcopy (`rust-objcopy`, shipped with rustc).
-fn strip_btf_and_debug_info(object: &std::path::Path) -> anyhow::Result<()> {
+/// The eBPF crate's debug information (and any BTF a linker left) is stripped: loaded with
+/// BTF, aya fixes up and loads the object's BTF and hands every program its line info, which
+/// cost gputrace's start-up ~50 ms on the build machine (docs/benchmarks.md), and DWARF made
+/// the object 20 times larger in the binary. Nothing here uses them (the programs read
+/// offsets placed from the kernel's BTF by user space, not CO-RE relocations). The host
+/// toolchain's own llvm-objcopy (`rust-objcopy`, shipped with rustc) does it.
+fn strip_debug_info(object: &std::path::Path) -> anyhow::Result<()> {
     let rustc = env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
     let sysroot = Command::new(&rustc).args(["--print", "sysroot"]).output().context("rustc --print sysroot")?;
     anyhow::ensure!(sysroot.status.success(), "rustc --print sysroot failed");

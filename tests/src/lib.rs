@@ -13,6 +13,7 @@ use std::{
 
 use serde_json::Value;
 
+pub mod metrics_server;
 pub mod recordings;
 pub mod schema_check;
 pub mod twins;
@@ -136,11 +137,28 @@ impl Gated {
         }
     }
 
+    /// Kill the workload and reap it (a job that runs until it is stopped).
+    pub fn stop(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Wait for the workload to finish; asserts success.
     pub fn finish(mut self) {
         let status = self.child.wait().expect("fakejob waits");
         assert!(status.success(), "fakejob failed: {status}");
     }
+}
+
+/// The row of `pid` in a sweep's JSON; panics with the sweep where it is missing.
+#[must_use]
+pub fn sweep_row(sweep: &Value, pid: u32) -> &Value {
+    sweep["processes"]
+        .as_array()
+        .expect("processes is a list")
+        .iter()
+        .find(|p| p["pid"] == pid)
+        .unwrap_or_else(|| panic!("pid {pid} missing from the sweep: {sweep:#}"))
 }
 
 /// A running `gputrace attach`, armed (its "armed" log line was seen).

@@ -10,11 +10,6 @@ use std::{
 
 use gputrace_tests::{fakejob, gputrace, require_root, Gated};
 
-fn kill(mut job: Gated) {
-    let _ = job.child.kill();
-    let _ = job.child.wait();
-}
-
 /// Read `from` on a thread; the chunks come through the channel.
 fn reader(mut from: impl Read + Send + 'static) -> mpsc::Receiver<String> {
     let (tx, rx) = mpsc::channel();
@@ -68,8 +63,8 @@ fn through_a_pipe_each_window_is_text_with_workers_folded() {
         .split_whitespace()
         .filter_map(|p| p.parse().ok())
         .collect();
-    kill(idle);
-    kill(busy);
+    idle.stop();
+    busy.stop();
     assert!(two, "no second window in 30 s:\n{seen}");
     assert_eq!(status.code(), Some(0), "{seen}");
     let frame = seen.split("gputrace top — window").nth(2).expect("a second frame");
@@ -108,7 +103,7 @@ fn a_command_named_with_escapes_reaches_the_text_cleaned() {
     // SAFETY: sending a signal has no memory-safety preconditions.
     unsafe { libc::kill(top.id() as i32, libc::SIGTERM) };
     let status = top.wait().expect("top exits");
-    kill(job);
+    job.stop();
     assert!(shown, "the job's row never came:\n{seen}");
     assert_eq!(status.code(), Some(0), "{seen}");
     assert!(!seen.chars().any(|c| c.is_control() && c != '\n'), "a control character reached the text: {seen:?}");
@@ -152,8 +147,8 @@ fn on_a_terminal_it_draws_and_q_quits() {
     while let Ok(chunk) = rx.recv_timeout(Duration::from_secs(5)) {
         seen.push_str(&chunk);
     }
-    kill(idle);
-    kill(busy);
+    idle.stop();
+    busy.stop();
     assert!(drawn, "no frame in 30 s: {seen:?}");
     assert!(sorted, "the sort key did not redraw: {seen:?}");
     let status = status.unwrap_or_else(|| panic!("q did not end top in 10 s: {seen:?}"));

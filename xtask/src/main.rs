@@ -13,6 +13,8 @@ mod toolchain;
 
 #[path = "../../tests/fake-cuda/builder.rs"]
 mod builder;
+#[path = "../../tracer/ebpf_build.rs"]
+mod ebpf_build;
 
 use std::{
     path::{Path, PathBuf},
@@ -146,8 +148,50 @@ fn build() -> Result<PathBuf> {
 /// demo needs `gputrace` alone, and each other binary links the whole library again.
 fn build_only(bins: &[&str]) -> Result<PathBuf> {
     toolchain::setup()?;
-    run(Command::new("cargo").current_dir(root()).args(["build", "--release", "--package", "gputrace"]).args(bins.iter().flat_map(|b| ["--bin", b])))?;
+    let _ebpf = EbpfPrebuild::start()?;
+    run(Command::new("cargo")
+        .current_dir(root())
+        .env(ebpf_build::TARGET_DIR_ENV, ebpf_target_dir())
+        .args(["build", "--release", "--package", "gputrace"])
+        .args(bins.iter().flat_map(|b| ["--bin", b])))?;
     Ok(target_dir().join("release/gputrace"))
+}
+
+/// The eBPF object's nightly build, started at once beside the host build rather than when
+/// cargo reaches gputrace's build script (`tracer/ebpf_build.rs` says why), into the directory
+/// that every cargo step of xtask tells the build script to use (`ebpf_target_dir`).
+struct EbpfPrebuild {
+    child: std::process::Child,
+}
+
+const HOST_ENDIAN: &str = if cfg!(target_endian = "big") { "big" } else { "little" };
+
+impl EbpfPrebuild {
+    fn start() -> Result<Self> {
+        let mut cmd = ebpf_build::command(&root(), toolchain::NIGHTLY, &ebpf_target_dir(), std::env::consts::ARCH, HOST_ENDIAN);
+        // Quiet: the build script's own run reports any failure, with these same messages.
+        cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+        let child = cmd.spawn().with_context(|| format!("starting {cmd:?}"))?;
+        Ok(Self { child })
+    }
+}
+
+impl Drop for EbpfPrebuild {
+    /// Long done where the host build got as far as the build script, which waited for it;
+    /// stopped where the host build failed first.
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// Where the eBPF object is built: the same for every cargo step (the build script reruns,
+/// and gputrace is compiled again, when it changes) and for `EbpfPrebuild`. `.cargo/config.toml`
+/// names the same folder for cargo run by hand.
+fn ebpf_target_dir() -> PathBuf {
+    target_dir().join("ebpf")
 }
 
 /// The demo: a planted bottleneck per run, each traced by `gputrace run` on the fake CUDA.
@@ -216,7 +260,8 @@ fn cargo_release(verb: &str) -> Command {
     cmd.current_dir(root()).args([verb, "--release"]).args(EVERY_HOST_CRATE);
     cmd.env("RUSTC_WORKSPACE_WRAPPER", clippy_driver())
         .env("CLIPPY_ARGS", "-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__")
-        .env("GPUTRACE_LINTED_BUILD", "1");
+        .env("GPUTRACE_LINTED_BUILD", "1")
+        .env(ebpf_build::TARGET_DIR_ENV, ebpf_target_dir());
     cmd
 }
 
@@ -242,16 +287,28 @@ fn test_steps(long: bool) -> Result<()> {
     });
     // Every crate inherits the workspace lints; each compile below lints what it builds, and
     // a warning fails the run (`cargo_release`).
+    let ebpf = EbpfPrebuild::start()?;
     run(&mut cargo_release("build"))?;
+    drop(ebpf);
+    let object = ebpf_build::object(&ebpf_target_dir(), HOST_ENDIAN);
+    eprintln!("+ the eBPF object, built beside: {} ({} bytes before stripping)", object.display(), std::fs::metadata(&object)?.len());
     let gputrace = target_dir().join("release/gputrace");
     // The privileged suites, built now (linted, as every step), run by lane below (`suites`),
     // each test of a suite one at a time.
+    // The release artifacts, which `tests/tests/dist.rs` installs and runs without cargo, packed
+    // from the binary while the suites link (that step links 30 test binaries, mostly one core).
+    let packing = {
+        let gputrace = gputrace.clone();
+        std::thread::spawn(move || {
+            let started = std::time::Instant::now();
+            (dist::dist(&root(), &gputrace), started.elapsed())
+        })
+    };
     let suites = build_suites()?;
     suites::check_listed(&root(), &suites)?;
-    // The release artifacts, which `tests/tests/dist.rs` installs and runs without cargo.
-    let packing = std::time::Instant::now();
-    dist::dist(&root(), &gputrace)?;
-    eprintln!("+ took {:.1} s: dist", packing.elapsed().as_secs_f64());
+    let (packed, took) = packing.join().map_err(|_| anyhow::anyhow!("packing the release artifacts panicked"))?;
+    packed?;
+    eprintln!("+ took {:.1} s: dist, beside the suites' build", took.as_secs_f64());
     let (installed, took) = browser.join().map_err(|_| anyhow::anyhow!("the browser's install panicked"))?;
     installed?;
     eprintln!("+ the browser: ready ({:.1} s, beside the build)", took.as_secs_f64());

@@ -33,7 +33,7 @@ pub enum Lane {
 pub const SUITES: &[(&str, Lane)] = &[
     // Verdicts, costs, counts and timings.
     ("budget", Lane::Alone),     // the overhead budget's measured cost
-    ("calls", Lane::Alone),      // the cost of a traced call against a bare probe
+    ("call_costs", Lane::Alone), // the cost of a traced call against its model
     ("diagnosis", Lane::Alone),  // verdicts against untraced twins
     ("doctor", Lane::Alone),     // a link under load: a verdict and its promise
     ("frameworks", Lane::Alone), // verdicts in a framework's terms
@@ -42,21 +42,24 @@ pub const SUITES: &[(&str, Lane)] = &[
     ("nccl", Lane::Alone),       // ranks in lockstep, a straggler's lag
     ("nvml", Lane::Alone),       // busy shares against the fake GPU's truth
     ("sites", Lane::Alone),      // where sampled time goes
-    ("sweep", Lane::Alone),      // judges jobs by their timing, and sees every holder
+    ("sweep", Lane::Alone),      // judges jobs by their timing
     ("serve", Lane::Alone),      // the same judgements, window after window
     ("flight_recorder", Lane::Alone), // it fires on a verdict
-    ("lifecycle", Lane::Alone),       // counts the kernel's eBPF programs: another session's come and go
     // Behaviour, and counts that load does not change. Started in this order, the longest
-    // first (their times in CI, 2026-12-05): three at once, the lane ends with its longest
+    // first (their times in CI, 2026-12-07): three at once, the lane ends with its longest
     // suite only where that one started first.
-    ("recording", Lane::Shared), // counts and files: what a recording keeps, damaged or cut (44 s)
-    ("hostile", Lane::Shared),   // 22 s
-    ("loss", Lane::Shared),      // delivered + dropped == sent, whatever the load (17 s)
-    ("terminal", Lane::Shared),  // 12 s
-    ("attaching", Lane::Shared), // 10 s
-    ("launches", Lane::Shared),  // exact counts from many threads (9 s)
-    ("html", Lane::Shared),      // 8 s
-    ("top", Lane::Shared),       // the live sweep's rows: an idle holder and a busy job, by state (7 s)
+    ("recording", Lane::Shared),     // counts and files: what a recording keeps, damaged or cut (45 s)
+    ("hostile", Lane::Shared),       // 20 s
+    ("loss", Lane::Shared),          // delivered + dropped == sent, whatever the load (20 s)
+    ("serve_conduct", Lane::Shared), // bad clients, a lost GPU, names that forge a series (~13 s)
+    ("lifecycle", Lane::Shared),     // the tracer's own eBPF objects gone, however it ends (12 s)
+    ("terminal", Lane::Shared),      // 12 s
+    ("attaching", Lane::Shared),     // 11 s
+    ("launches", Lane::Shared),      // exact counts from many threads (10 s)
+    ("sweep_census", Lane::Shared),  // holders, workers and exact counts in a sweep (~9 s)
+    ("calls", Lane::Shared),         // exact counts and bytes of copies, syncs, allocations (~7 s)
+    ("top", Lane::Shared),           // the live sweep's rows: an idle holder and a busy job, by state (7 s)
+    ("html", Lane::Shared),          // 7 s
     ("dist", Lane::Shared),
     ("bad_input", Lane::Shared),
     ("fake_gpu", Lane::Shared), // lower bounds on the fake GPU's time: load only adds to it
