@@ -2,7 +2,8 @@
 //! from the kernel once that process has ended, however it ended. The objects checked are
 //! the tracer's own, read from its `/proc/PID/fdinfo` while it runs, so other sessions on the
 //! machine (suites beside this one) neither hide a leak nor fake one. (Allow some time: the
-//! kernel frees an object after its last reference, through a grace period.)
+//! kernel frees an object after its last reference, through a grace period.) It runs alone
+//! all the same: `xtask/src/suites.rs` says why.
 use std::{
     collections::BTreeSet,
     time::{Duration, Instant},
