@@ -349,9 +349,9 @@ fn test_steps(long: bool) -> Result<()> {
     };
     let long_flag = std::ffi::OsString::from(if long { "1" } else { "0" });
     let env = [("GPUTRACE_BIN", gputrace.as_os_str()), ("GPUTRACE_LONG", long_flag.as_os_str())];
-    // Four wide: the shared suites mostly wait on their jobs (~180 s of them beside the unit
-    // tests' ~60 s, 2026-12-07).
-    let mut failed = suites::run_lane(&suites, suites::Lane::Shared, 4, &env, &logs)?;
+    // Three wide: four took the CPU the unit tests' build needs (83 s against 61 s for it,
+    // 2026-12-07).
+    let mut failed = suites::run_lane(&suites, suites::Lane::Shared, 3, &env, &logs)?;
     if !suites::finish(unit)? {
         failed.push("unit tests".into());
     }

@@ -5,7 +5,7 @@
 //! them on a 2-core machine takes a core they measure. Suites that check behaviour (bad
 //! input, exports, the terminal, a tracer killed at any moment) or exact counts (launches,
 //! delivered + dropped records) wait on clocks and processes more than they compute: the unit
-//! tests build and run beside them, four of them at a time (issue 55: CI time). A suite whose
+//! tests build and run beside them, three of them at a time (issue 55: CI time). A suite whose
 //! assertions read a verdict does not belong there: with the unit tests' build beside it, the
 //! recording suite's flight recorder once fired on `cpu-starved` (its job waited for a CPU
 //! 52 % of the time). Every file under tests/tests must be listed: a new suite says which it is.
@@ -50,7 +50,7 @@ pub const SUITES: &[(&str, Lane)] = &[
     // on that machine with three other suites beside it, they never did: not understood.
     ("lifecycle", Lane::Alone),
     // Behaviour, and counts that load does not change. Started in this order, the longest
-    // first (their times in CI, 2026-12-07): four at once, the lane ends with its longest
+    // first (their times in CI, 2026-12-07): three at once, the lane ends with its longest
     // suite only where that one started first.
     ("recording", Lane::Shared),     // counts and files: what a recording keeps, damaged or cut (45 s)
     ("hostile", Lane::Shared),       // 20 s
