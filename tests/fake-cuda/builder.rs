@@ -13,42 +13,19 @@ pub fn build_fake_cuda(src: &Path, out: &Path) -> Result<(), String> {
     // Frame pointers and line tables, as a user's debug build has: the kernel unwinds user
     // stacks by frame pointer, and the sites name file:line from DWARF.
     let debuggable = ["-g", "-fno-omit-frame-pointer"];
-    let steps: [Vec<String>; 5] = [
-        vec![
-            "-O2".into(),
-            "-shared".into(),
-            "-fPIC".into(),
-            "-Wl,-soname,libcuda.so.1".into(),
-            "-o".into(),
-            o("libcuda.so.1"),
-            s("libcuda.c"),
-            "-lpthread".into(),
-        ],
-        vec![
-            "-O2".into(),
-            "-shared".into(),
-            "-fPIC".into(),
-            "-Wl,-soname,libcudart.so.13".into(),
-            "-o".into(),
-            o("libcudart.so.13"),
-            s("libcudart.c"),
-            format!("-L{}", out.display()),
-            "-l:libcuda.so.1".into(),
-            "-Wl,-rpath,$ORIGIN".into(),
-        ],
-        vec![
-            "-O2".into(),
-            "-shared".into(),
-            "-fPIC".into(),
-            "-Wl,-soname,libnccl.so.2".into(),
-            "-o".into(),
-            o("libnccl.so.2"),
-            s("libnccl.c"),
-            format!("-L{}", out.display()),
-            "-l:libcuda.so.1".into(),
-            "-Wl,-rpath,$ORIGIN".into(),
-        ],
+    // A shared library of the fake GPU's, linked against the fake driver where `link`.
+    let library = |name: &str, source: &str, link: bool| -> Vec<String> {
+        let mut args = vec!["-O2".into(), "-shared".into(), "-fPIC".into(), format!("-Wl,-soname,{name}"), "-o".into(), o(name), s(source)];
+        args.extend(if link { vec![format!("-L{}", out.display()), "-l:libcuda.so.1".into(), "-Wl,-rpath,$ORIGIN".into()] } else { Vec::new() });
+        args
+    };
+    let steps: [Vec<String>; 6] = [
+        [library("libcuda.so.1", "libcuda.c", false), vec!["-lpthread".into()]].concat(),
+        library("libcudart.so.13", "libcudart.c", true),
+        library("libnccl.so.2", "libnccl.c", true),
         vec!["-O2".into(), "-o".into(), o("fakejob"), s("fakejob.c"), "-ldl".into(), "-lpthread".into()],
+        // The framework's CPU library, for batches made through it (`fakejob --torch-prep-us`).
+        library("libtorch_cpu.so", "libtorch_cpu.c", false),
         // The fake GPU's own check (tests/tests/fake_gpu.rs), linked against the fake driver.
         vec![
             "-O2".into(),

@@ -43,6 +43,9 @@
  *   --oom-at-end B         after the steps, cached_malloc() B bytes; if the retry fails too, print
  *                          "out of memory" and exit with status 3 (an OutOfMemoryError)
  *   --host-us U            per step: U µs of host work (spinning)
+ *   --torch-prep-us U      per step, before its launches: U µs of host work inside the fake
+ *                          framework's CPU library (libtorch_cpu.so beside libcuda): a batch made
+ *                          through torch on the training thread, no loader involved
  *   --fork                 fork once after the gate; parent and child both run the workload
  *   --sleep-ms M           per step: sleep M ms (a thread that waits, not computes)
  *   --sleep-once-ms M      once, on the launching thread before its first step: sleep M ms (a
@@ -156,7 +159,7 @@ static struct {
     int load_after_gate, pin_after_gate, print_time, pipe_worker_us, checkpoint_every, cache_pct, idle_children;
     long pipe_worker_read;
     size_t leak, oom_at_end;
-    long kernel_us, host_us, settle_ms, sleep_ms, sleep_once_ms, device_memory_mib, hold_ms;
+    long kernel_us, host_us, torch_prep_us, settle_ms, sleep_ms, sleep_once_ms, device_memory_mib, hold_ms;
     long read_bytes, read_per_step, startup_read;
     char read_file[PATH_MAX];
     size_t pageable_h2d, pinned_h2d, copy2d, copy3d, blocking_d2h;
@@ -183,8 +186,17 @@ static void *sym(void *lib, const char *name) {
     return p;
 }
 
+/* The fake framework's CPU op (--torch-prep-us), from libtorch_cpu.so. */
+static void (*torch_cpu_op)(long);
+
 static void load_cuda(void) {
     char path[PATH_MAX + 32];
+    if (opt.torch_prep_us) {
+        snprintf(path, sizeof path, "%s/libtorch_cpu.so", opt.lib_dir);
+        void *torch = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+        if (!torch) die(dlerror());
+        torch_cpu_op = sym(torch, "at_native_cpu_stack_kernel");
+    }
     snprintf(path, sizeof path, "%s/libcuda.so.1", opt.lib_dir);
     void *drv = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
     if (!drv) die(dlerror());
@@ -284,6 +296,12 @@ NOINLINE_JOB void compute_on_host(long us) {
     while (now_ns() < until) {
         for (int i = 0; i < 4096; i++) sink += (unsigned long)i;
     }
+}
+
+/* A batch made through the framework's CPU ops (--torch-prep-us): a function of the job's own
+ * around them, as a script's get_batch() is. */
+NOINLINE_JOB void make_batch_through_the_framework(void) {
+    torch_cpu_op(opt.torch_prep_us);
 }
 
 /* One .item(): a 4-byte D2H copy and a stream sync (--item), from a named function. */
@@ -387,6 +405,7 @@ static void *worker(void *arg) {
         }
         long host_us = nccl_comm && nccl_rank == opt.ranks - 1 && opt.straggler_host_us ? opt.straggler_host_us : opt.host_us;
         if (host_us) compute_on_host(host_us);
+        if (torch_cpu_op) make_batch_through_the_framework();
         if (pageable) {
             rt_memcpy_async(device_buf, pageable, opt.pageable_h2d, 1, 0);
             rt_stream_sync(0);
@@ -576,7 +595,7 @@ int main(int argc, char **argv) {
         FLAG("--pin-after-gate", pin_after_gate) FLAG("--print-time", print_time)
         NUM("--threads", threads) NUM("--steps", steps) NUM("--runtime-launches", runtime_launches)
         NUM("--driver-launches", driver_launches) NUM("--ex-launches", ex_launches) NUM("--graphs", graphs)
-        NUM("--kernel-us", kernel_us) NUM("--host-us", host_us) NUM("--pageable-h2d", pageable_h2d)
+        NUM("--kernel-us", kernel_us) NUM("--host-us", host_us) NUM("--torch-prep-us", torch_prep_us) NUM("--pageable-h2d", pageable_h2d)
         NUM("--pinned-h2d", pinned_h2d) NUM("--item", item) NUM("--item-sync", item_sync) NUM("--alloc-churn", alloc_churn)
         NUM("--settle-ms", settle_ms) NUM("--hold-ms", hold_ms) NUM("--device-memory-mib", device_memory_mib) NUM("--sleep-ms", sleep_ms) NUM("--sleep-once-ms", sleep_once_ms) NUM("--read-bytes", read_bytes) NUM("--read-per-step", read_per_step) NUM("--startup-read", startup_read)
         NUM("--copy2d", copy2d) NUM("--copy3d", copy3d) NUM("--vmm", vmm) NUM("--bad-copy2d", bad_copy2d) NUM("--blocking-d2h", blocking_d2h) NUM("--pipe-worker-us", pipe_worker_us) NUM("--pipe-worker-read", pipe_worker_read)

@@ -246,8 +246,10 @@ pub fn usual_fix(planted: &[String], id: &'static str) -> Fix {
             replaced(planted, "--driver-launches", "--graphs", &(n / 10).to_string())
         }
         "host-bound" => {
-            let us = value_of(planted, "--host-us").to_owned();
-            replaced(planted, "--host-us", "--pipe-worker-us", &us)
+            // The host work, or the batch made through the framework, moved to a worker.
+            let work = if planted.iter().any(|a| a == "--host-us") { "--host-us" } else { "--torch-prep-us" };
+            let us = value_of(planted, work).to_owned();
+            replaced(planted, work, "--pipe-worker-us", &us)
         }
         "checkpoint-stall" => without_option(planted, "--checkpoint-every"),
         other => panic!("no usual twin for {other}"),

@@ -66,6 +66,30 @@ fn pageable_copies_are_found() {
     assert_eq!(r["verdict"], "pageable-copy", "{r:#}");
 }
 
+/// A batch made through the framework on the training thread, by a function of the job's own
+/// (the brief of 2026-12-07: such loops were offered CUDA graphs where workers bought x5): 6 ms a
+/// step inside the fake `libtorch_cpu.so`, then 50 small launches and a sync. Every native
+/// sample of it is in the framework's library, as a dispatch's are; only the time since the
+/// last launch says it is no dispatch. The graphs' twin gains nothing; moving the batch to a
+/// worker, or dropping the sync so that it overlaps the GPU, gains the step's GPU time.
+#[test]
+fn a_batch_made_through_the_framework_on_the_training_thread_is_not_dispatch() {
+    let (r, m) = judged(
+        &["--steps", "150", "--driver-launches", "50", "--kernel-us", "20", "--torch-prep-us", "6000", "--sync"],
+        &["host-bound", "host-sync", "launch-bound"],
+    );
+    assert_ne!(r["verdict"], "launch-bound", "{r:#}");
+    let graphs = twins::promise(&r, "launch-bound").unwrap_or(1.0);
+    let measured = m.of("launch-bound").expect("the graphs' twin");
+    assert!(graphs <= measured * (1.0 + twins::PROMISE_TOLERANCE), "graphs promised x{graphs:.2}, measured x{measured:.2}: {r:#}");
+    // The sync's bookkeeping form keeps the batch: it is the next step's input, not the work
+    // that consumes the synced value.
+    let sync = r["diagnoses"].as_array().expect("diagnoses").iter().find(|d| d["id"] == "host-sync").unwrap_or_else(|| panic!("host-sync: {r:#}"));
+    let dropped = sync["saving"]["variants"].as_array().expect("forms").iter().find(|v| v["name"] == "sync-and-bookkeeping").expect("the ranked form");
+    let measured = m.of("host-sync").expect("the sync's twin");
+    assert!(dropped["speedup"].as_f64().is_some_and(|x| x <= measured * (1.0 + twins::PROMISE_TOLERANCE)), "{dropped:#} against x{measured:.2}");
+}
+
 #[test]
 fn pinned_async_copies_are_no_copy_problem() {
     let r = verdict(&["--steps", "100", "--driver-launches", "10", "--kernel-us", "500", "--pinned-h2d", "8388608", "--sync"]);

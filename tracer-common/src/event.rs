@@ -158,14 +158,14 @@ pub const STACK_COPY_BYTES: usize = 8192;
 /// Where a [`UserStackEvent`] was taken: what its `id` is counted under.
 pub mod stack_source {
     /// The CPU sampler: one sample, counted by user space under the stack it unwinds to.
-    pub const CPU: u32 = 1;
+    pub const CPU: u16 = 1;
     /// A switch out to sleep or block: `id` is the off-CPU spell's `SampleKey::stack_id`.
-    pub const OFF_CPU: u32 = 2;
+    pub const OFF_CPU: u16 = 2;
     /// The entry of a device allocation: `id` is in the call's `slot::ALLOC_STACK`.
-    pub const ALLOC: u32 = 3;
+    pub const ALLOC: u16 = 3;
     /// The entry of a sync or a device-to-host copy (`takes_call_stack`): CPU samples and
     /// off-CPU spells inside the call count under `id` (`ThreadCounters::call_stack`).
-    pub const CALL: u32 = 4;
+    pub const CALL: u16 = 4;
 }
 
 /// Set on the stack ids that name a [`UserStackEvent`] (its `id`) rather than a stack of a
@@ -194,7 +194,11 @@ pub struct UserStackHead {
     /// The user frame pointer (`rbp`).
     pub bp: u64,
     /// One of [`stack_source`].
-    pub source: u32,
+    pub source: u16,
+    /// For a CPU sample ([`stack_source::CPU`]), its `SampleKey::launch_age`; else
+    /// `launch_age::UNKNOWN`. (The high half of a 32-bit `source` before: 0 in older
+    /// recordings, which reads as unknown.)
+    pub launch_age: u16,
     /// Bytes of the stack copied from `sp` up (0: none could be read).
     pub len: u32,
     /// The return addresses of the thread's latest probed calls, as they were before their

@@ -141,7 +141,11 @@ pub struct SampleKey {
     /// The probe id of the CUDA call the thread was inside, or [`stacks::HOST`].
     pub probe: u32,
     /// 1 for an off-CPU spell's key, 0 for CPU samples.
-    pub off_cpu: u32,
+    pub off_cpu: u16,
+    /// For a CPU sample of host code: how long before it the thread last launched
+    /// ([`launch_age`]); [`launch_age::UNKNOWN`] otherwise. (Its two bytes were the high half
+    /// of a 32-bit `off_cpu`, always 0, before they said this.)
+    pub launch_age: u16,
 }
 const _: () = assert!(core::mem::size_of::<SampleKey>() == 24);
 
@@ -242,6 +246,55 @@ pub mod stacks {
     pub const HOST: u32 = u32::MAX;
     /// A thread's off-CPU stack is retaken at most this often (about the CPU sampler's rate).
     pub const OFF_CPU_RETAKE_NS: u64 = 10_000_000;
+}
+
+/// How long before a CPU sample of host code its thread last launched a kernel or replayed a
+/// graph, in classes twice apart: a sample in the launch stream (a framework's dispatch,
+/// between launches microseconds apart) from one in host work that launches nothing for
+/// milliseconds (data prepared through the framework's CPU kernels, bookkeeping), which the
+/// native frames alone cannot tell apart (both run in `libtorch`). User space decides what is
+/// apart, against each thread's own pace of launches.
+pub mod launch_age {
+    /// No launch seen from the thread yet, a sample inside a probed call or off the CPU, or a
+    /// recording made before the classes existed (their bytes were 0).
+    pub const UNKNOWN: u16 = 0;
+    /// Classes there are; the last holds every age from its lower bound (~8.6 s) up.
+    pub const CLASSES: u16 = 24;
+    /// The "microsecond" of the classes: 1024 ns, a shift.
+    const UNIT_SHIFT: u32 = 10;
+
+    /// The class of an age of `age_ns`: class k (1..=[`CLASSES`]) holds ages from
+    /// `2^(k-1)` units up to `2^k` (class 1 from 0). A loop the verifier sees bounded.
+    #[must_use]
+    pub const fn of(age_ns: u64) -> u16 {
+        let mut units = age_ns >> UNIT_SHIFT;
+        let mut class = 1;
+        while units >= 2 && class < CLASSES {
+            units >>= 1;
+            class += 1;
+        }
+        class
+    }
+
+    /// The least age of class `class` in ns (0 for [`UNKNOWN`] and class 1).
+    #[must_use]
+    pub const fn lower_bound_ns(class: u16) -> u64 {
+        if class <= 1 {
+            0
+        } else {
+            1u64 << (UNIT_SHIFT + class as u32 - 1)
+        }
+    }
+
+    /// The first age past class `class` in ns; `u64::MAX` for the last class.
+    #[must_use]
+    pub const fn upper_bound_ns(class: u16) -> u64 {
+        if class >= CLASSES {
+            u64::MAX
+        } else {
+            lower_bound_ns(class + 1)
+        }
+    }
 }
 
 /// Off-CPU spells at least this long are also written as [`crate::event::LongSleepEvent`]s,
@@ -383,5 +436,20 @@ mod tests {
         assert_eq!(rwbs_of_op(1 | 1 << 11), u32::from(b'W'));
         assert_eq!(rwbs_of_op(3), u32::from(b'D'));
         assert_eq!(rwbs_of_op(34), u32::from(b'N'));
+    }
+
+    #[test]
+    fn launch_ages_fall_in_classes_twice_apart_that_their_bounds_name() {
+        use super::launch_age::{lower_bound_ns, of, upper_bound_ns, CLASSES};
+        assert_eq!((of(0), of(1023), of(2047)), (1, 1, 1), "under two units");
+        assert_eq!((of(2048), of(4095), of(4096)), (2, 2, 3));
+        assert_eq!(of(u64::MAX), CLASSES, "the last class holds every age above it");
+        for class in 2..=CLASSES {
+            let lower = lower_bound_ns(class);
+            assert_eq!((of(lower), of(lower - 1)), (class, class - 1), "class {class} begins at {lower} ns");
+            assert_eq!(upper_bound_ns(class - 1), lower);
+        }
+        assert_eq!(lower_bound_ns(11), 1 << 20, "1024 units: ~1 ms");
+        assert_eq!(upper_bound_ns(CLASSES), u64::MAX);
     }
 }

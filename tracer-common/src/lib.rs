@@ -137,6 +137,9 @@ pub struct ThreadCounters {
     /// Monotonic time a queue-draining call (synchronize, synchronous D→H copy) returned;
     /// 0 when a launch has happened since.
     pub drained_at_ns: u64,
+    /// Monotonic time of the thread's latest kernel launch or graph replay (0: none yet): the
+    /// CPU sampler's `launch_age`.
+    pub last_launch_ns: u64,
     /// The calls the thread is inside, for their returns.
     pub inflight: [InflightSlot; INFLIGHT_SLOTS],
     /// The stack the thread entered its latest sync or device-to-host copy with.
@@ -148,7 +151,7 @@ pub struct ThreadCounters {
 }
 const _: () = assert!(
     core::mem::size_of::<ThreadCounters>()
-        == 16 + INFLIGHT_SLOTS * core::mem::size_of::<InflightSlot>() + core::mem::size_of::<CallStack>() + core::mem::size_of::<ReturnAddrs>() + 8 * probe::PROBE_SLOTS
+        == 24 + INFLIGHT_SLOTS * core::mem::size_of::<InflightSlot>() + core::mem::size_of::<CallStack>() + core::mem::size_of::<ReturnAddrs>() + 8 * probe::PROBE_SLOTS
 );
 
 impl ThreadCounters {
@@ -158,6 +161,7 @@ impl ThreadCounters {
         _reserved: 0,
         call_probe: 0,
         drained_at_ns: 0,
+        last_launch_ns: 0,
         inflight: [InflightSlot { probe: 0, epoch: 0, call: InflightCall { start_ns: 0, args: [0; CALL_ARGS] } }; INFLIGHT_SLOTS],
         call_stack: CallStack { stack_id: 0, probe: 0, _reserved: 0, taken_ns: 0 },
         returns: ReturnAddrs { slots: [0; 2], values: [0; 2] },

@@ -261,13 +261,21 @@ pub const BPF_F_USER_STACK: u64 = 1 << 8;
 /// entered that call with, if the call took one (`stack_copy::take_call_stack`).
 #[inline(always)]
 pub fn current_call(tid: u32) -> (u32, Option<i64>) {
+    let (probe, stack, _) = current_call_and_launch(tid);
+    (probe, stack)
+}
+
+/// As [`current_call`], with the time of the thread's latest launch (0: none yet).
+#[inline(always)]
+pub fn current_call_and_launch(tid: u32) -> (u32, Option<i64>, u64) {
     // SAFETY: field reads of the thread's counters.
     match unsafe { THREADS.get(&tid) } {
         Some(c) if c.in_call(call_epoch()) => {
             let probe = u32::from(c.call_probe);
-            (probe, (c.call_stack.probe == probe).then_some(c.call_stack.stack_id))
+            (probe, (c.call_stack.probe == probe).then_some(c.call_stack.stack_id), c.last_launch_ns)
         }
-        _ => (stacks::HOST, None),
+        Some(c) => (stacks::HOST, None, c.last_launch_ns),
+        None => (stacks::HOST, None, 0),
     }
 }
 

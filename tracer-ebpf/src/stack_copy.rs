@@ -14,7 +14,8 @@ use aya_ebpf::{
     maps::{LruHashMap, PerCpuArray},
 };
 use gputrace_common::{
-    host::stacks::OFF_CPU_RETAKE_NS, loss, stack_source, CallSite, CallStack, EventHeader, ThreadCounters, UserStackEvent, COPIED_STACK_BIT,
+    host::{launch_age, stacks::OFF_CPU_RETAKE_NS},
+    loss, stack_source, CallSite, CallStack, EventHeader, ThreadCounters, UserStackEvent, COPIED_STACK_BIT,
     KIND_USER_STACK, MAX_THREADS, RING_BYTES, STACK_COPY_BYTES,
 };
 
@@ -62,7 +63,7 @@ pub fn take_call_stack(cur: &Current, c: *mut ThreadCounters, probe: u32, sp: u6
         Some(c) if now.saturating_sub(c.taken_ns) < OFF_CPU_RETAKE_NS => c.stack_id,
         _ => {
             let fp = fp_stack_id();
-            let stack_id = copy_user_stack(cur, stack_source::CALL, probe, fp).map_or(fp, |id| id as i64);
+            let stack_id = copy_user_stack(cur, stack_source::CALL, launch_age::UNKNOWN, probe, fp).map_or(fp, |id| id as i64);
             let _ = CALL_SITES.insert(&site, &CallStack { stack_id, probe, _reserved: 0, taken_ns: now }, 0);
             stack_id
         }
@@ -93,9 +94,10 @@ fn user_reg(regs: *const u64, word: usize) -> u64 {
 
 /// Copy the current thread's user registers and stack top into a ring record, and return
 /// its id (None: the ring was full, counted as `loss::STACK_COPY_FAILED`). `fp_stack_id` is
-/// the frame-pointer stack of the same moment; `probe` the call the thread is in.
+/// the frame-pointer stack of the same moment; `probe` the call the thread is in; `age` a CPU
+/// sample's `launch_age`.
 #[inline(always)]
-pub fn copy_user_stack(cur: &Current, source: u32, probe: u32, fp_stack_id: i64) -> Option<u64> {
+pub fn copy_user_stack(cur: &Current, source: u16, age: u16, probe: u32, fp_stack_id: i64) -> Option<u64> {
     // The user registers saved at the thread's entry into the kernel (a syscall, the sampling
     // interrupt, the uprobe's trap): where its user code stands, whatever context this is.
     // SAFETY: no preconditions; the verifier types the returned pointer.
@@ -136,6 +138,7 @@ pub fn copy_user_stack(cur: &Current, source: u32, probe: u32, fp_stack_id: i64)
         (*record).head.sp = sp;
         (*record).head.bp = user_reg(regs, PT_REGS_BP);
         (*record).head.source = source;
+        (*record).head.launch_age = age;
         (*record).head.returns = THREADS.get(&cur.tid).map(|c| c.returns).unwrap_or_default();
     }
     // The rest of the stack pointer's page, then the next page if it is mapped: two reads of

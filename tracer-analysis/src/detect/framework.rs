@@ -75,7 +75,7 @@ mod tests {
     use crate::stacks::{Activity, Frame, Origin};
 
     fn stack(frames: Vec<Frame>) -> StackTime {
-        StackTime { tid: 1, pid: 1, activity: Activity::Host, on_cpu: true, origin: Origin::Python, frames, count: 1, ns: 1 }
+        StackTime { tid: 1, pid: 1, activity: Activity::Host, on_cpu: true, origin: Origin::Python, frames, count: 1, ns: 1, launch_ages: crate::stacks::LaunchAges::default() }
     }
 
     fn py(file: &str) -> Frame {

@@ -251,6 +251,7 @@ impl Snapshot {
                 if let Some(b) = base_stacks.iter().find(|b| b.same_key(&s)) {
                     s.count = s.count.saturating_sub(b.count);
                     s.ns = s.ns.saturating_sub(b.ns);
+                    s.launch_ages = s.launch_ages.since(&b.launch_ages);
                 }
                 s
             })

@@ -46,7 +46,7 @@ mod tests {
     use crate::stacks::Activity;
 
     fn native(pid: u32, frames: Vec<Frame>, count: u64) -> StackTime {
-        StackTime { tid: pid, pid, activity: Activity::Host, on_cpu: true, origin: Origin::Native, frames, count, ns: count }
+        StackTime { tid: pid, pid, activity: Activity::Host, on_cpu: true, origin: Origin::Native, frames, count, ns: count, launch_ages: crate::stacks::LaunchAges::default() }
     }
 
     fn frame(function: &str, module: &str) -> Frame {

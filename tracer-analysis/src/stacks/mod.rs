@@ -9,7 +9,10 @@ pub mod counts;
 pub mod sites;
 pub mod table;
 
-use gputrace_common::{host::stacks::HOST, Family, PROBES};
+use gputrace_common::{
+    host::{launch_age, stacks::HOST},
+    Family, PROBES,
+};
 use serde::{Deserialize, Serialize};
 
 /// One frame of a stack, innermost first in [`StackTime::frames`].
@@ -113,6 +116,75 @@ pub struct StackTime {
     pub count: u64,
     /// The time they stand for.
     pub ns: u64,
+    /// Of the CPU samples of host code, how many were taken how long after their thread's
+    /// latest launch ([`LaunchAges`]); empty where nobody said (off-CPU spells, samples
+    /// inside calls, older recordings).
+    pub launch_ages: LaunchAges,
+}
+
+/// A stack's CPU samples of host code by how long before each its thread last launched a
+/// kernel or replayed a graph: the count in each class of `gputrace_common::host::launch_age`
+/// (class k at index k − 1). Samples of unknown age are in none of them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct LaunchAges(pub [u64; launch_age::CLASSES as usize]);
+
+impl LaunchAges {
+    /// Add `count` samples of class `class` (nothing for an unknown or unheard-of class).
+    pub fn add(&mut self, class: u16, count: u64) {
+        if let Some(slot) = (class as usize).checked_sub(1).and_then(|i| self.0.get_mut(i)) {
+            *slot += count;
+        }
+    }
+
+    /// Another stack's ages added to these.
+    pub fn merge(&mut self, other: &Self) {
+        for (a, b) in self.0.iter_mut().zip(other.0) {
+            *a += b;
+        }
+    }
+
+    /// These less an earlier reading of the same cumulative counts (`base`).
+    #[must_use]
+    pub fn since(&self, base: &Self) -> Self {
+        let mut out = *self;
+        for (a, b) in out.0.iter_mut().zip(base.0) {
+            *a = a.saturating_sub(b);
+        }
+        out
+    }
+
+    /// Samples whose age is known.
+    #[must_use]
+    pub fn known(&self) -> u64 {
+        self.0.iter().sum()
+    }
+
+    /// Samples taken at least `ns` after their thread's latest launch: those of every class
+    /// that begins there or later, and of the class that `ns` falls in the part above it, the
+    /// ages taken as spread evenly over their class.
+    #[must_use]
+    pub fn at_least(&self, ns: u64) -> f64 {
+        (1..=launch_age::CLASSES)
+            .map(|c| {
+                let (lo, hi) = (launch_age::lower_bound_ns(c), launch_age::upper_bound_ns(c));
+                let above = if lo >= ns {
+                    1.0
+                } else if hi <= ns || hi == u64::MAX {
+                    0.0
+                } else {
+                    (hi - ns) as f64 / (hi - lo) as f64
+                };
+                above * self.0[c as usize - 1] as f64
+            })
+            .sum()
+    }
+
+    /// Whether no sample's age is known (nothing to write).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.known() == 0
+    }
 }
 
 impl StackTime {

@@ -336,7 +336,7 @@ mod tests {
     }
 
     fn stack(tid: u32, activity: Activity, frames: Vec<Frame>, ms: u64) -> StackTime {
-        StackTime { tid, pid: 1, activity, on_cpu: true, origin: Origin::Python, frames, count: 1, ns: ms * 1_000_000 }
+        StackTime { tid, pid: 1, activity, on_cpu: true, origin: Origin::Python, frames, count: 1, ns: ms * 1_000_000, launch_ages: crate::stacks::LaunchAges::default() }
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::{Activity, Frame, Origin, StackTime};
+use super::{Activity, Frame, LaunchAges, Origin, StackTime};
 
 #[derive(Serialize, Deserialize)]
 struct Table {
@@ -25,6 +25,9 @@ struct Row {
     frames: Vec<u32>,
     count: u64,
     ns: u64,
+    /// Absent where no age is known, and in recordings made before they were kept.
+    #[serde(default, skip_serializing_if = "LaunchAges::is_empty")]
+    launch_ages: LaunchAges,
 }
 
 /// `#[serde(with = "crate::stacks::table")]` for a `Vec<StackTime>`.
@@ -51,6 +54,7 @@ pub fn serialize<S: Serializer>(stacks: &[StackTime], serializer: S) -> Result<S
                 .collect(),
             count: s.count,
             ns: s.ns,
+            launch_ages: s.launch_ages,
         })
         .collect();
     Table { frames, stacks: rows }.serialize(serializer)
@@ -70,6 +74,7 @@ pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Sta
             frames: r.frames.iter().filter_map(|&i| t.frames.get(i as usize).cloned()).collect(),
             count: r.count,
             ns: r.ns,
+            launch_ages: r.launch_ages,
         })
         .collect())
 }
@@ -92,8 +97,8 @@ mod tests {
     fn stacks_round_trip_and_shared_frames_are_written_once() {
         let shared = vec![frame("step"), frame("main")];
         let stacks = vec![
-            StackTime { tid: 1, pid: 1, activity: Activity::Sync, on_cpu: false, origin: Origin::Python, frames: shared.clone(), count: 2, ns: 20 },
-            StackTime { tid: 1, pid: 1, activity: Activity::Host, on_cpu: true, origin: Origin::Python, frames: [vec![frame("load")], shared].concat(), count: 1, ns: 10 },
+            StackTime { tid: 1, pid: 1, activity: Activity::Sync, on_cpu: false, origin: Origin::Python, frames: shared.clone(), count: 2, ns: 20, launch_ages: LaunchAges::default() },
+            StackTime { tid: 1, pid: 1, activity: Activity::Host, on_cpu: true, origin: Origin::Python, frames: [vec![frame("load")], shared].concat(), count: 1, ns: 10, launch_ages: LaunchAges::default() },
         ];
         let h = Holder { stacks };
         let text = serde_json::to_string(&h).expect("serializes");

@@ -17,6 +17,7 @@ use aya_ebpf::{
 use aya_log_ebpf::debug;
 use gputrace_common::{
     call_epoch, copy_layout,
+    host::launch_age,
     cuda::{memory_type, slot, CopyLayout},
     drains_queue_after, is_probe, loss, nccl, nccl_layout, out_arg, stack_source, takes_call_stack, CallEvent, EventHeader, InflightCall, ThreadCounters, CALL_ARGS,
     KIND_CALL,
@@ -120,7 +121,7 @@ fn on_enter(ctx: &ProbeContext, probe: u32, alloc_stack: bool, sheddable: bool) 
             let fp_stack_id = ctx.get_stackid(&ALLOC_STACKS, BPF_F_USER_STACK).unwrap_or(-1);
             // The copy's id where there is one (user space swaps it for the stack it
             // unwinds to before the call is counted), else the frame-pointer stack's.
-            copy_user_stack(&cur, stack_source::ALLOC, probe, fp_stack_id).unwrap_or(fp_stack_id as u64)
+            copy_user_stack(&cur, stack_source::ALLOC, launch_age::UNKNOWN, probe, fp_stack_id).unwrap_or(fp_stack_id as u64)
         } else {
             u64::MAX
         };

@@ -12,9 +12,14 @@ use crate::maps::{count_loss, cuda_caller, thread_counters, EVENTS};
 fn on_launch(probe: u32) -> u32 {
     let Some(cur) = cuda_caller() else { return 0 };
     let Some(counters) = thread_counters(&cur) else { return 0 };
+    // SAFETY: reading the monotonic clock has no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
     // SAFETY: `counters` points at this thread's own map entry; no other CPU writes it.
     let drained_at_ns = unsafe {
         (*counters).hits[probe as usize] += 1;
+        // When the CPU sampler next finds the thread in host code, how long ago it launched
+        // says whether that code is the launch stream's dispatch (`launch_age`).
+        (*counters).last_launch_ns = now;
         core::mem::replace(&mut (*counters).drained_at_ns, 0)
     };
     if drained_at_ns != 0 {
@@ -23,8 +28,7 @@ fn on_launch(probe: u32) -> u32 {
             return 0;
         };
         entry.write(IdleEndEvent {
-            // SAFETY: reading the monotonic clock has no preconditions.
-            header: EventHeader { kind: KIND_IDLE_END, probe, tgid: cur.tgid, tid: cur.tid, ts_ns: unsafe { bpf_ktime_get_ns() } },
+            header: EventHeader { kind: KIND_IDLE_END, probe, tgid: cur.tgid, tid: cur.tid, ts_ns: now },
             drained_at_ns,
         });
         entry.submit(crate::maps::batched_submit());

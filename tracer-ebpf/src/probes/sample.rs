@@ -6,14 +6,17 @@
 
 use aya_ebpf::{
     bindings::pt_regs,
-    helpers::{bpf_probe_read_kernel, generated::{bpf_get_current_task_btf, bpf_task_pt_regs}},
+    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel, generated::{bpf_get_current_task_btf, bpf_task_pt_regs}},
     macros::perf_event,
     programs::{tracing::StackIdContext as _, PerfEventContext},
     EbpfContext as _,
 };
-use gputrace_common::{stack_source, SampleKey, TrapSamples};
+use gputrace_common::{
+    host::{launch_age, stacks},
+    stack_source, SampleKey, TrapSamples,
+};
 
-use crate::maps::{count_sample, current_call, stacks_on, traced_current, Current, BPF_F_USER_STACK, TRAP_SAMPLES, USER_STACKS};
+use crate::maps::{count_sample, current_call_and_launch, stacks_on, traced_current, Current, BPF_F_USER_STACK, TRAP_SAMPLES, USER_STACKS};
 use crate::stack_copy::copy_user_stack;
 
 #[perf_event]
@@ -31,18 +34,24 @@ fn try_sample_cpu(ctx: &PerfEventContext) {
     if !stacks_on() {
         return;
     }
-    let (probe, call_stack) = current_call(cur.tid);
+    let (probe, call_stack, last_launch_ns) = current_call_and_launch(cur.tid);
     // Inside a sync or blocking copy: the stack the call was entered with.
     if let Some(stack_id) = call_stack {
-        count_sample(&SampleKey { tgid: cur.tgid, tid: cur.tid, stack_id, probe, off_cpu: 0 }, 0);
+        count_sample(&SampleKey { tgid: cur.tgid, tid: cur.tid, stack_id, probe, off_cpu: 0, launch_age: launch_age::UNKNOWN }, 0);
         return;
     }
+    let age = if probe == stacks::HOST && last_launch_ns != 0 {
+        // SAFETY: reading the monotonic clock has no preconditions.
+        launch_age::of(unsafe { bpf_ktime_get_ns() }.saturating_sub(last_launch_ns))
+    } else {
+        launch_age::UNKNOWN
+    };
     // SAFETY: the map is a stack-trace map; a failure (map full, no user stack) gives -1.
     let stack_id = ctx.get_stackid(&USER_STACKS, BPF_F_USER_STACK).unwrap_or(-1);
-    if copy_user_stack(&cur, stack_source::CPU, probe, stack_id).is_some() {
+    if copy_user_stack(&cur, stack_source::CPU, age, probe, stack_id).is_some() {
         return;
     }
-    let key = SampleKey { tgid: cur.tgid, tid: cur.tid, stack_id, probe, off_cpu: 0 };
+    let key = SampleKey { tgid: cur.tgid, tid: cur.tid, stack_id, probe, off_cpu: 0, launch_age: age };
     count_sample(&key, 0);
 }
 

@@ -10,7 +10,7 @@ use aya_ebpf::{
     programs::{tracing::StackIdContext as _, RawTracePointContext},
 };
 use gputrace_common::{
-    host::{prev_state, stacks::OFF_CPU_RETAKE_NS, state, LONG_SLEEP_NS},
+    host::{launch_age, prev_state, stacks::OFF_CPU_RETAKE_NS, state, LONG_SLEEP_NS},
     loss, stack_source, EventHeader, LongSleepEvent, OffCpuStart, SampleKey, SchedFinalEvent, ThreadSched, WakeKey, WakeStats, KIND_LONG_SLEEP,
     KIND_SCHED_FINAL,
 };
@@ -77,7 +77,7 @@ pub fn sched_switch(ctx: RawTracePointContext) -> u32 {
                         // The spell is counted under the copy's id where there is one: user
                         // space knows the stack it unwinds to.
                         let cur = Current { tgid, tid };
-                        let stack_id = copy_user_stack(&cur, stack_source::OFF_CPU, probe, fp_stack_id).map_or(fp_stack_id, |id| id as i64);
+                        let stack_id = copy_user_stack(&cur, stack_source::OFF_CPU, launch_age::UNKNOWN, probe, fp_stack_id).map_or(fp_stack_id, |id| id as i64);
                         let start = OffCpuStart { stack_id, probe, _reserved: 0, taken_ns: now };
                         let _ = OFF_CPU.insert(&tid, &start, 0);
                     }
@@ -201,7 +201,7 @@ pub fn sched_waking(ctx: RawTracePointContext) -> u32 {
     let spell = now.saturating_sub(start);
     // SAFETY: a copy of the value is taken; the entry stays for the next spell.
     if let Some(off) = unsafe { OFF_CPU.get(&tid) }.copied() {
-        let key = SampleKey { tgid: s.tgid, tid, stack_id: off.stack_id, probe: off.probe, off_cpu: 1 };
+        let key = SampleKey { tgid: s.tgid, tid, stack_id: off.stack_id, probe: off.probe, off_cpu: 1, launch_age: launch_age::UNKNOWN };
         count_sample(&key, spell);
     }
     if let Some(w) = WAKES.get_ptr_mut(&key) {

@@ -305,10 +305,12 @@ fn cuda_section(out: &mut String, st: &Style, r: &Report) {
     if c.launches.estimated {
         // Scaled from the part of the window the launch probes were on: never shown as a count.
         let on = r.tracer.sampling.as_ref().map_or(String::new(), |s| format!(", the launch probes on {:.0}% of the window", s.on_fraction * 100.0));
-        let _ = writeln!(out, "  launches   ~{} kernels (~{:.0}/s), ~{} graphs", c.launches.kernels, c.launches.per_second, c.launches.graphs);
+        let _ = writeln!(out, "  launches   ~{} (~{:.0}/s): ~{} kernels, ~{} graph replays", c.launches.kernels + c.launches.graphs, c.launches.launch_rate_per_s, c.launches.kernels, c.launches.graphs);
         wrap(out, "             ", &format!("(estimated: --max-overhead{on})"));
     } else {
-        let _ = writeln!(out, "  launches   {} kernels ({:.0}/s), {} graphs", c.launches.kernels, c.launches.per_second, c.launches.graphs);
+        // A graph's replay is a launch the host makes (CONTRACT, fourth wave): a job replaying
+        // graphs read "0 kernels (0/s)" here, as if it launched nothing.
+        let _ = writeln!(out, "  launches   {} ({:.0}/s): {} kernels, {} graph replays", c.launches.kernels + c.launches.graphs, c.launches.launch_rate_per_s, c.launches.kernels, c.launches.graphs);
     }
     let _ = writeln!(out, "  syncs      {} calls, {:.3} s waiting", c.syncs.count, c.syncs.wait_s);
     if let Some(g) = &r.gpu_idle {

@@ -160,7 +160,7 @@ pub fn exposition(report: &SweepReport, totals: &Totals, full_command: bool) -> 
         "gputrace_process_active",
         "1 if the process used the GPU in the last window, else 0; `state` says more (idle, zombie, worker, exited, unknown)",
     );
-    let launches = f.gauge("gputrace_process_kernel_launches_per_second", "Kernel launches a second over the last window (probes)");
+    let launches = f.gauge("gputrace_process_kernel_launches_per_second", "Kernel launches and graph replays a second over the last window (probes)");
     let window_s = report.window.duration_s.max(1e-9);
     for p in &report.processes {
         let labels = process_labels(p, full_command);

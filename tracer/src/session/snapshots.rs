@@ -14,7 +14,7 @@ use crate::{
     },
     probes::{AttachedLibrary, ProbeSet},
     record::format::{Checkpoint, LibraryRecord},
-    stacks::{alloc::AllocStack, copied::is_interned, native::NativeSymbolizer, python_reader::PythonSampler, Activity, Origin, StackTime},
+    stacks::{alloc::AllocStack, copied::is_interned, native::NativeSymbolizer, python_reader::PythonSampler, Activity, LaunchAges, Origin, StackTime},
 };
 
 /// Set on an allocation stack's id in the symbolizer's cache, whose sampled stacks' ids come
@@ -180,12 +180,13 @@ impl SnapshotReader {
             // add up, each id symbolized once.
             let slot = *index.entry((key.tid, activity, on_cpu, key.stack_id)).or_insert_with(|| {
                 let frames = self.native.frames(key.tgid, key.stack_id, || kernel.user_stack(key.stack_id)).to_vec();
-                merged.push(StackTime { tid: key.tid, pid: key.tgid, activity, on_cpu, origin: Origin::Native, frames, count: 0, ns: 0 });
+                merged.push(StackTime { tid: key.tid, pid: key.tgid, activity, on_cpu, origin: Origin::Native, frames, count: 0, ns: 0, launch_ages: LaunchAges::default() });
                 merged.len() - 1
             });
             if let Some(s) = merged.get_mut(slot) {
                 s.count += stats.count;
                 s.ns += ns;
+                s.launch_ages.add(key.launch_age, stats.count);
             }
         }
         if let Some(python) = &self.python {

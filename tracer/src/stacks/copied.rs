@@ -101,11 +101,10 @@ impl CopiedStacks {
             None => self.unwinders.unwind(e.header.tgid, Regs { ip: e.ip, sp: e.sp, bp: e.bp }, &mut stack, &e.returns),
         };
         let fp = if unwound.complete || e.fp_stack_id < 0 { Vec::new() } else { fp_stack(e.fp_stack_id) };
-        log::debug!("DBG copy pid {} tid {} src {} ip {:#x} walk {:x?} complete {} fp {:x?}", e.header.tgid, e.header.tid, e.source, e.ip, unwound.ips, unwound.complete, fp);
         let id = self.intern(unwound, fp);
         match e.source {
             stack_source::CPU => {
-                let key = SampleKey { tgid: e.header.tgid, tid: e.header.tid, stack_id: id, probe: e.header.probe, off_cpu: 0 };
+                let key = SampleKey { tgid: e.header.tgid, tid: e.header.tid, stack_id: id, probe: e.header.probe, off_cpu: 0, launch_age: e.launch_age };
                 self.counted.entry(key).or_default().count += 1;
             }
             stack_source::OFF_CPU => {
@@ -214,7 +213,7 @@ mod tests {
     use super::*;
 
     /// A copy of source `source` by thread `tid`: registers that unwind to one frame.
-    fn take(stacks: &mut CopiedStacks, id: u64, tid: u32, source: u32, ip: u64) {
+    fn take(stacks: &mut CopiedStacks, id: u64, tid: u32, source: u16, ip: u64) {
         let event = UserStackHead {
             header: EventHeader { kind: KIND_USER_STACK, probe: 7, tgid: std::process::id(), tid, ts_ns: 0 },
             id: COPIED_STACK_BIT | id,
@@ -226,8 +225,8 @@ mod tests {
         stacks.take(&UserStack { event, stack: &[] }, |_| Vec::new());
     }
 
-    fn key(tid: u32, copy: u64, off_cpu: u32) -> SampleKey {
-        SampleKey { tgid: std::process::id(), tid, stack_id: (COPIED_STACK_BIT | copy) as i64, probe: 7, off_cpu }
+    fn key(tid: u32, copy: u64, off_cpu: u16) -> SampleKey {
+        SampleKey { tgid: std::process::id(), tid, stack_id: (COPIED_STACK_BIT | copy) as i64, probe: 7, off_cpu, launch_age: 0 }
     }
 
     #[test]

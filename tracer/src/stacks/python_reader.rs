@@ -19,13 +19,13 @@ use std::{
 };
 
 use aya::maps::{HashMap as BpfHashMap, Map, MapData};
-use gputrace_common::{Family, PyFramesEvent, PyLayout, PyThreadKey, ThreadCounters, PROBES};
+use gputrace_common::{host::launch_age, Family, PyFramesEvent, PyLayout, PyThreadKey, ThreadCounters, PROBES};
 use py_spy::{config::LockingStrategy, Config, PythonSpy};
 
 use super::{
     alloc::{AllocStack, BlockSite},
     python_frames::{self, CodeReader},
-    Activity, Frame, Origin, StackTime, MAX_FRAMES,
+    Activity, Frame, LaunchAges, Origin, StackTime, MAX_FRAMES,
 };
 
 /// Reads per second when a read is cheap.
@@ -559,13 +559,17 @@ fn read(s: &mut Spied, weight: Duration, threads: Option<&BpfHashMap<MapData, u3
         if trace.frames.is_empty() {
             continue;
         }
-        let activity = threads.and_then(|m| m.get(&tid, 0).ok()).map_or(Activity::Host, |c| {
-            if c.in_call(epoch) {
-                Activity::of_probe(u32::from(c.call_probe))
-            } else {
-                Activity::Host
+        let counters = threads.and_then(|m| m.get(&tid, 0).ok());
+        let activity = counters.map_or(Activity::Host, |c| if c.in_call(epoch) { Activity::of_probe(u32::from(c.call_probe)) } else { Activity::Host });
+        // Host code on a CPU: how long since the thread last launched, as the kernel's sampler
+        // tags its native samples (`launch_age`), read now rather than when py-spy read the
+        // frames a moment ago.
+        let age = match counters {
+            Some(c) if activity == Activity::Host && trace.active && c.last_launch_ns != 0 => {
+                launch_age::of(crate::clock::monotonic_ns().saturating_sub(c.last_launch_ns))
             }
-        });
+            _ => launch_age::UNKNOWN,
+        };
         let frames = python_frames(&trace);
         let key = (tid, activity, trace.active, frames);
         let entry = sh.stacks.entry(key.clone()).or_insert_with(|| StackTime {
@@ -577,9 +581,11 @@ fn read(s: &mut Spied, weight: Duration, threads: Option<&BpfHashMap<MapData, u3
             frames: key.3,
             count: 0,
             ns: 0,
+            launch_ages: LaunchAges::default(),
         });
         entry.count += 1;
         entry.ns += weight.as_nanos() as u64;
+        entry.launch_ages.add(age, 1);
     }
     true
 }

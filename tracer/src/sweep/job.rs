@@ -349,7 +349,7 @@ fn diagnoses(f: &Facts) -> Vec<JobDiagnosis> {
     let host_left = (t.host - overlap).max(0.0);
     if f.launches_per_s >= rules::LAUNCH_BOUND_RATE && t.waiting_on_gpu < rules::HOST_WAIT_LOW && f.busy_gpu != Some(true) && host_left >= MEDIUM {
         let ratio = host_left.min(f.idle_cap());
-        add("launch-bound", ratio, format!("it launches {:.0} kernels a second and the GPU waits for the launches", f.launches_per_s), "launch fewer, larger kernels: a larger batch, CUDA graphs (torch.compile mode=\"reduce-overhead\"), fused ops");
+        add("launch-bound", ratio, format!("it launches {:.0} times a second (kernels and graph replays) and the GPU waits for the launches", f.launches_per_s), "launch fewer, larger kernels: a larger batch, CUDA graphs (torch.compile mode=\"reduce-overhead\"), fused ops");
     } else if f.launches_per_s < rules::LAUNCH_BOUND_RATE && host_left >= MEDIUM {
         let idle = match f.time_busy {
             Some(u) => u < rules::GPU_IDLE_UTIL,

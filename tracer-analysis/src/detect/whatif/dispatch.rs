@@ -22,6 +22,13 @@
 //! `torch.stack` and `pin_memory` in a training thread's own loader run in `libtorch` and
 //! were counted as dispatch (a DataLoader with `num_workers=0` was offered CUDA graphs at
 //! x15 where 12 workers measured x5.4, issue 57).
+//!
+//! And in both views, time says what no frame can: dispatch is the launch stream, so a
+//! sample of host code taken long after its thread's latest launch (`StackTime::launch_ages`,
+//! [`APART_PACES`] times the threads' host time per launch) is the program's own work, in
+//! whatever library it runs. Data prepared through `torch` on the training thread outside any
+//! loader (a `get_batch` of `torch.stack`s, per-sample transforms of CPU tensors) runs in
+//! `libtorch` for milliseconds between steps without a launch, and was taken for dispatch.
 
 use std::collections::HashSet;
 
@@ -38,6 +45,12 @@ use crate::{
 const LAUNCH_COST_S: Range = Range { lo: 3e-6, point: 20e-6, hi: 40e-6 };
 /// Fewer samples than this in a view: the view says nothing.
 const MIN_SAMPLES: u64 = 8;
+/// Host code sampled this many paces of the launch stream (its host time per launch,
+/// [`apart_after_ns`]) after its thread's latest launch is apart from the stream. Dispatch
+/// runs within about a pace of a launch, the pace being its mean; a sample sixteen paces on is
+/// in work that launched nothing meanwhile. The ages come in classes twice apart
+/// (`gputrace_common::host::launch_age`), taken as spread evenly within each.
+pub const APART_PACES: f64 = 16.0;
 
 /// Where the launching share of host time comes from (the report's `launching_source`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -75,9 +88,10 @@ pub struct Dispatch {
 #[must_use]
 pub fn share(ev: &Evidence, threads: &[u32], host_s: f64, launches: f64) -> Dispatch {
     let not_loading = 1.0 - python_loading_share(ev, threads);
+    let apart = apart_after_ns(ev, threads, host_s, launches);
     let views: Vec<(f64, u64)> = [Origin::Native, Origin::Python]
         .into_iter()
-        .filter_map(|origin| view(on_cpu_host(ev, threads, origin), origin))
+        .filter_map(|origin| view(on_cpu_host(ev, threads, origin), origin, apart))
         .map(|(share, samples)| (share.min(not_loading), samples))
         .collect();
     if let Some(&(point, samples)) = views.iter().max_by(|a, b| a.0.total_cmp(&b.0)) {
@@ -128,8 +142,79 @@ fn on_cpu_host<'a>(ev: &'a Evidence, threads: &'a [u32], origin: Origin) -> impl
     ev.stacks.iter().filter(move |s| s.activity == Activity::Host && s.on_cpu && s.origin == origin && threads.contains(&s.tid))
 }
 
+/// How long after its thread's latest launch a sample of host code is apart from the launch
+/// stream: [`APART_PACES`] paces of the stream, its host time per launch. The pace of all the
+/// host time (`host_s` over `launches`) counts the work apart from the stream too, which a
+/// step of few launches and much of it makes longer than the work itself (20 ms of batch
+/// making and 30 launches: a pace of 0.7 ms, apart only after 11 ms); so the pace is taken
+/// again without the time found apart, until it settles, never below what a launch costs the
+/// host at least. Never apart without launches. The threads' native samples say it, or their
+/// Python ones where they have no native samples with ages.
+#[must_use]
+pub fn apart_after_ns(ev: &Evidence, threads: &[u32], host_s: f64, launches: f64) -> u64 {
+    if launches < 1.0 || host_s <= 0.0 {
+        return u64::MAX;
+    }
+    let aged = |origin| on_cpu_host(ev, threads, origin).filter(|s| !s.launch_ages.is_empty()).collect::<Vec<_>>();
+    let stacks = Some(aged(Origin::Native)).filter(|v| !v.is_empty()).unwrap_or_else(|| aged(Origin::Python));
+    let all: u64 = stacks.iter().map(|s| s.ns).sum();
+    let mut pace = host_s / launches;
+    if all > 0 {
+        for _ in 0..PACE_ROUNDS {
+            let after = (APART_PACES * pace * 1e9) as u64;
+            let apart: u64 = stacks.iter().map(|s| apart_ns(s, after)).sum();
+            let next = (host_s * (1.0 - apart as f64 / all as f64) / launches).max(LAUNCH_COST_S.lo);
+            let settled = (next - pace).abs() <= 0.01 * pace;
+            pace = next;
+            if settled {
+                break;
+            }
+        }
+    }
+    (APART_PACES * pace * 1e9) as u64
+}
+
+/// Rounds of [`apart_after_ns`]'s pace at most: each leaves the next some of the work apart;
+/// a pace that has not settled by then is close to where it would.
+const PACE_ROUNDS: usize = 12;
+
+/// Of the `threads`' on-CPU native host time, the share that runs in a framework's native
+/// code (the view's dispatch objects) apart from the launch stream (`apart_after` ns after a
+/// launch): the framework's CPU kernels doing the program's own work, which on a training
+/// thread is making the next batch (`torch.stack`, transforms of CPU tensors, `from_numpy`).
+/// The step model counts it with the data loading (`StepModel::loading_share`): work that the
+/// next step needs, which workers can make ahead, and no bookkeeping that logging every N steps
+/// would drop. 0 with too few samples, or where no age is known.
+#[must_use]
+pub fn framework_work_apart_share(ev: &Evidence, threads: &[u32], apart_after: u64) -> f64 {
+    let (mut apart, mut all, mut samples) = (0u64, 0u64, 0u64);
+    for s in on_cpu_host(ev, threads, Origin::Native).filter(|s| !crate::stacks::sites::is_importing(&s.frames)) {
+        all += s.ns;
+        samples += s.count;
+        if native_is_dispatch(&s.frames) == Some(true) {
+            apart += apart_ns(s, apart_after);
+        }
+    }
+    if samples < MIN_SAMPLES || all == 0 {
+        0.0
+    } else {
+        apart as f64 / all as f64
+    }
+}
+
+/// Of `s`'s time, the part sampled at least `apart_after` ns after its thread's latest launch.
+fn apart_ns(s: &StackTime, apart_after: u64) -> u64 {
+    if s.count == 0 {
+        return 0;
+    }
+    let apart = s.launch_ages.at_least(apart_after).min(s.count as f64);
+    (s.ns as f64 * apart / s.count as f64) as u64
+}
+
 /// The dispatch share of one view's stacks and the samples it rests on; None with too few.
-fn view<'a>(stacks: impl Iterator<Item = &'a StackTime>, origin: Origin) -> Option<(f64, u64)> {
+/// A dispatch stack's time apart from the launch stream (`apart_after` ns after a launch) is
+/// the program's own.
+fn view<'a>(stacks: impl Iterator<Item = &'a StackTime>, origin: Origin, apart_after: u64) -> Option<(f64, u64)> {
     let (mut dispatch, mut all, mut samples) = (0u64, 0u64, 0u64);
     // Importing a module is neither: a one-time cost (`sites::is_importing`).
     let stacks: Vec<&StackTime> = stacks.filter(|s| !crate::stacks::sites::is_importing(&s.frames)).collect();
@@ -144,7 +229,7 @@ fn view<'a>(stacks: impl Iterator<Item = &'a StackTime>, origin: Origin) -> Opti
         all += s.ns;
         samples += s.count;
         if is_dispatch {
-            dispatch += s.ns;
+            dispatch += s.ns - apart_ns(s, apart_after);
         }
     }
     (samples >= MIN_SAMPLES && all > 0).then(|| (dispatch as f64 / all as f64, samples))
@@ -307,7 +392,7 @@ mod tests {
 
     fn host_stack(tid: u32, functions: &[&str], count: u64) -> StackTime {
         let frames = functions.iter().map(|f| Frame { function: (*f).into(), file: None, line: None, module: Some("/venv/torch/lib/libc10_cuda.so".into()) }).collect();
-        StackTime { tid, frames, ns: count * 10_000_000, count, on_cpu: true, origin: Origin::Native, activity: Activity::Host, pid: tid }
+        StackTime { tid, frames, ns: count * 10_000_000, count, on_cpu: true, origin: Origin::Native, activity: Activity::Host, pid: tid, launch_ages: crate::stacks::LaunchAges::default() }
     }
 
     #[test]
@@ -333,7 +418,7 @@ mod tests {
 
     fn python_stack(frames: &[(&str, u32)], count: u64) -> StackTime {
         let frames = frames.iter().map(|&(file, line)| Frame { function: "f".into(), file: Some(file.into()), line: Some(line), module: None }).collect();
-        StackTime { tid: 1, pid: 1, frames, ns: count * 10_000_000, count, on_cpu: true, origin: Origin::Python, activity: Activity::Host }
+        StackTime { tid: 1, pid: 1, frames, ns: count * 10_000_000, count, on_cpu: true, origin: Origin::Python, activity: Activity::Host, launch_ages: crate::stacks::LaunchAges::default() }
     }
 
     #[test]
@@ -347,7 +432,7 @@ mod tests {
             // a tokenizer's loop: it calls no framework
             python_stack(&[("/w/tokens.py", 5), ("/w/train.py", 12), ("/w/train.py", 20)], 2),
         ];
-        let (share, samples) = view(stacks.iter(), Origin::Python).expect("ten samples");
+        let (share, samples) = view(stacks.iter(), Origin::Python, u64::MAX).expect("ten samples");
         assert_eq!(samples, 10);
         assert!((share - 0.8).abs() < 1e-9, "the model's 6 and line 10's 2 of 10: {share}");
     }
@@ -374,8 +459,9 @@ mod tests {
             frames: vec![native("/venv/torch/lib/libtorch_cpu.so"), native("/usr/bin/python3.12")],
             count: 10,
             ns,
+            launch_ages: crate::stacks::LaunchAges::default(),
         };
-        let py_stack = |frames: Vec<Frame>, ns| StackTime { tid: 1, pid: 1, activity: Activity::Host, on_cpu: true, origin: Origin::Python, frames, count: 10, ns };
+        let py_stack = |frames: Vec<Frame>, ns| StackTime { tid: 1, pid: 1, activity: Activity::Host, on_cpu: true, origin: Origin::Python, frames, count: 10, ns, launch_ages: crate::stacks::LaunchAges::default() };
         let getitem = Frame { function: "__getitem__".into(), file: Some("/w/data.py".into()), line: Some(9), module: None };
         let forward = vec![py("/w/model.py"), py("/venv/torch/nn/modules/module.py"), py("/w/train.py")];
         // Every native sample in libtorch; the Python samples: 80 % a dataset's __getitem__
@@ -394,5 +480,42 @@ mod tests {
         // Without Python samples the native view stands.
         ev.stacks.truncate(1);
         assert!((share(&ev, &[1], 1.0, 1000.0).share.point - 1.0).abs() < 1e-9);
+    }
+
+    /// The brief's case (2026-12-07): batches made through `torch` on the training thread by
+    /// a function of the program's, no loader frame to say so. Every native sample is in
+    /// `libtorch`; the time since the thread's latest launch tells the batch's making (tens of
+    /// ms after one) from the step's dispatch (within microseconds of one).
+    #[test]
+    fn host_work_long_after_the_threads_latest_launch_is_not_dispatch_whatever_library_runs_it() {
+        use gputrace_common::host::launch_age;
+        let mut making = crate::stacks::LaunchAges::default();
+        making.add(launch_age::of(20_000_000), 80);
+        let mut launching = crate::stacks::LaunchAges::default();
+        launching.add(launch_age::of(3_000), 20);
+        let stack = |launch_ages, count: u64| StackTime {
+            tid: 1,
+            pid: 1,
+            activity: Activity::Host,
+            on_cpu: true,
+            origin: Origin::Native,
+            frames: vec![native("/venv/torch/lib/libtorch_cpu.so"), native("/usr/bin/python3.12")],
+            count,
+            ns: count * 10_000_000,
+            launch_ages,
+        };
+        let ev = Evidence { stacks: vec![stack(making, 80), stack(launching, 20)], ..Evidence::default() };
+        // 1 s of host time for 1 000 launches: a pace of 1 ms, 0.2 ms once the 80 % of it
+        // made 20 ms after a launch is left out; apart after 16 paces.
+        let after = apart_after_ns(&ev, &[1], 1.0, 1000.0);
+        assert!((after as f64 - 16.0 * 0.2e-3 * 1e9).abs() < 1e3, "{after}");
+        let d = share(&ev, &[1], 1.0, 1000.0);
+        assert!((d.share.point - 0.2).abs() < 1e-9, "only the launch stream is dispatch: {d:?}");
+        // Ages unknown (an older recording): every libtorch sample is dispatch, as before.
+        let unknown = Evidence { stacks: vec![stack(crate::stacks::LaunchAges::default(), 100)], ..Evidence::default() };
+        assert!((share(&unknown, &[1], 1.0, 1000.0).share.point - 1.0).abs() < 1e-9);
+        // A thread at a launch every 10 ms of its host time keeps 20 ms-old samples as
+        // dispatch: they are within sixteen of its paces.
+        assert!((share(&ev, &[1], 10.0, 1000.0).share.point - 1.0).abs() < 1e-9);
     }
 }

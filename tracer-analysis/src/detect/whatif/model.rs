@@ -160,7 +160,8 @@ pub struct StepModel {
     /// The host's launching and dispatch time per launch, in seconds (none without launches):
     /// ~20 µs for an eager PyTorch op, milliseconds for a jitted call's whole dispatch.
     pub launch_host_s: Option<f64>,
-    /// Of the main threads' host time, the share in data loading (stacks).
+    /// Of the main threads' host time, the share in data loading: by the stacks' frames, or
+    /// the framework's CPU kernels working apart from the launches (`StepModel::build`).
     pub loading_share: f64,
     /// The share of the window the copies need on the bus at pinned speed.
     pub bus: f64,
@@ -253,7 +254,12 @@ impl StepModel {
             m.workers = h.workers;
             m.workers_cpu = h.workers_on_cpu * h.workers as f64;
         }
-        m.loading_share = crate::stacks::sites::loading_share(&ev.stacks, &t.threads);
+        // Loading by its frames (a dataset's `__getitem__`, a collate), or the framework's CPU
+        // kernels working apart from the launches (a batch made through `torch` by the
+        // program's own function, `dispatch::framework_work_apart_share`): whichever says
+        // more, as the two may be one (a `__getitem__` that stacks tensors).
+        let apart = dispatch::apart_after_ns(ev, &t.threads, host * a.window_s, a.launch_rate * a.window_s);
+        m.loading_share = crate::stacks::sites::loading_share(&ev.stacks, &t.threads).max(dispatch::framework_work_apart_share(ev, &t.threads, apart));
         // The bus time of the copies: their bytes at the link's pinned speed (NVML's link;
         // without it a gen4 x16 link's), or the transfers the host waited for where those say
         // more. A floor no host fix can beat, so the faster link where known: the slow

@@ -61,6 +61,7 @@ mod tests {
                 frames: vec![frame("step", 42), frame("main", 7)],
                 count: 10,
                 ns: 2_000_000_000,
+                launch_ages: crate::stacks::LaunchAges::default(),
             }];
         let drawn = svg(&ev, crate::model::DiagnosisId::HostSync, &[7]).expect("a flamegraph");
         assert!(drawn.contains("train.py:42 in step"), "{drawn}");
@@ -74,7 +75,7 @@ mod tests {
         let mut f = frame("a;b", 1);
         f.file = None;
         f.line = None;
-        let s = StackTime { tid: 1, pid: 1, activity: Activity::Host, on_cpu: true, origin: Origin::Native, frames: vec![f], count: 1, ns: 5_000 };
+        let s = StackTime { tid: 1, pid: 1, activity: Activity::Host, on_cpu: true, origin: Origin::Native, frames: vec![f], count: 1, ns: 5_000, launch_ages: crate::stacks::LaunchAges::default() };
         assert_eq!(folded(&[&s]), vec!["a,b 5".to_owned()]);
     }
 }
