@@ -23,6 +23,10 @@ A seed draws a job mixing zero to three causes over a model of drawn width, dept
   churn       torch.cuda.empty_cache() and a fresh buffer of a changing size every step
   contention  the training thread pinned to one core that CORPUS_HOGS' busy processes share
   checkpoint  torch.save of the model and optimizer every K steps, in the loop
+  prep        (generator 3) each batch made on the training thread by a function of the
+              script's own, through torch's CPU ops (per-sample flips, scales and noise of
+              CPU tensors, then torch.stack), for prep_ms; no DataLoader. Seeds of the prep
+              family (900-999 tuning, 3000-3999 held back) always draw it.
 
 and whether the step is eager or already replayed as a CUDA graph. Jobs with no cause are
 drawn large (the GPU should be the limit: the healthy ones).
@@ -32,7 +36,8 @@ xtask/src/score.rs):
 
   lognth      loss read and bookkeeping done every 100 steps ("log every N steps")
   nobook      the bookkeeping dropped, the per-step .item() kept
-  workers     the loader with 8 persistent workers, prefetching
+  workers     the loader with 8 persistent workers, prefetching (for prep: the same function
+              run by 8 persistent workers of a DataLoader over an IterableDataset, pinned)
   pinned      the copy from pinned memory, non_blocking=True
   nochurn     no empty_cache, one buffer reused
   alone       the busy processes stopped (SIGSTOP), the pinning kept
@@ -54,17 +59,26 @@ import sys
 import time
 
 CAUSES = ("sync", "loader", "pageable", "churn", "contention", "checkpoint")
+# Generator 3 adds `prep`; the draws of generators 1 and 2 are kept as they were.
+CAUSES_3 = CAUSES + ("prep",)
 LOG_EVERY = 100
 # Bumped when the same seed would run another job (SEED.json's "generator").
-GENERATOR = 2
+GENERATOR = 3
+
+
+def prep_family(seed):
+    """Seeds whose jobs always make their batches through torch on the training thread."""
+    return 900 <= seed < 1000 or 3000 <= seed < 4000
 TWIN_WORKERS = 8
 
 
-def draw(seed):
+def draw(seed, generator=GENERATOR):
     """The job of SEED: plain data, so `draw` needs no torch and the scorer can read it."""
     r = random.Random(seed)
     n_causes = r.choice((0, 1, 1, 2, 2, 2, 3))
-    causes = sorted(r.sample(CAUSES, n_causes))
+    causes = sorted(r.sample(CAUSES if generator < 3 else CAUSES_3, n_causes))
+    if generator >= 3 and prep_family(seed) and "prep" not in causes:
+        causes = sorted(([c for c in causes if c != "loader"] + ["prep"])[-3:])
     healthy = not causes
     kind = r.choice(("mlp", "mlp", "transformer", "conv"))
     if kind == "mlp":
@@ -93,6 +107,8 @@ def draw(seed):
         job["churn"] = {"max_mb": r.choice((64, 256, 1024))}
     if "checkpoint" in causes:
         job["checkpoint"] = {"every": r.choice((10, 25, 50))}
+    if "prep" in causes:
+        job["prep"] = {"prep_ms": r.choice((2.0, 5.0, 10.0, 20.0))}
     return job
 
 
@@ -104,7 +120,7 @@ def twins_of(job):
         out.append("lognth")
         if sync["book"] != "none":
             out.append("nobook")
-    for cause, twin in (("loader", "workers"), ("pageable", "pinned"), ("churn", "nochurn"),
+    for cause, twin in (("loader", "workers"), ("prep", "workers"), ("pageable", "pinned"), ("churn", "nochurn"),
                         ("contention", "alone"), ("checkpoint", "nockpt")):
         if cause in job["causes"]:
             out.append(twin)
@@ -190,6 +206,26 @@ def run(seed, out_dir, seconds, traced_seconds):
                 self.work += 1.0
             return self.base.copy()
 
+    def make_batch(rows, prep_s):
+        """A batch made through torch's CPU ops, as a script's own get_batch does: per-sample
+        flips, scales and offsets of CPU tensors, stacked; for prep_s at least."""
+        end = time.perf_counter() + prep_s
+        out = None
+        while out is None or time.perf_counter() < end:
+            samples = [rows[i].flip(-1).mul(1.01).add(0.01) for i in range(rows.shape[0])]
+            out = torch.stack(samples).clamp_(-4.0, 4.0)
+        return out
+
+    class Prepared(torch.utils.data.IterableDataset):
+        """make_batch, run by a DataLoader's workers (the prep's `workers` twin)."""
+
+        def __init__(self, rows, prep_s):
+            self.rows, self.prep_s = rows, prep_s
+
+        def __iter__(self):
+            while True:
+                yield make_batch(self.rows, self.prep_s)
+
     def free_affinity(_worker):
         os.sched_setaffinity(0, all_cpus)
 
@@ -224,6 +260,16 @@ def run(seed, out_dir, seconds, traced_seconds):
                     worker_init_fn=free_affinity if workers > 0 else None)
                 self.loader_it = iter(dl)
                 self.dl = dl
+            self.prep = self.prep_it = self.prep_dl = None
+            prep = job.get("prep")
+            if prep:
+                rows = torch.randn(x_shape, generator=torch.Generator().manual_seed(seed))
+                self.prep = (rows, prep["prep_ms"] / 1e3)
+                if "workers" in fixes:
+                    self.prep_dl = torch.utils.data.DataLoader(
+                        Prepared(rows, prep["prep_ms"] / 1e3), batch_size=None, num_workers=TWIN_WORKERS,
+                        pin_memory=True, persistent_workers=True, prefetch_factor=4, worker_init_fn=free_affinity)
+                    self.prep_it = iter(self.prep_dl)
             self.side = None
             if job.get("pageable"):
                 n = job["pageable"]["copy_mb"] << 18  # float32 elements
@@ -266,6 +312,10 @@ def run(seed, out_dir, seconds, traced_seconds):
         def one_step(self):
             if self.loader_it is not None:
                 self.x.copy_(next(self.loader_it), non_blocking=True)
+            if self.prep_it is not None:
+                self.x.copy_(next(self.prep_it), non_blocking=True)
+            elif self.prep is not None:
+                self.x.copy_(make_batch(*self.prep))
             if self.side is not None:
                 self.side_dev.copy_(self.side, non_blocking=self.side_pinned)
             if self.churn_sizes:
@@ -319,9 +369,10 @@ def run(seed, out_dir, seconds, traced_seconds):
 
         def close(self):
             # Persistent workers live as long as their loader: end them before the next twin.
-            if self.loader_it is not None and hasattr(self.loader_it, "_shutdown_workers"):
-                self.loader_it._shutdown_workers()
-            self.loader_it = self.dl = None
+            for it in (self.loader_it, self.prep_it):
+                if it is not None and hasattr(it, "_shutdown_workers"):
+                    it._shutdown_workers()
+            self.loader_it = self.dl = self.prep_it = self.prep_dl = None
             self.graph = None
 
     def measured(variant, secs, without=()):
