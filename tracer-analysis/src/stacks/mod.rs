@@ -137,13 +137,6 @@ impl LaunchAges {
         }
     }
 
-    /// Another stack's ages added to these.
-    pub fn merge(&mut self, other: &Self) {
-        for (a, b) in self.0.iter_mut().zip(other.0) {
-            *a += b;
-        }
-    }
-
     /// These less an earlier reading of the same cumulative counts (`base`).
     #[must_use]
     pub fn since(&self, base: &Self) -> Self {
