@@ -18,13 +18,19 @@ fn the_flight_recorder_writes_out_on_a_diagnosis_and_at_the_end() {
     let out = record(&file, &["--flight-recorder", "2", "-v"], &job);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("flight recorder: launch-bound fired"), "{stderr}");
+    // What fires is the job's serious verdict at a checkpoint: launch-bound, unless something
+    // else on the machine took the job's core for a second (CI once saw `cpu-starved` fire
+    // first, with nothing of the tests beside it). Either way the dump's report says what
+    // the recorder fired on.
+    let fired = stderr.lines().find_map(|l| l.split_once("flight recorder: ")?.1.split_once(" fired (")).map(|(id, _)| id);
+    let fired = fired.unwrap_or_else(|| panic!("the recorder fired on a diagnosis:\n{stderr}"));
+    assert!(["launch-bound", "cpu-starved"].contains(&fired), "{stderr}");
     let at_diagnosis = PathBuf::from(format!("{}.1", file.display()));
     let (first, code, e) = report(&at_diagnosis);
     assert_eq!(code, 0, "{e}");
     assert_eq!(first["window"]["stopped_by"], "flight-dump");
     assert_eq!(first["tracer"]["recording"]["mode"], "flight");
-    assert_eq!(first["verdict"], "launch-bound", "{first:#}");
+    assert_eq!(first["verdict"], fired, "{first:#}");
     let (last, code, e) = report(&file);
     assert_eq!(code, 0, "{e}");
     assert_eq!(last["window"]["stopped_by"], "target-exited");
