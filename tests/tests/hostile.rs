@@ -341,6 +341,45 @@ fn run_then_signal(signal: i32) -> Value {
     gputrace_tests::report_json(&out.stdout)
 }
 
+/// A SIGTERM that comes as soon as `run` has started its command, before the probes are
+/// armed, is passed on too: gputrace once installed its handlers after the "armed" line, so a
+/// signal in between killed it and left the command running, orphaned, holding our stdout.
+#[test]
+fn a_stopping_signal_before_arming_ends_the_command_with_gputrace() {
+    require_root();
+    let mut child = gt()
+        .args(["run", "--json", "--nvml-hz", "0", "--"])
+        .arg(fakejob())
+        .args(["--steps", "100000000", "--driver-launches", "1", "--host-us", "100"])
+        .stdin(Stdio::null())
+        // Not piped: an orphaned command would hold the pipe, and the test would wait on it.
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("gputrace runs");
+    // The command's pid, as soon as gputrace has started it.
+    let children = format!("/proc/{0}/task/{0}/children", child.id());
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let job = loop {
+        // Not the first child: gputrace runs short helpers before it starts the command.
+        let listed = std::fs::read_to_string(&children).unwrap_or_default();
+        let command = listed.split_whitespace().find(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.windows(7).any(|w| w == b"fakejob")));
+        if let Some(pid) = command {
+            break pid.to_owned();
+        }
+        assert!(std::time::Instant::now() < deadline, "gputrace started no command");
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    // SAFETY: sending a signal has no memory-safety preconditions.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().expect("gputrace exits");
+    let left = Path::new(&format!("/proc/{job}")).exists();
+    if left {
+        let _ = std::process::Command::new("kill").args(["-9", &job]).status();
+    }
+    assert!(!left, "the command was left running ({status})");
+}
+
 #[test]
 fn run_passes_stopping_signals_on_and_reports_how_the_command_ended() {
     require_root();

@@ -217,10 +217,18 @@ fn kill(pid: u32, signal: &str) {
     let _ = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status();
 }
 
-/// Prints the results table on stdout: it is the command's output, meant to be pasted into
-/// docs/benchmarks.md.
-#[expect(clippy::print_stdout, reason = "the table is this command's output")]
+/// Prints the results tables on stdout: they are the command's output, meant to be pasted
+/// into docs/benchmarks.md.
 pub fn run(release: &Path, fake: &Path) -> Result<()> {
+    launches(release, fake)?;
+    call_kinds(release, fake)?;
+    startup_and_exit(release, fake)?;
+    crate::bench_unwind::run(release, fake)
+}
+
+/// The first table alone: the added cost per traced launch, against the bare-uprobe floor.
+#[expect(clippy::print_stdout, reason = "the table is this command's output")]
+pub fn launches(release: &Path, fake: &Path) -> Result<()> {
     let mut per_mode = Vec::new();
     for mode in [Mode::Untraced, Mode::Floor, Mode::Gputrace] {
         let runs: Vec<f64> = (0..REPEATS).map(|_| once(mode, release, fake)).collect::<Result<_>>()?;
@@ -239,9 +247,7 @@ pub fn run(release: &Path, fake: &Path) -> Result<()> {
         "\ngputrace's added cost per launch: {ours:.1} ns = {:.2} × the bare-uprobe floor ({floor:.1} ns); goal ≤ 1.2 ×",
         ours / floor
     );
-    call_kinds(release, fake)?;
-    startup_and_exit(release, fake)?;
-    crate::bench_unwind::run(release, fake)
+    Ok(())
 }
 
 /// Start-up and exit of `gputrace run` on a short job: medians of `REPEATS` runs.

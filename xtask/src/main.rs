@@ -68,6 +68,11 @@ enum Task {
         /// Only start-up and exit of `gputrace run` on a short job (attach and detach times).
         #[arg(long, conflicts_with_all = ["unwind", "calls"])]
         startup: bool,
+        /// Only the first table: the added cost per traced launch. With GPUTRACE_BENCH_RELEASE
+        /// (a folder with another build's gputrace and gputrace-uprobe-floor) it times that
+        /// build instead, so that two builds are compared by the same harness.
+        #[arg(long, conflicts_with_all = ["unwind", "calls", "startup"])]
+        launches: bool,
     },
     /// Build the release artifacts into target/dist: tarball, debug info, .deb (docs/install.md).
     Dist,
@@ -411,9 +416,12 @@ fn main() -> Result<()> {
             let workers = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
             accuracy::run(&gputrace, &root(), &root().join(corpus), workers, update)
         }
-        Task::Bench { unwind, calls, startup } => {
+        Task::Bench { unwind, calls, startup, launches } => {
             let gputrace = build()?;
-            let release = gputrace.parent().context("target/release")?.to_path_buf();
+            let release = match std::env::var_os("GPUTRACE_BENCH_RELEASE") {
+                Some(other) => PathBuf::from(other),
+                None => gputrace.parent().context("target/release")?.to_path_buf(),
+            };
             let fake = target_dir().join("fake-cuda");
             builder::build_fake_cuda(&root().join("tests/fake-cuda"), &fake).map_err(anyhow::Error::msg)?;
             if unwind {
@@ -422,6 +430,8 @@ fn main() -> Result<()> {
                 bench::call_kinds(&release, &fake)
             } else if startup {
                 bench::startup_and_exit(&release, &fake)
+            } else if launches {
+                bench::launches(&release, &fake)
             } else {
                 bench::run(&release, &fake)
             }

@@ -78,6 +78,12 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
     let (mut kernel, ring) = ProbeSet::load()?;
     notes.extend(kernel.notes.iter().cloned());
     let ring = RingReader::new(ring).map_err(|e| TraceError::io("watching the ring buffer", "EVENTS", e))?;
+    // The handlers go in before `run` starts its command: a stopping signal from then on is
+    // held for the loop, which passes it on. Installed after the "armed" line, a SIGTERM
+    // between the two killed gputrace and left the command running, orphaned, with our
+    // stdout (CI, 2026-12-08: a test waited 50 minutes on it).
+    let flight = recorder.as_ref().is_some_and(Recorder::is_flight);
+    let (mut sigint, mut sigterm, mut sigusr1) = stopping_signals(flight)?;
     let attaching = Instant::now();
     let mut started = target.start(&mut kernel, &mut notes)?;
     kernel.startup.uprobes_ms = attaching.elapsed().as_secs_f64() * 1e3;
@@ -114,8 +120,6 @@ pub async fn trace(target: Target, duration: Option<Duration>, nvml_interval: Du
     if let Some(r) = recorder {
         live.begin_recording(r, &started.command, pid, attach_ms, &cuda_env, (cpus, placement.as_ref())).inspect_err(|_| progress.clear())?;
     }
-    let flight = live.tape.as_ref().is_some_and(|t| t.recorder.is_flight());
-    let (mut sigint, mut sigterm, mut sigusr1) = stopping_signals(flight)?;
     let deadline = tokio::time::sleep(duration.unwrap_or(Duration::from_secs(u64::MAX / 4)));
     tokio::pin!(deadline);
     let mut rescan = tokio::time::interval(RESCAN_EVERY);
