@@ -68,7 +68,7 @@ enum Task {
         /// Only start-up and exit of `gputrace run` on a short job (attach and detach times).
         #[arg(long, conflicts_with_all = ["unwind", "calls"])]
         startup: bool,
-        /// Only the first table: the added cost per traced launch. With GPUTRACE_BENCH_RELEASE
+        /// Only the first table: the added cost per traced launch. With `GPUTRACE_BENCH_RELEASE`
         /// (a folder with another build's gputrace and gputrace-uprobe-floor) it times that
         /// build instead, so that two builds are compared by the same harness.
         #[arg(long, conflicts_with_all = ["unwind", "calls", "startup"])]
